@@ -1,0 +1,350 @@
+//! The cluster model: devices from named profiles, machines, where each role runs, and what
+//! compute and transfers cost on them.
+
+use crate::error::{EngineError, Result};
+use crate::ids::{MachineId, RoleId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A device's performance and memory figures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceProfile {
+    /// Peak fp32 throughput, in TFLOP/s.
+    pub peak_tflops: f64,
+    /// Fraction of peak a saturated training step reaches (kernels, memory bound layers).
+    #[serde(default = "default_efficiency")]
+    pub efficiency: f64,
+    /// Batch size at which half the saturated throughput is reached: small batches do not fill
+    /// the device. Compute time is then linear in the batch with an offset (`t ∝ b + b½`).
+    #[serde(default)]
+    pub half_saturation_batch: f64,
+    /// Device memory, in GiB.
+    pub memory_gib: f64,
+    /// The machine's NIC bandwidth, in Gbit/s (per direction).
+    pub nic_gbps: f64,
+    /// One-way network latency, in microseconds.
+    pub latency_us: f64,
+}
+
+fn default_efficiency() -> f64 {
+    0.5
+}
+
+impl DeviceProfile {
+    /// Built-in profiles from public figures (fp32 peak, memory, typical NIC of such nodes).
+    pub fn builtins() -> BTreeMap<String, DeviceProfile> {
+        let mk = |peak, half, mem, nic, lat| DeviceProfile {
+            peak_tflops: peak,
+            efficiency: 0.5,
+            half_saturation_batch: half,
+            memory_gib: mem,
+            nic_gbps: nic,
+            latency_us: lat,
+        };
+        BTreeMap::from([
+            // A laptop/server CPU socket: ~0.2 TFLOP/s fp32 with AVX2, 16 GiB, 10 GbE.
+            ("cpu".to_string(), mk(0.2, 4.0, 16.0, 10.0, 50.0)),
+            // Tesla K40c: 4.29 TFLOP/s fp32, 12 GB; the Fela testbed's 10 Gbps links.
+            ("k40c".to_string(), mk(4.29, 16.0, 12.0, 10.0, 25.0)),
+            // Tesla V100 (SXM2): 15.7 TFLOP/s fp32, 16 GB; 25 Gbps between servers.
+            ("v100".to_string(), mk(15.7, 32.0, 16.0, 25.0, 10.0)),
+            // A100 (SXM4 40 GB): 19.5 TFLOP/s fp32; 100 Gbps NICs.
+            ("a100".to_string(), mk(19.5, 48.0, 40.0, 100.0, 5.0)),
+            // H100 (SXM5): 67 TFLOP/s fp32, 80 GB; 400 Gbps NICs.
+            ("h100".to_string(), mk(67.0, 64.0, 80.0, 400.0, 5.0)),
+        ])
+    }
+
+    /// Sustained FLOP/s at batch size `batch`.
+    pub fn flops_at(&self, batch: f64) -> f64 {
+        let peak = self.peak_tflops * 1e12 * self.efficiency;
+        if self.half_saturation_batch <= 0.0 {
+            peak
+        } else {
+            peak * batch / (batch + self.half_saturation_batch)
+        }
+    }
+
+    /// Seconds to run `flops_per_sample × batch` FLOPs.
+    pub fn compute_seconds(&self, flops_per_sample: f64, batch: f64) -> f64 {
+        if batch <= 0.0 || flops_per_sample <= 0.0 {
+            return 0.0;
+        }
+        flops_per_sample * batch / self.flops_at(batch)
+    }
+
+    /// Seconds to run a batch-independent amount of work (e.g. an optimizer update).
+    pub fn work_seconds(&self, flops: f64) -> f64 {
+        flops / (self.peak_tflops * 1e12 * self.efficiency)
+    }
+
+    /// NIC bandwidth in bytes per second.
+    pub fn nic_bytes_per_s(&self) -> f64 {
+        self.nic_gbps * 1e9 / 8.0
+    }
+
+    /// Memory budget in bytes.
+    pub fn memory_bytes(&self) -> u64 {
+        (self.memory_gib * (1u64 << 30) as f64) as u64
+    }
+
+    fn validate(&self, key: &str) -> Result<()> {
+        let positive = |name: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(EngineError::config(
+                    format!("{key}.{name}"),
+                    v,
+                    "must be a positive number",
+                ))
+            }
+        };
+        positive("peak_tflops", self.peak_tflops)?;
+        positive("memory_gib", self.memory_gib)?;
+        positive("nic_gbps", self.nic_gbps)?;
+        if !(self.efficiency > 0.0 && self.efficiency <= 1.0) {
+            return Err(EngineError::config(
+                format!("{key}.efficiency"),
+                self.efficiency,
+                "must be in (0, 1]",
+            ));
+        }
+        if !(self.latency_us >= 0.0 && self.half_saturation_batch >= 0.0) {
+            return Err(EngineError::config(
+                key,
+                format!(
+                    "latency_us = {}, half_saturation_batch = {}",
+                    self.latency_us, self.half_saturation_batch
+                ),
+                "must be >= 0",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A group of identical machines in the cluster config.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MachineGroup {
+    /// Device profile name (built-in or defined under `[cluster.devices]`).
+    pub device: String,
+    /// How many such machines.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Worker slots per machine (one worker per device or core).
+    #[serde(default = "one")]
+    pub slots: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Cluster section of the config.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Device profile used when `machines` is empty: one machine per worker.
+    pub default_device: String,
+    /// Machine groups, filled with workers in order. Empty: one `default_device` machine per worker.
+    #[serde(default)]
+    pub machines: Vec<MachineGroup>,
+    /// User-defined device profiles (add to or override the built-ins).
+    #[serde(default)]
+    pub devices: BTreeMap<String, DeviceProfile>,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            default_device: "cpu".to_string(),
+            machines: Vec::new(),
+            devices: BTreeMap::new(),
+        }
+    }
+}
+
+/// One machine of the resolved cluster.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Machine {
+    /// Machine index.
+    pub id: MachineId,
+    /// Profile name.
+    pub device_name: String,
+    /// Resolved profile.
+    pub device: DeviceProfile,
+}
+
+/// The resolved cluster: machines and where every role runs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Cluster {
+    /// All machines.
+    pub machines: Vec<Machine>,
+    /// Machine of each worker.
+    pub worker_machine: Vec<MachineId>,
+    /// Machine of each server (servers are sharded over the workers' machines, round-robin).
+    pub server_machine: Vec<MachineId>,
+}
+
+impl Cluster {
+    /// Resolves the config for `workers` workers and `servers` servers.
+    pub fn resolve(cfg: &ClusterConfig, workers: u32, servers: u32) -> Result<Cluster> {
+        let mut profiles = DeviceProfile::builtins();
+        for (name, p) in &cfg.devices {
+            p.validate(&format!("cluster.devices.{name}"))?;
+            profiles.insert(name.clone(), p.clone());
+        }
+        let lookup = |key: String, name: &str| {
+            profiles.get(name).cloned().ok_or_else(|| {
+                EngineError::config(
+                    key,
+                    format!("\"{name}\""),
+                    format!(
+                        "unknown device profile; known: {}",
+                        profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                )
+            })
+        };
+        let mut machines = Vec::new();
+        let mut slots = Vec::new();
+        if cfg.machines.is_empty() {
+            let device = lookup("cluster.default_device".into(), &cfg.default_device)?;
+            for id in 0..workers.max(1) {
+                machines.push(Machine {
+                    id,
+                    device_name: cfg.default_device.clone(),
+                    device: device.clone(),
+                });
+                slots.push(1);
+            }
+        } else {
+            for (g, group) in cfg.machines.iter().enumerate() {
+                let device = lookup(format!("cluster.machines[{g}].device"), &group.device)?;
+                if group.count == 0 || group.slots == 0 {
+                    return Err(EngineError::config(
+                        format!("cluster.machines[{g}]"),
+                        format!("count = {}, slots = {}", group.count, group.slots),
+                        "count and slots must be at least 1",
+                    ));
+                }
+                for _ in 0..group.count {
+                    let id = machines.len() as MachineId;
+                    machines.push(Machine {
+                        id,
+                        device_name: group.device.clone(),
+                        device: device.clone(),
+                    });
+                    slots.push(group.slots);
+                }
+            }
+        }
+        let total: u32 = slots.iter().sum();
+        if total < workers {
+            return Err(EngineError::config(
+                "cluster.machines",
+                format!("{total} worker slots"),
+                format!("the cluster must have at least `workers` = {workers} slots"),
+            ));
+        }
+        let mut worker_machine = Vec::with_capacity(workers as usize);
+        for (m, &n) in slots.iter().enumerate() {
+            for _ in 0..n {
+                if worker_machine.len() < workers as usize {
+                    worker_machine.push(m as MachineId);
+                }
+            }
+        }
+        let used = worker_machine.last().map_or(1, |&m| m + 1);
+        let server_machine = (0..servers).map(|s| s % used).collect();
+        Ok(Cluster {
+            machines,
+            worker_machine,
+            server_machine,
+        })
+    }
+
+    /// The machine a role runs on (the coordinator shares machine 0).
+    pub fn machine_of(&self, role: RoleId) -> MachineId {
+        match role {
+            RoleId::Coordinator => 0,
+            RoleId::Server(s) => self.server_machine[s as usize],
+            RoleId::Worker(w) => self.worker_machine[w as usize],
+        }
+    }
+
+    /// The device profile a role computes on.
+    pub fn device_of(&self, role: RoleId) -> &DeviceProfile {
+        &self.machines[self.machine_of(role) as usize].device
+    }
+
+    /// Human-readable device label of a role, e.g. `machine 3 (v100)`.
+    pub fn device_label(&self, role: RoleId) -> String {
+        let m = self.machine_of(role);
+        format!("machine {m} ({})", self.machines[m as usize].device_name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_fill_slots_in_order_and_servers_round_robin() {
+        let cfg = ClusterConfig {
+            machines: vec![
+                MachineGroup {
+                    device: "k40c".into(),
+                    count: 2,
+                    slots: 2,
+                },
+                MachineGroup {
+                    device: "v100".into(),
+                    count: 1,
+                    slots: 4,
+                },
+            ],
+            ..Default::default()
+        };
+        let c = Cluster::resolve(&cfg, 6, 3).unwrap();
+        assert_eq!(c.worker_machine, vec![0, 0, 1, 1, 2, 2]);
+        assert_eq!(c.server_machine, vec![0, 1, 2]);
+        assert_eq!(c.machines[2].device_name, "v100");
+    }
+
+    #[test]
+    fn too_few_slots_and_unknown_devices_are_errors() {
+        let cfg = ClusterConfig {
+            machines: vec![MachineGroup {
+                device: "cpu".into(),
+                count: 1,
+                slots: 2,
+            }],
+            ..Default::default()
+        };
+        let e = Cluster::resolve(&cfg, 3, 1).unwrap_err().to_string();
+        assert!(e.contains("cluster.machines") && e.contains("3"), "{e}");
+        let cfg = ClusterConfig {
+            default_device: "tpu9".into(),
+            ..Default::default()
+        };
+        let e = Cluster::resolve(&cfg, 3, 1).unwrap_err().to_string();
+        assert!(
+            e.contains("cluster.default_device") && e.contains("tpu9"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn compute_time_is_linear_in_batch_with_saturation_offset() {
+        let d = DeviceProfile::builtins()["v100"].clone();
+        let t = |b| d.compute_seconds(1e9, b);
+        let slope = t(64.0) - t(32.0);
+        assert!((t(96.0) - t(64.0) - slope).abs() < 1e-12);
+        // Small batches pay the offset: per-sample time is higher.
+        assert!(t(1.0) > t(128.0) / 128.0 * 10.0);
+    }
+}

@@ -1,0 +1,121 @@
+//! The run configuration (`configs/*.toml`), its defaults and its validation.
+
+use crate::cluster::ClusterConfig;
+use crate::data::DataConfig;
+use crate::error::{EngineError, Result};
+use crate::model::ModelConfig;
+use crate::optim::OptimizerConfig;
+use crate::role::RuntimeKind;
+use crate::stragglers::StragglerConfig;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A whole run's configuration. Unknown keys are errors.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// Seed of everything random: data, initialisation, sampling order, stragglers.
+    pub seed: u64,
+    /// `sim` (virtual time, deterministic) or `wall` (real time).
+    pub runtime: RuntimeKind,
+    /// Number of workers.
+    pub workers: u32,
+    /// Number of parameter servers.
+    pub servers: u32,
+    /// Samples per worker per clock (the global batch is `workers × batch`).
+    pub batch: u64,
+    /// Clocks (iterations) each worker runs.
+    pub iterations: u64,
+    /// Evaluate test accuracy every this many iterations (and at the end).
+    pub eval_every: u64,
+    /// Largest parameter block, in bytes: tensors are cut into blocks of at most this size.
+    pub block_bytes: u64,
+    /// Points per iteration at which stragglers are probed.
+    pub progress_points: u32,
+    /// Stop with an error if the run has not finished by this run time (seconds): catches
+    /// deadlocked strategies in `sim`, where time jumps straight to it.
+    pub time_limit_s: f64,
+    /// Strategies to compose, e.g. `["ssp"]`.
+    pub strategies: Vec<String>,
+    /// Memory policy (default `resident`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// The model.
+    pub model: ModelConfig,
+    /// The data set.
+    pub data: DataConfig,
+    /// The optimizer, applied by the servers.
+    pub optimizer: OptimizerConfig,
+    /// Machines and devices.
+    pub cluster: ClusterConfig,
+    /// Straggler patterns, composed.
+    #[serde(default)]
+    pub stragglers: Vec<StragglerConfig>,
+    /// Options of each strategy, by name: `[strategy.ssp] slack = 2`.
+    #[serde(default)]
+    pub strategy: BTreeMap<String, toml::Value>,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            seed: 42,
+            runtime: RuntimeKind::Sim,
+            workers: 8,
+            servers: 2,
+            batch: 32,
+            iterations: 300,
+            eval_every: 25,
+            block_bytes: 4 << 20,
+            progress_points: 10,
+            time_limit_s: 1e7,
+            strategies: vec!["bsp".into()],
+            memory: None,
+            model: ModelConfig::default(),
+            data: DataConfig::default(),
+            optimizer: OptimizerConfig::default(),
+            cluster: ClusterConfig::default(),
+            stragglers: Vec::new(),
+            strategy: BTreeMap::new(),
+        }
+    }
+}
+
+impl RunConfig {
+    /// Checks every value that types alone do not; errors name the key and what is allowed.
+    pub fn validate(&self) -> Result<()> {
+        let at_least_one = |key: &str, v: u64| {
+            if v >= 1 {
+                Ok(())
+            } else {
+                Err(EngineError::config(key, v, "must be at least 1"))
+            }
+        };
+        at_least_one("workers", self.workers as u64)?;
+        at_least_one("servers", self.servers as u64)?;
+        at_least_one("batch", self.batch)?;
+        at_least_one("iterations", self.iterations)?;
+        at_least_one("eval_every", self.eval_every)?;
+        at_least_one("progress_points", self.progress_points as u64)?;
+        if self.block_bytes < 4 {
+            return Err(EngineError::config(
+                "block_bytes",
+                self.block_bytes,
+                "must be at least 4 (one fp32 element)",
+            ));
+        }
+        if !(self.time_limit_s.is_finite() && self.time_limit_s > 0.0) {
+            return Err(EngineError::config(
+                "time_limit_s",
+                self.time_limit_s,
+                "must be a positive number of seconds",
+            ));
+        }
+        self.optimizer.validate()?;
+        self.data.validate()?;
+        for s in &self.stragglers {
+            s.validate()?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,231 @@
+//! The engine's default worker: data-parallel training against the parameter servers.
+//!
+//! Per clock: read every server's blocks at the version the consistency rule requires, take one
+//! step on this worker's share of the global batch, push the gradients to the blocks' servers,
+//! report to the coordinator. Under BSP this is synchronous data parallelism; under SSP/ASP the
+//! same loop runs ahead as far as the rule allows.
+
+use crate::error::{EngineError, Result};
+use crate::ids::{RoleId, WorkerId};
+use crate::job::Job;
+use crate::memory::{MemAction, MemEvent, MemoryLedger, MemoryPolicy, TensorClass};
+use crate::message::{Directive, Message, Report};
+use crate::metrics::IterRecord;
+use crate::model::Replica;
+use crate::payload::ELEM_BYTES;
+use crate::role::{RoleCtx, Work};
+use crate::roles::{Worker, WorkerReport};
+use async_trait::async_trait;
+use std::sync::Arc;
+
+/// Host-device link bandwidth used to charge memory-policy transfers, bytes/s (PCIe 3.0 x16).
+const HOST_LINK_BYTES_PER_S: f64 = 12e9;
+
+/// The default data-parallel worker.
+pub struct DataParallelWorker {
+    id: WorkerId,
+    job: Arc<Job>,
+    replica: Option<Replica>,
+    memory: Box<dyn MemoryPolicy>,
+    ledger: MemoryLedger,
+}
+
+impl DataParallelWorker {
+    /// Builds worker `id` of `job`.
+    pub fn new(job: Arc<Job>, id: WorkerId) -> Result<DataParallelWorker> {
+        let role = RoleId::Worker(id);
+        let device = job.cluster.device_of(role);
+        let ledger = MemoryLedger::new(job.cluster.device_label(role), role, device.memory_bytes());
+        Ok(DataParallelWorker {
+            id,
+            replica: Replica::new(&job.model)?,
+            memory: (job.memory)(),
+            ledger,
+            job,
+        })
+    }
+
+    /// Feeds a memory event to the policy and charges the transfers it asks for.
+    async fn memory_event(&mut self, ctx: &mut RoleCtx, event: MemEvent) -> Result<()> {
+        let actions = self.memory.on_event(&event, &mut self.ledger)?;
+        let bytes: u64 = actions
+            .iter()
+            .map(|a| match a {
+                MemAction::Offload { bytes } | MemAction::Prefetch { bytes } => *bytes,
+            })
+            .sum();
+        if bytes > 0 {
+            let t0 = ctx.now();
+            ctx.sleep(bytes as f64 / HOST_LINK_BYTES_PER_S).await;
+            ctx.trace_span("swap", "memory", t0, ctx.now());
+        }
+        Ok(())
+    }
+
+    async fn directive(&mut self, ctx: &mut RoleCtx, clock: u64) -> Result<Directive> {
+        if !self.job.directed {
+            let b = self.job.config.batch;
+            let n = self.job.config.workers as u64;
+            return Ok(Directive {
+                clock,
+                batch: b,
+                stream_offset: clock * n * b + self.id as u64 * b,
+                global_batch: n * b,
+            });
+        }
+        let env = ctx
+            .recv_matching(|e| matches!(&e.msg, Message::Directive(d) if d.clock == clock))
+            .await?;
+        match env.msg {
+            Message::Directive(d) => Ok(d),
+            _ => Err(EngineError::protocol(ctx.id(), "expected a directive")),
+        }
+    }
+}
+
+#[async_trait]
+impl Worker for DataParallelWorker {
+    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<WorkerReport> {
+        let job = self.job.clone();
+        let layout = &job.layout;
+        let servers = layout.servers();
+        let param_bytes: u64 = layout
+            .params()
+            .iter()
+            .map(|p| p.elems() as u64 * ELEM_BYTES)
+            .sum();
+        for (class, what) in [
+            (TensorClass::Params, "parameters"),
+            (TensorClass::Grads, "gradients"),
+        ] {
+            let event = MemEvent::Allocate {
+                class,
+                bytes: param_bytes,
+                what: what.into(),
+            };
+            self.memory_event(ctx, event).await?;
+        }
+        let stages = job.model.stage_facts();
+        let flops_per_sample = job.model.training_flops_per_sample();
+        let mut params = if job.model.is_real() {
+            layout.zeros()
+        } else {
+            Vec::new()
+        };
+        let mut records = Vec::with_capacity(job.config.iterations as usize);
+        for clock in 0..job.config.iterations {
+            ctx.set_iter(clock);
+            let start = ctx.now();
+            let d = self.directive(ctx, clock).await?;
+            // Read parameters at the version the consistency rule requires.
+            let min_version = job.consistency.min_version(clock);
+            for s in 0..servers {
+                ctx.send(RoleId::Server(s), Message::Pull { clock, min_version });
+            }
+            let (mut version_read, mut last_served) = (i64::MAX, start);
+            for _ in 0..servers {
+                let env = ctx
+                    .recv_matching(|e| matches!(e.msg, Message::Params { .. }))
+                    .await?;
+                if let Message::Params {
+                    version,
+                    served_at,
+                    blocks,
+                } = env.msg
+                {
+                    if job.model.is_real() {
+                        layout.write_into(&blocks, &mut params);
+                    }
+                    version_read = version_read.min(version);
+                    last_served = last_served.max(served_at);
+                }
+            }
+            let read_done = ctx.now();
+            let wait_s = (last_served - start).max(0.0);
+            let comm_s = (read_done - start - wait_s).max(0.0);
+            ctx.trace_span("wait", "wait", start, last_served);
+            ctx.trace_span("pull", "comm", last_served, read_done);
+
+            // Activations of every stage live until their backward.
+            for (i, s) in stages.iter().enumerate() {
+                let bytes = s.activation_bytes * d.batch;
+                self.memory_event(ctx, MemEvent::Forward { stage: i, bytes })
+                    .await?;
+            }
+            for (i, s) in stages.iter().enumerate().rev() {
+                let bytes = s.activation_bytes * d.batch;
+                self.memory_event(ctx, MemEvent::Backward { stage: i, bytes })
+                    .await?;
+            }
+            let work = Work {
+                flops_per_sample,
+                batch: d.batch as f64,
+            };
+            let (loss, grads) = match (&self.replica, &job.data) {
+                (Some(replica), Some(data)) => {
+                    let idx = job.stream.range(d.stream_offset as u128, d.batch as usize);
+                    let (x, y) = data.train.gather(&idx);
+                    replica.set_params(&params)?;
+                    let out = ctx.compute("step", work, || replica.step(x, &y)).await?;
+                    if !out.loss.is_finite() {
+                        return Err(EngineError::Diverged {
+                            role: ctx.id(),
+                            clock,
+                            loss: out.loss,
+                        });
+                    }
+                    (out.loss, Some(out.grads))
+                }
+                _ => {
+                    ctx.compute("step", work, || ()).await;
+                    (f64::NAN, None)
+                }
+            };
+            let compute_end = ctx.now();
+            let mut bytes_sent = 0;
+            for s in 0..servers {
+                let msg = Message::Push {
+                    clock,
+                    samples: d.batch,
+                    completes_clock: true,
+                    grads: layout.slice_for(s, grads.as_deref()),
+                };
+                bytes_sent += msg.wire_bytes();
+                ctx.send(RoleId::Server(s), msg);
+            }
+            let compute_s = compute_end - read_done;
+            let report = Report {
+                clock,
+                samples: d.batch,
+                compute_s,
+                wait_s,
+                comm_s,
+                loss,
+                speed: if compute_s > 0.0 {
+                    d.batch as f64 / compute_s
+                } else {
+                    0.0
+                },
+            };
+            ctx.send(RoleId::Coordinator, Message::Report(report));
+            records.push(IterRecord {
+                clock,
+                start_s: start,
+                end_s: ctx.now(),
+                samples: d.batch,
+                compute_s,
+                wait_s,
+                comm_s,
+                loss,
+                version_read,
+                bytes_sent,
+            });
+            job.observe(self.id, clock + 1);
+        }
+        ctx.send(RoleId::Coordinator, Message::WorkerDone);
+        Ok(WorkerReport {
+            iterations: records,
+            peak_memory: self.ledger.peak,
+        })
+    }
+}

@@ -1,0 +1,125 @@
+//! The engine's error type.
+
+use crate::ids::RoleId;
+use thiserror::Error;
+
+/// Everything that can stop a run, each naming what went wrong and where.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// A configuration value is missing, malformed or out of range.
+    #[error("config: `{key}` = {value}: {reason}")]
+    Config {
+        /// Dotted key, e.g. `cluster.machines[0].device`.
+        key: String,
+        /// The offending value as written.
+        value: String,
+        /// What is allowed.
+        reason: String,
+    },
+    /// Strategy composition failed (unknown name, two strategies claiming a slot, invalid combination).
+    #[error("strategies: {0}")]
+    Composition(String),
+    /// A data set could not be loaded.
+    #[error(transparent)]
+    Data(#[from] crate::data::DataError),
+    /// A straggler pattern is invalid.
+    #[error(transparent)]
+    Straggler(#[from] crate::stragglers::StragglerError),
+    /// A simulated device ran out of memory.
+    #[error(
+        "out of memory on {device} ({role}): needs {needed} bytes, budget {budget} bytes ({what})"
+    )]
+    OutOfMemory {
+        /// The device (machine and profile).
+        device: String,
+        /// The role whose allocation failed.
+        role: RoleId,
+        /// Bytes that would be resident after the allocation.
+        needed: u64,
+        /// The device's memory budget.
+        budget: u64,
+        /// What was being allocated.
+        what: String,
+    },
+    /// Training diverged.
+    #[error("training diverged: loss is {loss} at clock {clock} on {role}")]
+    Diverged {
+        /// The role that saw it.
+        role: RoleId,
+        /// The clock.
+        clock: u64,
+        /// The non-finite loss value.
+        loss: f64,
+    },
+    /// A protocol violation between roles (a bug in a strategy, or a role that vanished).
+    #[error("protocol error at {role}: {reason}")]
+    Protocol {
+        /// Where it was detected.
+        role: RoleId,
+        /// What happened.
+        reason: String,
+    },
+    /// A strategy message could not be encoded.
+    #[error("cannot encode message `{tag}`: {reason}")]
+    Encode {
+        /// Message tag.
+        tag: String,
+        /// Serializer error.
+        reason: String,
+    },
+    /// Tensor math failed.
+    #[error("tensor error at {context}: {source}")]
+    Tensor {
+        /// What was being computed.
+        context: String,
+        /// candle's error.
+        #[source]
+        source: candle_core::Error,
+    },
+    /// Writing outputs failed.
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl EngineError {
+    /// Shorthand for a [`EngineError::Config`] error.
+    pub fn config(key: impl Into<String>, value: impl ToString, reason: impl Into<String>) -> Self {
+        EngineError::Config {
+            key: key.into(),
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for a [`EngineError::Protocol`] error.
+    pub fn protocol(role: RoleId, reason: impl Into<String>) -> Self {
+        EngineError::Protocol {
+            role,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Attaches context to candle errors.
+pub trait TensorContext<T> {
+    /// Converts a candle error into [`EngineError::Tensor`] naming `context`.
+    fn ctx(self, context: &str) -> Result<T, EngineError>;
+}
+
+impl<T> TensorContext<T> for Result<T, candle_core::Error> {
+    fn ctx(self, context: &str) -> Result<T, EngineError> {
+        self.map_err(|source| EngineError::Tensor {
+            context: context.to_string(),
+            source,
+        })
+    }
+}
+
+/// The engine's result type.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

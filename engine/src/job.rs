@@ -1,0 +1,51 @@
+//! The immutable description of a running job that every role is built from.
+//!
+//! It is read-only configuration (the resolved config, the cluster, the model, the data set as if
+//! on a shared file system); roles never communicate through it.
+
+use crate::cluster::Cluster;
+use crate::config::RunConfig;
+use crate::data::{SampleStream, Split};
+use crate::ids::WorkerId;
+use crate::memory::MemoryPolicyFactory;
+use crate::model::ModelSpec;
+use crate::ps::{Consistency, ParamLayout};
+use std::sync::Arc;
+
+/// A progress observer: `(worker, clocks completed)`.
+pub type ProgressFn = Arc<dyn Fn(WorkerId, u64) + Send + Sync>;
+
+/// Everything a role factory may read.
+pub struct Job {
+    /// The resolved configuration.
+    pub config: RunConfig,
+    /// Machines and role placement.
+    pub cluster: Arc<Cluster>,
+    /// The model.
+    pub model: ModelSpec,
+    /// Parameter blocks and their servers.
+    pub layout: Arc<ParamLayout>,
+    /// Initial parameter values (real models).
+    pub init: Option<Vec<Vec<f32>>>,
+    /// Training and test data (real models).
+    pub data: Option<Split>,
+    /// The order samples are drawn in.
+    pub stream: SampleStream,
+    /// The read-freshness rule.
+    pub consistency: Arc<dyn Consistency>,
+    /// Memory policy per device.
+    pub memory: MemoryPolicyFactory,
+    /// Whether workers wait for the coordinator's directive each clock.
+    pub directed: bool,
+    /// Progress observer (the CLI's progress bar).
+    pub progress: Option<ProgressFn>,
+}
+
+impl Job {
+    /// Tells the observer a worker finished a clock.
+    pub fn observe(&self, worker: WorkerId, clocks: u64) {
+        if let Some(p) = &self.progress {
+            p(worker, clocks);
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Device memory: the accounting ledger and the [`MemoryPolicy`] trait.
+//!
+//! Every device has a budget. Roles report what they allocate and free (parameters, gradients,
+//! optimizer state, activations) as [`MemEvent`]s; the device's policy decides where each tensor
+//! lives (resident, offloaded, prefetched, dropped) and charges the ledger. Going over the budget
+//! is a clear simulated out-of-memory error.
+
+use crate::error::{EngineError, Result};
+use crate::ids::RoleId;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// What a tensor is, for accounting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TensorClass {
+    /// Model parameters.
+    Params,
+    /// Parameter gradients.
+    Grads,
+    /// Optimizer state.
+    OptimizerState,
+    /// Activations kept for backward.
+    Activations,
+    /// Communication and aggregation buffers.
+    Buffers,
+}
+
+/// The byte ledger of one device.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryLedger {
+    /// Device label for errors.
+    pub device: String,
+    /// Owning role for errors.
+    pub role: RoleId,
+    /// Budget in bytes.
+    pub budget: u64,
+    /// Resident bytes per class.
+    pub resident: BTreeMap<TensorClass, u64>,
+    /// Highest total ever resident.
+    pub peak: u64,
+}
+
+impl MemoryLedger {
+    /// An empty ledger with a budget.
+    pub fn new(device: String, role: RoleId, budget: u64) -> MemoryLedger {
+        MemoryLedger {
+            device,
+            role,
+            budget,
+            resident: BTreeMap::new(),
+            peak: 0,
+        }
+    }
+
+    /// Total resident bytes.
+    pub fn total(&self) -> u64 {
+        self.resident.values().sum()
+    }
+
+    /// Makes `bytes` of `class` resident; out-of-memory if the budget would be exceeded.
+    pub fn alloc(&mut self, class: TensorClass, bytes: u64, what: &str) -> Result<()> {
+        let needed = self.total() + bytes;
+        if needed > self.budget {
+            return Err(EngineError::OutOfMemory {
+                device: self.device.clone(),
+                role: self.role,
+                needed,
+                budget: self.budget,
+                what: what.to_string(),
+            });
+        }
+        *self.resident.entry(class).or_default() += bytes;
+        self.peak = self.peak.max(needed);
+        Ok(())
+    }
+
+    /// Releases `bytes` of `class`.
+    pub fn free(&mut self, class: TensorClass, bytes: u64) {
+        let e = self.resident.entry(class).or_default();
+        *e = e.saturating_sub(bytes);
+    }
+}
+
+/// Something that happens to device memory during a step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MemEvent {
+    /// A long-lived tensor is created (parameters, gradients, optimizer state, buffers).
+    Allocate {
+        /// Class.
+        class: TensorClass,
+        /// Bytes.
+        bytes: u64,
+        /// Label for errors.
+        what: String,
+    },
+    /// A long-lived tensor is released.
+    Release {
+        /// Class.
+        class: TensorClass,
+        /// Bytes.
+        bytes: u64,
+    },
+    /// Stage `stage` ran forward and produced `bytes` of activations kept for backward.
+    Forward {
+        /// Stage index.
+        stage: usize,
+        /// Activation bytes for the whole batch.
+        bytes: u64,
+    },
+    /// Stage `stage` ran backward; its activations (`bytes`) are no longer needed.
+    Backward {
+        /// Stage index.
+        stage: usize,
+        /// Activation bytes for the whole batch.
+        bytes: u64,
+    },
+}
+
+/// A data movement a policy asks for, which costs time on the host link.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MemAction {
+    /// Copy `bytes` from device to host.
+    Offload {
+        /// Bytes moved.
+        bytes: u64,
+    },
+    /// Copy `bytes` from host to device.
+    Prefetch {
+        /// Bytes moved.
+        bytes: u64,
+    },
+}
+
+/// Decides where each tensor of one device lives, under the device's budget.
+pub trait MemoryPolicy: Send {
+    /// Short name for reports.
+    fn name(&self) -> String;
+    /// Handles one event: updates the ledger and returns the transfers it requires.
+    fn on_event(&mut self, event: &MemEvent, ledger: &mut MemoryLedger) -> Result<Vec<MemAction>>;
+}
+
+/// Builds a policy per device (each role's device gets its own instance).
+pub type MemoryPolicyFactory = std::sync::Arc<dyn Fn() -> Box<dyn MemoryPolicy> + Send + Sync>;

@@ -1,0 +1,290 @@
+//! Models: built-in staged candle networks for real training, and the papers' big models as
+//! profiles for throughput mode.
+//!
+//! A model is a sequence of stages, each with its own named parameters. Parameters are laid out
+//! in one canonical order (stage order, then name), which is how gradients are exchanged and how
+//! parameter blocks are cut.
+
+mod replica;
+mod stages;
+
+pub use replica::{Replica, StepOutput};
+pub use stages::{StageSpec, StagedModel};
+
+use crate::error::{EngineError, Result};
+use crate::profiles::{self, ModelProfile};
+use crate::rng::{seeded, stable_hash};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+/// Model section of the config (`[model]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ModelConfig {
+    /// Multi-layer perceptron with ReLU hidden layers (no hidden layers = softmax regression, MLR).
+    Mlp {
+        /// Hidden layer widths.
+        #[serde(default = "default_hidden")]
+        hidden: Vec<usize>,
+    },
+    /// Multinomial logistic regression (softmax regression), one of the thesis's workloads.
+    Mlr,
+    /// Small CNN: two 3×3 conv + ReLU + 2×2 max-pool blocks, then a linear classifier.
+    Cnn {
+        /// Channels of the two conv blocks.
+        #[serde(default = "default_cnn_channels")]
+        channels: Vec<usize>,
+        /// Input image shape `[c, h, w]`; flat data of that size is reshaped to it.
+        #[serde(default)]
+        image: Option<[usize; 3]>,
+    },
+    /// VGG-like stack: blocks of two 3×3 convs then a 2×2 max-pool, then two dense layers.
+    VggLike {
+        /// Channels of each conv block.
+        #[serde(default = "default_vgg_channels")]
+        channels: Vec<usize>,
+        /// Width of the hidden dense layer.
+        #[serde(default = "default_vgg_dense")]
+        dense: usize,
+        /// Input image shape `[c, h, w]`; flat data of that size is reshaped to it.
+        #[serde(default)]
+        image: Option<[usize; 3]>,
+    },
+    /// Throughput mode: a paper's model as a per-layer profile, with virtual payloads and no math.
+    Profile {
+        /// Built-in profile name (vgg16, vgg19, alexnet, resnet-32/50/101, inception-v3, googlenet).
+        name: String,
+    },
+}
+
+fn default_hidden() -> Vec<usize> {
+    vec![64]
+}
+fn default_cnn_channels() -> Vec<usize> {
+    vec![8, 16]
+}
+fn default_vgg_channels() -> Vec<usize> {
+    vec![8, 16]
+}
+fn default_vgg_dense() -> usize {
+    64
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig::Mlp {
+            hidden: default_hidden(),
+        }
+    }
+}
+
+/// One named parameter tensor of a model.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ParamInfo {
+    /// Name, e.g. `s01.weight`.
+    pub name: String,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Fan-in used for initialisation (0 for biases).
+    pub fan_in: usize,
+}
+
+impl ParamInfo {
+    /// Number of elements.
+    pub fn elems(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// Per-stage facts the engine needs for costs and memory accounting.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StageFacts {
+    /// Stage name.
+    pub name: String,
+    /// Forward FLOPs per sample.
+    pub forward_flops: f64,
+    /// Output activation bytes per sample.
+    pub activation_bytes: u64,
+}
+
+/// A model resolved against its input: real (trainable) or a throughput-mode profile.
+#[derive(Clone, Debug)]
+pub enum ModelSpec {
+    /// A candle network that trains for real.
+    Real {
+        /// Stages in execution order.
+        stages: Vec<StageSpec>,
+        /// Input sample shape the first stage takes.
+        input_shape: Vec<usize>,
+        /// Number of classes.
+        classes: usize,
+    },
+    /// A profile: sizes and FLOPs only.
+    Profile(ModelProfile),
+}
+
+impl ModelSpec {
+    /// Resolves the config for data with `sample_shape` and `classes`.
+    pub fn resolve(cfg: &ModelConfig, sample_shape: &[usize], classes: usize) -> Result<ModelSpec> {
+        let flat: usize = sample_shape.iter().product();
+        let image_shape = |image: &Option<[usize; 3]>| -> Result<Vec<usize>> {
+            match image {
+                Some(s) if s.iter().product::<usize>() == flat => Ok(s.to_vec()),
+                Some(s) => Err(EngineError::config(
+                    "model.image",
+                    format!("{s:?}"),
+                    format!("must have as many elements as a data sample ({flat})"),
+                )),
+                None if sample_shape.len() == 3 => Ok(sample_shape.to_vec()),
+                None => Err(EngineError::config(
+                    "model.image",
+                    "(unset)",
+                    format!(
+                        "convolutional models need image-shaped data; the data's samples have shape {sample_shape:?}: set model.image = [c, h, w]"
+                    ),
+                )),
+            }
+        };
+        let stages = match cfg {
+            ModelConfig::Profile { name } => {
+                return profiles::builtin(name)
+                    .map(ModelSpec::Profile)
+                    .ok_or_else(|| {
+                        EngineError::config(
+                            "model.name",
+                            format!("\"{name}\""),
+                            format!(
+                                "unknown profile; known: {}",
+                                profiles::builtin_names().join(", ")
+                            ),
+                        )
+                    });
+            }
+            ModelConfig::Mlr => StageSpec::mlp(flat, &[], classes),
+            ModelConfig::Mlp { hidden } => {
+                if hidden.contains(&0) {
+                    return Err(EngineError::config(
+                        "model.hidden",
+                        format!("{hidden:?}"),
+                        "widths must be >= 1",
+                    ));
+                }
+                StageSpec::mlp(flat, hidden, classes)
+            }
+            ModelConfig::Cnn { channels, image } => StageSpec::conv_net(
+                &image_shape(image)?,
+                channels,
+                1,
+                None,
+                classes,
+                "model.channels",
+            )?,
+            ModelConfig::VggLike {
+                channels,
+                dense,
+                image,
+            } => StageSpec::conv_net(
+                &image_shape(image)?,
+                channels,
+                2,
+                Some(*dense),
+                classes,
+                "model.channels",
+            )?,
+        };
+        let input_shape = match stages.first() {
+            Some(StageSpec::Conv { .. }) => match cfg {
+                ModelConfig::Cnn { image, .. } | ModelConfig::VggLike { image, .. } => {
+                    image_shape(image)?
+                }
+                _ => vec![flat],
+            },
+            _ => vec![flat],
+        };
+        Ok(ModelSpec::Real {
+            stages,
+            input_shape,
+            classes,
+        })
+    }
+
+    /// Whether this model trains for real (false: throughput mode).
+    pub fn is_real(&self) -> bool {
+        matches!(self, ModelSpec::Real { .. })
+    }
+
+    /// All parameters in the canonical layout order.
+    pub fn params(&self) -> Vec<ParamInfo> {
+        match self {
+            ModelSpec::Real { stages, .. } => stages
+                .iter()
+                .enumerate()
+                .flat_map(|(i, s)| s.params(i))
+                .collect(),
+            ModelSpec::Profile(p) => p
+                .tensors()
+                .map(|t| ParamInfo {
+                    name: t.name.clone(),
+                    shape: vec![t.elems as usize],
+                    fan_in: 0,
+                })
+                .collect(),
+        }
+    }
+
+    /// Per-stage FLOPs and activation sizes.
+    pub fn stage_facts(&self) -> Vec<StageFacts> {
+        match self {
+            ModelSpec::Real { stages, .. } => stages
+                .iter()
+                .enumerate()
+                .map(|(i, s)| StageFacts {
+                    name: format!("s{i:02}"),
+                    forward_flops: s.forward_flops(),
+                    activation_bytes: s.out_elems() as u64 * 4,
+                })
+                .collect(),
+            ModelSpec::Profile(p) => p
+                .layers
+                .iter()
+                .map(|l| StageFacts {
+                    name: l.name.clone(),
+                    forward_flops: l.forward_flops,
+                    activation_bytes: l.activation_bytes,
+                })
+                .collect(),
+        }
+    }
+
+    /// Forward + backward FLOPs per sample (backward counted as twice the forward).
+    pub fn training_flops_per_sample(&self) -> f64 {
+        3.0 * self
+            .stage_facts()
+            .iter()
+            .map(|s| s.forward_flops)
+            .sum::<f64>()
+    }
+
+    /// Initial parameter values, one vector per parameter in layout order; deterministic in `seed`.
+    /// Weights are He-uniform (bound √(6 / fan_in)), biases zero. Profiles get no values.
+    pub fn init_values(&self, seed: u64) -> Option<Vec<Vec<f32>>> {
+        if !self.is_real() {
+            return None;
+        }
+        Some(
+            self.params()
+                .iter()
+                .map(|p| {
+                    if p.fan_in == 0 {
+                        return vec![0.0; p.elems()];
+                    }
+                    let mut rng = seeded(seed, stable_hash(&p.name), 0);
+                    let bound = (6.0 / p.fan_in as f64).sqrt() as f32;
+                    (0..p.elems())
+                        .map(|_| rng.gen_range(-bound..bound))
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+}

@@ -1,0 +1,40 @@
+//! AlexNet in the single-tower 96-256-384-384-256 form of MXNet's `symbols/alexnet.py`
+//! (no grouped convolutions), as used by the PSLD paper.
+//!
+//! Input is the classic 227 × 227 crop so that conv5's pooled output is 256 × 6 × 6 = 9216 and
+//! fc6 is 9216 × 4096 (151 MB), the size in the PSLD spec's profile table (62.38 M parameters).
+//! (MXNet's `valid` pooling on a 224 crop would give 5 × 5 and a smaller fc6.) LRN, ReLU, dropout
+//! and the 3 × 3 / 2 max-pools are folded into the preceding weight layer. Layers and tensors
+//! use the spec's names conv1–conv5, fc6–fc8 (MXNet itself calls the classifier fc1–fc3);
+//! tensor order is `weight, bias` per layer in execution order.
+
+use super::builder::{pool, Net, Shape};
+use super::ModelProfile;
+
+/// AlexNet (MXNet variant): 5 conv + 3 fc layers, 16 tensors, 62.38 M parameters.
+pub fn alexnet() -> ModelProfile {
+    let mut net = Net::new(
+        "alexnet",
+        "3x227x227 (ImageNet, 1000 classes)",
+        Shape::new(3, 227, 227),
+        true,
+    );
+    net.layer("conv1", |l, x| {
+        let y = l.conv("conv1", x, 96, 11, 4, 0);
+        pool(y, 3, 2, 0, false)
+    });
+    net.layer("conv2", |l, x| {
+        let y = l.conv("conv2", x, 256, 5, 1, 2);
+        pool(y, 3, 2, 0, false)
+    });
+    net.layer("conv3", |l, x| l.conv("conv3", x, 384, 3, 1, 1));
+    net.layer("conv4", |l, x| l.conv("conv4", x, 384, 3, 1, 1));
+    net.layer("conv5", |l, x| {
+        let y = l.conv("conv5", x, 256, 3, 1, 1);
+        pool(y, 3, 2, 0, false)
+    });
+    net.layer("fc6", |l, x| l.fc("fc6", x, 4096));
+    net.layer("fc7", |l, x| l.fc("fc7", x, 4096));
+    net.layer("fc8", |l, x| l.fc("fc8", x, 1000));
+    net.finish()
+}

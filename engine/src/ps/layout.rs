@@ -1,0 +1,187 @@
+//! Parameter blocks: how the model's parameters are cut into blocks and which server holds each.
+
+use crate::ids::ServerId;
+use crate::model::ParamInfo;
+use crate::payload::{BlockId, BlockPayload, Payload};
+use std::fmt::Debug;
+
+/// A contiguous slice of one parameter tensor (flattened).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block {
+    /// Block id (index in the layout).
+    pub id: BlockId,
+    /// Index of the parameter in layout order.
+    pub param: usize,
+    /// First element of the slice.
+    pub offset: usize,
+    /// Number of elements.
+    pub len: usize,
+}
+
+/// Decides which server holds each block.
+pub trait Placement: Send + Sync + Debug {
+    /// Short name for reports.
+    fn name(&self) -> String;
+    /// Server of each block (indexed by block id).
+    fn assign(&self, params: &[ParamInfo], blocks: &[Block], servers: u32) -> Vec<ServerId>;
+}
+
+/// The default: blocks dealt to servers in layout order, round-robin.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RoundRobinPlacement;
+
+impl Placement for RoundRobinPlacement {
+    fn name(&self) -> String {
+        "round-robin".into()
+    }
+    fn assign(&self, _params: &[ParamInfo], blocks: &[Block], servers: u32) -> Vec<ServerId> {
+        blocks.iter().map(|b| b.id % servers.max(1)).collect()
+    }
+}
+
+/// The model's parameters cut into blocks of at most `max_block_elems`, with an owner each.
+#[derive(Clone, Debug)]
+pub struct ParamLayout {
+    params: Vec<ParamInfo>,
+    blocks: Vec<Block>,
+    owner: Vec<ServerId>,
+    servers: u32,
+}
+
+impl ParamLayout {
+    /// Cuts `params` into blocks and places them with `placement` over `servers` servers.
+    pub fn new(
+        params: Vec<ParamInfo>,
+        max_block_elems: usize,
+        placement: &dyn Placement,
+        servers: u32,
+    ) -> ParamLayout {
+        let max = max_block_elems.max(1);
+        let mut blocks = Vec::new();
+        for (p, info) in params.iter().enumerate() {
+            let n = info.elems();
+            let mut offset = 0;
+            while offset < n || (n == 0 && offset == 0) {
+                let len = (n - offset).min(max);
+                blocks.push(Block {
+                    id: blocks.len() as BlockId,
+                    param: p,
+                    offset,
+                    len,
+                });
+                offset += len.max(1);
+            }
+        }
+        let owner = placement.assign(&params, &blocks, servers);
+        ParamLayout {
+            params,
+            blocks,
+            owner,
+            servers,
+        }
+    }
+
+    /// The parameters, in layout order.
+    pub fn params(&self) -> &[ParamInfo] {
+        &self.params
+    }
+
+    /// All blocks.
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+
+    /// Number of servers.
+    pub fn servers(&self) -> u32 {
+        self.servers
+    }
+
+    /// Server holding `block`.
+    pub fn owner(&self, block: BlockId) -> ServerId {
+        self.owner[block as usize]
+    }
+
+    /// Blocks held by `server`, in id order.
+    pub fn blocks_of(&self, server: ServerId) -> Vec<&Block> {
+        self.blocks
+            .iter()
+            .filter(|b| self.owner[b.id as usize] == server)
+            .collect()
+    }
+
+    /// Elements held by each server.
+    pub fn elems_per_server(&self) -> Vec<u64> {
+        let mut out = vec![0u64; self.servers as usize];
+        for b in &self.blocks {
+            out[self.owner[b.id as usize] as usize] += b.len as u64;
+        }
+        out
+    }
+
+    /// Cuts `server`'s blocks out of full per-parameter values (`None`: virtual payloads).
+    pub fn slice_for(&self, server: ServerId, values: Option<&[Vec<f32>]>) -> Vec<BlockPayload> {
+        self.blocks_of(server)
+            .into_iter()
+            .map(|b| BlockPayload {
+                block: b.id,
+                data: match values {
+                    Some(v) => Payload::Real(v[b.param][b.offset..b.offset + b.len].to_vec()),
+                    None => Payload::Virtual {
+                        elems: b.len as u64,
+                    },
+                },
+            })
+            .collect()
+    }
+
+    /// Writes received blocks into full per-parameter buffers.
+    pub fn write_into(&self, blocks: &[BlockPayload], values: &mut [Vec<f32>]) {
+        for bp in blocks {
+            if let (Some(b), Some(v)) = (self.blocks.get(bp.block as usize), bp.data.values()) {
+                values[b.param][b.offset..b.offset + b.len].copy_from_slice(v);
+            }
+        }
+    }
+
+    /// Zeroed per-parameter buffers.
+    pub fn zeros(&self) -> Vec<Vec<f32>> {
+        self.params.iter().map(|p| vec![0.0; p.elems()]).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> Vec<ParamInfo> {
+        vec![
+            ParamInfo {
+                name: "a".into(),
+                shape: vec![10],
+                fan_in: 0,
+            },
+            ParamInfo {
+                name: "b".into(),
+                shape: vec![2, 3],
+                fan_in: 3,
+            },
+        ]
+    }
+
+    #[test]
+    fn blocks_cover_every_element_once_and_round_trip() {
+        let layout = ParamLayout::new(params(), 4, &RoundRobinPlacement, 2);
+        let lens: Vec<_> = layout.blocks().iter().map(|b| b.len).collect();
+        assert_eq!(lens, vec![4, 4, 2, 4, 2]);
+        assert_eq!(layout.elems_per_server(), vec![10, 6]);
+        let values = vec![
+            (0..10).map(|x| x as f32).collect::<Vec<_>>(),
+            (0..6).map(|x| -(x as f32)).collect(),
+        ];
+        let mut back = layout.zeros();
+        for s in 0..2 {
+            layout.write_into(&layout.slice_for(s, Some(&values)), &mut back);
+        }
+        assert_eq!(back, values);
+    }
+}

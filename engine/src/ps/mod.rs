@@ -1,0 +1,10 @@
+//! The parameter-server substrate: parameter blocks and their placement, consistency rules, and
+//! the sharded server role that applies updates under a rule.
+
+mod consistency;
+mod layout;
+mod server;
+
+pub use consistency::{ApplyMode, Consistency};
+pub use layout::{Block, ParamLayout, Placement, RoundRobinPlacement};
+pub use server::{ParamServer, ReadRecord, ServerReport, Snapshot};

@@ -1,0 +1,358 @@
+//! The sharded parameter server role: holds blocks, applies updates under a consistency rule,
+//! answers reads once they are fresh enough.
+
+use super::{ApplyMode, Consistency, ParamLayout};
+use crate::error::{EngineError, Result};
+use crate::ids::{Clock, RoleId, ServerId, WorkerId};
+use crate::message::Message;
+use crate::optim::{OptState, OptimizerConfig};
+use crate::payload::{BlockId, BlockPayload, Payload};
+use crate::role::RoleCtx;
+use crate::roles::Server;
+use async_trait::async_trait;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// One read the server answered: who, at which clock, and which version it got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ReadRecord {
+    /// Reader.
+    pub worker: WorkerId,
+    /// The reader's clock.
+    pub clock: Clock,
+    /// Version required.
+    pub min_version: Option<i64>,
+    /// Version served.
+    pub version: i64,
+}
+
+/// Parameter values of this server's blocks after a number of iterations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    /// Iterations applied (version + 1).
+    pub iterations: u64,
+    /// Run time when it was taken.
+    pub time_s: f64,
+    /// Block values.
+    pub blocks: Vec<BlockPayload>,
+}
+
+/// What a server hands back at the end of a run.
+#[derive(Clone, Debug, Default)]
+pub struct ServerReport {
+    /// Final block values.
+    pub blocks: Vec<BlockPayload>,
+    /// Final optimizer state per block.
+    pub opt_state: BTreeMap<BlockId, OptState>,
+    /// Snapshots taken every `snapshot_every` iterations.
+    pub snapshots: Vec<Snapshot>,
+    /// Every read answered.
+    pub reads: Vec<ReadRecord>,
+    /// Last version applied.
+    pub version: i64,
+}
+
+struct BlockState {
+    value: Payload,
+    opt: OptState,
+}
+
+#[derive(Default)]
+struct ClockBuffer {
+    /// Contributions by (worker, arrival order), summed in this canonical order.
+    parts: BTreeMap<(WorkerId, u64), (u64, Vec<BlockPayload>)>,
+    done: BTreeSet<WorkerId>,
+}
+
+/// The engine's sharded parameter server.
+pub struct ParamServer {
+    id: ServerId,
+    consistency: Arc<dyn Consistency>,
+    optimizer: OptimizerConfig,
+    workers: u32,
+    snapshot_every: u64,
+    blocks: BTreeMap<BlockId, BlockState>,
+    version: i64,
+    arrivals: u64,
+    pending: BTreeMap<Clock, ClockBuffer>,
+    waiting: Vec<(WorkerId, Clock, Option<i64>)>,
+    report: ServerReport,
+}
+
+impl ParamServer {
+    /// A server holding `layout`'s blocks for `id`, initialised from `init` (per-parameter values;
+    /// `None` in throughput mode).
+    pub fn new(
+        id: ServerId,
+        layout: Arc<ParamLayout>,
+        init: Option<&[Vec<f32>]>,
+        consistency: Arc<dyn Consistency>,
+        optimizer: OptimizerConfig,
+        workers: u32,
+        snapshot_every: u64,
+    ) -> ParamServer {
+        let blocks = layout
+            .slice_for(id, init)
+            .into_iter()
+            .map(|bp| {
+                let opt = match &bp.data {
+                    Payload::Real(v) => optimizer.init_state(v.len()),
+                    Payload::Virtual { .. } => OptState::default(),
+                };
+                (
+                    bp.block,
+                    BlockState {
+                        value: bp.data,
+                        opt,
+                    },
+                )
+            })
+            .collect();
+        ParamServer {
+            id,
+            consistency,
+            optimizer,
+            workers,
+            snapshot_every: snapshot_every.max(1),
+            blocks,
+            version: -1,
+            arrivals: 0,
+            pending: BTreeMap::new(),
+            waiting: Vec::new(),
+            report: ServerReport::default(),
+        }
+    }
+
+    /// This server's index.
+    pub fn id(&self) -> ServerId {
+        self.id
+    }
+
+    fn elems(&self) -> u64 {
+        self.blocks.values().map(|b| b.value.elems()).sum()
+    }
+
+    fn reply(&mut self, ctx: &RoleCtx, worker: WorkerId, clock: Clock, min_version: Option<i64>) {
+        let blocks = self
+            .blocks
+            .iter()
+            .map(|(&block, st)| BlockPayload {
+                block,
+                data: st.value.clone(),
+            })
+            .collect();
+        self.report.reads.push(ReadRecord {
+            worker,
+            clock,
+            min_version,
+            version: self.version,
+        });
+        ctx.send(
+            RoleId::Worker(worker),
+            Message::Params {
+                version: self.version,
+                served_at: ctx.now(),
+                blocks,
+            },
+        );
+    }
+
+    fn fresh_enough(&self, min_version: Option<i64>) -> bool {
+        min_version.is_none_or(|v| self.version >= v)
+    }
+
+    fn answer_waiting(&mut self, ctx: &RoleCtx) {
+        let waiting = std::mem::take(&mut self.waiting);
+        for (w, c, min) in waiting {
+            if self.fresh_enough(min) {
+                self.reply(ctx, w, c, min);
+            } else {
+                self.waiting.push((w, c, min));
+            }
+        }
+    }
+
+    fn apply(&mut self, grads: &BTreeMap<BlockId, Payload>) {
+        for (block, g) in grads {
+            if let Some(st) = self.blocks.get_mut(block) {
+                if let (Payload::Real(p), Payload::Real(g)) = (&mut st.value, g) {
+                    self.optimizer.step(p, g, &mut st.opt);
+                }
+            }
+        }
+    }
+
+    fn maybe_snapshot(&mut self, ctx: &RoleCtx) {
+        let iterations = (self.version + 1) as u64;
+        if iterations > 0 && iterations % self.snapshot_every == 0 {
+            self.report.snapshots.push(Snapshot {
+                iterations,
+                time_s: ctx.now(),
+                blocks: self.current_blocks(),
+            });
+        }
+    }
+
+    fn current_blocks(&self) -> Vec<BlockPayload> {
+        self.blocks
+            .iter()
+            .map(|(&block, st)| BlockPayload {
+                block,
+                data: st.value.clone(),
+            })
+            .collect()
+    }
+
+    /// Applies every complete clock in order.
+    async fn apply_complete_clocks(&mut self, ctx: &mut RoleCtx) {
+        loop {
+            let next = (self.version + 1) as Clock;
+            let complete = self
+                .pending
+                .get(&next)
+                .is_some_and(|b| b.done.len() as u32 >= self.workers);
+            if !complete {
+                return;
+            }
+            let Some(buf) = self.pending.remove(&next) else {
+                return;
+            };
+            let total: u64 = buf.parts.values().map(|(s, _)| *s).sum::<u64>().max(1);
+            let mut sum: BTreeMap<BlockId, Payload> = BTreeMap::new();
+            for (samples, grads) in buf.parts.values() {
+                let weight = *samples as f32 / total as f32;
+                for bp in grads {
+                    sum.entry(bp.block)
+                        .or_insert_with(|| bp.data.zeros_like())
+                        .axpy(weight, &bp.data);
+                }
+            }
+            self.apply(&sum);
+            ctx.serve(
+                "apply",
+                self.optimizer.flops_per_elem() * self.elems() as f64,
+            )
+            .await;
+            self.version = next as i64;
+            self.maybe_snapshot(ctx);
+            self.answer_waiting(ctx);
+        }
+    }
+
+    async fn on_push(
+        &mut self,
+        ctx: &mut RoleCtx,
+        worker: WorkerId,
+        clock: Clock,
+        samples: u64,
+        completes: bool,
+        grads: Vec<BlockPayload>,
+    ) -> Result<()> {
+        if let Some(bad) = grads.iter().find(|g| !self.blocks.contains_key(&g.block)) {
+            return Err(EngineError::protocol(
+                ctx.id(),
+                format!(
+                    "worker {worker} pushed block {} which this server does not hold",
+                    bad.block
+                ),
+            ));
+        }
+        // Aggregation cost: one add per element received.
+        let elems: u64 = grads.iter().map(|g| g.data.elems()).sum();
+        ctx.serve("aggregate", 2.0 * elems as f64).await;
+        match self.consistency.apply_mode() {
+            ApplyMode::OnArrival => {
+                let scale = 1.0 / self.workers as f32;
+                let scaled = grads
+                    .into_iter()
+                    .map(|mut bp| {
+                        bp.data.scale(scale);
+                        (bp.block, bp.data)
+                    })
+                    .collect();
+                self.apply(&scaled);
+                ctx.serve("apply", self.optimizer.flops_per_elem() * elems as f64)
+                    .await;
+                if completes {
+                    self.arrivals += 1;
+                    let version = (self.arrivals / self.workers as u64) as i64 - 1;
+                    if version > self.version {
+                        self.version = version;
+                        self.maybe_snapshot(ctx);
+                    }
+                }
+            }
+            ApplyMode::PerClock => {
+                if (clock as i64) <= self.version {
+                    return Err(EngineError::protocol(
+                        ctx.id(),
+                        format!("worker {worker} pushed for clock {clock}, already applied (version {})", self.version),
+                    ));
+                }
+                let seq = self.arrivals;
+                self.arrivals += 1;
+                let buf = self.pending.entry(clock).or_default();
+                buf.parts.insert((worker, seq), (samples, grads));
+                if completes && !buf.done.insert(worker) {
+                    return Err(EngineError::protocol(
+                        ctx.id(),
+                        format!("worker {worker} completed clock {clock} twice"),
+                    ));
+                }
+                self.apply_complete_clocks(ctx).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Server for ParamServer {
+    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<ServerReport> {
+        loop {
+            let env = ctx.recv().await?;
+            let worker = match env.from {
+                RoleId::Worker(w) => Some(w),
+                _ => None,
+            };
+            match (env.msg, worker) {
+                (Message::Shutdown, _) => break,
+                (
+                    Message::Push {
+                        clock,
+                        samples,
+                        completes_clock,
+                        grads,
+                    },
+                    Some(w),
+                ) => {
+                    self.on_push(ctx, w, clock, samples, completes_clock, grads)
+                        .await?
+                }
+                (Message::Pull { clock, min_version }, Some(w)) => {
+                    if self.fresh_enough(min_version) {
+                        self.reply(ctx, w, clock, min_version);
+                    } else {
+                        self.waiting.push((w, clock, min_version));
+                    }
+                }
+                (other, _) => {
+                    return Err(EngineError::protocol(
+                        ctx.id(),
+                        format!("unexpected message from {}: {other:?}", env.from),
+                    ))
+                }
+            }
+        }
+        let mut report = std::mem::take(&mut self.report);
+        report.blocks = self.current_blocks();
+        report.opt_state = self
+            .blocks
+            .iter()
+            .map(|(&b, st)| (b, st.opt.clone()))
+            .collect();
+        report.version = self.version;
+        Ok(report)
+    }
+}

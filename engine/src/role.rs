@@ -1,0 +1,303 @@
+//! What a role sees of the run: its identity, its mailbox, the clock, and compute charging.
+//!
+//! Every role (worker, server, coordinator) runs as one async task with a [`RoleCtx`]. The context
+//! is the only door to the outside: messages go through the transport, time through the run's time
+//! base, and compute is charged through [`RoleCtx::compute`], which applies the cost model and the
+//! straggler injector. The same role code therefore runs in `sim` (virtual time, modeled costs) and
+//! in `wall` (real time, real costs plus injected sleeps).
+
+use crate::cluster::DeviceProfile;
+use crate::error::{EngineError, Result};
+use crate::ids::{MachineId, RoleId};
+use crate::message::Message;
+use crate::metrics::TraceEvent;
+use crate::stragglers::{Probe, ResourceSignals, RoleKind, StragglerSet};
+use crate::transport::{Envelope, Network};
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// How a run keeps time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RuntimeKind {
+    /// Virtual time on one thread: compute costs come from the cost model; deterministic.
+    Sim,
+    /// Real time on a thread pool: compute costs what it costs; slowdowns are extra sleeps.
+    Wall,
+}
+
+/// Amount of compute one call charges.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Work {
+    /// FLOPs per sample (or in total when `batch` is 0).
+    pub flops_per_sample: f64,
+    /// Samples in the batch (0 for batch-independent work such as an optimizer update).
+    pub batch: f64,
+}
+
+impl Work {
+    /// Total FLOPs.
+    pub fn flops(&self) -> f64 {
+        if self.batch > 0.0 {
+            self.flops_per_sample * self.batch
+        } else {
+            self.flops_per_sample
+        }
+    }
+}
+
+/// Totals a role accumulates; feeds the summary and the ideal bound.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RoleStats {
+    /// FLOPs charged.
+    pub flops: f64,
+    /// Seconds the cost model predicted for that work, before slowdowns.
+    pub nominal_compute_s: f64,
+    /// Seconds actually spent computing (with slowdowns and injected delays).
+    pub compute_s: f64,
+}
+
+/// A role's view of the run.
+pub struct RoleCtx {
+    id: RoleId,
+    kind: RuntimeKind,
+    net: Arc<Network>,
+    rx: mpsc::UnboundedReceiver<Envelope>,
+    stash: VecDeque<Envelope>,
+    device: DeviceProfile,
+    machine: MachineId,
+    num_workers: u32,
+    progress_points: u32,
+    stragglers: StragglerSet,
+    iter: u64,
+    stats: RoleStats,
+    trace: Vec<TraceEvent>,
+}
+
+impl RoleCtx {
+    /// Builds the context of `id`; the engine does this when it launches a run.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: RoleId,
+        kind: RuntimeKind,
+        net: Arc<Network>,
+        rx: mpsc::UnboundedReceiver<Envelope>,
+        num_workers: u32,
+        progress_points: u32,
+        stragglers: StragglerSet,
+    ) -> RoleCtx {
+        let device = net.cluster().device_of(id).clone();
+        let machine = net.cluster().machine_of(id);
+        RoleCtx {
+            id,
+            kind,
+            net,
+            rx,
+            stash: VecDeque::new(),
+            device,
+            machine,
+            num_workers,
+            progress_points: progress_points.max(1),
+            stragglers,
+            iter: 0,
+            stats: RoleStats::default(),
+            trace: Vec::new(),
+        }
+    }
+
+    /// This role.
+    pub fn id(&self) -> RoleId {
+        self.id
+    }
+
+    /// The runtime kind.
+    pub fn runtime(&self) -> RuntimeKind {
+        self.kind
+    }
+
+    /// The device this role computes on.
+    pub fn device(&self) -> &DeviceProfile {
+        &self.device
+    }
+
+    /// The machine this role runs on.
+    pub fn machine(&self) -> MachineId {
+        self.machine
+    }
+
+    /// Number of workers in the job.
+    pub fn num_workers(&self) -> u32 {
+        self.num_workers
+    }
+
+    /// Seconds since the run started.
+    pub fn now(&self) -> f64 {
+        self.net.now()
+    }
+
+    /// Sets the iteration (clock) the role works on; straggler patterns key on it.
+    pub fn set_iter(&mut self, iter: u64) {
+        self.iter = iter;
+    }
+
+    /// Accumulated compute totals.
+    pub fn stats(&self) -> &RoleStats {
+        &self.stats
+    }
+
+    /// Sends a message; returns its arrival time.
+    pub fn send(&self, to: RoleId, msg: Message) -> f64 {
+        self.net.send(self.id, to, msg)
+    }
+
+    /// The next message, in arrival order (stashed ones first).
+    pub async fn recv(&mut self) -> Result<Envelope> {
+        if let Some(env) = self.stash.pop_front() {
+            return Ok(env);
+        }
+        self.rx
+            .recv()
+            .await
+            .ok_or_else(|| EngineError::protocol(self.id, "mailbox closed while waiting"))
+    }
+
+    /// The next message for which `want` holds; others are kept, in order, for later receives.
+    pub async fn recv_matching(&mut self, want: impl Fn(&Envelope) -> bool) -> Result<Envelope> {
+        if let Some(pos) = self.stash.iter().position(&want) {
+            if let Some(env) = self.stash.remove(pos) {
+                return Ok(env);
+            }
+        }
+        loop {
+            let env =
+                self.rx.recv().await.ok_or_else(|| {
+                    EngineError::protocol(self.id, "mailbox closed while waiting")
+                })?;
+            if want(&env) {
+                return Ok(env);
+            }
+            self.stash.push_back(env);
+        }
+    }
+
+    /// A message already delivered for which `want` holds, without waiting.
+    pub fn try_recv_matching(&mut self, want: impl Fn(&Envelope) -> bool) -> Option<Envelope> {
+        while let Ok(env) = self.rx.try_recv() {
+            self.stash.push_back(env);
+        }
+        let pos = self.stash.iter().position(want)?;
+        self.stash.remove(pos)
+    }
+
+    fn probe(&self, progress: f64, nominal_iter_s: f64) -> Probe {
+        let (kind, index) = match self.id {
+            RoleId::Worker(w) => (RoleKind::Worker, w),
+            RoleId::Server(s) => (RoleKind::Server, s),
+            RoleId::Coordinator => (RoleKind::Server, u32::MAX),
+        };
+        Probe {
+            kind,
+            index,
+            machine: self.machine,
+            num_workers: self.num_workers,
+            now: self.now(),
+            iter: self.iter,
+            progress,
+            nominal_iter_s,
+        }
+    }
+
+    /// Resource signals (CPU, memory pressure) the injector exposes for this role now.
+    pub fn resource_signals(&mut self) -> Option<ResourceSignals> {
+        let probe = self.probe(0.0, 0.0);
+        self.stragglers.signals(&probe)
+    }
+
+    /// Runs `math` and charges `work` on this role's device, with the straggler injector applied.
+    ///
+    /// The work is split into `progress_points` equal parts and the injector is probed at the start
+    /// of each, so patterns that strike mid-iteration (FlexRR's Slow Worker) act where they should.
+    /// In `sim` the math takes no virtual time and the modeled cost is slept; in `wall` the math
+    /// takes what it takes and slowdowns are slept on top. Returns the math's result.
+    pub async fn compute<T>(&mut self, label: &str, work: Work, math: impl FnOnce() -> T) -> T {
+        let t0 = self.now();
+        let (out, nominal) = match self.kind {
+            RuntimeKind::Sim => {
+                let out = math();
+                let nominal = if work.batch > 0.0 {
+                    self.device
+                        .compute_seconds(work.flops_per_sample, work.batch)
+                } else {
+                    self.device.work_seconds(work.flops_per_sample)
+                };
+                (out, nominal)
+            }
+            RuntimeKind::Wall => {
+                let started = std::time::Instant::now();
+                let out = tokio::task::block_in_place(math);
+                (out, started.elapsed().as_secs_f64())
+            }
+        };
+        let parts = self.progress_points;
+        let part = nominal / parts as f64;
+        for i in 0..parts {
+            let effect = self
+                .stragglers
+                .effect(&self.probe(i as f64 / parts as f64, nominal));
+            let mut sleep = if i == 0 { effect.extra_delay_s } else { 0.0 };
+            sleep += match self.kind {
+                RuntimeKind::Sim => part * effect.compute_factor,
+                RuntimeKind::Wall => part * (effect.compute_factor - 1.0).max(0.0),
+            };
+            self.net.time().sleep(sleep).await;
+        }
+        let t1 = self.now();
+        self.stats.flops += work.flops();
+        self.stats.nominal_compute_s += nominal;
+        self.stats.compute_s += t1 - t0;
+        self.trace_span(label, "compute", t0, t1);
+        out
+    }
+
+    /// Charges a request's service time on a server: `work` plus the injector's fixed per-request cost.
+    pub async fn serve(&mut self, label: &str, flops: f64) {
+        let t0 = self.now();
+        let nominal = self.device.work_seconds(flops);
+        let effect = self.stragglers.effect(&self.probe(0.0, nominal));
+        let cost = match self.kind {
+            RuntimeKind::Sim => nominal * effect.compute_factor + effect.per_request_s,
+            RuntimeKind::Wall => {
+                nominal * (effect.compute_factor - 1.0).max(0.0) + effect.per_request_s
+            }
+        };
+        self.net.time().sleep(cost).await;
+        self.stats.flops += flops;
+        self.stats.nominal_compute_s += nominal;
+        self.stats.compute_s += self.now() - t0;
+        if cost > 0.0 {
+            self.trace_span(label, "serve", t0, self.now());
+        }
+    }
+
+    /// Waits `s` seconds of run time.
+    pub async fn sleep(&mut self, s: f64) {
+        self.net.time().sleep(s).await;
+    }
+
+    /// Records a span on this role's timeline.
+    pub fn trace_span(&mut self, name: &str, category: &str, start_s: f64, end_s: f64) {
+        self.trace.push(TraceEvent {
+            name: name.to_string(),
+            category: category.to_string(),
+            start_s,
+            end_s,
+        });
+    }
+
+    /// Takes the recorded timeline (the engine writes it out at the end).
+    pub fn take_trace(&mut self) -> Vec<TraceEvent> {
+        std::mem::take(&mut self.trace)
+    }
+}

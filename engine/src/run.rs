@@ -1,0 +1,521 @@
+//! Launching a run: build the job, start every role on the chosen runtime, collect what they
+//! report, evaluate, summarise, and write the run folder.
+
+use crate::cluster::Cluster;
+use crate::config::RunConfig;
+use crate::coordinator::StaticCoordinator;
+use crate::data::SampleStream;
+use crate::dp::DataParallelWorker;
+use crate::error::{EngineError, Result};
+use crate::ids::RoleId;
+use crate::job::{Job, ProgressFn};
+use crate::metrics::{self, IterRecord, IterationRow, Summary, TraceEvent};
+use crate::model::{ModelConfig, ModelSpec, Replica};
+use crate::ps::{ParamLayout, ParamServer, ReadRecord, RoundRobinPlacement, ServerReport};
+use crate::role::{RoleCtx, RoleStats, RuntimeKind};
+use crate::roles::{Coordinator, CoordinatorReport, Server, Worker, WorkerReport};
+use crate::stragglers::{Probe, RoleKind, StragglerSet};
+use crate::strategy::Assembly;
+use crate::time::TimeBase;
+use crate::transport::{LinkTraffic, Network};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::task::JoinSet;
+
+/// How to run, beyond the config.
+#[derive(Default, Clone)]
+pub struct RunOptions {
+    /// Write the run folder here (resolved config, metrics, summary, traces, checkpoint).
+    pub out_dir: Option<PathBuf>,
+    /// Called as workers finish clocks.
+    pub progress: Option<ProgressFn>,
+}
+
+/// Everything a finished run produced.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    /// The summary.
+    pub summary: Summary,
+    /// One row per iteration.
+    pub rows: Vec<IterationRow>,
+    /// Final parameters by name (real models).
+    pub params: Option<Vec<(String, Vec<f32>)>>,
+    /// Every read each server answered.
+    pub reads: Vec<ReadRecord>,
+    /// Per-worker clock records.
+    pub worker_records: Vec<Vec<IterRecord>>,
+    /// What the coordinator gathered.
+    pub coordinator: CoordinatorReport,
+    /// Traffic per directed role pair.
+    pub traffic: BTreeMap<(RoleId, RoleId), LinkTraffic>,
+}
+
+type RoleOutput<T> = (RoleId, Result<T>, RoleStats, Vec<TraceEvent>);
+
+/// Runs `config` with the parts in `asm` to completion.
+pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<RunResult> {
+    config.validate()?;
+    let wall_start = std::time::Instant::now();
+    let (model, data) = match &config.model {
+        ModelConfig::Profile { .. } => (ModelSpec::resolve(&config.model, &[], 0)?, None),
+        _ => {
+            let split = config.data.load(config.seed)?;
+            let spec = ModelSpec::resolve(
+                &config.model,
+                &split.train.sample_shape,
+                split.train.classes,
+            )?;
+            (spec, Some(split))
+        }
+    };
+    let cluster = Arc::new(Cluster::resolve(
+        &config.cluster,
+        config.workers,
+        config.servers,
+    )?);
+    let placement = asm
+        .placement
+        .clone()
+        .unwrap_or_else(|| Arc::new(RoundRobinPlacement));
+    let layout = Arc::new(ParamLayout::new(
+        model.params(),
+        (config.block_bytes / 4) as usize,
+        placement.as_ref(),
+        config.servers,
+    ));
+    let missing =
+        |slot: &str| EngineError::Composition(format!("no strategy fills the {slot} slot"));
+    let consistency = asm
+        .consistency
+        .clone()
+        .ok_or_else(|| missing("consistency"))?;
+    let memory = asm.memory.clone().ok_or_else(|| missing("memory"))?;
+    let stream = SampleStream::new(data.as_ref().map_or(0, |d| d.train.len()), config.seed);
+    let init = model.init_values(config.seed);
+    let mut job = Job {
+        config: config.clone(),
+        cluster: cluster.clone(),
+        model,
+        layout: layout.clone(),
+        init,
+        data,
+        stream,
+        consistency,
+        memory,
+        directed: false,
+        progress: options.progress.clone(),
+    };
+    // The coordinator is built first: whether it directs batches shapes the workers.
+    let probe_job = Arc::new(Job {
+        progress: None,
+        ..job_clone(&job)
+    });
+    let coordinator: Box<dyn Coordinator> = match &asm.coordinator {
+        Some(f) => f(probe_job)?,
+        None => Box::new(StaticCoordinator),
+    };
+    job.directed = coordinator.directs_batches();
+    let job = Arc::new(job);
+    let mut workers: Vec<Box<dyn Worker>> = Vec::new();
+    for w in 0..config.workers {
+        workers.push(match &asm.worker {
+            Some(f) => f(job.clone(), w)?,
+            None => Box::new(DataParallelWorker::new(job.clone(), w)?),
+        });
+    }
+    let mut servers: Vec<Box<dyn Server>> = Vec::new();
+    for s in 0..config.servers {
+        servers.push(match &asm.server {
+            Some(f) => f(job.clone(), s)?,
+            None => Box::new(ParamServer::new(
+                s,
+                layout.clone(),
+                job.init.as_deref(),
+                job.consistency.clone(),
+                config.optimizer.clone(),
+                config.workers,
+                config.eval_every,
+            )),
+        });
+    }
+
+    let rt = match config.runtime {
+        RuntimeKind::Sim => tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build(),
+        RuntimeKind::Wall => tokio::runtime::Builder::new_multi_thread()
+            .enable_time()
+            .build(),
+    }
+    .map_err(|source| EngineError::Io {
+        path: "tokio runtime".into(),
+        source,
+    })?;
+    let (w_out, s_out, c_out, traffic) =
+        rt.block_on(launch(job.clone(), workers, servers, coordinator))?;
+    drop(rt);
+
+    finish(
+        config, asm, &job, w_out, s_out, c_out, traffic, wall_start, &options,
+    )
+}
+
+fn job_clone(job: &Job) -> Job {
+    Job {
+        config: job.config.clone(),
+        cluster: job.cluster.clone(),
+        model: job.model.clone(),
+        layout: job.layout.clone(),
+        init: None,
+        data: None,
+        stream: job.stream.clone(),
+        consistency: job.consistency.clone(),
+        memory: job.memory.clone(),
+        directed: false,
+        progress: None,
+    }
+}
+
+type Launched = (
+    Vec<RoleOutput<WorkerReport>>,
+    Vec<RoleOutput<ServerReport>>,
+    RoleOutput<CoordinatorReport>,
+    BTreeMap<(RoleId, RoleId), LinkTraffic>,
+);
+
+async fn launch(
+    job: Arc<Job>,
+    workers: Vec<Box<dyn Worker>>,
+    servers: Vec<Box<dyn Server>>,
+    mut coordinator: Box<dyn Coordinator>,
+) -> Result<Launched> {
+    let cfg = &job.config;
+    let time = TimeBase::new(cfg.runtime == RuntimeKind::Sim);
+    let mut roles = vec![RoleId::Coordinator];
+    roles.extend((0..cfg.servers).map(RoleId::Server));
+    roles.extend((0..cfg.workers).map(RoleId::Worker));
+    let stragglers = |role: RoleId| -> Result<StragglerSet> {
+        let (kind, index) = match role {
+            RoleId::Worker(w) => (RoleKind::Worker, w),
+            RoleId::Server(s) => (RoleKind::Server, s),
+            RoleId::Coordinator => {
+                return Ok(StragglerSet::build(
+                    &[],
+                    cfg.seed,
+                    RoleKind::Server,
+                    u32::MAX,
+                    0,
+                )?)
+            }
+        };
+        Ok(StragglerSet::build(
+            &cfg.stragglers,
+            cfg.seed,
+            kind,
+            index,
+            job.cluster.machine_of(role),
+        )?)
+    };
+    // The wire's own view of NIC slowdowns (bandwidth caps), per role.
+    let mut shapers = BTreeMap::new();
+    for &r in &roles {
+        let set = stragglers(r)?;
+        if !set.is_empty() {
+            shapers.insert(r, set);
+        }
+    }
+    let cluster = job.cluster.clone();
+    let workers_n = cfg.workers;
+    let shaper = (!shapers.is_empty()).then(|| {
+        Box::new(move |role: RoleId, now: f64| match shapers.get_mut(&role) {
+            Some(set) => {
+                let (kind, index) = match role {
+                    RoleId::Worker(w) => (RoleKind::Worker, w),
+                    RoleId::Server(s) => (RoleKind::Server, s),
+                    RoleId::Coordinator => (RoleKind::Server, u32::MAX),
+                };
+                let probe = Probe {
+                    kind,
+                    index,
+                    machine: cluster.machine_of(role),
+                    num_workers: workers_n,
+                    now,
+                    iter: 0,
+                    progress: 0.0,
+                    nominal_iter_s: 0.0,
+                };
+                set.effect(&probe).bandwidth_factor
+            }
+            None => 1.0,
+        }) as crate::transport::BandwidthShaper
+    });
+    let (net, mut mailboxes) = Network::new(job.cluster.clone(), time, &roles, shaper);
+    let pump = tokio::spawn(net.clone().pump());
+    let mut ctx_for = |role: RoleId| -> Result<RoleCtx> {
+        let rx = mailboxes
+            .remove(&role)
+            .ok_or_else(|| EngineError::protocol(role, "no mailbox"))?;
+        Ok(RoleCtx::new(
+            role,
+            cfg.runtime,
+            net.clone(),
+            rx,
+            cfg.workers,
+            cfg.progress_points,
+            stragglers(role)?,
+        ))
+    };
+
+    let mut worker_set = JoinSet::new();
+    for (w, mut worker) in workers.into_iter().enumerate() {
+        let mut ctx = ctx_for(RoleId::Worker(w as u32))?;
+        worker_set.spawn(async move {
+            let r = worker.run(&mut ctx).await;
+            (ctx.id(), r, ctx.stats().clone(), ctx.take_trace())
+        });
+    }
+    let mut server_set = JoinSet::new();
+    for (s, mut server) in servers.into_iter().enumerate() {
+        let mut ctx = ctx_for(RoleId::Server(s as u32))?;
+        server_set.spawn(async move {
+            let r = server.run(&mut ctx).await;
+            (ctx.id(), r, ctx.stats().clone(), ctx.take_trace())
+        });
+    }
+    let mut cctx = ctx_for(RoleId::Coordinator)?;
+    let coord = tokio::spawn(async move {
+        let r = coordinator.run(&mut cctx).await;
+        (cctx.id(), r, cctx.stats().clone(), cctx.take_trace())
+    });
+
+    let failure: Arc<Mutex<Option<EngineError>>> = Arc::new(Mutex::new(None));
+    let body = async {
+        let mut w_out = Vec::new();
+        while let Some(joined) = worker_set.join_next().await {
+            let out = joined.map_err(|e| {
+                EngineError::protocol(RoleId::Coordinator, format!("a worker task failed: {e}"))
+            })?;
+            if let Err(e) = &out.1 {
+                let _ = e;
+                let (role, r, ..) = out;
+                return Err(r
+                    .err()
+                    .unwrap_or_else(|| EngineError::protocol(role, "failed")));
+            }
+            w_out.push(out);
+        }
+        for s in 0..cfg.servers {
+            net.control(RoleId::Server(s), crate::message::Message::Shutdown);
+        }
+        net.control(RoleId::Coordinator, crate::message::Message::Shutdown);
+        let mut s_out = Vec::new();
+        while let Some(joined) = server_set.join_next().await {
+            let out = joined.map_err(|e| {
+                EngineError::protocol(RoleId::Coordinator, format!("a server task failed: {e}"))
+            })?;
+            s_out.push(out);
+        }
+        let c_out = coord.await.map_err(|e| {
+            EngineError::protocol(
+                RoleId::Coordinator,
+                format!("the coordinator task failed: {e}"),
+            )
+        })?;
+        Ok::<_, EngineError>((w_out, s_out, c_out))
+    };
+    let limit = cfg.time_limit_s;
+    let outcome = tokio::select! {
+        biased;
+        r = body => r,
+        _ = time.sleep(limit) => Err(EngineError::protocol(
+            RoleId::Coordinator,
+            format!("the run did not finish within time_limit_s = {limit} s of run time: a role is waiting for a message that never comes (deadlock) or the run is far longer than expected"),
+        )),
+    };
+    let _ = failure;
+    net.close();
+    let (mut w_out, mut s_out, c_out) = match outcome {
+        Ok(v) => v,
+        Err(e) => {
+            pump.abort();
+            return Err(e);
+        }
+    };
+    let _ = pump.await;
+    for (_, r, ..) in &s_out {
+        if let Err(e) = r {
+            return Err(EngineError::protocol(
+                RoleId::Coordinator,
+                format!("a server failed: {e}"),
+            ));
+        }
+    }
+    if let Err(e) = &c_out.1 {
+        return Err(EngineError::protocol(
+            RoleId::Coordinator,
+            format!("the coordinator failed: {e}"),
+        ));
+    }
+    w_out.sort_by_key(|o| o.0);
+    s_out.sort_by_key(|o| o.0);
+    Ok((w_out, s_out, c_out, net.traffic()))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    config: &RunConfig,
+    asm: &Assembly,
+    job: &Job,
+    w_out: Vec<RoleOutput<WorkerReport>>,
+    s_out: Vec<RoleOutput<ServerReport>>,
+    c_out: RoleOutput<CoordinatorReport>,
+    traffic: BTreeMap<(RoleId, RoleId), LinkTraffic>,
+    wall_start: std::time::Instant,
+    options: &RunOptions,
+) -> Result<RunResult> {
+    let mut traces: Vec<(RoleId, Vec<TraceEvent>)> = Vec::new();
+    let mut worker_records = Vec::new();
+    let mut peak_memory = BTreeMap::new();
+    let mut capacity = Vec::new();
+    for (role, r, stats, trace) in w_out {
+        let report = r?;
+        peak_memory.insert(role.label(), report.peak_memory);
+        capacity.push((stats.flops, stats.compute_s));
+        worker_records.push(report.iterations);
+        traces.push((role, trace));
+    }
+    let mut server_reports = Vec::new();
+    for (role, r, _, trace) in s_out {
+        let report = r?;
+        let bytes: u64 = report.blocks.iter().map(|b| b.data.bytes()).sum::<u64>()
+            + report.opt_state.values().map(|s| s.bytes()).sum::<u64>();
+        peak_memory.insert(role.label(), bytes);
+        server_reports.push(report);
+        traces.push((role, trace));
+    }
+    let (c_role, c_report, _, c_trace) = c_out;
+    let coordinator = c_report?;
+    traces.push((c_role, c_trace));
+
+    let mut rows = metrics::merge_iterations(&worker_records);
+    // Evaluate the servers' snapshots offline, as the thesis does: measuring must not perturb the run.
+    let replica = Replica::new(&job.model)?;
+    let evaluate = |blocks: &mut dyn Iterator<Item = &crate::payload::BlockPayload>| -> Result<Option<(f64, f64, Vec<Vec<f32>>)>> {
+        let (Some(replica), Some(data)) = (&replica, &job.data) else { return Ok(None) };
+        let mut values = job.layout.zeros();
+        let collected: Vec<_> = blocks.cloned().collect();
+        job.layout.write_into(&collected, &mut values);
+        replica.set_params(&values)?;
+        let (acc, loss) = replica.evaluate(&data.test.features, &data.test.labels)?;
+        Ok(Some((acc, loss, values)))
+    };
+    let snapshot_iters: Vec<u64> = server_reports
+        .first()
+        .map(|r| r.snapshots.iter().map(|s| s.iterations).collect())
+        .unwrap_or_default();
+    for it in snapshot_iters {
+        let parts: Vec<_> = server_reports
+            .iter()
+            .filter_map(|r| r.snapshots.iter().find(|s| s.iterations == it))
+            .collect();
+        if parts.len() != server_reports.len() {
+            continue;
+        }
+        if let Some((acc, loss, _)) = evaluate(&mut parts.iter().flat_map(|s| s.blocks.iter()))? {
+            if let Some(row) = rows.get_mut(it as usize - 1) {
+                row.test_accuracy = Some(acc);
+                row.test_loss = Some(loss);
+            }
+        }
+    }
+    let final_eval = evaluate(&mut server_reports.iter().flat_map(|r| r.blocks.iter()))?;
+    if let (Some(row), Some((acc, loss, _))) = (rows.last_mut(), &final_eval) {
+        row.test_accuracy = Some(*acc);
+        row.test_loss = Some(*loss);
+    }
+
+    let run_time = rows.last().map_or(0.0, |r| r.time_s);
+    let iterations = rows.len() as u64;
+    let samples: u64 = rows.iter().map(|r| r.samples).sum();
+    let ideal = metrics::ideal_time(&capacity);
+    let total_wait: f64 = worker_records.iter().flatten().map(|r| r.wait_s).sum();
+    let summary = Summary {
+        runtime: match config.runtime {
+            RuntimeKind::Sim => "sim".into(),
+            RuntimeKind::Wall => "wall".into(),
+        },
+        strategies: asm.strategies().to_vec(),
+        slots: asm
+            .owners()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
+        workers: config.workers,
+        servers: config.servers,
+        iterations,
+        run_time_s: run_time,
+        wall_time_s: wall_start.elapsed().as_secs_f64(),
+        time_per_iteration_s: if iterations > 0 {
+            run_time / iterations as f64
+        } else {
+            0.0
+        },
+        throughput_samples_per_s: if run_time > 0.0 {
+            samples as f64 / run_time
+        } else {
+            0.0
+        },
+        ideal_time_s: ideal,
+        efficiency: if run_time > 0.0 {
+            ideal / run_time
+        } else {
+            0.0
+        },
+        wait_share: if run_time > 0.0 {
+            total_wait / (run_time * config.workers as f64)
+        } else {
+            0.0
+        },
+        final_loss: rows.last().map_or(f64::NAN, |r| r.loss),
+        final_test_accuracy: final_eval.as_ref().map(|e| e.0),
+        final_test_loss: final_eval.as_ref().map(|e| e.1),
+        bytes_sent: traffic.values().map(|t| t.bytes).sum(),
+        messages_sent: traffic.values().map(|t| t.messages).sum(),
+        peak_memory,
+        figures: coordinator.figures.iter().cloned().collect(),
+    };
+    let params = final_eval.map(|(_, _, values)| {
+        job.layout
+            .params()
+            .iter()
+            .map(|p| p.name.clone())
+            .zip(values)
+            .collect::<Vec<_>>()
+    });
+    let reads = server_reports
+        .iter()
+        .flat_map(|r| r.reads.iter().copied())
+        .collect();
+    let result = RunResult {
+        summary,
+        rows,
+        params,
+        reads,
+        worker_records,
+        coordinator,
+        traffic,
+    };
+    if let Some(dir) = &options.out_dir {
+        crate::output::write_run_folder(
+            dir,
+            config,
+            &result,
+            &traces,
+            &job.layout,
+            &server_reports,
+        )?;
+    }
+    Ok(result)
+}

@@ -1,0 +1,261 @@
+//! Strategies, the slots they fill, and their composition from config.
+//!
+//! A strategy is a named mechanism from a paper (BSP, SSP, FlexRR, LB-BSP, ...). It claims one or
+//! more [`Slot`]s of a run and installs its parts into an [`Assembly`]. A run is assembled from the
+//! strategies the config names, in order; a slot no strategy claims keeps the engine's default (or
+//! the registry's default strategy for that slot). Two strategies claiming one slot, an unknown
+//! name, or an invalid combination is an error at start-up, before any work.
+
+use crate::config::RunConfig;
+use crate::error::{EngineError, Result};
+use crate::ids::{ServerId, WorkerId};
+use crate::job::Job;
+use crate::memory::MemoryPolicyFactory;
+use crate::ps::{Consistency, Placement};
+use crate::roles::{Coordinator, Server, Worker};
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// A part of a run a strategy can provide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Slot {
+    /// The parameter server's read-freshness rule.
+    Consistency,
+    /// Which server holds each parameter block.
+    Placement,
+    /// The worker role.
+    Worker,
+    /// The server role.
+    Server,
+    /// The coordinator role.
+    Coordinator,
+    /// The per-device memory policy.
+    Memory,
+}
+
+impl fmt::Display for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Slot::Consistency => "consistency",
+            Slot::Placement => "placement",
+            Slot::Worker => "worker",
+            Slot::Server => "server",
+            Slot::Coordinator => "coordinator",
+            Slot::Memory => "memory",
+        };
+        f.write_str(s)
+    }
+}
+
+/// Builds worker `id` of a job.
+pub type WorkerFactory = Arc<dyn Fn(Arc<Job>, WorkerId) -> Result<Box<dyn Worker>> + Send + Sync>;
+/// Builds server `id` of a job.
+pub type ServerFactory = Arc<dyn Fn(Arc<Job>, ServerId) -> Result<Box<dyn Server>> + Send + Sync>;
+/// Builds the coordinator of a job.
+pub type CoordinatorFactory = Arc<dyn Fn(Arc<Job>) -> Result<Box<dyn Coordinator>> + Send + Sync>;
+
+/// The parts a run is assembled from; `None` means "engine default".
+#[derive(Default, Clone)]
+pub struct Assembly {
+    /// Read-freshness rule.
+    pub consistency: Option<Arc<dyn Consistency>>,
+    /// Block placement.
+    pub placement: Option<Arc<dyn Placement>>,
+    /// Memory policy.
+    pub memory: Option<MemoryPolicyFactory>,
+    /// Worker role.
+    pub worker: Option<WorkerFactory>,
+    /// Server role.
+    pub server: Option<ServerFactory>,
+    /// Coordinator role.
+    pub coordinator: Option<CoordinatorFactory>,
+    owners: BTreeMap<Slot, String>,
+    names: Vec<String>,
+}
+
+impl Assembly {
+    /// The strategy that filled each slot.
+    pub fn owners(&self) -> &BTreeMap<Slot, String> {
+        &self.owners
+    }
+
+    /// Strategies composed, in order.
+    pub fn strategies(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Whether `slot` was filled by a strategy (rather than left to the engine's default).
+    pub fn is_claimed(&self, slot: Slot) -> bool {
+        self.owners.contains_key(&slot)
+    }
+}
+
+/// A coordination mechanism that fills slots of a run.
+pub trait Strategy: Send + Sync {
+    /// The name users write in `strategies = [...]`.
+    fn name(&self) -> &'static str;
+    /// One line on what it is and where it comes from.
+    fn summary(&self) -> &'static str;
+    /// The slots it fills.
+    fn slots(&self) -> &'static [Slot];
+    /// Installs its parts. `options` is its `[strategy.<name>]` table, if any.
+    fn install(
+        &self,
+        options: Option<&toml::Value>,
+        config: &RunConfig,
+        asm: &mut Assembly,
+    ) -> Result<()>;
+    /// Checks the finished assembly for combinations this strategy cannot work with; the message
+    /// should name the other strategy.
+    fn check(&self, _asm: &Assembly, _config: &RunConfig) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Parses a strategy's options table with `serde` (unknown keys rejected by the type), naming the
+/// strategy in errors. Absent options give the type's default.
+pub fn parse_options<T: DeserializeOwned + Default>(
+    strategy: &str,
+    options: Option<&toml::Value>,
+) -> Result<T> {
+    match options {
+        None => Ok(T::default()),
+        Some(v) => v.clone().try_into().map_err(|e: toml::de::Error| {
+            EngineError::config(
+                format!("strategy.{strategy}"),
+                v.to_string().trim(),
+                e.message().to_string(),
+            )
+        }),
+    }
+}
+
+/// The named strategies a build knows, and which one fills a slot nobody claims.
+#[derive(Default, Clone)]
+pub struct Registry {
+    strategies: BTreeMap<&'static str, Arc<dyn Strategy>>,
+    defaults: BTreeMap<Slot, &'static str>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// Adds a strategy; a second strategy with the same name is an error.
+    pub fn register(&mut self, strategy: Arc<dyn Strategy>) -> Result<&mut Registry> {
+        let name = strategy.name();
+        if self.strategies.insert(name, strategy).is_some() {
+            return Err(EngineError::Composition(format!(
+                "two strategies are registered as `{name}`"
+            )));
+        }
+        Ok(self)
+    }
+
+    /// Makes `name` fill `slot` when no configured strategy claims it.
+    pub fn set_default(&mut self, slot: Slot, name: &'static str) -> &mut Registry {
+        self.defaults.insert(slot, name);
+        self
+    }
+
+    /// Registered strategies, by name.
+    pub fn strategies(&self) -> impl Iterator<Item = &Arc<dyn Strategy>> {
+        self.strategies.values()
+    }
+
+    fn lookup(&self, name: &str, key: &str) -> Result<&Arc<dyn Strategy>> {
+        self.strategies.get(name).ok_or_else(|| {
+            EngineError::config(
+                key,
+                format!("\"{name}\""),
+                format!(
+                    "unknown strategy; known: {}",
+                    self.strategies
+                        .keys()
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })
+    }
+
+    fn install(&self, s: &Arc<dyn Strategy>, config: &RunConfig, asm: &mut Assembly) -> Result<()> {
+        for &slot in s.slots() {
+            if let Some(other) = asm.owners.get(&slot) {
+                return Err(EngineError::Composition(format!(
+                    "`{other}` and `{}` both claim the {slot} slot; pick one",
+                    s.name()
+                )));
+            }
+        }
+        s.install(config.strategy.get(s.name()), config, asm)?;
+        for &slot in s.slots() {
+            asm.owners.insert(slot, s.name().to_string());
+        }
+        asm.names.push(s.name().to_string());
+        Ok(())
+    }
+
+    /// Assembles a run from `config.strategies` (and `config.memory`), then the defaults.
+    pub fn compose(&self, config: &RunConfig) -> Result<Assembly> {
+        let mut asm = Assembly::default();
+        let mut installed = Vec::new();
+        for (i, name) in config.strategies.iter().enumerate() {
+            let s = self.lookup(name, &format!("strategies[{i}]"))?;
+            if installed
+                .iter()
+                .any(|x: &Arc<dyn Strategy>| x.name() == s.name())
+            {
+                return Err(EngineError::config(
+                    format!("strategies[{i}]"),
+                    format!("\"{name}\""),
+                    "listed twice",
+                ));
+            }
+            self.install(s, config, &mut asm)?;
+            installed.push(s.clone());
+        }
+        if let Some(name) = &config.memory {
+            let s = self.lookup(name, "memory")?;
+            if !s.slots().contains(&Slot::Memory) {
+                return Err(EngineError::config(
+                    "memory",
+                    format!("\"{name}\""),
+                    "is not a memory policy",
+                ));
+            }
+            self.install(s, config, &mut asm)?;
+            installed.push(s.clone());
+        }
+        for key in config.strategy.keys() {
+            if !installed.iter().any(|s| s.name() == key) {
+                return Err(EngineError::config(
+                    format!("strategy.{key}"),
+                    "(table)",
+                    format!(
+                        "options for `{key}`, which is not among the composed strategies {:?}",
+                        asm.names
+                    ),
+                ));
+            }
+        }
+        for (&slot, &name) in &self.defaults {
+            if !asm.owners.contains_key(&slot) {
+                let s = self.lookup(name, &format!("default for the {slot} slot"))?;
+                if s.slots().iter().all(|x| !asm.owners.contains_key(x)) {
+                    self.install(s, config, &mut asm)?;
+                    installed.push(s.clone());
+                }
+            }
+        }
+        for s in &installed {
+            s.check(&asm, config)?;
+        }
+        Ok(asm)
+    }
+}

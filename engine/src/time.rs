@@ -1,0 +1,49 @@
+//! The run's time base: virtual seconds in `sim`, real seconds in `wall`.
+//!
+//! In `sim` the tokio clock is paused and auto-advances when every role waits. tokio's timers have
+//! millisecond granularity, so simulated time is dilated: one simulated microsecond is one tokio
+//! millisecond, which gives microsecond resolution to network latencies and small compute steps.
+
+use tokio::time::{Duration, Instant};
+
+/// Tokio-clock seconds per simulated second in `sim` mode.
+pub const SIM_DILATION: f64 = 1000.0;
+
+/// Converts between the tokio clock and run seconds.
+#[derive(Clone, Copy, Debug)]
+pub struct TimeBase {
+    start: Instant,
+    scale: f64,
+}
+
+impl TimeBase {
+    /// A time base starting now; `dilated` for simulated runs.
+    pub fn new(dilated: bool) -> TimeBase {
+        TimeBase {
+            start: Instant::now(),
+            scale: if dilated { SIM_DILATION } else { 1.0 },
+        }
+    }
+
+    /// Seconds since the run started.
+    pub fn now(&self) -> f64 {
+        (Instant::now() - self.start).as_secs_f64() / self.scale
+    }
+
+    /// The tokio instant of run time `s`.
+    pub fn instant_at(&self, s: f64) -> Instant {
+        self.start + Duration::from_secs_f64(s.max(0.0) * self.scale)
+    }
+
+    /// Waits `s` run seconds.
+    pub async fn sleep(&self, s: f64) {
+        if s > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(s * self.scale)).await;
+        }
+    }
+
+    /// Waits until run time `s`.
+    pub async fn sleep_until(&self, s: f64) {
+        tokio::time::sleep_until(self.instant_at(s)).await;
+    }
+}

@@ -1,0 +1,226 @@
+//! Message passing between roles, with a link model.
+//!
+//! Roles never share memory (DESIGN rule); they talk only through [`Network::send`]. A message of
+//! `b` bytes from machine A to machine B occupies A's NIC egress and B's NIC ingress for
+//! `b / bandwidth` each (NICs are shared FIFO by all roles of a machine, full duplex) and arrives
+//! one latency after it leaves the second NIC. Roles on the same machine exchange messages without
+//! touching the NIC. A single delivery pump hands messages over in (arrival time, send order), so a
+//! simulated run is deterministic.
+
+use crate::cluster::Cluster;
+use crate::ids::RoleId;
+use crate::message::Message;
+use crate::time::TimeBase;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+
+/// A message in flight or delivered, with its addressing.
+#[derive(Clone, Debug)]
+pub struct Envelope {
+    /// Sender.
+    pub from: RoleId,
+    /// Receiver.
+    pub to: RoleId,
+    /// Seconds since the run started when it was sent.
+    pub sent_at: f64,
+    /// The message.
+    pub msg: Message,
+}
+
+/// Bandwidth multiplier of a role's NIC at a time (from the straggler injector), `(role, t) -> f`.
+pub type BandwidthShaper = Box<dyn FnMut(RoleId, f64) -> f64 + Send>;
+
+/// Traffic counters of one directed link between two roles.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LinkTraffic {
+    /// Messages sent.
+    pub messages: u64,
+    /// Bytes sent (header + payload).
+    pub bytes: u64,
+}
+
+struct State {
+    queue: BTreeMap<(Instant, u64), Envelope>,
+    seq: u64,
+    egress_free: Vec<f64>,
+    ingress_free: Vec<f64>,
+    traffic: BTreeMap<(RoleId, RoleId), LinkTraffic>,
+    shaper: Option<BandwidthShaper>,
+    closed: bool,
+}
+
+/// The in-process transport shared by the roles of one run: the simulated wire.
+pub struct Network {
+    cluster: Arc<Cluster>,
+    time: TimeBase,
+    state: Mutex<State>,
+    wake: Notify,
+    mailboxes: BTreeMap<RoleId, mpsc::UnboundedSender<Envelope>>,
+}
+
+impl Network {
+    /// Creates the network and one mailbox per role; returns the receivers by role.
+    pub fn new(
+        cluster: Arc<Cluster>,
+        time: TimeBase,
+        roles: &[RoleId],
+        shaper: Option<BandwidthShaper>,
+    ) -> (
+        Arc<Network>,
+        BTreeMap<RoleId, mpsc::UnboundedReceiver<Envelope>>,
+    ) {
+        let mut mailboxes = BTreeMap::new();
+        let mut receivers = BTreeMap::new();
+        for &r in roles {
+            let (tx, rx) = mpsc::unbounded_channel();
+            mailboxes.insert(r, tx);
+            receivers.insert(r, rx);
+        }
+        let n = cluster.machines.len();
+        let net = Network {
+            cluster,
+            time,
+            state: Mutex::new(State {
+                queue: BTreeMap::new(),
+                seq: 0,
+                egress_free: vec![0.0; n],
+                ingress_free: vec![0.0; n],
+                traffic: BTreeMap::new(),
+                shaper,
+                closed: false,
+            }),
+            wake: Notify::new(),
+            mailboxes,
+        };
+        (Arc::new(net), receivers)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A poisoned lock means a role panicked mid-send; the counters are still consistent.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Seconds since the run started (virtual in `sim`, real in `wall`).
+    pub fn now(&self) -> f64 {
+        self.time.now()
+    }
+
+    /// The run's time base.
+    pub fn time(&self) -> TimeBase {
+        self.time
+    }
+
+    /// The cluster the network connects.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// Sends `msg`; returns the virtual time (seconds since start) it will arrive.
+    pub fn send(&self, from: RoleId, to: RoleId, msg: Message) -> f64 {
+        let bytes = msg.wire_bytes();
+        let now = self.time.now();
+        let mut st = self.lock();
+        let (src, dst) = (self.cluster.machine_of(from), self.cluster.machine_of(to));
+        let arrive = if src == dst {
+            now
+        } else {
+            let (fs, fd) = match st.shaper.as_mut() {
+                Some(shape) => (shape(from, now), shape(to, now)),
+                None => (1.0, 1.0),
+            };
+            let s_dev = &self.cluster.machines[src as usize].device;
+            let d_dev = &self.cluster.machines[dst as usize].device;
+            let tx_time = bytes as f64 / (s_dev.nic_bytes_per_s() * fs.max(1e-9));
+            let rx_time = bytes as f64 / (d_dev.nic_bytes_per_s() * fd.max(1e-9));
+            let out_start = st.egress_free[src as usize].max(now);
+            let out_end = out_start + tx_time;
+            st.egress_free[src as usize] = out_end;
+            // Cut-through: the receiver's NIC takes bytes as they leave the sender's.
+            let in_start = st.ingress_free[dst as usize].max(out_start);
+            let in_end = (in_start + rx_time).max(out_end);
+            st.ingress_free[dst as usize] = in_end;
+            in_end + s_dev.latency_us.max(d_dev.latency_us) * 1e-6
+        };
+        let link = st.traffic.entry((from, to)).or_default();
+        link.messages += 1;
+        link.bytes += bytes;
+        let seq = st.seq;
+        st.seq += 1;
+        st.queue.insert(
+            (self.time.instant_at(arrive), seq),
+            Envelope {
+                from,
+                to,
+                sent_at: now,
+                msg,
+            },
+        );
+        drop(st);
+        self.wake.notify_one();
+        arrive
+    }
+
+    /// Hands `msg` to `to` at once, outside the link model and the counters: the engine's own
+    /// control (shutdown), which is not part of what a strategy costs.
+    pub fn control(&self, to: RoleId, msg: Message) {
+        if let Some(tx) = self.mailboxes.get(&to) {
+            let _ = tx.send(Envelope {
+                from: RoleId::Coordinator,
+                to,
+                sent_at: self.time.now(),
+                msg,
+            });
+        }
+    }
+
+    /// Traffic per directed role pair so far.
+    pub fn traffic(&self) -> BTreeMap<(RoleId, RoleId), LinkTraffic> {
+        self.lock().traffic.clone()
+    }
+
+    /// Stops the delivery pump once the queue is empty.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.wake.notify_one();
+    }
+
+    /// Delivers messages at their arrival times until [`Network::close`] and the queue drains.
+    pub async fn pump(self: Arc<Self>) {
+        loop {
+            let notified = self.wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let next = {
+                let mut st = self.lock();
+                let now = Instant::now();
+                while let Some(entry) = st.queue.first_entry() {
+                    if entry.key().0 > now {
+                        break;
+                    }
+                    let env = entry.remove();
+                    if let Some(tx) = self.mailboxes.get(&env.to) {
+                        // A role that already finished drops late messages; nothing waits on them.
+                        let _ = tx.send(env);
+                    }
+                }
+                if st.closed && st.queue.is_empty() {
+                    return;
+                }
+                st.queue.keys().next().map(|k| k.0)
+            };
+            match next {
+                Some(t) => {
+                    tokio::select! {
+                        biased;
+                        _ = &mut notified => {}
+                        _ = tokio::time::sleep_until(t) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+}

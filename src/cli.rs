@@ -1,0 +1,206 @@
+//! The `concord` command line (also what `cargo xtask train` runs).
+
+use crate::config::{self, ConfigError};
+use clap::{Args, Parser, Subcommand};
+use concord_engine::role::RuntimeKind;
+use concord_engine::run::{RunOptions, RunResult};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Distributed training on heterogeneous, straggler-prone clusters.
+#[derive(Debug, Parser)]
+#[command(name = "concord", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a training job and write its run folder.
+    Train(TrainArgs),
+    /// Print the resolved configuration (all layers applied) as TOML.
+    Config(ConfigArgs),
+    /// List the strategies this build knows and the slots they fill.
+    Strategies,
+}
+
+/// Where the configuration comes from.
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    /// Config file (default: configs/default.toml when it exists).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Override a key: `--set workers=4`, `--set strategy.ssp.slack=2` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+}
+
+/// Arguments of `train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Configuration layers.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Runtime: `sim` (virtual time, deterministic) or `wall` (real time).
+    #[arg(long, value_parser = ["sim", "wall"])]
+    pub runtime: Option<String>,
+    /// Run folder (default: runs/<timestamp>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl ConfigArgs {
+    fn load(&self, extra: &[String]) -> Result<concord_engine::RunConfig, ConfigError> {
+        let default = PathBuf::from("configs/default.toml");
+        let file = self
+            .config
+            .clone()
+            .or_else(|| default.exists().then_some(default));
+        let mut sets = self.sets.clone();
+        sets.extend_from_slice(extra);
+        config::load(file.as_deref(), &sets)
+    }
+}
+
+/// Parses `args` and runs the command; the process exit code.
+pub fn main_with(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match execute(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn execute(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Config(args) => {
+            print!("{}", config::to_toml(&args.load(&[])?));
+            Ok(())
+        }
+        Command::Strategies => {
+            for s in crate::registry().strategies() {
+                let slots: Vec<String> = s.slots().iter().map(|x| x.to_string()).collect();
+                println!("{:<12} [{}]  {}", s.name(), slots.join(", "), s.summary());
+            }
+            Ok(())
+        }
+        Command::Train(args) => train(args),
+    }
+}
+
+fn train(args: TrainArgs) -> anyhow::Result<()> {
+    let extra: Vec<String> = args
+        .runtime
+        .iter()
+        .map(|r| format!("runtime=\"{r}\""))
+        .collect();
+    let cfg = args.config.load(&extra)?;
+    let asm = crate::registry().compose(&cfg)?;
+    let out = args.out.clone().unwrap_or_else(|| {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        PathBuf::from("runs").join(format!("run-{stamp}"))
+    });
+    let total = cfg.iterations * cfg.workers as u64;
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} worker-clocks {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(format!(
+        "{} workers × {} iterations",
+        cfg.workers, cfg.iterations
+    ));
+    let tick = bar.clone();
+    let options = RunOptions {
+        out_dir: Some(out.clone()),
+        progress: Some(Arc::new(move |_, _| tick.inc(1))),
+    };
+    let result = concord_engine::run(&cfg, &asm, options);
+    bar.finish_and_clear();
+    let result = result?;
+    print_summary(&result, cfg.runtime, &out);
+    Ok(())
+}
+
+fn print_summary(r: &RunResult, runtime: RuntimeKind, out: &std::path::Path) {
+    let s = &r.summary;
+    let time_kind = if runtime == RuntimeKind::Sim {
+        "virtual"
+    } else {
+        "wall"
+    };
+    let pct = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{:.2}%", v * 100.0));
+    let rows = [
+        ("strategies", s.strategies.join(" + ")),
+        (
+            "workers / servers",
+            format!("{} / {}", s.workers, s.servers),
+        ),
+        ("iterations", s.iterations.to_string()),
+        (
+            &format!("run time ({time_kind})"),
+            format!("{:.4} s", s.run_time_s),
+        ),
+        ("wall time", format!("{:.2} s", s.wall_time_s)),
+        (
+            "time / iteration",
+            format!("{:.6} s", s.time_per_iteration_s),
+        ),
+        (
+            "throughput",
+            format!("{:.1} samples/s", s.throughput_samples_per_s),
+        ),
+        ("ideal time", format!("{:.4} s", s.ideal_time_s)),
+        (
+            "efficiency (ideal/achieved)",
+            format!("{:.3}", s.efficiency),
+        ),
+        ("wait share", format!("{:.1}%", s.wait_share * 100.0)),
+        ("final train loss", format!("{:.4}", s.final_loss)),
+        ("test accuracy", pct(s.final_test_accuracy)),
+        ("bytes sent", format!("{:.3} MB", s.bytes_sent as f64 / 1e6)),
+        (
+            "peak memory (max role)",
+            format!(
+                "{:.3} MB",
+                s.peak_memory.values().max().copied().unwrap_or(0) as f64 / 1e6
+            ),
+        ),
+        ("run folder", out.display().to_string()),
+    ];
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in rows {
+        println!("{k:<width$}  {v}");
+    }
+}
