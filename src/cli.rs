@@ -87,7 +87,7 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     match execute(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {e}");
             ExitCode::FAILURE
         }
     }

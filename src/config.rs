@@ -42,9 +42,40 @@ fn parse_value(raw: &str) -> toml::Value {
         .unwrap_or_else(|| toml::Value::String(raw.to_string()))
 }
 
+/// The `--set key=value` arguments as one TOML document (`a.b = v` nests into tables), so that
+/// figment reports them as their own layer.
+fn sets_as_toml(overrides: Vec<(String, toml::Value)>) -> String {
+    let mut root = toml::Table::new();
+    for (key, value) in overrides {
+        let parts: Vec<&str> = key.split('.').collect();
+        let mut table = &mut root;
+        for part in &parts[..parts.len() - 1] {
+            let entry = table
+                .entry(part.to_string())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if !entry.is_table() {
+                *entry = toml::Value::Table(toml::Table::new());
+            }
+            table = match entry {
+                toml::Value::Table(t) => t,
+                _ => unreachable!("just made a table"),
+            };
+        }
+        table.insert(parts[parts.len() - 1].to_string(), value);
+    }
+    toml::to_string(&root).unwrap_or_default()
+}
+
+/// How figment names the `--set` layer (a TOML string provider).
+const SET_LAYER: &str = "TOML source string";
+
+/// Sections that are tagged by `kind`: a layer that switches the kind replaces the built-in
+/// defaults of that section instead of merging field by field.
+const KINDED_SECTIONS: [&str; 3] = ["model", "data", "optimizer"];
+
 /// Builds the layered configuration and validates it.
 pub fn load(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigError> {
-    let mut fig = Figment::from(Serialized::defaults(RunConfig::default()));
+    let mut user = Figment::new();
     if let Some(path) = file {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
             path: path.to_path_buf(),
@@ -55,26 +86,63 @@ pub fn load(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigErr
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-        fig = fig.merge(Toml::file(path));
+        user = user.merge(Toml::file(path));
     }
-    fig = fig.merge(Env::prefixed("CONCORD_").split("__"));
+    user = user.merge(Env::prefixed("CONCORD_").split("__"));
+    let mut overrides = Vec::new();
     for arg in sets {
-        let (key, value) = arg
-            .split_once('=')
-            .ok_or_else(|| ConfigError::BadSet { arg: arg.clone() })?;
+        let (key, value) = arg.split_once('=').ok_or_else(|| ConfigError::BadSet { arg: arg.clone() })?;
         let key = key.trim();
         if key.is_empty() {
             return Err(ConfigError::BadSet { arg: arg.clone() });
         }
-        fig = fig.merge(Serialized::default(key, parse_value(value.trim())));
+        overrides.push((key.to_string(), parse_value(value.trim())));
     }
-    let config: RunConfig = fig.extract().map_err(|e| {
-        let mut msgs: Vec<String> = e.into_iter().map(|e| e.to_string()).collect();
-        msgs.dedup();
-        ConfigError::Invalid(msgs.join("; "))
-    })?;
+    user = user.merge(Toml::string(&sets_as_toml(overrides)));
+
+    let mut defaults = toml::Table::try_from(RunConfig::default()).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    for section in KINDED_SECTIONS {
+        let chosen: Option<String> = user.extract_inner(&format!("{section}.kind")).ok();
+        let default_kind = defaults
+            .get(section)
+            .and_then(|t| t.get("kind"))
+            .and_then(|k| k.as_str())
+            .map(str::to_string);
+        if chosen.is_some() && chosen != default_kind {
+            defaults.remove(section);
+        }
+    }
+    let config: RunConfig = Figment::from(Serialized::defaults(defaults))
+        .merge(user)
+        .extract()
+        .map_err(|e| ConfigError::Invalid(describe(e)))?;
     config.validate()?;
     Ok(config)
+}
+
+/// One line per problem: what is wrong, at which key, in which layer.
+fn describe(error: figment::Error) -> String {
+    let mut lines: Vec<String> = error
+        .into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let origin = e.metadata.as_ref().map_or_else(
+                || "built-in defaults".to_string(),
+                |m| match &m.source {
+                    Some(figment::Source::File(p)) => p.display().to_string(),
+                    _ if m.name == SET_LAYER => "--set arguments".to_string(),
+                    _ => m.name.to_string(),
+                },
+            );
+            if key.is_empty() {
+                format!("{} (in {origin})", e.kind)
+            } else {
+                format!("key `{key}`: {} (in {origin})", e.kind)
+            }
+        })
+        .collect();
+    lines.dedup();
+    lines.join("; ")
 }
 
 /// The resolved configuration as TOML (what `concord config` prints).

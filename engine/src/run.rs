@@ -307,9 +307,9 @@ async fn launch(
             w_out.push(out);
         }
         for s in 0..cfg.servers {
-            net.control(RoleId::Server(s), crate::message::Message::Shutdown);
+            net.control_after_in_flight(RoleId::Server(s), crate::message::Message::Shutdown);
         }
-        net.control(RoleId::Coordinator, crate::message::Message::Shutdown);
+        net.control_after_in_flight(RoleId::Coordinator, crate::message::Message::Shutdown);
         let mut s_out = Vec::new();
         while let Some(joined) = server_set.join_next().await {
             let out = joined.map_err(|e| {

@@ -1,13 +1,13 @@
 //! The run's time base: virtual seconds in `sim`, real seconds in `wall`.
 //!
 //! In `sim` the tokio clock is paused and auto-advances when every role waits. tokio's timers have
-//! millisecond granularity, so simulated time is dilated: one simulated microsecond is one tokio
-//! millisecond, which gives microsecond resolution to network latencies and small compute steps.
+//! millisecond granularity, so simulated time is dilated: a tenth of a simulated microsecond is one
+//! tokio millisecond, which gives sub-microsecond resolution to latencies and small compute steps.
 
 use tokio::time::{Duration, Instant};
 
 /// Tokio-clock seconds per simulated second in `sim` mode.
-pub const SIM_DILATION: f64 = 1000.0;
+pub const SIM_DILATION: f64 = 10_000.0;
 
 /// Converts between the tokio clock and run seconds.
 #[derive(Clone, Copy, Debug)]

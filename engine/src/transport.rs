@@ -163,17 +163,26 @@ impl Network {
         arrive
     }
 
-    /// Hands `msg` to `to` at once, outside the link model and the counters: the engine's own
-    /// control (shutdown), which is not part of what a strategy costs.
-    pub fn control(&self, to: RoleId, msg: Message) {
-        if let Some(tx) = self.mailboxes.get(&to) {
-            let _ = tx.send(Envelope {
+    /// Delivers `msg` to `to` after every message already in flight, outside the link model and
+    /// the counters: the engine's own control (shutdown), which must not overtake the last updates
+    /// and is not part of what a strategy costs.
+    pub fn control_after_in_flight(&self, to: RoleId, msg: Message) {
+        let now = self.time.now();
+        let mut st = self.lock();
+        let at = st.queue.keys().next_back().map_or(self.time.instant_at(now), |k| k.0);
+        let seq = st.seq;
+        st.seq += 1;
+        st.queue.insert(
+            (at, seq),
+            Envelope {
                 from: RoleId::Coordinator,
                 to,
-                sent_at: self.time.now(),
+                sent_at: now,
                 msg,
-            });
-        }
+            },
+        );
+        drop(st);
+        self.wake.notify_one();
     }
 
     /// Traffic per directed role pair so far.

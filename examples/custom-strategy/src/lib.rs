@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 /// Options: `[strategy.batch-ramp]`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct RampOptions {
     /// Fraction of the configured batch at clock 0, in (0, 1].
     pub start_fraction: f64,

@@ -89,7 +89,7 @@ impl Strategy for Bsp {
 
 /// Options of `ssp`: `[strategy.ssp] slack = 1`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct SspOptions {
     /// Clocks a worker may run ahead of the slowest; the thesis uses 1 throughout ch. 3.
     pub slack: u64,
