@@ -1,0 +1,160 @@
+//! The command line: a good run writes its folder; bad input exits non-zero naming what is wrong.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn concord(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_concord"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CONCORD_WORKERS")
+        .output()
+        .expect("runs the binary")
+}
+
+/// Runs a failing command; returns its stderr.
+fn fails(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let out = concord(args, dir.path());
+    assert!(!out.status.success(), "{args:?} should fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+const FAST: [&str; 4] = ["--set", "iterations=3", "--set", "workers=2"];
+
+fn train(extra: &[&str]) -> String {
+    let mut args = vec!["train", "--quiet"];
+    args.extend_from_slice(&FAST);
+    args.extend_from_slice(extra);
+    fails(&args)
+}
+
+#[test]
+fn a_run_writes_config_metrics_summary_traces_and_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("run");
+    let out = concord(
+        &["train", "--quiet", "--set", "iterations=6", "--set", "eval_every=3", "--out", out_dir.to_str().unwrap()],
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("efficiency") && stdout.contains("test accuracy"), "{stdout}");
+    let metrics = std::fs::read_to_string(out_dir.join("metrics.jsonl")).unwrap();
+    let rows: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 6);
+    assert!(rows[2]["test_accuracy"].is_number() && rows[1].get("test_accuracy").is_none());
+    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["iterations"], 6);
+    assert!(summary["efficiency"].as_f64().unwrap() > 0.0);
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("trace/worker-0.json")).unwrap()).unwrap();
+    assert!(!trace["traceEvents"].as_array().unwrap().is_empty());
+    let resolved = std::fs::read_to_string(out_dir.join("config.toml")).unwrap();
+    assert!(resolved.contains("iterations = 6"));
+    let ckpt = std::fs::read(out_dir.join("checkpoint.safetensors")).unwrap();
+    let n = u64::from_le_bytes(ckpt[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&ckpt[8..8 + n]).unwrap();
+    assert!(header.get("s00.weight").is_some() && header.get("s00.weight.opt0").is_some());
+}
+
+#[test]
+fn config_prints_the_resolved_layers() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("c.toml"), "workers = 5\n[optimizer]\nkind = \"adam\"\nlr = 0.01\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_concord"))
+        .args(["config", "--config", "c.toml", "--set", "servers=3"])
+        .env("CONCORD_BATCH", "7")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cfg: toml::Table = text.parse().unwrap();
+    assert_eq!(cfg["workers"].as_integer(), Some(5));
+    assert_eq!(cfg["servers"].as_integer(), Some(3));
+    assert_eq!(cfg["batch"].as_integer(), Some(7));
+    assert_eq!(cfg["optimizer"]["kind"].as_str(), Some("adam"));
+    assert_eq!(cfg["optimizer"]["beta1"].as_float(), Some(0.9));
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let e = train(&["--set", "wrokers=3"]);
+    assert!(e.contains("`wrokers`") && e.contains("--set"), "{e}");
+}
+
+#[test]
+fn unknown_key_in_a_file_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, "[model]\nkind = \"mlp\"\nhiden = [3]\n").unwrap();
+    let e = fails(&["train", "--config", file.to_str().unwrap()]);
+    assert!(e.contains("hiden") && e.contains("bad.toml"), "{e}");
+}
+
+#[test]
+fn wrong_type_is_named() {
+    let e = train(&["--set", "batch=\"big\""]);
+    assert!(e.contains("`batch`") && e.contains("expected u64"), "{e}");
+}
+
+#[test]
+fn out_of_range_values_are_named() {
+    let e = train(&["--set", "workers=0"]);
+    assert!(e.contains("`workers` = 0") && e.contains("at least 1"), "{e}");
+    let e = train(&["--set", "optimizer.lr=-0.5"]);
+    assert!(e.contains("optimizer.lr"), "{e}");
+}
+
+#[test]
+fn unknown_strategy_lists_the_known_ones() {
+    let e = train(&["--set", "strategies=[\"bsp\", \"fastest\"]"]);
+    assert!(e.contains("\"fastest\"") && e.contains("strategies[1]") && e.contains("ssp"), "{e}");
+}
+
+#[test]
+fn conflicting_strategies_name_both() {
+    let e = train(&["--set", "strategies=[\"bsp\", \"asp\"]"]);
+    assert!(e.contains("`bsp`") && e.contains("`asp`") && e.contains("consistency"), "{e}");
+}
+
+#[test]
+fn options_for_a_strategy_not_composed_are_an_error() {
+    let e = train(&["--set", "strategy.ssp.slack=2"]);
+    assert!(e.contains("strategy.ssp"), "{e}");
+}
+
+#[test]
+fn missing_data_file_names_the_file() {
+    let e = train(&[
+        "--set",
+        "data={kind=\"idx\", train_images=\"nope-images.idx\", train_labels=\"l\", test_images=\"t\", test_labels=\"u\"}",
+    ]);
+    assert!(e.contains("nope-images.idx"), "{e}");
+}
+
+#[test]
+fn corrupt_data_file_names_the_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("images.idx");
+    std::fs::write(&bad, [0u8, 0, 8, 1, 0, 0, 0, 1]).unwrap();
+    let data = format!(
+        "data={{kind=\"idx\", train_images=\"{b}\", train_labels=\"{b}\", test_images=\"{b}\", test_labels=\"{b}\"}}",
+        b = bad.display()
+    );
+    let e = train(&["--set", &data]);
+    assert!(e.contains("images.idx") && e.contains("offset"), "{e}");
+}
+
+#[test]
+fn missing_config_file_is_named() {
+    let e = fails(&["train", "--config", "no-such-config.toml"]);
+    assert!(e.contains("no-such-config.toml"), "{e}");
+}
+
+#[test]
+fn malformed_set_argument_shows_the_form() {
+    let e = train(&["--set", "workers"]);
+    assert!(e.contains("key=value"), "{e}");
+}
