@@ -11,7 +11,7 @@ use crate::error::{EngineError, Result};
 use crate::ids::{MachineId, RoleId};
 use crate::message::Message;
 use crate::metrics::TraceEvent;
-use crate::stragglers::{Probe, ResourceSignals, RoleKind, StragglerSet};
+use crate::stragglers::{Effect, Probe, ResourceSignals, RoleKind, StragglerSet};
 use crate::transport::{Envelope, Network};
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -241,13 +241,16 @@ impl RoleCtx {
                 (out, started.elapsed().as_secs_f64())
             }
         };
-        let parts = self.progress_points;
+        // With no straggler pattern on this role there is nothing to probe: charge in one go.
+        let parts = if self.stragglers.is_empty() { 1 } else { self.progress_points };
         let part = nominal / parts as f64;
         let mut charged = 0.0;
         for i in 0..parts {
-            let effect = self
-                .stragglers
-                .effect(&self.probe(i as f64 / parts as f64, nominal));
+            let effect = if self.stragglers.is_empty() {
+                Effect::NONE
+            } else {
+                self.stragglers.effect(&self.probe(i as f64 / parts as f64, nominal))
+            };
             let mut sleep = if i == 0 { effect.extra_delay_s } else { 0.0 };
             sleep += match self.kind {
                 RuntimeKind::Sim => part * effect.compute_factor,

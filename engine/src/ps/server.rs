@@ -258,9 +258,9 @@ impl ParamServer {
                 ),
             ));
         }
-        // Aggregation cost: one add per element received.
+        // Aggregation cost: one multiply-add per element received.
         let elems: u64 = grads.iter().map(|g| g.data.elems()).sum();
-        ctx.serve("aggregate", 2.0 * elems as f64).await;
+        let aggregate_flops = 2.0 * elems as f64;
         match self.consistency.apply_mode() {
             ApplyMode::OnArrival => {
                 let scale = 1.0 / self.workers as f32;
@@ -300,6 +300,7 @@ impl ParamServer {
                         format!("worker {worker} completed clock {clock} twice"),
                     ));
                 }
+                ctx.serve("aggregate", aggregate_flops).await;
                 self.apply_complete_clocks(ctx).await;
             }
         }
