@@ -239,3 +239,91 @@ impl Network {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{Cluster, ClusterConfig, DeviceProfile, MachineGroup};
+    use crate::payload::{BlockPayload, Payload};
+
+    /// Three machines with 8 Gbit/s (1 GB/s) NICs and 10 µs latency.
+    fn cluster() -> Arc<Cluster> {
+        let mut cfg = ClusterConfig::default();
+        cfg.devices.insert(
+            "nic".into(),
+            DeviceProfile {
+                peak_tflops: 1.0,
+                efficiency: 1.0,
+                half_saturation_batch: 0.0,
+                memory_gib: 1.0,
+                nic_gbps: 8.0,
+                latency_us: 10.0,
+            },
+        );
+        cfg.machines = vec![MachineGroup {
+            device: "nic".into(),
+            count: 3,
+            slots: 1,
+        }];
+        Arc::new(Cluster::resolve(&cfg, 3, 1).unwrap())
+    }
+
+    fn push(elems: u64) -> Message {
+        Message::Push {
+            clock: 0,
+            samples: 1,
+            completes_clock: true,
+            grads: vec![BlockPayload {
+                block: 0,
+                data: Payload::Virtual { elems },
+            }],
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transfers_cost_latency_plus_bytes_over_bandwidth_and_share_the_nic() {
+        let roles = [RoleId::Worker(0), RoleId::Worker(1), RoleId::Worker(2)];
+        let (net, mut rx) = Network::new(cluster(), TimeBase::new(true), &roles, None);
+        let pump = tokio::spawn(net.clone().pump());
+        let msg = push(250_000); // 1 MB of payload
+        let bytes = msg.wire_bytes() as f64;
+        // Two messages leave machine 0 at once for two different machines: the second waits for
+        // the first on machine 0's egress.
+        let first = net.send(RoleId::Worker(0), RoleId::Worker(1), msg.clone());
+        let second = net.send(RoleId::Worker(0), RoleId::Worker(2), msg);
+        let one = bytes / 1e9;
+        assert!((first - (one + 10e-6)).abs() < 1e-12, "{first}");
+        assert!((second - (2.0 * one + 10e-6)).abs() < 1e-12, "{second}");
+        let got = rx.get_mut(&RoleId::Worker(2)).unwrap().recv().await.unwrap();
+        assert_eq!(got.from, RoleId::Worker(0));
+        let arrived = net.now();
+        assert!((arrived - second).abs() < 1e-6, "delivered at {arrived}, expected {second}");
+        let traffic = net.traffic();
+        assert_eq!(traffic[&(RoleId::Worker(0), RoleId::Worker(1))].bytes, bytes as u64);
+        assert_eq!(traffic[&(RoleId::Worker(0), RoleId::Worker(2))].messages, 1);
+        net.close();
+        rx.clear();
+        pump.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn messages_on_one_link_arrive_in_send_order() {
+        let roles = [RoleId::Worker(0), RoleId::Worker(1)];
+        let (net, mut rx) = Network::new(cluster(), TimeBase::new(true), &roles, None);
+        let pump = tokio::spawn(net.clone().pump());
+        for elems in [1000, 1, 500, 0] {
+            net.send(RoleId::Worker(0), RoleId::Worker(1), push(elems));
+        }
+        let inbox = rx.get_mut(&RoleId::Worker(1)).unwrap();
+        let mut sizes = Vec::new();
+        for _ in 0..4 {
+            let env = inbox.recv().await.unwrap();
+            sizes.push(env.msg.wire_bytes());
+        }
+        assert_eq!(sizes, [1000, 1, 500, 0].map(|e| HEADER_BYTES_TEST + 4 * e));
+        net.close();
+        pump.await.unwrap();
+    }
+
+    const HEADER_BYTES_TEST: u64 = crate::message::HEADER_BYTES;
+}

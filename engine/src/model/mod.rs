@@ -288,3 +288,83 @@ impl ModelSpec {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Tensor};
+
+    fn cnn() -> ModelSpec {
+        let cfg = ModelConfig::Cnn {
+            channels: vec![4, 6],
+            image: Some([1, 8, 8]),
+        };
+        ModelSpec::resolve(&cfg, &[64], 3).unwrap()
+    }
+
+    /// Stage-by-stage backward through the surrogate gives the full graph's gradients.
+    #[test]
+    fn staged_backward_equals_full_backward() {
+        let spec = cnn();
+        let replica = Replica::new(&spec).unwrap().unwrap();
+        replica.set_params(&spec.init_values(3).unwrap()).unwrap();
+        let batch = 5;
+        let x: Vec<f32> = (0..batch * 64).map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0).collect();
+        let labels = [0u32, 2, 1, 1, 0];
+        let full = replica.step(x.clone(), &labels).unwrap();
+
+        let model = replica.model();
+        let mut inputs = vec![model.input(x, batch).unwrap()];
+        for i in 0..model.len() {
+            let y = model.forward_stage(i, &inputs[i]).unwrap();
+            inputs.push(y);
+        }
+        let logits = inputs.pop().unwrap();
+        let y = Tensor::from_slice(&labels, batch, &Device::Cpu).unwrap();
+        let logits_var = candle_core::Var::from_tensor(&logits).unwrap();
+        let loss = candle_nn::loss::cross_entropy(logits_var.as_tensor(), &y).unwrap();
+        let mut grad = loss.backward().unwrap().get(logits_var.as_tensor()).unwrap().clone();
+        let mut staged = vec![Vec::new(); 2 * model.len()];
+        for i in (0..model.len()).rev() {
+            let (params, gx) = model.backward_stage(i, &inputs[i], &grad).unwrap();
+            for (k, g) in params.into_iter().enumerate() {
+                staged[2 * i + k] = g.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            }
+            grad = gx;
+        }
+        for (a, b) in full.grads.iter().zip(&staged) {
+            let diff = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            assert!(diff < 1e-5, "stage gradient differs by {diff}");
+        }
+    }
+
+    #[test]
+    fn layout_order_is_stage_order_and_sorted() {
+        let names: Vec<String> = cnn().params().into_iter().map(|p| p.name).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted);
+        assert_eq!(names.len(), 6);
+    }
+
+    #[test]
+    fn initialisation_is_seeded() {
+        let spec = cnn();
+        assert_eq!(spec.init_values(1), spec.init_values(1));
+        assert_ne!(spec.init_values(1), spec.init_values(2));
+    }
+
+    #[test]
+    fn convolutional_models_need_image_shaped_data() {
+        let cfg = ModelConfig::Cnn {
+            channels: vec![4],
+            image: None,
+        };
+        let e = ModelSpec::resolve(&cfg, &[32], 10).unwrap_err().to_string();
+        assert!(e.contains("model.image"), "{e}");
+        let e = ModelSpec::resolve(&ModelConfig::Profile { name: "vgg99".into() }, &[], 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("vgg99") && e.contains("vgg16"), "{e}");
+    }
+}

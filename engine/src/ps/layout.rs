@@ -173,7 +173,8 @@ mod tests {
         let layout = ParamLayout::new(params(), 4, &RoundRobinPlacement, 2);
         let lens: Vec<_> = layout.blocks().iter().map(|b| b.len).collect();
         assert_eq!(lens, vec![4, 4, 2, 4, 2]);
-        assert_eq!(layout.elems_per_server(), vec![10, 6]);
+        // Blocks 0, 2, 4 (4 + 2 + 2 elements) on server 0; blocks 1, 3 (4 + 4) on server 1.
+        assert_eq!(layout.elems_per_server(), vec![8, 8]);
         let values = vec![
             (0..10).map(|x| x as f32).collect::<Vec<_>>(),
             (0..6).map(|x| -(x as f32)).collect(),
