@@ -91,7 +91,9 @@ pub fn load(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigErr
     user = user.merge(Env::prefixed("CONCORD_").split("__"));
     let mut overrides = Vec::new();
     for arg in sets {
-        let (key, value) = arg.split_once('=').ok_or_else(|| ConfigError::BadSet { arg: arg.clone() })?;
+        let (key, value) = arg
+            .split_once('=')
+            .ok_or_else(|| ConfigError::BadSet { arg: arg.clone() })?;
         let key = key.trim();
         if key.is_empty() {
             return Err(ConfigError::BadSet { arg: arg.clone() });
@@ -100,7 +102,8 @@ pub fn load(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigErr
     }
     user = user.merge(Toml::string(&sets_as_toml(overrides)));
 
-    let mut defaults = toml::Table::try_from(RunConfig::default()).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    let mut defaults = toml::Table::try_from(RunConfig::default())
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
     for section in KINDED_SECTIONS {
         let chosen: Option<String> = user.extract_inner(&format!("{section}.kind")).ok();
         let default_kind = defaults

@@ -34,21 +34,44 @@ fn a_run_writes_config_metrics_summary_traces_and_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("run");
     let out = concord(
-        &["train", "--quiet", "--set", "iterations=6", "--set", "eval_every=3", "--out", out_dir.to_str().unwrap()],
+        &[
+            "train",
+            "--quiet",
+            "--set",
+            "iterations=6",
+            "--set",
+            "eval_every=3",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
         dir.path(),
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("efficiency") && stdout.contains("test accuracy"), "{stdout}");
+    assert!(
+        stdout.contains("efficiency") && stdout.contains("test accuracy"),
+        "{stdout}"
+    );
     let metrics = std::fs::read_to_string(out_dir.join("metrics.jsonl")).unwrap();
-    let rows: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows: Vec<serde_json::Value> = metrics
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(rows.len(), 6);
     assert!(rows[2]["test_accuracy"].is_number() && rows[1].get("test_accuracy").is_none());
-    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap()).unwrap();
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap())
+            .unwrap();
     assert_eq!(summary["iterations"], 6);
     assert!(summary["efficiency"].as_f64().unwrap() > 0.0);
-    let trace: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out_dir.join("trace/worker-0.json")).unwrap()).unwrap();
+    let trace: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out_dir.join("trace/worker-0.json")).unwrap(),
+    )
+    .unwrap();
     assert!(!trace["traceEvents"].as_array().unwrap().is_empty());
     let resolved = std::fs::read_to_string(out_dir.join("config.toml")).unwrap();
     assert!(resolved.contains("iterations = 6"));
@@ -61,7 +84,11 @@ fn a_run_writes_config_metrics_summary_traces_and_checkpoint() {
 #[test]
 fn config_prints_the_resolved_layers() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("c.toml"), "workers = 5\n[optimizer]\nkind = \"adam\"\nlr = 0.01\n").unwrap();
+    std::fs::write(
+        dir.path().join("c.toml"),
+        "workers = 5\n[optimizer]\nkind = \"adam\"\nlr = 0.01\n",
+    )
+    .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_concord"))
         .args(["config", "--config", "c.toml", "--set", "servers=3"])
         .env("CONCORD_BATCH", "7")
@@ -102,7 +129,10 @@ fn wrong_type_is_named() {
 #[test]
 fn out_of_range_values_are_named() {
     let e = train(&["--set", "workers=0"]);
-    assert!(e.contains("`workers` = 0") && e.contains("at least 1"), "{e}");
+    assert!(
+        e.contains("`workers` = 0") && e.contains("at least 1"),
+        "{e}"
+    );
     let e = train(&["--set", "optimizer.lr=-0.5"]);
     assert!(e.contains("optimizer.lr"), "{e}");
 }
@@ -110,13 +140,19 @@ fn out_of_range_values_are_named() {
 #[test]
 fn unknown_strategy_lists_the_known_ones() {
     let e = train(&["--set", "strategies=[\"bsp\", \"fastest\"]"]);
-    assert!(e.contains("\"fastest\"") && e.contains("strategies[1]") && e.contains("ssp"), "{e}");
+    assert!(
+        e.contains("\"fastest\"") && e.contains("strategies[1]") && e.contains("ssp"),
+        "{e}"
+    );
 }
 
 #[test]
 fn conflicting_strategies_name_both() {
     let e = train(&["--set", "strategies=[\"bsp\", \"asp\"]"]);
-    assert!(e.contains("`bsp`") && e.contains("`asp`") && e.contains("consistency"), "{e}");
+    assert!(
+        e.contains("`bsp`") && e.contains("`asp`") && e.contains("consistency"),
+        "{e}"
+    );
 }
 
 #[test]

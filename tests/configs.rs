@@ -21,7 +21,10 @@ fn shipped_configs() -> Vec<PathBuf> {
 #[test]
 fn every_shipped_config_runs() {
     let files = shipped_configs();
-    assert!(files.len() >= 14, "default + one per straggler pattern, found {files:?}");
+    assert!(
+        files.len() >= 14,
+        "default + one per straggler pattern, found {files:?}"
+    );
     for file in files {
         let cfg = concord::config::load(Some(&file), &["iterations=3".into()])
             .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
@@ -36,4 +39,19 @@ fn the_default_config_is_what_the_readme_describes() {
     assert_eq!((cfg.workers, cfg.servers), (8, 2));
     assert_eq!(cfg.strategies, vec!["bsp".to_string()]);
     assert_eq!(cfg.stragglers.len(), 1);
+}
+
+#[test]
+fn the_default_run_reaches_ninety_percent_test_accuracy() {
+    let cfg = concord::config::load(Some("configs/default.toml".as_ref()), &[]).unwrap();
+    let r = common::run(&cfg);
+    let acc = r.summary.final_test_accuracy.unwrap();
+    assert!(acc >= 0.90, "default run reached {acc}");
+    // Accuracy is evaluated every eval_every iterations along the way.
+    let evaluated = r
+        .rows
+        .iter()
+        .filter(|row| row.test_accuracy.is_some())
+        .count() as u64;
+    assert_eq!(evaluated, cfg.iterations / cfg.eval_every);
 }

@@ -11,9 +11,17 @@ fn batch_ramp_directs_every_clock() {
     concord_custom_strategy::register(&mut registry).unwrap();
     let mut cfg = small(4, 16, 12);
     cfg.strategies = vec!["ssp".into(), "batch-ramp".into()];
-    cfg.strategy.insert("batch-ramp".into(), toml::from_str("start_fraction = 0.25\nramp_iterations = 8").unwrap());
+    cfg.strategy.insert(
+        "batch-ramp".into(),
+        toml::from_str("start_fraction = 0.25\nramp_iterations = 8").unwrap(),
+    );
     let asm = registry.compose(&cfg).unwrap();
-    assert_eq!(asm.owners().get(&concord::engine::strategy::Slot::Coordinator).unwrap(), "batch-ramp");
+    assert_eq!(
+        asm.owners()
+            .get(&concord::engine::strategy::Slot::Coordinator)
+            .unwrap(),
+        "batch-ramp"
+    );
     let r = concord::engine::run(&cfg, &asm, Default::default()).unwrap();
     let o = RampOptions {
         start_fraction: 0.25,
@@ -33,8 +41,13 @@ fn batch_ramp_rejects_bad_options_and_conflicts() {
     concord_custom_strategy::register(&mut registry).unwrap();
     let mut cfg = small(2, 8, 2);
     cfg.strategies = vec!["batch-ramp".into()];
-    cfg.strategy.insert("batch-ramp".into(), toml::from_str("start_fraction = 0.0").unwrap());
+    cfg.strategy.insert(
+        "batch-ramp".into(),
+        toml::from_str("start_fraction = 0.0").unwrap(),
+    );
     let e = registry.compose(&cfg).err().unwrap().to_string();
     assert!(e.contains("strategy.batch-ramp.start_fraction"), "{e}");
-    assert!(registry.register(std::sync::Arc::new(concord_custom_strategy::BatchRamp)).is_err());
+    assert!(registry
+        .register(std::sync::Arc::new(concord_custom_strategy::BatchRamp))
+        .is_err());
 }

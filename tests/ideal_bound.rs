@@ -18,9 +18,16 @@ fn bsp_under_persistent_heterogeneity_reports_the_hand_computed_ideal() {
     let t = device.compute_seconds(spec.training_flops_per_sample(), 16.0);
     let expected = 10.0 * 4.0 * t / 3.0;
     let got = r.summary.ideal_time_s;
-    assert!((got - expected).abs() <= 1e-9 * expected, "ideal {got} vs hand-computed {expected}");
+    assert!(
+        (got - expected).abs() <= 1e-9 * expected,
+        "ideal {got} vs hand-computed {expected}"
+    );
     // BSP waits for the slow worker every iteration: at best 2T per iteration, so efficiency < 2/3.
-    assert!(r.summary.efficiency < 2.0 / 3.0, "efficiency {}", r.summary.efficiency);
+    assert!(
+        r.summary.efficiency < 2.0 / 3.0,
+        "efficiency {}",
+        r.summary.efficiency
+    );
     assert!(r.summary.efficiency > 0.3);
     assert!(r.summary.run_time_s >= 10.0 * 2.0 * t);
 }
@@ -29,5 +36,9 @@ fn bsp_under_persistent_heterogeneity_reports_the_hand_computed_ideal() {
 fn homogeneous_compute_bound_runs_are_close_to_ideal() {
     let r = run(&on_slow_devices(small(2, 256, 10)));
     assert!(r.summary.efficiency < 1.0);
-    assert!(r.summary.efficiency > 0.9, "efficiency {}", r.summary.efficiency);
+    assert!(
+        r.summary.efficiency > 0.9,
+        "efficiency {}",
+        r.summary.efficiency
+    );
 }

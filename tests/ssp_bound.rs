@@ -6,13 +6,18 @@ use common::*;
 
 fn slow_worker(cfg: &mut concord::engine::RunConfig) {
     // FlexRR's Slow Worker pattern at 200% delay, made frequent so that 60 iterations see many.
-    cfg.stragglers = vec![straggler("pattern = \"slow-worker\"\ndelay = 2.0\nprobability = 0.05")];
+    cfg.stragglers = vec![straggler(
+        "pattern = \"slow-worker\"\ndelay = 2.0\nprobability = 0.05",
+    )];
 }
 
 fn ssp(slack: u64) -> concord::engine::RunConfig {
     let mut cfg = on_slow_devices(small(8, 16, 60));
     cfg.strategies = vec!["ssp".into()];
-    cfg.strategy.insert("ssp".into(), toml::from_str(&format!("slack = {slack}")).unwrap());
+    cfg.strategy.insert(
+        "ssp".into(),
+        toml::from_str(&format!("slack = {slack}")).unwrap(),
+    );
     slow_worker(&mut cfg);
     cfg
 }
@@ -26,7 +31,10 @@ fn no_read_is_staler_than_the_bound() {
         for read in &r.reads {
             let required = read.clock as i64 - slack as i64 - 1;
             assert_eq!(read.min_version, Some(required));
-            assert!(read.version >= required, "slack {slack}: {read:?} violates the bound");
+            assert!(
+                read.version >= required,
+                "slack {slack}: {read:?} violates the bound"
+            );
             if read.version < read.clock as i64 - 1 {
                 stale_reads += 1;
             }
@@ -37,19 +45,29 @@ fn no_read_is_staler_than_the_bound() {
                 assert!(rec.version_read >= rec.clock as i64 - slack as i64 - 1);
             }
         }
-        let ends: Vec<Vec<f64>> = r.worker_records.iter().map(|w| w.iter().map(|x| x.end_s).collect()).collect();
+        let ends: Vec<Vec<f64>> = r
+            .worker_records
+            .iter()
+            .map(|w| w.iter().map(|x| x.end_s).collect())
+            .collect();
         for (w, mine) in ends.iter().enumerate() {
             for (c, &t) in mine.iter().enumerate() {
                 // When worker w finishes clock c, every other worker has finished clock c - slack - 1.
                 if let Some(back) = c.checked_sub(slack as usize + 1) {
                     for (v, theirs) in ends.iter().enumerate() {
-                        assert!(theirs[back] <= t + 1e-12, "worker {w} clock {c} ran more than {slack} ahead of worker {v}");
+                        assert!(
+                            theirs[back] <= t + 1e-12,
+                            "worker {w} clock {c} ran more than {slack} ahead of worker {v}"
+                        );
                     }
                 }
             }
         }
         if slack > 0 {
-            assert!(stale_reads > 0, "with slack {slack} some reads should use the slack");
+            assert!(
+                stale_reads > 0,
+                "with slack {slack} some reads should use the slack"
+            );
         } else {
             assert_eq!(stale_reads, 0);
         }

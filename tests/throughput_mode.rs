@@ -15,7 +15,9 @@ fn profile_runs_move_the_true_byte_sizes() {
         servers: 2,
         iterations: 3,
         eval_every: 3,
-        model: ModelConfig::Profile { name: "resnet-32".into() },
+        model: ModelConfig::Profile {
+            name: "resnet-32".into(),
+        },
         ..RunConfig::default()
     };
     let r = common::run(&cfg);
@@ -23,10 +25,14 @@ fn profile_runs_move_the_true_byte_sizes() {
     assert!(r.summary.final_loss.is_nan());
     let param_bytes = profiles::builtin("resnet-32").unwrap().param_bytes();
     for w in 0..4 {
-        let to_servers: u64 = (0..2).map(|s| r.traffic[&(RoleId::Worker(w), RoleId::Server(s))].bytes).sum();
+        let to_servers: u64 = (0..2)
+            .map(|s| r.traffic[&(RoleId::Worker(w), RoleId::Server(s))].bytes)
+            .sum();
         // Per iteration: one push carrying every gradient, plus one pull request, per server.
         assert_eq!(to_servers, 3 * (param_bytes + 2 * 2 * HEADER_BYTES));
-        let from_servers: u64 = (0..2).map(|s| r.traffic[&(RoleId::Server(s), RoleId::Worker(w))].bytes).sum();
+        let from_servers: u64 = (0..2)
+            .map(|s| r.traffic[&(RoleId::Server(s), RoleId::Worker(w))].bytes)
+            .sum();
         assert_eq!(from_servers, 3 * (param_bytes + 2 * HEADER_BYTES));
     }
     assert!(r.summary.run_time_s > 0.0);
@@ -39,12 +45,19 @@ fn a_model_that_does_not_fit_is_a_clear_out_of_memory_error() {
         servers: 1,
         iterations: 1,
         batch: 64,
-        model: ModelConfig::Profile { name: "vgg16".into() },
+        model: ModelConfig::Profile {
+            name: "vgg16".into(),
+        },
         ..RunConfig::default()
     };
     cfg.cluster.default_device = "k40c".into();
     cfg.batch = 512;
     let asm = concord::registry().compose(&cfg).unwrap();
-    let e = concord::engine::run(&cfg, &asm, Default::default()).unwrap_err().to_string();
-    assert!(e.contains("out of memory") && e.contains("k40c") && e.contains("activations"), "{e}");
+    let e = concord::engine::run(&cfg, &asm, Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("out of memory") && e.contains("k40c") && e.contains("activations"),
+        "{e}"
+    );
 }

@@ -63,7 +63,7 @@ impl DataParallelWorker {
     }
 
     async fn directive(&mut self, ctx: &mut RoleCtx, clock: u64) -> Result<Directive> {
-        if !self.job.directed {
+        if !self.job.directed() {
             let b = self.job.config.batch;
             let n = self.job.config.workers as u64;
             return Ok(Directive {
@@ -212,6 +212,7 @@ impl Worker for DataParallelWorker {
                 clock,
                 start_s: start,
                 end_s: ctx.now(),
+                wall_s: ctx.wall_now(),
                 samples: d.batch,
                 compute_s,
                 wait_s,

@@ -10,7 +10,7 @@ use crate::ids::WorkerId;
 use crate::memory::MemoryPolicyFactory;
 use crate::model::ModelSpec;
 use crate::ps::{Consistency, ParamLayout};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// A progress observer: `(worker, clocks completed)`.
 pub type ProgressFn = Arc<dyn Fn(WorkerId, u64) + Send + Sync>;
@@ -35,13 +35,19 @@ pub struct Job {
     pub consistency: Arc<dyn Consistency>,
     /// Memory policy per device.
     pub memory: MemoryPolicyFactory,
-    /// Whether workers wait for the coordinator's directive each clock.
-    pub directed: bool,
+    /// Whether workers wait for the coordinator's directive each clock; set once, after the
+    /// coordinator is built and before any worker is.
+    pub directed: OnceLock<bool>,
     /// Progress observer (the CLI's progress bar).
     pub progress: Option<ProgressFn>,
 }
 
 impl Job {
+    /// Whether workers wait for the coordinator's directive each clock.
+    pub fn directed(&self) -> bool {
+        self.directed.get().copied().unwrap_or(false)
+    }
+
     /// Tells the observer a worker finished a clock.
     pub fn observe(&self, worker: WorkerId, clocks: u64) {
         if let Some(p) = &self.progress {

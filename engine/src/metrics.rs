@@ -15,6 +15,8 @@ pub struct IterRecord {
     pub start_s: f64,
     /// Run time the clock ended (gradients sent).
     pub end_s: f64,
+    /// Wall-clock seconds since the run started when the clock ended (not deterministic).
+    pub wall_s: f64,
     /// Samples processed.
     pub samples: u64,
     /// Seconds computing.
@@ -36,8 +38,10 @@ pub struct IterRecord {
 pub struct IterationRow {
     /// Iterations completed (1-based).
     pub iteration: u64,
-    /// Run time at which the last worker finished this clock.
+    /// Run time at which the last worker finished this clock (virtual in `sim`).
     pub time_s: f64,
+    /// Wall-clock seconds since the start at which the last worker finished this clock.
+    pub wall_s: f64,
     /// Sample-weighted mean training loss.
     pub loss: f64,
     /// Samples processed in this clock over all workers.
@@ -73,6 +77,7 @@ pub fn merge_iterations(per_worker: &[Vec<IterRecord>]) -> Vec<IterationRow> {
             IterationRow {
                 iteration: c as u64 + 1,
                 time_s: recs.iter().map(|r| r.end_s).fold(0.0, f64::max),
+                wall_s: recs.iter().map(|r| r.wall_s).fold(0.0, f64::max),
                 loss,
                 samples,
                 compute_s: recs.iter().map(|r| r.compute_s).collect(),
@@ -224,6 +229,7 @@ mod tests {
             clock: 0,
             start_s: 0.0,
             end_s: end,
+            wall_s: end,
             samples,
             compute_s: 1.0,
             wait_s: 0.0,

@@ -138,6 +138,11 @@ impl RoleCtx {
         self.net.now()
     }
 
+    /// Real (wall-clock) seconds since the run started; not deterministic, for reporting only.
+    pub fn wall_now(&self) -> f64 {
+        self.net.wall_now()
+    }
+
     /// Sets the iteration (clock) the role works on; straggler patterns key on it.
     pub fn set_iter(&mut self, iter: u64) {
         self.iter = iter;
@@ -242,14 +247,19 @@ impl RoleCtx {
             }
         };
         // With no straggler pattern on this role there is nothing to probe: charge in one go.
-        let parts = if self.stragglers.is_empty() { 1 } else { self.progress_points };
+        let parts = if self.stragglers.is_empty() {
+            1
+        } else {
+            self.progress_points
+        };
         let part = nominal / parts as f64;
         let mut charged = 0.0;
         for i in 0..parts {
             let effect = if self.stragglers.is_empty() {
                 Effect::NONE
             } else {
-                self.stragglers.effect(&self.probe(i as f64 / parts as f64, nominal))
+                self.stragglers
+                    .effect(&self.probe(i as f64 / parts as f64, nominal))
             };
             let mut sleep = if i == 0 { effect.extra_delay_s } else { 0.0 };
             sleep += match self.kind {

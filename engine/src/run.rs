@@ -11,6 +11,7 @@ use crate::ids::RoleId;
 use crate::job::{Job, ProgressFn};
 use crate::metrics::{self, IterRecord, IterationRow, Summary, TraceEvent};
 use crate::model::{ModelConfig, ModelSpec, Replica};
+use crate::payload::BlockPayload;
 use crate::ps::{ParamLayout, ParamServer, ReadRecord, RoundRobinPlacement, ServerReport};
 use crate::role::{RoleCtx, RoleStats, RuntimeKind};
 use crate::roles::{Coordinator, CoordinatorReport, Server, Worker, WorkerReport};
@@ -20,7 +21,7 @@ use crate::time::TimeBase;
 use crate::transport::{LinkTraffic, Network};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::task::JoinSet;
 
 /// How to run, beyond the config.
@@ -49,6 +50,13 @@ pub struct RunResult {
     pub coordinator: CoordinatorReport,
     /// Traffic per directed role pair.
     pub traffic: BTreeMap<(RoleId, RoleId), LinkTraffic>,
+}
+
+/// Test-set accuracy and loss of a parameter set, and the values evaluated.
+struct Evaluation {
+    accuracy: f64,
+    loss: f64,
+    values: Vec<Vec<f32>>,
 }
 
 type RoleOutput<T> = (RoleId, Result<T>, RoleStats, Vec<TraceEvent>);
@@ -93,7 +101,7 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
     let memory = asm.memory.clone().ok_or_else(|| missing("memory"))?;
     let stream = SampleStream::new(data.as_ref().map_or(0, |d| d.train.len()), config.seed);
     let init = model.init_values(config.seed);
-    let mut job = Job {
+    let job = Arc::new(Job {
         config: config.clone(),
         cluster: cluster.clone(),
         model,
@@ -103,20 +111,15 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
         stream,
         consistency,
         memory,
-        directed: false,
+        directed: std::sync::OnceLock::new(),
         progress: options.progress.clone(),
-    };
-    // The coordinator is built first: whether it directs batches shapes the workers.
-    let probe_job = Arc::new(Job {
-        progress: None,
-        ..job_clone(&job)
     });
+    // The coordinator is built first: whether it directs batches shapes the workers.
     let coordinator: Box<dyn Coordinator> = match &asm.coordinator {
-        Some(f) => f(probe_job)?,
+        Some(f) => f(job.clone())?,
         None => Box::new(StaticCoordinator),
     };
-    job.directed = coordinator.directs_batches();
-    let job = Arc::new(job);
+    let _ = job.directed.set(coordinator.directs_batches());
     let mut workers: Vec<Box<dyn Worker>> = Vec::new();
     for w in 0..config.workers {
         workers.push(match &asm.worker {
@@ -160,22 +163,6 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
     finish(
         config, asm, &job, w_out, s_out, c_out, traffic, wall_start, &options,
     )
-}
-
-fn job_clone(job: &Job) -> Job {
-    Job {
-        config: job.config.clone(),
-        cluster: job.cluster.clone(),
-        model: job.model.clone(),
-        layout: job.layout.clone(),
-        init: None,
-        data: None,
-        stream: job.stream.clone(),
-        consistency: job.consistency.clone(),
-        memory: job.memory.clone(),
-        directed: false,
-        progress: None,
-    }
 }
 
 type Launched = (
@@ -290,7 +277,6 @@ async fn launch(
         (cctx.id(), r, cctx.stats().clone(), cctx.take_trace())
     });
 
-    let failure: Arc<Mutex<Option<EngineError>>> = Arc::new(Mutex::new(None));
     let body = async {
         let mut w_out = Vec::new();
         while let Some(joined) = worker_set.join_next().await {
@@ -334,7 +320,6 @@ async fn launch(
             format!("the run did not finish within time_limit_s = {limit} s of run time: a role is waiting for a message that never comes (deadlock) or the run is far longer than expected"),
         )),
     };
-    let _ = failure;
     net.close();
     let (mut w_out, mut s_out, c_out) = match outcome {
         Ok(v) => v,
@@ -402,14 +387,19 @@ fn finish(
     let mut rows = metrics::merge_iterations(&worker_records);
     // Evaluate the servers' snapshots offline, as the thesis does: measuring must not perturb the run.
     let replica = Replica::new(&job.model)?;
-    let evaluate = |blocks: &mut dyn Iterator<Item = &crate::payload::BlockPayload>| -> Result<Option<(f64, f64, Vec<Vec<f32>>)>> {
-        let (Some(replica), Some(data)) = (&replica, &job.data) else { return Ok(None) };
+    let evaluate = |blocks: Vec<BlockPayload>| -> Result<Option<Evaluation>> {
+        let (Some(replica), Some(data)) = (&replica, &job.data) else {
+            return Ok(None);
+        };
         let mut values = job.layout.zeros();
-        let collected: Vec<_> = blocks.cloned().collect();
-        job.layout.write_into(&collected, &mut values);
+        job.layout.write_into(&blocks, &mut values);
         replica.set_params(&values)?;
-        let (acc, loss) = replica.evaluate(&data.test.features, &data.test.labels)?;
-        Ok(Some((acc, loss, values)))
+        let (accuracy, loss) = replica.evaluate(&data.test.features, &data.test.labels)?;
+        Ok(Some(Evaluation {
+            accuracy,
+            loss,
+            values,
+        }))
     };
     let snapshot_iters: Vec<u64> = server_reports
         .first()
@@ -423,17 +413,27 @@ fn finish(
         if parts.len() != server_reports.len() {
             continue;
         }
-        if let Some((acc, loss, _)) = evaluate(&mut parts.iter().flat_map(|s| s.blocks.iter()))? {
+        if let Some(e) = evaluate(
+            parts
+                .iter()
+                .flat_map(|s| s.blocks.iter().cloned())
+                .collect(),
+        )? {
             if let Some(row) = rows.get_mut(it as usize - 1) {
-                row.test_accuracy = Some(acc);
-                row.test_loss = Some(loss);
+                row.test_accuracy = Some(e.accuracy);
+                row.test_loss = Some(e.loss);
             }
         }
     }
-    let final_eval = evaluate(&mut server_reports.iter().flat_map(|r| r.blocks.iter()))?;
-    if let (Some(row), Some((acc, loss, _))) = (rows.last_mut(), &final_eval) {
-        row.test_accuracy = Some(*acc);
-        row.test_loss = Some(*loss);
+    let final_eval = evaluate(
+        server_reports
+            .iter()
+            .flat_map(|r| r.blocks.iter().cloned())
+            .collect(),
+    )?;
+    if let (Some(row), Some(e)) = (rows.last_mut(), &final_eval) {
+        row.test_accuracy = Some(e.accuracy);
+        row.test_loss = Some(e.loss);
     }
 
     let run_time = rows.last().map_or(0.0, |r| r.time_s);
@@ -479,14 +479,14 @@ fn finish(
             0.0
         },
         final_loss: rows.last().map_or(f64::NAN, |r| r.loss),
-        final_test_accuracy: final_eval.as_ref().map(|e| e.0),
-        final_test_loss: final_eval.as_ref().map(|e| e.1),
+        final_test_accuracy: final_eval.as_ref().map(|e| e.accuracy),
+        final_test_loss: final_eval.as_ref().map(|e| e.loss),
         bytes_sent: traffic.values().map(|t| t.bytes).sum(),
         messages_sent: traffic.values().map(|t| t.messages).sum(),
         peak_memory,
         figures: coordinator.figures.iter().cloned().collect(),
     };
-    let params = final_eval.map(|(_, _, values)| {
+    let params = final_eval.map(|Evaluation { values, .. }| {
         job.layout
             .params()
             .iter()

@@ -56,6 +56,7 @@ struct State {
 pub struct Network {
     cluster: Arc<Cluster>,
     time: TimeBase,
+    wall_start: std::time::Instant,
     state: Mutex<State>,
     wake: Notify,
     mailboxes: BTreeMap<RoleId, mpsc::UnboundedSender<Envelope>>,
@@ -83,6 +84,7 @@ impl Network {
         let net = Network {
             cluster,
             time,
+            wall_start: std::time::Instant::now(),
             state: Mutex::new(State {
                 queue: BTreeMap::new(),
                 seq: 0,
@@ -106,6 +108,11 @@ impl Network {
     /// Seconds since the run started (virtual in `sim`, real in `wall`).
     pub fn now(&self) -> f64 {
         self.time.now()
+    }
+
+    /// Real seconds since the network (and so the run) was created, in either runtime.
+    pub fn wall_now(&self) -> f64 {
+        self.wall_start.elapsed().as_secs_f64()
     }
 
     /// The run's time base.
@@ -175,7 +182,11 @@ impl Network {
     pub fn control_after_in_flight(&self, to: RoleId, msg: Message) {
         let now = self.time.now();
         let mut st = self.lock();
-        let at = st.queue.keys().next_back().map_or(self.time.instant_at(now), |k| k.0);
+        let at = st
+            .queue
+            .keys()
+            .next_back()
+            .map_or(self.time.instant_at(now), |k| k.0);
         let seq = st.seq;
         st.seq += 1;
         st.queue.insert(
@@ -294,12 +305,23 @@ mod tests {
         let one = bytes / 1e9;
         assert!((first - (one + 10e-6)).abs() < 1e-12, "{first}");
         assert!((second - (2.0 * one + 10e-6)).abs() < 1e-12, "{second}");
-        let got = rx.get_mut(&RoleId::Worker(2)).unwrap().recv().await.unwrap();
+        let got = rx
+            .get_mut(&RoleId::Worker(2))
+            .unwrap()
+            .recv()
+            .await
+            .unwrap();
         assert_eq!(got.from, RoleId::Worker(0));
         let arrived = net.now();
-        assert!((arrived - second).abs() < 1e-6, "delivered at {arrived}, expected {second}");
+        assert!(
+            (arrived - second).abs() < 1e-6,
+            "delivered at {arrived}, expected {second}"
+        );
         let traffic = net.traffic();
-        assert_eq!(traffic[&(RoleId::Worker(0), RoleId::Worker(1))].bytes, bytes as u64);
+        assert_eq!(
+            traffic[&(RoleId::Worker(0), RoleId::Worker(1))].bytes,
+            bytes as u64
+        );
         assert_eq!(traffic[&(RoleId::Worker(0), RoleId::Worker(2))].messages, 1);
         net.close();
         rx.clear();

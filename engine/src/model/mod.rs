@@ -309,7 +309,9 @@ mod tests {
         let replica = Replica::new(&spec).unwrap().unwrap();
         replica.set_params(&spec.init_values(3).unwrap()).unwrap();
         let batch = 5;
-        let x: Vec<f32> = (0..batch * 64).map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0).collect();
+        let x: Vec<f32> = (0..batch * 64)
+            .map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0)
+            .collect();
         let labels = [0u32, 2, 1, 1, 0];
         let full = replica.step(x.clone(), &labels).unwrap();
 
@@ -323,7 +325,12 @@ mod tests {
         let y = Tensor::from_slice(&labels, batch, &Device::Cpu).unwrap();
         let logits_var = candle_core::Var::from_tensor(&logits).unwrap();
         let loss = candle_nn::loss::cross_entropy(logits_var.as_tensor(), &y).unwrap();
-        let mut grad = loss.backward().unwrap().get(logits_var.as_tensor()).unwrap().clone();
+        let mut grad = loss
+            .backward()
+            .unwrap()
+            .get(logits_var.as_tensor())
+            .unwrap()
+            .clone();
         let mut staged = vec![Vec::new(); 2 * model.len()];
         for i in (0..model.len()).rev() {
             let (params, gx) = model.backward_stage(i, &inputs[i], &grad).unwrap();
@@ -333,7 +340,11 @@ mod tests {
             grad = gx;
         }
         for (a, b) in full.grads.iter().zip(&staged) {
-            let diff = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            let diff = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max);
             assert!(diff < 1e-5, "stage gradient differs by {diff}");
         }
     }
@@ -362,9 +373,15 @@ mod tests {
         };
         let e = ModelSpec::resolve(&cfg, &[32], 10).unwrap_err().to_string();
         assert!(e.contains("model.image"), "{e}");
-        let e = ModelSpec::resolve(&ModelConfig::Profile { name: "vgg99".into() }, &[], 0)
-            .unwrap_err()
-            .to_string();
+        let e = ModelSpec::resolve(
+            &ModelConfig::Profile {
+                name: "vgg99".into(),
+            },
+            &[],
+            0,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("vgg99") && e.contains("vgg16"), "{e}");
     }
 }

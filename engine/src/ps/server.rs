@@ -185,7 +185,7 @@ impl ParamServer {
 
     fn maybe_snapshot(&mut self, ctx: &RoleCtx) {
         let iterations = (self.version + 1) as u64;
-        if iterations > 0 && iterations % self.snapshot_every == 0 {
+        if iterations > 0 && iterations.is_multiple_of(self.snapshot_every) {
             self.report.snapshots.push(Snapshot {
                 iterations,
                 time_s: ctx.now(),

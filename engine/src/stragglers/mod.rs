@@ -562,7 +562,7 @@ impl Check {
 }
 
 fn in_filter(filter: &Option<Vec<u32>>, index: u32) -> bool {
-    filter.as_ref().map_or(true, |list| list.contains(&index))
+    filter.as_ref().is_none_or(|list| list.contains(&index))
 }
 
 /// The always-NONE instance for roles a pattern does not touch.
