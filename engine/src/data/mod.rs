@@ -143,7 +143,7 @@ pub const DEFAULT_TEST: usize = 2_000;
 /// — the tanh teacher is close to linear on most inputs —, and a plain-Rust
 /// 32-64-10 tanh MLP student with SGD (batch 256, lr 0.5) reaches 0.94
 /// after 100 steps and 0.95 after 400 (0.90 after 200 steps at lr 0.1);
-/// see the ignored test `student_mlp_reaches_target`. Every class keeps at
+/// see the test `student_mlp_reaches_target`. Every class keeps at
 /// least ~4% of the samples.
 pub const DEFAULT_MARGIN: f32 = 0.25;
 /// Default standard deviation of each Gaussian blob.
