@@ -149,6 +149,8 @@ pub struct Summary {
     pub bytes_sent: u64,
     /// Messages sent over the transport, all roles.
     pub messages_sent: u64,
+    /// Bytes each role sent.
+    pub bytes_sent_by_role: BTreeMap<String, u64>,
     /// Peak memory per role, bytes.
     pub peak_memory: BTreeMap<String, u64>,
     /// Strategy-specific figures.

@@ -483,6 +483,12 @@ fn finish(
         final_test_loss: final_eval.as_ref().map(|e| e.loss),
         bytes_sent: traffic.values().map(|t| t.bytes).sum(),
         messages_sent: traffic.values().map(|t| t.messages).sum(),
+        bytes_sent_by_role: traffic
+            .iter()
+            .fold(BTreeMap::new(), |mut m, ((from, _), t)| {
+                *m.entry(from.label()).or_default() += t.bytes;
+                m
+            }),
         peak_memory,
         figures: coordinator.figures.iter().cloned().collect(),
     };

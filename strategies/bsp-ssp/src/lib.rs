@@ -85,6 +85,9 @@ impl Strategy for Bsp {
         asm.consistency = Some(Arc::new(StaleSynchronous { slack: 0 }));
         Ok(())
     }
+    fn check(&self, asm: &Assembly, _config: &RunConfig) -> Result<()> {
+        needs_parameter_server(self.name(), asm)
+    }
 }
 
 /// Options of `ssp`: `[strategy.ssp] slack = 1`.
@@ -132,6 +135,9 @@ impl Strategy for Ssp {
         asm.consistency = Some(Arc::new(StaleSynchronous { slack: o.slack }));
         Ok(())
     }
+    fn check(&self, asm: &Assembly, _config: &RunConfig) -> Result<()> {
+        needs_parameter_server(self.name(), asm)
+    }
 }
 
 /// The `asp` strategy.
@@ -157,6 +163,20 @@ impl Strategy for Asp {
         parse_options::<NoOptions>(self.name(), options)?;
         asm.consistency = Some(Arc::new(Asynchronous));
         Ok(())
+    }
+    fn check(&self, asm: &Assembly, _config: &RunConfig) -> Result<()> {
+        needs_parameter_server(self.name(), asm)
+    }
+}
+
+/// A consistency rule only means something to the engine's parameter server: a strategy that
+/// replaces the server role cannot be combined with one.
+fn needs_parameter_server(name: &str, asm: &Assembly) -> Result<()> {
+    match asm.owners().get(&Slot::Server) {
+        Some(other) => Err(EngineError::Composition(format!(
+            "`{name}` sets the parameter server's consistency, but `{other}` replaces the server role; they cannot be combined"
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -187,6 +207,37 @@ mod tests {
         assert_eq!(ssp.min_version(5), Some(3));
         assert_eq!(Asynchronous.min_version(5), None);
         assert_eq!(Asynchronous.apply_mode(), ApplyMode::OnArrival);
+    }
+
+    /// A stand-in strategy that replaces the server role.
+    struct OwnServer;
+
+    impl Strategy for OwnServer {
+        fn name(&self) -> &'static str {
+            "own-server"
+        }
+        fn summary(&self) -> &'static str {
+            "test double"
+        }
+        fn slots(&self) -> &'static [Slot] {
+            &[Slot::Server]
+        }
+        fn install(&self, _: Option<&toml::Value>, _: &RunConfig, _: &mut Assembly) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn consistency_without_the_parameter_server_is_an_invalid_combination() {
+        let mut registry = Registry::new();
+        register(&mut registry).unwrap();
+        registry.register(Arc::new(OwnServer)).unwrap();
+        let cfg = RunConfig {
+            strategies: vec!["ssp".into(), "own-server".into()],
+            ..RunConfig::default()
+        };
+        let e = registry.compose(&cfg).err().unwrap().to_string();
+        assert!(e.contains("`ssp`") && e.contains("`own-server`"), "{e}");
     }
 
     #[test]
