@@ -101,7 +101,8 @@ fn overhead(case: &Case) -> anyhow::Result<(f64, f64)> {
         Ok(t.elapsed().as_secs_f64())
     };
     engine_secs(case.iterations)?; // warm-up
-    let engine = best_of(REPEATS, || engine_secs(2 * case.iterations))? - best_of(REPEATS, || engine_secs(case.iterations))?;
+    let engine = best_of(REPEATS, || engine_secs(2 * case.iterations))?
+        - best_of(REPEATS, || engine_secs(case.iterations))?;
     let cfg = config(case);
 
     let split = cfg.data.load(cfg.seed)?;
