@@ -194,6 +194,8 @@ impl Worker for DataParallelWorker {
                 ctx.send(RoleId::Server(s), msg);
             }
             let compute_s = compute_end - read_done;
+            ctx.set_iter(clock + 1);
+            let next_signals = ctx.resource_signals().map(|s| (s.cpu, s.mem));
             let report = Report {
                 clock,
                 samples: d.batch,

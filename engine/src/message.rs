@@ -43,6 +43,9 @@ pub struct Report {
     pub loss: f64,
     /// Processing speed in samples per second of compute.
     pub speed: f64,
+    /// Resource signals (CPU load share, memory pressure, in [0, 1]) read at the start of the
+    /// next clock, where the straggler injector exposes them (LB-BSP's NARX inputs).
+    pub next_signals: Option<(f64, f64)>,
 }
 
 /// A message between roles.
