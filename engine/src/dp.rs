@@ -208,6 +208,7 @@ impl Worker for DataParallelWorker {
                 } else {
                     0.0
                 },
+                next_signals,
             };
             ctx.send(RoleId::Coordinator, Message::Report(report));
             records.push(IterRecord {
