@@ -116,12 +116,13 @@ impl Worker for DataParallelWorker {
         for clock in 0..job.config.iterations {
             ctx.set_iter(clock);
             let start = ctx.now();
-            let d = self.directive(ctx, clock).await?;
-            // Read parameters at the version the consistency rule requires.
+            // Read parameters at the version the consistency rule requires; the read is in flight
+            // while the worker waits for its directive, so the two round trips overlap.
             let min_version = job.consistency.min_version(clock);
             for s in 0..servers {
                 ctx.send(RoleId::Server(s), Message::Pull { clock, min_version });
             }
+            let d = self.directive(ctx, clock).await?;
             let (mut version_read, mut last_served) = (i64::MAX, start);
             for _ in 0..servers {
                 let env = ctx

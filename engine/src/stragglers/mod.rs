@@ -34,6 +34,7 @@ mod jitter;
 mod persistent;
 mod power_law;
 mod rng;
+mod rotation;
 mod server;
 mod sleeps;
 mod slow_worker;
@@ -383,6 +384,18 @@ pub enum StragglerConfig {
         #[serde(default = "d_one")]
         max: f64,
     },
+    /// LB-BSP's GPU-cluster network variation: the workers' NIC bandwidth cycles through
+    /// `factors`, each held for `period_s` seconds (480 → 160 Mbit/s is `[1.0, 0.3333]`).
+    /// Worker-only; compute is untouched.
+    BandwidthRotation {
+        /// Workers affected (None = all).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workers: Option<Vec<u32>>,
+        /// Seconds each factor is held (> 0).
+        period_s: f64,
+        /// Bandwidth multipliers in rotation order (each > 0, at least one).
+        factors: Vec<f64>,
+    },
     /// PSLD scheduled server slowdown: from `start_s` to `end_s` (exclusive; None = forever),
     /// the servers get `bandwidth_factor`, `cpu_factor` (service time multiplier) and
     /// `per_request_s`. Deterministic. Server-only.
@@ -587,6 +600,7 @@ impl StragglerConfig {
             StragglerConfig::ProbabilisticSleep { .. } => "probabilistic-sleep",
             StragglerConfig::Contention { .. } => "contention",
             StragglerConfig::TraceLike { .. } => "trace-like",
+            StragglerConfig::BandwidthRotation { .. } => "bandwidth-rotation",
             StragglerConfig::SlowServer { .. } => "slow-server",
             StragglerConfig::ServerMarkov { .. } => "server-markov",
             StragglerConfig::Jitter { .. } => "jitter",
@@ -773,6 +787,18 @@ impl StragglerConfig {
                 }
                 Ok(())
             }
+            StragglerConfig::BandwidthRotation {
+                period_s, factors, ..
+            } => {
+                c.pos("period_s", *period_s)?;
+                if factors.is_empty() {
+                    return Err(c.err("factors", "[]", "at least one factor"));
+                }
+                for f in factors {
+                    c.pos("factors", *f)?;
+                }
+                Ok(())
+            }
             StragglerConfig::SlowServer {
                 start_s,
                 end_s,
@@ -838,6 +864,9 @@ impl StragglerConfig {
                 include_servers,
                 ..
             } => (kind == Worker || *include_servers) && in_filter(machines, machine),
+            StragglerConfig::BandwidthRotation { workers, .. } => {
+                kind == Worker && in_filter(workers, index)
+            }
             StragglerConfig::SlowServer { servers, .. }
             | StragglerConfig::ServerMarkov { servers, .. } => {
                 kind == Server && in_filter(servers, index)
@@ -993,6 +1022,12 @@ impl StragglerConfig {
                 *min,
                 *max,
             )),
+            StragglerConfig::BandwidthRotation {
+                period_s, factors, ..
+            } => Box::new(rotation::BandwidthRotation {
+                period_s: *period_s,
+                factors: factors.clone(),
+            }),
             StragglerConfig::SlowServer {
                 start_s,
                 end_s,
