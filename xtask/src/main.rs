@@ -3,7 +3,10 @@
 //! - `train [args]`: run a training job (same arguments as `concord train`).
 //! - `ci`: what CI runs: format check, clippy with warnings denied, the whole test suite.
 //! - `bench-engine`: engine overhead vs a plain candle loop, and throughput-mode scale.
+//! - `bench --suite NAME [--filter S] [--jobs N] [--force]`: the cross-strategy benchmark
+//!   matrix (`bench/NAME.toml` → `bench/out/NAME/`: results.csv, REPORT.md, plots).
 
+mod bench;
 mod bench_engine;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +32,9 @@ enum Task {
     Ci,
     /// Engine overhead vs a plain candle loop, and a VGG16 throughput-mode run at scale.
     BenchEngine,
+    /// The cross-strategy benchmark matrix of a suite (`bench/<suite>.toml`): results.csv,
+    /// REPORT.md and SVG plots in bench/out/<suite>/.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +56,16 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("xtask bench-engine: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Task::Bench(args) => match bench::run(&args) {
+            Ok(run) => {
+                bench::print_done(&run);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("xtask bench: {e:#}");
                 ExitCode::FAILURE
             }
         },
@@ -79,5 +95,8 @@ fn ci() -> anyhow::Result<()> {
         "warnings",
     ])?;
     cargo(&["test", "--workspace", "--release"])?;
+    // The smoke suite, and a check that its CSV has every strategy × scenario × seed cell.
+    eprintln!("+ cargo xtask bench --suite smoke (and check results.csv)");
+    bench::ci_smoke()?;
     Ok(())
 }

@@ -1,0 +1,935 @@
+//! The report of a suite: `results.csv`, `REPORT.md` and the SVG plots in `plots/`.
+//!
+//! Everything here is a pure function of the cells' results, the suite and the code version, so
+//! a re-run writes the same files (no wall-clock figures go into them).
+
+use super::plot::{self, Bars, Labels, Line, Reference};
+use super::runner::CellResult;
+use super::suite::{show_value, Cell, Claim, Direction, Scenario, Suite, Target};
+use super::BenchError;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Metrics a claim can name (the CSV columns), with what they measure.
+pub const METRICS: &[(&str, &str)] = &[
+    ("time_per_iteration_s", "virtual seconds per iteration"),
+    (
+        "time_to_target_s",
+        "virtual seconds until the scenario's target",
+    ),
+    ("run_time_s", "virtual seconds of the whole run"),
+    ("final_loss", "training loss of the last iteration"),
+    ("final_accuracy", "test accuracy at the end"),
+    ("efficiency", "ideal time / achieved time"),
+    ("wait_share", "share of worker time waiting for parameters"),
+    ("bytes_sent", "bytes moved over the transport"),
+    ("throughput_samples_per_s", "samples per virtual second"),
+    (
+        "peak_worker_memory_bytes",
+        "largest peak memory of a worker",
+    ),
+];
+
+/// One row of `results.csv`: one cell with one seed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// Suite name.
+    pub suite: String,
+    /// Scenario label (with ` key=value` when swept).
+    pub scenario: String,
+    /// Strategy label.
+    pub strategy: String,
+    /// Seed.
+    pub seed: u64,
+    /// Swept key, if the scenario is swept.
+    pub sweep_key: Option<String>,
+    /// Swept value, if the scenario is swept.
+    pub sweep_value: Option<String>,
+    /// Iterations completed.
+    pub iterations: u64,
+    /// Mean virtual seconds per iteration.
+    pub time_per_iteration_s: f64,
+    /// First virtual time the scenario's target was reached (empty: no target, or never).
+    pub time_to_target_s: Option<f64>,
+    /// Virtual seconds of the whole run.
+    pub run_time_s: f64,
+    /// Training loss of the last iteration.
+    pub final_loss: Option<f64>,
+    /// Test accuracy at the end.
+    pub final_accuracy: Option<f64>,
+    /// Ideal / achieved time.
+    pub efficiency: f64,
+    /// Share of worker time waiting for parameters.
+    pub wait_share: f64,
+    /// Bytes moved over the transport.
+    pub bytes_sent: u64,
+    /// Largest peak memory of a worker, bytes.
+    pub peak_worker_memory_bytes: u64,
+    /// Largest peak memory of a server, bytes.
+    pub peak_server_memory_bytes: u64,
+    /// Samples per virtual second.
+    pub throughput_samples_per_s: f64,
+}
+
+impl Row {
+    /// The value of a metric named in [`METRICS`].
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        match name {
+            "time_per_iteration_s" => Some(self.time_per_iteration_s),
+            "time_to_target_s" => self.time_to_target_s,
+            "run_time_s" => Some(self.run_time_s),
+            "final_loss" => self.final_loss,
+            "final_accuracy" => self.final_accuracy,
+            "efficiency" => Some(self.efficiency),
+            "wait_share" => Some(self.wait_share),
+            "bytes_sent" => Some(self.bytes_sent as f64),
+            "throughput_samples_per_s" => Some(self.throughput_samples_per_s),
+            "peak_worker_memory_bytes" => Some(self.peak_worker_memory_bytes as f64),
+            _ => None,
+        }
+    }
+}
+
+/// The first virtual time a curve reaches `target`: test accuracy ≥ target accuracy (at an
+/// evaluation), or training loss ≤ target loss.
+pub fn time_to_target(result: &CellResult, target: &Target) -> Option<f64> {
+    result
+        .curve
+        .iter()
+        .find(|p| match (target.accuracy, target.loss) {
+            (Some(a), _) => p.test_accuracy.is_some_and(|x| x >= a),
+            (None, Some(l)) => p.loss.is_some_and(|x| x <= l),
+            (None, None) => false,
+        })
+        .map(|p| p.time_s)
+}
+
+/// One CSV row per cell that has a result, in cell order.
+pub fn rows(
+    suite: &Suite,
+    scenarios: &[Scenario],
+    cells: &[Cell],
+    results: &[Option<CellResult>],
+) -> Vec<Row> {
+    cells
+        .iter()
+        .zip(results)
+        .filter_map(|(cell, r)| {
+            let r = r.as_ref()?;
+            let sc = &scenarios[cell.scenario];
+            let m = &r.metrics;
+            Some(Row {
+                suite: suite.name.clone(),
+                scenario: sc.label.clone(),
+                strategy: suite.strategies[cell.strategy].label.clone(),
+                seed: cell.seed,
+                sweep_key: sc.swept.as_ref().map(|(k, _)| k.clone()),
+                sweep_value: sc.swept.as_ref().map(|(_, v)| show_value(v)),
+                iterations: m.iterations,
+                time_per_iteration_s: m.time_per_iteration_s,
+                time_to_target_s: sc.spec.target.as_ref().and_then(|t| time_to_target(r, t)),
+                run_time_s: m.run_time_s,
+                final_loss: m.final_loss,
+                final_accuracy: m.final_accuracy,
+                efficiency: m.efficiency,
+                wait_share: m.wait_share,
+                bytes_sent: m.bytes_sent,
+                peak_worker_memory_bytes: m.peak_worker_memory_bytes,
+                peak_server_memory_bytes: m.peak_server_memory_bytes,
+                throughput_samples_per_s: m.throughput_samples_per_s,
+            })
+        })
+        .collect()
+}
+
+/// Writes `rows` as CSV with a header.
+pub fn write_csv(path: &Path, rows: &[Row]) -> Result<(), BenchError> {
+    let bad = |e: csv::Error| BenchError::Output {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let mut w = csv::Writer::from_path(path).map_err(bad)?;
+    for r in rows {
+        w.serialize(r).map_err(bad)?;
+    }
+    w.flush().map_err(|e| bad(e.into()))?;
+    Ok(())
+}
+
+/// Reads `results.csv` back.
+pub fn read_csv(path: &Path) -> Result<Vec<Row>, BenchError> {
+    let bad = |e: csv::Error| BenchError::Output {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let mut r = csv::Reader::from_path(path).map_err(bad)?;
+    r.deserialize().map(|row| row.map_err(bad)).collect()
+}
+
+/// The (scenario, strategy, seed) triples a suite expects in its CSV.
+pub fn expected_cells(
+    suite: &Suite,
+    scenarios: &[Scenario],
+    cells: &[Cell],
+) -> BTreeSet<(String, String, u64)> {
+    cells
+        .iter()
+        .map(|c| {
+            (
+                scenarios[c.scenario].label.clone(),
+                suite.strategies[c.strategy].label.clone(),
+                c.seed,
+            )
+        })
+        .collect()
+}
+
+/// Mean, min and max of a metric over seeds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stat {
+    /// Mean.
+    pub mean: f64,
+    /// Minimum.
+    pub min: f64,
+    /// Maximum.
+    pub max: f64,
+    /// Seeds that have a value.
+    pub n: usize,
+}
+
+impl Stat {
+    /// The stat of the values present, or `None` if none is.
+    pub fn of(values: impl Iterator<Item = Option<f64>>) -> Option<Stat> {
+        let v: Vec<f64> = values.flatten().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        Some(Stat {
+            mean: v.iter().sum::<f64>() / v.len() as f64,
+            min: v.iter().copied().fold(f64::INFINITY, f64::min),
+            max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            n: v.len(),
+        })
+    }
+
+    fn triple(&self) -> (f64, f64, f64) {
+        (self.mean, self.min, self.max)
+    }
+}
+
+/// The rows of one strategy in one scenario.
+fn cell_rows<'a>(rows: &'a [Row], scenario: &str, strategy: &str) -> Vec<&'a Row> {
+    rows.iter()
+        .filter(|r| r.scenario == scenario && r.strategy == strategy)
+        .collect()
+}
+
+/// A metric's stat over seeds for one strategy in one scenario.
+pub fn stat(rows: &[Row], scenario: &str, strategy: &str, metric: &str) -> Option<Stat> {
+    Stat::of(
+        cell_rows(rows, scenario, strategy)
+            .into_iter()
+            .map(|r| r.metric(metric)),
+    )
+}
+
+/// A claim's measurement: the strategy's and the baseline's means and the relative difference
+/// in the claimed direction (positive = the claimed direction).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClaimCheck {
+    /// Strategy mean.
+    pub value: f64,
+    /// Baseline mean.
+    pub baseline: f64,
+    /// (baseline − value)/|baseline| for `less`, (value − baseline)/|baseline| for `greater`.
+    pub relative: f64,
+    /// Whether the measurement upholds the claim (direction and size).
+    pub holds: bool,
+}
+
+/// Measures a claim in a scenario; `None` without data for both sides.
+pub fn check_claim(rows: &[Row], scenario: &str, claim: &Claim) -> Option<ClaimCheck> {
+    let value = stat(rows, scenario, &claim.strategy, &claim.metric)?.mean;
+    let baseline = stat(rows, scenario, &claim.baseline, &claim.metric)?.mean;
+    let scale = baseline.abs();
+    let diff = match claim.expect {
+        Direction::Less => baseline - value,
+        Direction::Greater => value - baseline,
+    };
+    let relative = if scale > 0.0 {
+        diff / scale
+    } else if diff == 0.0 {
+        0.0
+    } else {
+        diff.signum() * f64::INFINITY
+    };
+    let holds = relative >= claim.by_at_least && claim.by_at_most.is_none_or(|m| relative <= m);
+    Some(ClaimCheck {
+        value,
+        baseline,
+        relative,
+        holds,
+    })
+}
+
+/// A file-name-safe form of a label.
+pub fn slug(label: &str) -> String {
+    let mut s = String::new();
+    for c in label.chars() {
+        if c.is_ascii_alphanumeric() || c == '.' {
+            s.push(c.to_ascii_lowercase());
+        } else if !s.ends_with('-') {
+            s.push('-');
+        }
+    }
+    s.trim_matches('-').to_string()
+}
+
+fn ms(x: f64) -> String {
+    format!("{:.4}", x * 1e3)
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+fn plain(x: f64) -> String {
+    format!("{x:.4}")
+}
+
+fn mb(x: f64) -> String {
+    format!("{:.2}", x / 1e6)
+}
+
+fn kib(x: f64) -> String {
+    format!("{:.1}", x / 1024.0)
+}
+
+/// `mean (min–max)`, or `mean` for a single seed, or `–`.
+fn show(s: Option<Stat>, f: fn(f64) -> String) -> String {
+    match s {
+        None => "–".into(),
+        Some(s) if s.n == 1 || s.min == s.max => f(s.mean),
+        Some(s) => format!("{} ({}–{})", f(s.mean), f(s.min), f(s.max)),
+    }
+}
+
+/// A metric's value with its unit, for claim lines.
+fn metric_value(metric: &str, v: f64) -> String {
+    match metric {
+        "bytes_sent" => format!("{} MB", mb(v)),
+        "peak_worker_memory_bytes" => format!("{} KiB", kib(v)),
+        "wait_share" => pct(v),
+        m if m.ends_with("_s") => format!("{} ms", ms(v)),
+        _ => plain(v),
+    }
+}
+
+fn describe_claim(c: &Claim) -> String {
+    let dir = match c.expect {
+        Direction::Less => "less",
+        Direction::Greater => "greater",
+    };
+    let size = match c.by_at_most {
+        Some(m) => format!("by {}–{}", pct(c.by_at_least), pct(m)),
+        None if c.by_at_least > 0.0 => format!("by ≥ {}", pct(c.by_at_least)),
+        None => String::new(),
+    };
+    format!(
+        "`{}`: {} {dir} than {} {size}",
+        c.metric, c.strategy, c.baseline
+    )
+    .trim_end()
+    .to_string()
+}
+
+fn describe_check(c: &Claim, check: Option<&ClaimCheck>) -> (String, String) {
+    match check {
+        None => ("no data".into(), "–".into()),
+        Some(k) => {
+            let dir = match c.expect {
+                Direction::Less => "less",
+                Direction::Greater => "greater",
+            };
+            (
+                format!(
+                    "{} {} vs {} {}: {} {dir}",
+                    c.strategy,
+                    metric_value(&c.metric, k.value),
+                    c.baseline,
+                    metric_value(&c.metric, k.baseline),
+                    pct(k.relative)
+                ),
+                if k.holds { "✓" } else { "✗" }.into(),
+            )
+        }
+    }
+}
+
+/// The inputs of a report.
+pub struct ReportInput<'a> {
+    /// The suite.
+    pub suite: &'a Suite,
+    /// Its scenarios, expanded.
+    pub scenarios: &'a [Scenario],
+    /// Its cells.
+    pub cells: &'a [Cell],
+    /// Each cell's result, where available.
+    pub results: &'a [Option<CellResult>],
+    /// The code version the results were made from.
+    pub code_version: &'a str,
+}
+
+/// Writes `results.csv`, `REPORT.md` and `plots/*.svg` into `dir`; returns the rows.
+pub fn write_all(dir: &Path, input: &ReportInput<'_>) -> Result<Vec<Row>, BenchError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| BenchError::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let rows = rows(input.suite, input.scenarios, input.cells, input.results);
+    write_csv(&dir.join("results.csv"), &rows)?;
+    let plots_dir = dir.join("plots");
+    if plots_dir.exists() {
+        std::fs::remove_dir_all(&plots_dir).map_err(io(&plots_dir))?;
+    }
+    std::fs::create_dir_all(&plots_dir).map_err(io(&plots_dir))?;
+    let plots = write_plots(&plots_dir, input, &rows).map_err(|e| BenchError::Output {
+        path: plots_dir.clone(),
+        reason: format!("{e:#}"),
+    })?;
+    let md = markdown(input, &rows, &plots);
+    let path = dir.join("REPORT.md");
+    std::fs::write(&path, md).map_err(io(&path))?;
+    Ok(rows)
+}
+
+/// The plot files written, by what they show.
+#[derive(Debug, Default)]
+struct Plots {
+    /// Per scenario label: loss plot file, accuracy plot file.
+    curves: Vec<(String, String, Option<String>)>,
+    /// Suite-wide bar charts.
+    overview: Vec<String>,
+    /// Per sweep group: plot files.
+    sweeps: Vec<(String, Vec<String>)>,
+}
+
+fn write_plots(dir: &Path, input: &ReportInput<'_>, rows: &[Row]) -> anyhow::Result<Plots> {
+    let suite = input.suite;
+    let mut plots = Plots::default();
+    let labels: Vec<&str> = suite.strategies.iter().map(|s| s.label.as_str()).collect();
+    let first_seed = suite.seeds[0];
+    for (si, sc) in input.scenarios.iter().enumerate() {
+        let curve = |strategy: usize| {
+            input
+                .cells
+                .iter()
+                .zip(input.results)
+                .find(|(c, _)| c.scenario == si && c.strategy == strategy && c.seed == first_seed)
+                .and_then(|(_, r)| r.as_ref())
+        };
+        let mut loss = Vec::new();
+        let mut acc = Vec::new();
+        for (ti, label) in labels.iter().enumerate() {
+            let Some(r) = curve(ti) else { continue };
+            loss.push(Line {
+                label: label.to_string(),
+                points: r
+                    .curve
+                    .iter()
+                    .filter_map(|p| p.loss.map(|l| (p.time_s, l)))
+                    .collect(),
+            });
+            let a: Vec<(f64, f64)> = r
+                .curve
+                .iter()
+                .filter_map(|p| p.test_accuracy.map(|a| (p.time_s, a)))
+                .collect();
+            if !a.is_empty() {
+                acc.push(Line {
+                    label: label.to_string(),
+                    points: a,
+                });
+            }
+        }
+        if loss.iter().all(|l| l.points.is_empty()) {
+            continue;
+        }
+        let slug = slug(&sc.label);
+        let loss_file = format!("loss-{slug}.svg");
+        plot::lines(
+            &dir.join(&loss_file),
+            &Labels {
+                title: format!(
+                    "Training loss vs virtual time: {} (seed {first_seed})",
+                    sc.label
+                ),
+                x: "virtual time (s)".into(),
+                y: "training loss".into(),
+            },
+            &loss,
+            false,
+            None,
+            plotters::prelude::SeriesLabelPosition::UpperRight,
+        )?;
+        let acc_file = if acc.is_empty() {
+            None
+        } else {
+            let f = format!("accuracy-{slug}.svg");
+            let target = sc.spec.target.and_then(|t| t.accuracy).map(|a| Reference {
+                y: a,
+                label: format!("target {a}"),
+            });
+            plot::lines(
+                &dir.join(&f),
+                &Labels {
+                    title: format!(
+                        "Test accuracy vs virtual time: {} (seed {first_seed})",
+                        sc.label
+                    ),
+                    x: "virtual time (s)".into(),
+                    y: "test accuracy".into(),
+                },
+                &acc,
+                true,
+                target.as_ref(),
+                plotters::prelude::SeriesLabelPosition::LowerRight,
+            )?;
+            Some(f)
+        };
+        plots.curves.push((sc.label.clone(), loss_file, acc_file));
+    }
+
+    let groups: Vec<String> = input.scenarios.iter().map(|s| s.label.clone()).collect();
+    let bars = |metric: &str| -> Vec<Bars> {
+        labels
+            .iter()
+            .map(|l| Bars {
+                label: l.to_string(),
+                values: groups
+                    .iter()
+                    .map(|g| stat(rows, g, l, metric).map(|s| s.triple()))
+                    .collect(),
+            })
+            .collect()
+    };
+    if !groups.is_empty() && !rows.is_empty() {
+        let mut t = bars("time_per_iteration_s");
+        for b in &mut t {
+            for (m, lo, hi) in b.values.iter_mut().flatten() {
+                *m *= 1e3;
+                *lo *= 1e3;
+                *hi *= 1e3;
+            }
+        }
+        plot::grouped_bars(
+            &dir.join("time-per-iteration.svg"),
+            &Labels {
+                title: format!("Time per iteration by strategy: suite {}", suite.name),
+                x: "scenario".into(),
+                y: "virtual time per iteration (ms)".into(),
+            },
+            &groups,
+            &t,
+            None,
+        )?;
+        plot::grouped_bars(
+            &dir.join("efficiency.svg"),
+            &Labels {
+                title: format!("Efficiency vs ideal by strategy: suite {}", suite.name),
+                x: "scenario".into(),
+                y: "efficiency (ideal time / achieved time)".into(),
+            },
+            &groups,
+            &bars("efficiency"),
+            Some(&Reference {
+                y: 1.0,
+                label: "ideal".into(),
+            }),
+        )?;
+        plots.overview = vec!["time-per-iteration.svg".into(), "efficiency.svg".into()];
+    }
+
+    for (group, members) in sweep_groups(input.scenarios) {
+        let key = members[0].swept.as_ref().map_or("", |(k, _)| k.as_str());
+        let xs: Vec<Option<f64>> = members
+            .iter()
+            .map(|s| s.swept.as_ref().and_then(|(_, v)| numeric(v)))
+            .collect();
+        let numeric_x = xs.iter().all(Option::is_some);
+        let x_of = |i: usize| {
+            if numeric_x {
+                xs[i].unwrap_or(i as f64)
+            } else {
+                i as f64
+            }
+        };
+        let mut files = Vec::new();
+        for (metric, name, scale, unit) in [
+            (
+                "time_per_iteration_s",
+                "time per iteration",
+                1e3,
+                "virtual ms per iteration",
+            ),
+            (
+                "efficiency",
+                "efficiency",
+                1.0,
+                "efficiency (ideal / achieved)",
+            ),
+        ] {
+            let lines: Vec<Line> = labels
+                .iter()
+                .map(|l| Line {
+                    label: l.to_string(),
+                    points: members
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, s)| {
+                            stat(rows, &s.label, l, metric).map(|st| (x_of(i), st.mean * scale))
+                        })
+                        .collect(),
+                })
+                .filter(|l| !l.points.is_empty())
+                .collect();
+            if lines.is_empty() {
+                continue;
+            }
+            let f = format!("sweep-{}-{}.svg", slug(group), slug(name));
+            plot::lines(
+                &dir.join(&f),
+                &Labels {
+                    title: format!("{name} vs {key}: {group} (mean over seeds)"),
+                    x: if numeric_x {
+                        key.to_string()
+                    } else {
+                        format!("{key} (value index)")
+                    },
+                    y: unit.into(),
+                },
+                &lines,
+                true,
+                None,
+                plotters::prelude::SeriesLabelPosition::UpperRight,
+            )?;
+            files.push(f);
+        }
+        plots.sweeps.push((group.to_string(), files));
+    }
+    Ok(plots)
+}
+
+fn numeric(v: &toml::Value) -> Option<f64> {
+    match v {
+        toml::Value::Integer(i) => Some(*i as f64),
+        toml::Value::Float(f) => Some(*f),
+        _ => None,
+    }
+}
+
+/// Swept scenarios grouped by the scenario they came from, in suite order.
+fn sweep_groups(scenarios: &[Scenario]) -> Vec<(&str, Vec<&Scenario>)> {
+    let mut out: Vec<(&str, Vec<&Scenario>)> = Vec::new();
+    for s in scenarios.iter().filter(|s| s.swept.is_some()) {
+        match out.iter_mut().find(|(g, _)| *g == s.group) {
+            Some((_, v)) => v.push(s),
+            None => out.push((s.group.as_str(), vec![s])),
+        }
+    }
+    out
+}
+
+/// The strategy marked best in a scenario: lowest mean time to target where the scenario has a
+/// target (among strategies that reached it with every seed), else lowest mean time per
+/// iteration.
+fn best(rows: &[Row], suite: &Suite, scenario: &Scenario) -> Option<String> {
+    let seeds = suite.seeds.len();
+    let pick = |metric: &str, need_all: bool| {
+        suite
+            .strategies
+            .iter()
+            .filter_map(|s| {
+                let st = stat(rows, &scenario.label, &s.label, metric)?;
+                (!need_all || st.n == seeds).then_some((st.mean, s.label.clone()))
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, l)| l)
+    };
+    if scenario.spec.target.is_some() {
+        if let Some(b) = pick("time_to_target_s", true) {
+            return Some(b);
+        }
+    }
+    pick("time_per_iteration_s", false)
+}
+
+fn markdown(input: &ReportInput<'_>, rows: &[Row], plots: &Plots) -> String {
+    let suite = input.suite;
+    let mut md = String::new();
+    let seeds: Vec<String> = suite.seeds.iter().map(u64::to_string).collect();
+    let expected = input.cells.len();
+    let _ = writeln!(md, "# Bench report: suite `{}`\n", suite.name);
+    if !suite.description.is_empty() {
+        let _ = writeln!(md, "{}\n", suite.description.trim());
+    }
+    let _ = writeln!(md, "- **Code version:** `{}`", input.code_version);
+    let _ = writeln!(md, "- **Seeds:** {}", seeds.join(", "));
+    let _ = writeln!(
+        md,
+        "- **Cells:** {} scenarios × {} strategies × {} seeds = {expected} runs; {} with results{}",
+        input.scenarios.len(),
+        suite.strategies.len(),
+        suite.seeds.len(),
+        rows.len(),
+        if rows.len() < expected {
+            " (the rest were filtered out, or failed: rerun without `--filter`)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        md,
+        "- **Runtime:** `sim`: every time is virtual seconds, and the same code version and \
+         config give the same numbers bit for bit."
+    );
+    let _ = writeln!(
+        md,
+        "- **Suite file:** `bench/{}.toml`; per-run numbers in `results.csv`.",
+        suite.name
+    );
+    let _ = writeln!(
+        md,
+        "- **Columns:** mean over seeds, with (min–max) when seeds differ. ★ marks the best \
+         strategy (lowest time to target where the scenario has one, else lowest time per \
+         iteration); speed-up is `{}`'s time per iteration over the strategy's.\n",
+        suite.baseline
+    );
+    let strategies: Vec<String> = suite
+        .strategies
+        .iter()
+        .map(|s| {
+            let opts = if s.options.is_empty() {
+                String::new()
+            } else {
+                format!(" with `{}`", inline(&s.options))
+            };
+            format!("`{}` = [{}]{opts}", s.label, s.strategies.join(", "))
+        })
+        .collect();
+    let _ = writeln!(md, "Strategies: {}.\n", strategies.join("; "));
+
+    let claims: Vec<(&Scenario, &Claim)> = input
+        .scenarios
+        .iter()
+        .filter_map(|s| s.spec.claim.as_ref().map(|c| (s, c)))
+        .collect();
+    if !claims.is_empty() {
+        let _ = writeln!(md, "## Paper claims\n");
+        let _ = writeln!(
+            md,
+            "| scenario | claim | source | checked as | measured | verdict |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|");
+        for (s, c) in &claims {
+            let check = check_claim(rows, &s.label, c);
+            let (measured, verdict) = describe_check(c, check.as_ref());
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} |",
+                s.label,
+                c.text,
+                c.source,
+                describe_claim(c),
+                measured,
+                verdict
+            );
+        }
+        md.push('\n');
+    }
+
+    if !plots.overview.is_empty() {
+        let _ = writeln!(md, "## Overview\n");
+        for f in &plots.overview {
+            let _ = writeln!(md, "![{f}](plots/{f})\n");
+        }
+    }
+
+    let groups = sweep_groups(input.scenarios);
+    if !groups.is_empty() {
+        let _ = writeln!(md, "## Sweeps\n");
+        for (group, members) in &groups {
+            let key = members[0].swept.as_ref().map_or("", |(k, _)| k.as_str());
+            let _ = writeln!(md, "### `{group}`: time per iteration (ms) vs `{key}`\n");
+            let mut header = format!("| {key} |");
+            let mut rule = "|---|".to_string();
+            for s in &suite.strategies {
+                let _ = write!(header, " {} |", s.label);
+                rule.push_str("---|");
+            }
+            let _ = writeln!(md, "{header}\n{rule}");
+            for m in members {
+                let v = m
+                    .swept
+                    .as_ref()
+                    .map_or(String::new(), |(_, v)| show_value(v));
+                let mut line = format!("| {v} |");
+                for s in &suite.strategies {
+                    let st = stat(rows, &m.label, &s.label, "time_per_iteration_s");
+                    let _ = write!(line, " {} |", show(st, ms));
+                }
+                let _ = writeln!(md, "{line}");
+            }
+            md.push('\n');
+            if let Some((_, files)) = plots.sweeps.iter().find(|(g, _)| g == group) {
+                for f in files {
+                    let _ = writeln!(md, "![{f}](plots/{f})\n");
+                }
+            }
+        }
+    }
+
+    let _ = writeln!(md, "## Scenarios\n");
+    for sc in input.scenarios {
+        let _ = writeln!(md, "### {}\n", sc.label);
+        if !sc.spec.description.is_empty() {
+            let _ = writeln!(md, "{}\n", sc.spec.description.trim());
+        }
+        let mut setup = Vec::new();
+        if let Some(f) = &sc.spec.file {
+            setup.push(format!("from `{f}`"));
+        }
+        if !sc.spec.config.is_empty() {
+            setup.push(format!("overrides `{}`", inline(&sc.spec.config)));
+        }
+        if let Some((k, v)) = &sc.swept {
+            setup.push(format!("swept `{k} = {}`", show_value(v)));
+        }
+        if let Some(t) = &sc.spec.target {
+            setup.push(match (t.accuracy, t.loss) {
+                (Some(a), _) => format!("target test accuracy ≥ {a}"),
+                (_, Some(l)) => format!("target training loss ≤ {l}"),
+                _ => String::new(),
+            });
+        }
+        if let Some(cfg) = input
+            .cells
+            .iter()
+            .find(|c| input.scenarios[c.scenario].label == sc.label)
+            .map(|c| &c.config)
+        {
+            setup.push(format!(
+                "{} workers, {} servers, {} iterations, batch {}",
+                cfg.workers, cfg.servers, cfg.iterations, cfg.batch
+            ));
+        }
+        if !setup.is_empty() {
+            let _ = writeln!(md, "Setup: {}.\n", setup.join("; "));
+        }
+        let best = best(rows, suite, sc);
+        let has_target = sc.spec.target.is_some();
+        let base_tpi = stat(rows, &sc.label, &suite.baseline, "time_per_iteration_s");
+        let base_ttt = stat(rows, &sc.label, &suite.baseline, "time_to_target_s");
+        let _ = write!(
+            md,
+            "| strategy | time/iter (ms) | speed-up vs {} |",
+            suite.baseline
+        );
+        if has_target {
+            let _ = write!(md, " time to target (s) | speed-up to target |");
+        }
+        let _ = writeln!(
+            md,
+            " efficiency | wait share | final loss | final accuracy | MB moved | peak worker mem (KiB) |"
+        );
+        let cols = if has_target { 11 } else { 9 };
+        let _ = writeln!(md, "|{}", "---|".repeat(cols));
+        for s in &suite.strategies {
+            let st = |m: &str| stat(rows, &sc.label, &s.label, m);
+            let tpi = st("time_per_iteration_s");
+            let mark = if best.as_deref() == Some(s.label.as_str()) {
+                format!("**{}** ★", s.label)
+            } else {
+                s.label.clone()
+            };
+            let speedup = match (base_tpi, tpi) {
+                (Some(b), Some(t)) if t.mean > 0.0 => format!("{:.2}×", b.mean / t.mean),
+                _ => "–".into(),
+            };
+            let _ = write!(md, "| {mark} | {} | {speedup} |", show(tpi, ms));
+            if has_target {
+                let ttt = st("time_to_target_s");
+                let n = cell_rows(rows, &sc.label, &s.label).len();
+                let reached = ttt.map_or(0, |t| t.n);
+                let shown = if reached < n {
+                    format!("{} [{reached}/{n} seeds reached]", show(ttt, plain))
+                } else {
+                    show(ttt, plain)
+                };
+                let sp = match (base_ttt, ttt) {
+                    (Some(b), Some(t)) if t.mean > 0.0 => format!("{:.2}×", b.mean / t.mean),
+                    _ => "–".into(),
+                };
+                let _ = write!(md, " {shown} | {sp} |");
+            }
+            let _ = writeln!(
+                md,
+                " {} | {} | {} | {} | {} | {} |",
+                show(st("efficiency"), plain),
+                show(st("wait_share"), pct),
+                show(st("final_loss"), plain),
+                show(st("final_accuracy"), plain),
+                show(st("bytes_sent"), mb),
+                show(st("peak_worker_memory_bytes"), kib),
+            );
+        }
+        md.push('\n');
+        if let Some(c) = &sc.spec.claim {
+            let check = check_claim(rows, &sc.label, c);
+            let (measured, verdict) = describe_check(c, check.as_ref());
+            let source = if c.source.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", c.source)
+            };
+            let _ = writeln!(
+                md,
+                "**Claim{source}:** {} — checked as {}. **Measured:** {measured} {verdict}\n",
+                c.text,
+                describe_claim(c)
+            );
+        }
+        if let Some((_, loss, acc)) = plots.curves.iter().find(|(l, _, _)| *l == sc.label) {
+            let _ = writeln!(md, "![loss](plots/{loss})");
+            if let Some(a) = acc {
+                let _ = writeln!(md, "![accuracy](plots/{a})");
+            }
+            md.push('\n');
+        }
+    }
+    md
+}
+
+/// A table as one line of inline TOML (`a = 1, b.c = 2`).
+fn inline(t: &toml::Table) -> String {
+    let mut parts = Vec::new();
+    flatten("", t, &mut parts);
+    parts.join(", ")
+}
+
+fn flatten(prefix: &str, t: &toml::Table, out: &mut Vec<String>) {
+    for (k, v) in t {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            toml::Value::Table(inner) => flatten(&key, inner, out),
+            other => out.push(format!("{key} = {other}")),
+        }
+    }
+}

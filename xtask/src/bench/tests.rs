@@ -1,0 +1,571 @@
+//! Tests of the bench: suite parsing and errors, sweep expansion, determinism of a real cell,
+//! claims, and that the report's plots are valid SVG with titles, axis labels and legends.
+
+use super::plot::{self, Bars, Labels, Line, Reference};
+use super::report::{self, check_claim, Row};
+use super::runner::{self, fnv1a, RunSettings};
+use super::suite::{self, set_path, Suite};
+use std::path::Path;
+
+fn parse(text: &str) -> Result<Suite, super::BenchError> {
+    Suite::parse(text, Path::new("bench/test.toml"))
+}
+
+const MINIMAL: &str = r#"
+seeds = [1]
+[[strategies]]
+label = "bsp"
+strategies = ["bsp"]
+[[strategies]]
+label = "ssp"
+strategies = ["ssp"]
+options = { ssp = { slack = 2 } }
+[[scenarios]]
+label = "tiny"
+config = { workers = 2, servers = 1, iterations = 12, eval_every = 6, stragglers = [{ pattern = "slow-worker", delay = 1.0 }] }
+"#;
+
+#[test]
+fn every_suite_file_parses_and_resolves() {
+    let files = suite::suite_files(&suite::bench_dir()).expect("bench/ is readable");
+    let names: Vec<String> = files
+        .iter()
+        .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .collect();
+    for wanted in ["smoke", "stragglers", "scaling", "paper"] {
+        assert!(
+            names.iter().any(|n| n == wanted),
+            "bench/{wanted}.toml is missing: {names:?}"
+        );
+    }
+    for file in files {
+        let s = Suite::load(&file).unwrap_or_else(|e| panic!("{e}"));
+        let scenarios = s.scenarios_expanded();
+        let cells = s.cells(&scenarios).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            cells.len(),
+            scenarios.len() * s.strategies.len() * s.seeds.len(),
+            "{}",
+            file.display()
+        );
+        for c in &cells {
+            assert_eq!(c.config.runtime, concord_engine::role::RuntimeKind::Sim);
+        }
+    }
+}
+
+#[test]
+fn the_stragglers_suite_covers_every_pattern_file_at_8_and_32_workers() {
+    let s = Suite::load_named("stragglers").expect("stragglers suite");
+    let dir = suite::workspace_root().join("configs/stragglers");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .expect("configs/stragglers")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .filter_map(|p| {
+            p.file_name()
+                .map(|n| format!("configs/stragglers/{}", n.to_string_lossy()))
+        })
+        .collect();
+    files.sort();
+    for f in &files {
+        assert!(
+            s.scenarios
+                .iter()
+                .any(|sc| sc.file.as_deref() == Some(f.as_str())
+                    && sc.config.get("stragglers").is_none()),
+            "no scenario runs {f}"
+        );
+    }
+    let labels: Vec<&str> = s.strategies.iter().map(|t| t.label.as_str()).collect();
+    assert_eq!(labels, ["bsp", "ssp", "asp"]);
+    let scenarios = s.scenarios_expanded();
+    let cells = s.cells(&scenarios).expect("cells");
+    let workers: std::collections::BTreeSet<u32> = cells.iter().map(|c| c.config.workers).collect();
+    assert_eq!(workers.into_iter().collect::<Vec<_>>(), [8, 32]);
+}
+
+#[test]
+fn an_unknown_key_is_an_error_naming_it_and_the_file() {
+    let e = parse(&format!("sedes = [2]\n{MINIMAL}")).expect_err("unknown top-level key");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("sedes") && msg.contains("bench/test.toml"),
+        "{msg}"
+    );
+
+    let text = MINIMAL.replace(
+        "label = \"tiny\"",
+        "label = \"tiny\"\ntarget = { acuracy = 0.5 }",
+    );
+    let msg = parse(&text).expect_err("unknown target key").to_string();
+    assert!(
+        msg.contains("acuracy") && msg.contains("scenarios[0].target"),
+        "{msg}"
+    );
+
+    // A config key is checked when the cells are resolved, against the engine's schema.
+    let text = MINIMAL.replace("workers = 2,", "wrokers = 2,");
+    let s = parse(&text).expect("suite schema is fine");
+    let msg = s
+        .cells(&s.scenarios_expanded())
+        .expect_err("unknown config key")
+        .to_string();
+    assert!(
+        msg.contains("wrokers") && msg.contains("bench/test.toml"),
+        "{msg}"
+    );
+
+    // An unknown strategy fails before anything runs, naming the key.
+    let text = MINIMAL.replace("strategies = [\"ssp\"]", "strategies = [\"sps\"]");
+    let s = parse(&text).expect("suite schema is fine");
+    let msg = s
+        .cells(&s.scenarios_expanded())
+        .expect_err("unknown strategy")
+        .to_string();
+    assert!(
+        msg.contains("strategies[1].strategies") && msg.contains("sps"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn bad_claims_targets_and_labels_are_rejected() {
+    let with =
+        |extra: &str| MINIMAL.replace("label = \"tiny\"", &format!("label = \"tiny\"\n{extra}"));
+    let claim = |body: &str| {
+        with(&format!("claim = {{ text = \"t\", strategy = \"ssp\", baseline = \"bsp\", expect = \"less\", {body} }}"))
+    };
+    let msg = parse(&claim("metric = \"speed\""))
+        .expect_err("bad metric")
+        .to_string();
+    assert!(
+        msg.contains("scenarios[0].claim.metric") && msg.contains("time_per_iteration_s"),
+        "{msg}"
+    );
+    let msg = parse(&claim("metric = \"efficiency\", by_at_least = -1.0"))
+        .expect_err("negative")
+        .to_string();
+    assert!(msg.contains("by_at_least"), "{msg}");
+    let bad_baseline = with("claim = { text = \"t\", metric = \"efficiency\", strategy = \"ssp\", baseline = \"asp\", expect = \"greater\" }");
+    let msg = parse(&bad_baseline)
+        .expect_err("unknown baseline")
+        .to_string();
+    assert!(
+        msg.contains("claim.baseline") && msg.contains("asp"),
+        "{msg}"
+    );
+    let msg = parse(&with("target = { accuracy = 0.5, loss = 0.1 }"))
+        .expect_err("two targets")
+        .to_string();
+    assert!(msg.contains("scenarios[0].target"), "{msg}");
+    let twice = format!("{MINIMAL}\n[[strategies]]\nlabel = \"bsp\"\nstrategies = [\"bsp\"]\n");
+    let msg = parse(&twice).expect_err("duplicate label").to_string();
+    assert!(msg.contains("strategies[2].label"), "{msg}");
+}
+
+#[test]
+fn a_sweep_makes_one_scenario_per_value() {
+    let text = MINIMAL.replace(
+        "label = \"tiny\"",
+        "label = \"tiny\"\nsweep = { key = \"stragglers.0.delay\", values = [0.5, 2.0, 4.0] }",
+    );
+    let s = parse(&text).expect("suite");
+    let scenarios = s.scenarios_expanded();
+    let labels: Vec<&str> = scenarios.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        ["tiny delay=0.5", "tiny delay=2.0", "tiny delay=4.0"]
+    );
+    assert!(scenarios.iter().all(|s| s.group == "tiny"));
+    let cells = s.cells(&scenarios).expect("cells");
+    assert_eq!(cells.len(), 3 * 2);
+    let delays: Vec<String> = cells
+        .iter()
+        .map(|c| format!("{:?}", c.config.stragglers[0]))
+        .collect();
+    assert!(
+        delays[0].contains("delay: 0.5") && delays[5].contains("delay: 4.0"),
+        "{delays:?}"
+    );
+    // Strategy options reach the run config.
+    assert_eq!(cells[1].config.strategies, ["ssp"]);
+    assert_eq!(
+        cells[1]
+            .config
+            .strategy
+            .get("ssp")
+            .and_then(|t| t.get("slack"))
+            .and_then(|v| v.as_integer()),
+        Some(2)
+    );
+
+    // A suite-level sweep applies to scenarios without their own.
+    let text = format!("{MINIMAL}\n[sweep]\nkey = \"workers\"\nvalues = [2, 4]\n");
+    let s = parse(&text).expect("suite");
+    let cells = s.cells(&s.scenarios_expanded()).expect("cells");
+    let workers: Vec<u32> = cells.iter().map(|c| c.config.workers).collect();
+    assert_eq!(workers, [2, 2, 4, 4]);
+}
+
+#[test]
+fn set_path_walks_tables_and_array_indices() {
+    let mut t: toml::Table =
+        toml::from_str("[[stragglers]]\npattern = \"jitter\"\nsigma = 0.1").expect("toml");
+    set_path(&mut t, "stragglers.0.sigma", toml::Value::Float(0.3)).expect("set");
+    set_path(
+        &mut t,
+        "cluster.devices.core.nic_gbps",
+        toml::Value::Float(1.0),
+    )
+    .expect("set");
+    set_path(&mut t, "workers", toml::Value::Integer(16)).expect("set");
+    assert_eq!(t["stragglers"][0]["sigma"].as_float(), Some(0.3));
+    assert_eq!(
+        t["cluster"]["devices"]["core"]["nic_gbps"].as_float(),
+        Some(1.0)
+    );
+    assert_eq!(t["workers"].as_integer(), Some(16));
+    let e = set_path(&mut t, "stragglers.3.sigma", toml::Value::Float(0.3)).expect_err("index");
+    assert!(e.contains("no index 3"), "{e}");
+    let e = set_path(&mut t, "workers.x", toml::Value::Float(0.3)).expect_err("not a table");
+    assert!(e.contains("`workers`"), "{e}");
+}
+
+#[test]
+fn fnv1a_is_the_reference_hash() {
+    assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+}
+
+#[test]
+fn two_runs_of_the_same_cell_give_the_same_row() {
+    let s = parse(MINIMAL).expect("suite");
+    let scenarios = s.scenarios_expanded();
+    let cells = s.cells(&scenarios).expect("cells");
+    let cell = &cells[1]; // ssp under Slow Worker
+    let a = runner::run_cell(&cell.config).expect("first run");
+    let b = runner::run_cell(&cell.config).expect("second run");
+    assert_eq!(a, b, "metrics and curves differ between two runs");
+    let rows_a = report::rows(&s, &scenarios, &cells[1..2], &[Some(a)]);
+    let rows_b = report::rows(&s, &scenarios, &cells[1..2], &[Some(b)]);
+    assert_eq!(rows_a, rows_b);
+    assert_eq!(rows_a.len(), 1);
+    assert_eq!(rows_a[0].iterations, 12);
+    assert!(rows_a[0].time_per_iteration_s > 0.0);
+    // Same config and version, same cache key; another seed, another key.
+    let key = runner::cache_key("v", &cell.config);
+    assert_eq!(key, runner::cache_key("v", &cell.config.clone()));
+    let mut other = cell.config.clone();
+    other.seed += 1;
+    assert_ne!(key, runner::cache_key("v", &other));
+    assert_ne!(key, runner::cache_key("w", &cell.config));
+}
+
+fn row(strategy: &str, seed: u64, tpi: f64) -> Row {
+    Row {
+        suite: "t".into(),
+        scenario: "s".into(),
+        strategy: strategy.into(),
+        seed,
+        sweep_key: None,
+        sweep_value: None,
+        iterations: 10,
+        time_per_iteration_s: tpi,
+        time_to_target_s: None,
+        run_time_s: tpi * 10.0,
+        final_loss: Some(0.5),
+        final_accuracy: None,
+        efficiency: 0.5,
+        wait_share: 0.1,
+        bytes_sent: 1,
+        peak_worker_memory_bytes: 1,
+        peak_server_memory_bytes: 1,
+        throughput_samples_per_s: 1.0,
+    }
+}
+
+#[test]
+fn a_claim_is_checked_on_direction_and_size() {
+    let rows = vec![
+        row("bsp", 1, 1.0),
+        row("bsp", 2, 1.0),
+        row("ssp", 1, 0.5),
+        row("ssp", 2, 0.7),
+    ];
+    let claim = |by_at_least: f64, by_at_most: Option<f64>, expect: &str| {
+        let text = format!(
+            "text = \"c\"\nmetric = \"time_per_iteration_s\"\nstrategy = \"ssp\"\nbaseline = \"bsp\"\nexpect = \"{expect}\"\nby_at_least = {by_at_least}\n{}",
+            by_at_most.map_or(String::new(), |m| format!("by_at_most = {m}"))
+        );
+        toml::from_str::<suite::Claim>(&text).expect("claim")
+    };
+    let check = check_claim(&rows, "s", &claim(0.35, None, "less")).expect("data");
+    assert!(
+        (check.relative - 0.4).abs() < 1e-12 && check.holds,
+        "{check:?}"
+    );
+    assert!(
+        !check_claim(&rows, "s", &claim(0.5, None, "less"))
+            .expect("data")
+            .holds
+    );
+    assert!(
+        !check_claim(&rows, "s", &claim(0.1, Some(0.3), "less"))
+            .expect("data")
+            .holds
+    );
+    assert!(
+        check_claim(&rows, "s", &claim(0.35, Some(0.53), "less"))
+            .expect("data")
+            .holds
+    );
+    assert!(
+        !check_claim(&rows, "s", &claim(0.0, None, "greater"))
+            .expect("data")
+            .holds
+    );
+    assert!(check_claim(&rows, "other", &claim(0.0, None, "less")).is_none());
+}
+
+#[test]
+fn time_to_target_is_the_first_time_reached() {
+    use runner::{CellResult, CurvePoint};
+    let r: CellResult = serde_json::from_value(serde_json::json!({
+        "metrics": {"iterations": 3, "run_time_s": 3.0, "time_per_iteration_s": 1.0,
+            "throughput_samples_per_s": 1.0, "ideal_time_s": 1.0, "efficiency": 0.3,
+            "wait_share": 0.0, "final_loss": 0.1, "final_accuracy": 0.9, "final_test_loss": null,
+            "bytes_sent": 0, "messages_sent": 0, "peak_worker_memory_bytes": 0,
+            "peak_server_memory_bytes": 0, "figures": {}},
+        "curve": []
+    }))
+    .expect("result");
+    let r = CellResult {
+        curve: vec![
+            CurvePoint {
+                iteration: 1,
+                time_s: 1.0,
+                loss: Some(0.9),
+                test_accuracy: Some(0.4),
+            },
+            CurvePoint {
+                iteration: 2,
+                time_s: 2.0,
+                loss: Some(0.4),
+                test_accuracy: None,
+            },
+            CurvePoint {
+                iteration: 3,
+                time_s: 3.0,
+                loss: Some(0.5),
+                test_accuracy: Some(0.8),
+            },
+        ],
+        ..r
+    };
+    let t = |text: &str| toml::from_str::<suite::Target>(text).expect("target");
+    assert_eq!(report::time_to_target(&r, &t("accuracy = 0.7")), Some(3.0));
+    assert_eq!(report::time_to_target(&r, &t("loss = 0.45")), Some(2.0));
+    assert_eq!(report::time_to_target(&r, &t("accuracy = 0.95")), None);
+}
+
+/// Every `<text>` of an SVG file, after checking that it parses as XML with an `<svg>` root.
+fn svg_texts(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let doc = roxmltree::Document::parse(&text)
+        .unwrap_or_else(|e| panic!("{}: not XML: {e}", path.display()));
+    assert_eq!(
+        doc.root_element().tag_name().name(),
+        "svg",
+        "{}",
+        path.display()
+    );
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .map(|n| {
+            n.descendants()
+                .filter(|t| t.is_text())
+                .filter_map(|t| t.text())
+                .collect::<String>()
+                .trim()
+                .to_string()
+        })
+        .collect()
+}
+
+fn assert_has(texts: &[String], wanted: &[&str], path: &Path) {
+    for w in wanted {
+        assert!(
+            texts.iter().any(|t| t == w),
+            "{}: no <text> {w:?}; texts: {texts:?}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn plots_are_svg_with_title_axis_labels_and_legend() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let labels = Labels {
+        title: "Loss vs time".into(),
+        x: "virtual time (s)".into(),
+        y: "training loss".into(),
+    };
+    let lines_path = dir.path().join("lines.svg");
+    plot::lines(
+        &lines_path,
+        &labels,
+        &[
+            Line {
+                label: "bsp".into(),
+                points: vec![(0.0, 2.0), (1.0, 1.0)],
+            },
+            Line {
+                label: "ssp <s=1> & co".into(),
+                points: vec![(0.0, 2.0), (0.8, 0.9)],
+            },
+        ],
+        true,
+        Some(&Reference {
+            y: 0.5,
+            label: "target".into(),
+        }),
+        plotters::prelude::SeriesLabelPosition::UpperRight,
+    )
+    .expect("line plot");
+    let texts = svg_texts(&lines_path);
+    assert_has(
+        &texts,
+        &[
+            "Loss vs time",
+            "virtual time (s)",
+            "training loss",
+            "bsp",
+            "ssp <s=1> & co",
+            "target",
+        ],
+        &lines_path,
+    );
+
+    let bars_path = dir.path().join("bars.svg");
+    let groups: Vec<String> = (0..6).map(|i| format!("scenario {i}")).collect();
+    plot::grouped_bars(
+        &bars_path,
+        &Labels {
+            title: "Time per iteration".into(),
+            x: "scenario".into(),
+            y: "ms".into(),
+        },
+        &groups,
+        &[
+            Bars {
+                label: "bsp".into(),
+                values: vec![Some((1.0, 0.9, 1.1)); 6],
+            },
+            Bars {
+                label: "asp".into(),
+                values: vec![None, Some((0.5, 0.5, 0.5)), None, None, None, None],
+            },
+        ],
+        Some(&Reference {
+            y: 1.0,
+            label: "ideal".into(),
+        }),
+    )
+    .expect("bar plot");
+    let texts = svg_texts(&bars_path);
+    assert_has(
+        &texts,
+        &[
+            "Time per iteration",
+            "scenario",
+            "ms",
+            "bsp",
+            "asp",
+            "ideal",
+            "scenario 0",
+            "scenario 5",
+        ],
+        &bars_path,
+    );
+}
+
+/// The smoke suite end to end into a temporary folder: every expected cell is in the CSV, the
+/// report and every plot are written, each plot is valid SVG with its title, axis labels and a
+/// legend entry per strategy, and a second run takes every cell from the cache with the same
+/// numbers.
+#[test]
+fn the_smoke_suite_writes_every_cell_report_and_plot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Suite::load_named("smoke").expect("smoke suite");
+    let settings = RunSettings {
+        jobs: 2,
+        force: false,
+        progress: false,
+    };
+    let root = suite::workspace_root();
+    let run = super::run_suite(&s, None, dir.path(), &settings, &root).expect("smoke runs");
+    assert_eq!(run.ran, run.expected.len());
+    super::check_csv(dir.path(), &run.expected).expect("every cell in results.csv");
+    let csv = std::fs::read_to_string(dir.path().join("results.csv")).expect("csv");
+    let report = std::fs::read_to_string(dir.path().join("REPORT.md")).expect("report");
+    assert!(
+        report.contains("Code version") && report.contains("Seeds:** 1"),
+        "{report}"
+    );
+    assert!(report.contains("## Paper claims") && (report.contains('✓') || report.contains('✗')));
+    assert!(report.contains("★"));
+
+    let plots: Vec<_> = std::fs::read_dir(dir.path().join("plots"))
+        .expect("plots")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    let names: Vec<String> = plots
+        .iter()
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    for wanted in [
+        "time-per-iteration.svg",
+        "efficiency.svg",
+        "loss-no-stragglers.svg",
+        "accuracy-no-stragglers.svg",
+        "sweep-slow-worker-time-per-iteration.svg",
+        "sweep-slow-worker-efficiency.svg",
+    ] {
+        assert!(
+            names.iter().any(|n| n == wanted),
+            "no {wanted} in {names:?}"
+        );
+    }
+    for p in &plots {
+        let texts = svg_texts(p);
+        assert_has(&texts, &["bsp", "ssp"], p);
+        assert!(
+            texts
+                .iter()
+                .any(|t| t.contains("suite smoke") || t.contains(": ")),
+            "{}: no title",
+            p.display()
+        );
+        assert!(
+            texts
+                .iter()
+                .any(|t| t.contains("virtual") || t.contains("efficiency")),
+            "{}: no axis label: {texts:?}",
+            p.display()
+        );
+    }
+
+    // Again: all cached, same CSV.
+    let again = super::run_suite(&s, None, dir.path(), &settings, &root).expect("cached run");
+    assert_eq!((again.ran, again.cached), (0, run.expected.len()));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("results.csv")).expect("csv"),
+        csv
+    );
+    // A filter that matches nothing is an error, not an empty run.
+    let err = super::run_suite(&s, Some("no such cell"), dir.path(), &settings, &root)
+        .expect_err("no match");
+    assert!(err.to_string().contains("no such cell"));
+}
