@@ -155,6 +155,13 @@ pub struct ClusterConfig {
     /// User-defined device profiles (add to or override the built-ins).
     #[serde(default)]
     pub devices: BTreeMap<String, DeviceProfile>,
+    /// Give every parameter server a machine of its own (of `server_device`) instead of sharing
+    /// the workers' machines: the papers' setups with a separate PS tier.
+    #[serde(default)]
+    pub dedicated_servers: bool,
+    /// Device profile of dedicated server machines (default: `default_device`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_device: Option<String>,
 }
 
 impl Default for ClusterConfig {
@@ -163,6 +170,8 @@ impl Default for ClusterConfig {
             default_device: "cpu".to_string(),
             machines: Vec::new(),
             devices: BTreeMap::new(),
+            dedicated_servers: false,
+            server_device: None,
         }
     }
 }
@@ -258,8 +267,29 @@ impl Cluster {
                 }
             }
         }
-        let used = worker_machine.last().map_or(1, |&m| m + 1);
-        let server_machine = (0..servers).map(|s| s % used).collect();
+        let server_machine = if cfg.dedicated_servers {
+            let name = cfg.server_device.as_deref().unwrap_or(&cfg.default_device);
+            let key = if cfg.server_device.is_some() {
+                "cluster.server_device"
+            } else {
+                "cluster.default_device"
+            };
+            let device = lookup(key.into(), name)?;
+            (0..servers)
+                .map(|_| {
+                    let id = machines.len() as MachineId;
+                    machines.push(Machine {
+                        id,
+                        device_name: name.to_string(),
+                        device: device.clone(),
+                    });
+                    id
+                })
+                .collect()
+        } else {
+            let used = worker_machine.last().map_or(1, |&m| m + 1);
+            (0..servers).map(|s| s % used).collect()
+        };
         Ok(Cluster {
             machines,
             worker_machine,
@@ -313,6 +343,20 @@ mod tests {
         assert_eq!(c.worker_machine, vec![0, 0, 1, 1, 2, 2]);
         assert_eq!(c.server_machine, vec![0, 1, 2]);
         assert_eq!(c.machines[2].device_name, "v100");
+    }
+
+    #[test]
+    fn dedicated_servers_get_machines_of_their_own() {
+        let cfg = ClusterConfig {
+            dedicated_servers: true,
+            server_device: Some("v100".into()),
+            ..Default::default()
+        };
+        let c = Cluster::resolve(&cfg, 3, 2).unwrap();
+        assert_eq!(c.worker_machine, vec![0, 1, 2]);
+        assert_eq!(c.server_machine, vec![3, 4]);
+        assert_eq!(c.machines[4].device_name, "v100");
+        assert_eq!(c.machines[0].device_name, "cpu");
     }
 
     #[test]
