@@ -16,6 +16,9 @@ pub struct Line {
     pub label: String,
     /// (x, y) points, in order of x.
     pub points: Vec<(f64, f64)>,
+    /// Palette index, so that a strategy keeps its colour in plots that show only some
+    /// strategies (`None`: the line's position in the chart).
+    pub color: Option<usize>,
 }
 
 /// One series of a grouped bar chart: its legend label and one bar per group (`None` = no data).
@@ -152,7 +155,7 @@ pub fn lines(
         .draw()
         .map_err(&e)?;
     for (i, s) in series.iter().enumerate() {
-        let c = color(i);
+        let c = color(s.color.unwrap_or(i));
         chart
             .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
             .map_err(&e)?

@@ -5,14 +5,15 @@
 
 use super::plot::{self, Bars, Labels, Line, Reference};
 use super::runner::CellResult;
-use super::suite::{show_value, Cell, Claim, Direction, Scenario, Suite, Target};
+use super::suite::{show_value, Cell, Claim, Direction, Scenario, StrategySpec, Suite, Target};
 use super::BenchError;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Metrics a claim can name (the CSV columns), with what they measure.
+/// Metrics a claim can name (the CSV columns), with what they measure. A claim can also name
+/// `figure:<name>`, a strategy figure of the run summary (the CSV's `figures` column).
 pub const METRICS: &[(&str, &str)] = &[
     ("time_per_iteration_s", "virtual seconds per iteration"),
     (
@@ -31,6 +32,38 @@ pub const METRICS: &[(&str, &str)] = &[
         "largest peak memory of a worker",
     ),
 ];
+
+/// The prefix of a metric that names a strategy figure (`figure:lb-bsp.rmse_relative`).
+pub const FIGURE_PREFIX: &str = "figure:";
+
+/// Whether a claim can name `metric`: one of [`METRICS`], or `figure:<name>`.
+pub fn known_metric(metric: &str) -> bool {
+    match metric.strip_prefix(FIGURE_PREFIX) {
+        Some(name) => !name.trim().is_empty(),
+        None => METRICS.iter().any(|(m, _)| *m == metric),
+    }
+}
+
+/// Strategy figures as one CSV field: `name=value;name=value`, sorted by name, each value as
+/// Rust prints an `f64` (the shortest text that reads back to the same number).
+pub fn format_figures(figures: &BTreeMap<String, f64>) -> String {
+    figures
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// Reads a `figures` field back (entries that do not parse are skipped).
+pub fn parse_figures(field: &str) -> BTreeMap<String, f64> {
+    field
+        .split(';')
+        .filter_map(|entry| {
+            let (k, v) = entry.rsplit_once('=')?;
+            Some((k.trim().to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
 
 /// One row of `results.csv`: one cell with one seed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -71,11 +104,18 @@ pub struct Row {
     pub peak_server_memory_bytes: u64,
     /// Samples per virtual second.
     pub throughput_samples_per_s: f64,
+    /// Strategy figures of the run summary, `name=value;name=value` (see [`format_figures`]).
+    #[serde(default)]
+    pub figures: String,
 }
 
 impl Row {
-    /// The value of a metric named in [`METRICS`].
+    /// The value of a metric named in [`METRICS`], or of a strategy figure
+    /// (`figure:<name>`).
     pub fn metric(&self, name: &str) -> Option<f64> {
+        if let Some(figure) = name.strip_prefix(FIGURE_PREFIX) {
+            return self.figure(figure);
+        }
         match name {
             "time_per_iteration_s" => Some(self.time_per_iteration_s),
             "time_to_target_s" => self.time_to_target_s,
@@ -89,6 +129,11 @@ impl Row {
             "peak_worker_memory_bytes" => Some(self.peak_worker_memory_bytes as f64),
             _ => None,
         }
+    }
+
+    /// A strategy figure by name, from the `figures` column.
+    pub fn figure(&self, name: &str) -> Option<f64> {
+        parse_figures(&self.figures).get(name).copied()
     }
 }
 
@@ -139,6 +184,7 @@ pub fn rows(
                 peak_worker_memory_bytes: m.peak_worker_memory_bytes,
                 peak_server_memory_bytes: m.peak_server_memory_bytes,
                 throughput_samples_per_s: m.throughput_samples_per_s,
+                figures: format_figures(&m.figures),
             })
         })
         .collect()
@@ -235,28 +281,34 @@ pub fn stat(rows: &[Row], scenario: &str, strategy: &str, metric: &str) -> Optio
     )
 }
 
-/// A claim's measurement: the strategy's and the baseline's means and the relative difference
-/// in the claimed direction (positive = the claimed direction).
+/// A claim's measurement: the strategy's mean, the reference (the baseline's mean, or the
+/// claim's `than` constant) and the relative difference in the claimed direction (positive =
+/// the claimed direction).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClaimCheck {
     /// Strategy mean.
     pub value: f64,
-    /// Baseline mean.
-    pub baseline: f64,
-    /// (baseline − value)/|baseline| for `less`, (value − baseline)/|baseline| for `greater`.
+    /// Baseline mean, or the `than` constant.
+    pub reference: f64,
+    /// (reference − value)/|reference| for `less`, (value − reference)/|reference| for
+    /// `greater`.
     pub relative: f64,
     /// Whether the measurement upholds the claim (direction and size).
     pub holds: bool,
 }
 
-/// Measures a claim in a scenario; `None` without data for both sides.
+/// Measures a claim in a scenario; `None` without data for the strategy (or the baseline).
 pub fn check_claim(rows: &[Row], scenario: &str, claim: &Claim) -> Option<ClaimCheck> {
     let value = stat(rows, scenario, &claim.strategy, &claim.metric)?.mean;
-    let baseline = stat(rows, scenario, &claim.baseline, &claim.metric)?.mean;
-    let scale = baseline.abs();
+    let reference = match (&claim.baseline, claim.than) {
+        (Some(b), _) => stat(rows, scenario, b, &claim.metric)?.mean,
+        (None, Some(t)) => t,
+        (None, None) => return None,
+    };
+    let scale = reference.abs();
     let diff = match claim.expect {
-        Direction::Less => baseline - value,
-        Direction::Greater => value - baseline,
+        Direction::Less => reference - value,
+        Direction::Greater => value - reference,
     };
     let relative = if scale > 0.0 {
         diff / scale
@@ -268,7 +320,7 @@ pub fn check_claim(rows: &[Row], scenario: &str, claim: &Claim) -> Option<ClaimC
     let holds = relative >= claim.by_at_least && claim.by_at_most.is_none_or(|m| relative <= m);
     Some(ClaimCheck {
         value,
-        baseline,
+        reference,
         relative,
         holds,
     })
@@ -319,6 +371,7 @@ fn show(s: Option<Stat>, f: fn(f64) -> String) -> String {
 /// A metric's value with its unit, for claim lines.
 fn metric_value(metric: &str, v: f64) -> String {
     match metric {
+        m if m.starts_with(FIGURE_PREFIX) => plain(v),
         "bytes_sent" => format!("{} MB", mb(v)),
         "peak_worker_memory_bytes" => format!("{} KiB", kib(v)),
         "wait_share" => pct(v),
@@ -327,11 +380,24 @@ fn metric_value(metric: &str, v: f64) -> String {
     }
 }
 
-fn describe_claim(c: &Claim) -> String {
-    let dir = match c.expect {
+/// What a claim is compared with, as shown: the baseline's label, or the constant.
+fn reference_name(c: &Claim) -> String {
+    match (&c.baseline, c.than) {
+        (Some(b), _) => b.clone(),
+        (None, Some(t)) => metric_value(&c.metric, t),
+        (None, None) => "?".into(),
+    }
+}
+
+fn direction(c: &Claim) -> &'static str {
+    match c.expect {
         Direction::Less => "less",
         Direction::Greater => "greater",
-    };
+    }
+}
+
+fn describe_claim(c: &Claim) -> String {
+    let dir = direction(c);
     let size = match c.by_at_most {
         Some(m) => format!("by {}–{}", pct(c.by_at_least), pct(m)),
         None if c.by_at_least > 0.0 => format!("by ≥ {}", pct(c.by_at_least)),
@@ -339,7 +405,9 @@ fn describe_claim(c: &Claim) -> String {
     };
     format!(
         "`{}`: {} {dir} than {} {size}",
-        c.metric, c.strategy, c.baseline
+        c.metric,
+        c.strategy,
+        reference_name(c)
     )
     .trim_end()
     .to_string()
@@ -349,18 +417,17 @@ fn describe_check(c: &Claim, check: Option<&ClaimCheck>) -> (String, String) {
     match check {
         None => ("no data".into(), "–".into()),
         Some(k) => {
-            let dir = match c.expect {
-                Direction::Less => "less",
-                Direction::Greater => "greater",
+            let reference = match &c.baseline {
+                Some(b) => format!("{b} {}", metric_value(&c.metric, k.reference)),
+                None => metric_value(&c.metric, k.reference),
             };
             (
                 format!(
-                    "{} {} vs {} {}: {} {dir}",
+                    "{} {} vs {reference}: {} {}",
                     c.strategy,
                     metric_value(&c.metric, k.value),
-                    c.baseline,
-                    metric_value(&c.metric, k.baseline),
-                    pct(k.relative)
+                    pct(k.relative),
+                    direction(c)
                 ),
                 if k.holds { "✓" } else { "✗" }.into(),
             )
@@ -433,7 +500,8 @@ fn write_plots(dir: &Path, input: &ReportInput<'_>, rows: &[Row]) -> anyhow::Res
         };
         let mut loss = Vec::new();
         let mut acc = Vec::new();
-        for (ti, label) in labels.iter().enumerate() {
+        for ti in suite.scenario_strategies(&sc.spec) {
+            let label = labels[ti];
             let Some(r) = curve(ti) else { continue };
             loss.push(Line {
                 label: label.to_string(),
@@ -442,6 +510,7 @@ fn write_plots(dir: &Path, input: &ReportInput<'_>, rows: &[Row]) -> anyhow::Res
                     .iter()
                     .filter_map(|p| p.loss.map(|l| (p.time_s, l)))
                     .collect(),
+                color: Some(ti),
             });
             let a: Vec<(f64, f64)> = r
                 .curve
@@ -452,6 +521,7 @@ fn write_plots(dir: &Path, input: &ReportInput<'_>, rows: &[Row]) -> anyhow::Res
                 acc.push(Line {
                     label: label.to_string(),
                     points: a,
+                    color: Some(ti),
                 });
             }
         }
@@ -582,17 +652,20 @@ fn write_plots(dir: &Path, input: &ReportInput<'_>, rows: &[Row]) -> anyhow::Res
                 "efficiency (ideal / achieved)",
             ),
         ] {
-            let lines: Vec<Line> = labels
-                .iter()
-                .map(|l| Line {
-                    label: l.to_string(),
+            let lines: Vec<Line> = suite
+                .scenario_strategies(&members[0].spec)
+                .into_iter()
+                .map(|ti| Line {
+                    label: labels[ti].to_string(),
                     points: members
                         .iter()
                         .enumerate()
                         .filter_map(|(i, s)| {
-                            stat(rows, &s.label, l, metric).map(|st| (x_of(i), st.mean * scale))
+                            stat(rows, &s.label, labels[ti], metric)
+                                .map(|st| (x_of(i), st.mean * scale))
                         })
                         .collect(),
+                    color: Some(ti),
                 })
                 .filter(|l| !l.points.is_empty())
                 .collect();
@@ -650,8 +723,9 @@ fn best(rows: &[Row], suite: &Suite, scenario: &Scenario) -> Option<String> {
     let seeds = suite.seeds.len();
     let pick = |metric: &str, need_all: bool| {
         suite
-            .strategies
-            .iter()
+            .scenario_strategies(&scenario.spec)
+            .into_iter()
+            .map(|t| &suite.strategies[t])
             .filter_map(|s| {
                 let st = stat(rows, &scenario.label, &s.label, metric)?;
                 (!need_all || st.n == seeds).then_some((st.mean, s.label.clone()))
@@ -678,12 +752,24 @@ fn markdown(input: &ReportInput<'_>, rows: &[Row], plots: &Plots) -> String {
     }
     let _ = writeln!(md, "- **Code version:** `{}`", input.code_version);
     let _ = writeln!(md, "- **Seeds:** {}", seeds.join(", "));
+    let matrix = if suite.full_matrix() {
+        format!(
+            "{} scenarios × {} strategies × {} seeds",
+            input.scenarios.len(),
+            suite.strategies.len(),
+            suite.seeds.len()
+        )
+    } else {
+        format!(
+            "{} scenarios, each with its strategies (of {}), × {} seeds",
+            input.scenarios.len(),
+            suite.strategies.len(),
+            suite.seeds.len()
+        )
+    };
     let _ = writeln!(
         md,
-        "- **Cells:** {} scenarios × {} strategies × {} seeds = {expected} runs; {} with results{}",
-        input.scenarios.len(),
-        suite.strategies.len(),
-        suite.seeds.len(),
+        "- **Cells:** {matrix} = {expected} runs; {} with results{}",
         rows.len(),
         if rows.len() < expected {
             " (the rest were filtered out, or failed: rerun without `--filter`)"
@@ -705,7 +791,8 @@ fn markdown(input: &ReportInput<'_>, rows: &[Row], plots: &Plots) -> String {
         md,
         "- **Columns:** mean over seeds, with (min–max) when seeds differ. ★ marks the best \
          strategy (lowest time to target where the scenario has one, else lowest time per \
-         iteration); speed-up is `{}`'s time per iteration over the strategy's.\n",
+         iteration); speed-up is `{}`'s time per iteration over the strategy's (shown where the \
+         scenario runs `{0}`).\n",
         suite.baseline
     );
     let strategies: Vec<String> = suite
@@ -725,26 +812,41 @@ fn markdown(input: &ReportInput<'_>, rows: &[Row], plots: &Plots) -> String {
     let claims: Vec<(&Scenario, &Claim)> = input
         .scenarios
         .iter()
-        .filter_map(|s| s.spec.claim.as_ref().map(|c| (s, c)))
+        .flat_map(|s| s.spec.all_claims().into_iter().map(move |(_, c)| (s, c)))
         .collect();
     if !claims.is_empty() {
-        let _ = writeln!(md, "## Paper claims\n");
+        let checks: Vec<Option<ClaimCheck>> = claims
+            .iter()
+            .map(|(s, c)| check_claim(rows, &s.label, c))
+            .collect();
+        let held = checks.iter().flatten().filter(|k| k.holds).count();
+        let measured = checks.iter().flatten().count();
+        let _ = writeln!(md, "## Claims\n");
         let _ = writeln!(
             md,
-            "| scenario | claim | source | checked as | measured | verdict |"
+            "{held} of {} claims hold ({measured} measured{}).\n",
+            claims.len(),
+            if measured < claims.len() {
+                format!(", {} without data", claims.len() - measured)
+            } else {
+                String::new()
+            }
+        );
+        let _ = writeln!(
+            md,
+            "| scenario | claim | source | claimed | measured | verdict |"
         );
         let _ = writeln!(md, "|---|---|---|---|---|---|");
-        for (s, c) in &claims {
-            let check = check_claim(rows, &s.label, c);
+        for ((s, c), check) in claims.iter().zip(&checks) {
             let (measured, verdict) = describe_check(c, check.as_ref());
             let _ = writeln!(
                 md,
                 "| {} | {} | {} | {} | {} | {} |",
-                s.label,
-                c.text,
-                c.source,
-                describe_claim(c),
-                measured,
+                cell_text(&s.label),
+                cell_text(&c.text),
+                cell_text(&c.source),
+                cell_text(&describe_claim(c)),
+                cell_text(&measured),
                 verdict
             );
         }
@@ -764,9 +866,14 @@ fn markdown(input: &ReportInput<'_>, rows: &[Row], plots: &Plots) -> String {
         for (group, members) in &groups {
             let key = members[0].swept.as_ref().map_or("", |(k, _)| k.as_str());
             let _ = writeln!(md, "### `{group}`: time per iteration (ms) vs `{key}`\n");
+            let shown: Vec<&StrategySpec> = suite
+                .scenario_strategies(&members[0].spec)
+                .into_iter()
+                .map(|t| &suite.strategies[t])
+                .collect();
             let mut header = format!("| {key} |");
             let mut rule = "|---|".to_string();
-            for s in &suite.strategies {
+            for s in &shown {
                 let _ = write!(header, " {} |", s.label);
                 rule.push_str("---|");
             }
@@ -777,7 +884,7 @@ fn markdown(input: &ReportInput<'_>, rows: &[Row], plots: &Plots) -> String {
                     .as_ref()
                     .map_or(String::new(), |(_, v)| show_value(v));
                 let mut line = format!("| {v} |");
-                for s in &suite.strategies {
+                for s in &shown {
                     let st = stat(rows, &m.label, &s.label, "time_per_iteration_s");
                     let _ = write!(line, " {} |", show(st, ms));
                 }
@@ -831,23 +938,33 @@ fn markdown(input: &ReportInput<'_>, rows: &[Row], plots: &Plots) -> String {
         }
         let best = best(rows, suite, sc);
         let has_target = sc.spec.target.is_some();
+        let shown: Vec<&StrategySpec> = suite
+            .scenario_strategies(&sc.spec)
+            .into_iter()
+            .map(|t| &suite.strategies[t])
+            .collect();
+        // Speed-ups only where the scenario runs the suite's baseline.
+        let has_base = shown.iter().any(|s| s.label == suite.baseline);
         let base_tpi = stat(rows, &sc.label, &suite.baseline, "time_per_iteration_s");
         let base_ttt = stat(rows, &sc.label, &suite.baseline, "time_to_target_s");
-        let _ = write!(
-            md,
-            "| strategy | time/iter (ms) | speed-up vs {} |",
-            suite.baseline
-        );
+        let _ = write!(md, "| strategy | time/iter (ms) |");
+        if has_base {
+            let _ = write!(md, " speed-up vs {} |", suite.baseline);
+        }
         if has_target {
-            let _ = write!(md, " time to target (s) | speed-up to target |");
+            let _ = write!(md, " time to target (s) |");
+            if has_base {
+                let _ = write!(md, " speed-up to target |");
+            }
         }
         let _ = writeln!(
             md,
             " efficiency | wait share | final loss | final accuracy | MB moved | peak worker mem (KiB) |"
         );
-        let cols = if has_target { 11 } else { 9 };
+        let cols =
+            8 + usize::from(has_base) + usize::from(has_target) * (1 + usize::from(has_base));
         let _ = writeln!(md, "|{}", "---|".repeat(cols));
-        for s in &suite.strategies {
+        for s in shown {
             let st = |m: &str| stat(rows, &sc.label, &s.label, m);
             let tpi = st("time_per_iteration_s");
             let mark = if best.as_deref() == Some(s.label.as_str()) {
@@ -855,11 +972,14 @@ fn markdown(input: &ReportInput<'_>, rows: &[Row], plots: &Plots) -> String {
             } else {
                 s.label.clone()
             };
-            let speedup = match (base_tpi, tpi) {
-                (Some(b), Some(t)) if t.mean > 0.0 => format!("{:.2}×", b.mean / t.mean),
-                _ => "–".into(),
-            };
-            let _ = write!(md, "| {mark} | {} | {speedup} |", show(tpi, ms));
+            let _ = write!(md, "| {mark} | {} |", show(tpi, ms));
+            if has_base {
+                let speedup = match (base_tpi, tpi) {
+                    (Some(b), Some(t)) if t.mean > 0.0 => format!("{:.2}×", b.mean / t.mean),
+                    _ => "–".into(),
+                };
+                let _ = write!(md, " {speedup} |");
+            }
             if has_target {
                 let ttt = st("time_to_target_s");
                 let n = cell_rows(rows, &sc.label, &s.label).len();
@@ -869,11 +989,14 @@ fn markdown(input: &ReportInput<'_>, rows: &[Row], plots: &Plots) -> String {
                 } else {
                     show(ttt, plain)
                 };
-                let sp = match (base_ttt, ttt) {
-                    (Some(b), Some(t)) if t.mean > 0.0 => format!("{:.2}×", b.mean / t.mean),
-                    _ => "–".into(),
-                };
-                let _ = write!(md, " {shown} | {sp} |");
+                let _ = write!(md, " {shown} |");
+                if has_base {
+                    let sp = match (base_ttt, ttt) {
+                        (Some(b), Some(t)) if t.mean > 0.0 => format!("{:.2}×", b.mean / t.mean),
+                        _ => "–".into(),
+                    };
+                    let _ = write!(md, " {sp} |");
+                }
             }
             let _ = writeln!(
                 md,
@@ -887,7 +1010,7 @@ fn markdown(input: &ReportInput<'_>, rows: &[Row], plots: &Plots) -> String {
             );
         }
         md.push('\n');
-        if let Some(c) = &sc.spec.claim {
+        for (_, c) in sc.spec.all_claims() {
             let check = check_claim(rows, &sc.label, c);
             let (measured, verdict) = describe_check(c, check.as_ref());
             let source = if c.source.is_empty() {
@@ -911,6 +1034,11 @@ fn markdown(input: &ReportInput<'_>, rows: &[Row], plots: &Plots) -> String {
         }
     }
     md
+}
+
+/// Text fit for a Markdown table cell (no `|`, no line breaks).
+fn cell_text(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
 }
 
 /// A table as one line of inline TOML (`a = 1, b.c = 2`).

@@ -81,9 +81,17 @@ pub struct ScenarioSpec {
     /// A target: the report gives the first virtual time it is reached.
     #[serde(default)]
     pub target: Option<Target>,
-    /// A paper's claim measured in this scenario.
+    /// Labels of the suite's strategies run in this scenario (default: all of them, in suite
+    /// order). Cells, tables, plots and claims of the scenario cover only these.
+    #[serde(default)]
+    pub strategies: Option<Vec<String>>,
+    /// One paper claim measured in this scenario (kept for short suites; checked before
+    /// `claims`).
     #[serde(default)]
     pub claim: Option<Claim>,
+    /// Paper claims measured in this scenario.
+    #[serde(default)]
+    pub claims: Vec<Claim>,
     /// Sweep one key over values: one scenario per value.
     #[serde(default)]
     pub sweep: Option<Sweep>,
@@ -126,6 +134,8 @@ pub enum Direction {
 /// A paper's claim: "`strategy`'s `metric` is `expect` than `baseline`'s by at least
 /// `by_at_least` (relative to the baseline)", e.g. FlexRR: 35–53 % less time per iteration
 /// than BSP under Slow Worker is `expect = "less", by_at_least = 0.35, by_at_most = 0.53`.
+/// Instead of a baseline strategy, a claim can compare with a constant, `than = 0.05`
+/// (exactly one of the two).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Claim {
@@ -134,12 +144,17 @@ pub struct Claim {
     /// Where the paper states it (figure, table or section).
     #[serde(default)]
     pub source: String,
-    /// The metric compared (a CSV column; see [`super::report::METRICS`]).
+    /// The metric compared (a CSV column, see [`super::report::METRICS`], or `figure:<name>`
+    /// for a strategy figure of the run summary).
     pub metric: String,
     /// Label of the strategy the claim is about.
     pub strategy: String,
-    /// Label of the strategy it is compared to.
-    pub baseline: String,
+    /// Label of the strategy it is compared to (or set `than`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
+    /// A constant it is compared to (or set `baseline`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub than: Option<f64>,
     /// Direction of the difference.
     pub expect: Direction,
     /// Smallest relative difference that upholds the claim (0.35 = 35 %); 0 checks the direction only.
@@ -148,6 +163,23 @@ pub struct Claim {
     /// Largest relative difference that still matches the claim, if the paper states a range.
     #[serde(default)]
     pub by_at_most: Option<f64>,
+}
+
+impl ScenarioSpec {
+    /// Every claim of the scenario: `claim` (if set), then `claims`, each with its key in the
+    /// suite file (`claim` or `claims[j]`).
+    pub fn all_claims(&self) -> Vec<(String, &Claim)> {
+        self.claim
+            .iter()
+            .map(|c| ("claim".to_string(), c))
+            .chain(
+                self.claims
+                    .iter()
+                    .enumerate()
+                    .map(|(j, c)| (format!("claims[{j}]"), c)),
+            )
+            .collect()
+    }
 }
 
 /// One scenario after sweep expansion.
@@ -302,42 +334,39 @@ impl Suite {
                     ));
                 }
             }
-            if let Some(c) = &s.claim {
-                let key = format!("scenarios[{i}].claim");
-                if !super::report::METRICS.iter().any(|(m, _)| *m == c.metric) {
-                    let allowed: Vec<&str> =
-                        super::report::METRICS.iter().map(|(m, _)| *m).collect();
-                    return Err(bad(
-                        &format!("{key}.metric"),
-                        format!(
-                            "unknown metric {:?}; one of {}",
-                            c.metric,
-                            allowed.join(", ")
-                        ),
-                    ));
+            if let Some(subset) = &s.strategies {
+                let key = format!("scenarios[{i}].strategies");
+                if subset.is_empty() {
+                    return Err(bad(&key, "names no strategy (leave it out for all)".into()));
                 }
-                for (field, label) in [("strategy", &c.strategy), ("baseline", &c.baseline)] {
-                    if !suite.strategies.iter().any(|s| &s.label == label) {
+                let mut seen = BTreeSet::new();
+                for (k, label) in subset.iter().enumerate() {
+                    if !suite.strategies.iter().any(|t| &t.label == label) {
+                        let known: Vec<&str> =
+                            suite.strategies.iter().map(|t| t.label.as_str()).collect();
                         return Err(bad(
-                            &format!("{key}.{field}"),
-                            format!("{label:?} is not a strategy label of this suite"),
+                            &format!("{key}[{k}]"),
+                            format!(
+                                "{label:?} is not a strategy label of this suite; one of {}",
+                                known.join(", ")
+                            ),
+                        ));
+                    }
+                    if !seen.insert(label) {
+                        return Err(bad(
+                            &format!("{key}[{k}]"),
+                            format!("{label:?} is listed twice"),
                         ));
                     }
                 }
-                if !(c.by_at_least.is_finite() && c.by_at_least >= 0.0) {
-                    return Err(bad(
-                        &format!("{key}.by_at_least"),
-                        "must be a relative difference ≥ 0 (0.35 = 35 %)".into(),
-                    ));
-                }
-                if c.by_at_most
-                    .is_some_and(|m| !(m.is_finite() && m >= c.by_at_least))
-                {
-                    return Err(bad(
-                        &format!("{key}.by_at_most"),
-                        "must be at least by_at_least".into(),
-                    ));
-                }
+            }
+            let in_scenario: Vec<&str> = suite
+                .scenario_strategies(s)
+                .into_iter()
+                .map(|t| suite.strategies[t].label.as_str())
+                .collect();
+            for (name, c) in s.all_claims() {
+                check_claim(c, &format!("scenarios[{i}].{name}"), &in_scenario, &bad)?;
             }
             if let Some(sw) = &s.sweep {
                 check_sweep(sw, &format!("scenarios[{i}].sweep"), &bad)?;
@@ -347,6 +376,25 @@ impl Suite {
             check_sweep(sw, "sweep", &bad)?;
         }
         Ok(suite)
+    }
+
+    /// Indices (into [`Suite::strategies`], in suite order) of the strategies a scenario runs:
+    /// those its `strategies` lists, or all.
+    pub fn scenario_strategies(&self, spec: &ScenarioSpec) -> Vec<usize> {
+        (0..self.strategies.len())
+            .filter(|&t| {
+                spec.strategies
+                    .as_ref()
+                    .is_none_or(|l| l.contains(&self.strategies[t].label))
+            })
+            .collect()
+    }
+
+    /// Whether every scenario runs every strategy.
+    pub fn full_matrix(&self) -> bool {
+        self.scenarios
+            .iter()
+            .all(|s| self.scenario_strategies(s).len() == self.strategies.len())
     }
 
     /// The scenarios with sweeps expanded: a swept scenario becomes one per value, labelled
@@ -393,7 +441,8 @@ impl Suite {
                 .iter()
                 .position(|s| s.label == scenario.group)
                 .unwrap_or(0);
-            for (ti, strategy) in self.strategies.iter().enumerate() {
+            for ti in self.scenario_strategies(&scenario.spec) {
+                let strategy = &self.strategies[ti];
                 for &seed in &self.seeds {
                     let where_ = format!(
                         "scenarios[{scenario_index}] ({}) × strategies[{ti}] ({})",
@@ -503,6 +552,72 @@ impl Suite {
             .map_err(|e| bad("(config)", e.to_string()))?;
         Ok(config)
     }
+}
+
+/// Checks one claim; `key` is where it is (`scenarios[0].claims[1]`), `strategies` the labels
+/// of the scenario's strategies.
+fn check_claim(
+    c: &Claim,
+    key: &str,
+    strategies: &[&str],
+    bad: &dyn Fn(&str, String) -> BenchError,
+) -> Result<(), BenchError> {
+    if !super::report::known_metric(&c.metric) {
+        let allowed: Vec<&str> = super::report::METRICS.iter().map(|(m, _)| *m).collect();
+        return Err(bad(
+            &format!("{key}.metric"),
+            format!(
+                "unknown metric {:?}; one of {}, or figure:<name> (a strategy figure of the run \
+                 summary, e.g. figure:lb-bsp.rmse_relative)",
+                c.metric,
+                allowed.join(", ")
+            ),
+        ));
+    }
+    let mut sides = vec![("strategy", &c.strategy)];
+    sides.extend(c.baseline.as_ref().map(|b| ("baseline", b)));
+    for (field, label) in sides {
+        if !strategies.contains(&label.as_str()) {
+            return Err(bad(
+                &format!("{key}.{field}"),
+                format!(
+                    "{label:?} is not a strategy of this scenario; one of {}",
+                    strategies.join(", ")
+                ),
+            ));
+        }
+    }
+    match (&c.baseline, c.than) {
+        (Some(_), None) => {}
+        (None, Some(t)) if t.is_finite() => {}
+        (None, Some(_)) => {
+            return Err(bad(
+                &format!("{key}.than"),
+                "must be a finite number".into(),
+            ));
+        }
+        _ => {
+            return Err(bad(
+                key,
+                "set exactly one of `baseline` (a strategy label) or `than` (a number)".into(),
+            ));
+        }
+    }
+    if !(c.by_at_least.is_finite() && c.by_at_least >= 0.0) {
+        return Err(bad(
+            &format!("{key}.by_at_least"),
+            "must be a relative difference ≥ 0 (0.35 = 35 %)".into(),
+        ));
+    }
+    if c.by_at_most
+        .is_some_and(|m| !(m.is_finite() && m >= c.by_at_least))
+    {
+        return Err(bad(
+            &format!("{key}.by_at_most"),
+            "must be at least by_at_least".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn check_sweep(

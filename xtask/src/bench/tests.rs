@@ -42,9 +42,13 @@ fn every_suite_file_parses_and_resolves() {
         let s = Suite::load(&file).unwrap_or_else(|e| panic!("{e}"));
         let scenarios = s.scenarios_expanded();
         let cells = s.cells(&scenarios).unwrap_or_else(|e| panic!("{e}"));
+        let per_scenario: usize = scenarios
+            .iter()
+            .map(|sc| s.scenario_strategies(&sc.spec).len())
+            .sum();
         assert_eq!(
             cells.len(),
-            scenarios.len() * s.strategies.len() * s.seeds.len(),
+            per_scenario * s.seeds.len(),
             "{}",
             file.display()
         );
@@ -283,6 +287,7 @@ fn row(strategy: &str, seed: u64, tpi: f64) -> Row {
         peak_worker_memory_bytes: 1,
         peak_server_memory_bytes: 1,
         throughput_samples_per_s: 1.0,
+        figures: String::new(),
     }
 }
 
@@ -420,10 +425,12 @@ fn plots_are_svg_with_title_axis_labels_and_legend() {
             Line {
                 label: "bsp".into(),
                 points: vec![(0.0, 2.0), (1.0, 1.0)],
+                color: None,
             },
             Line {
                 label: "ssp <s=1> & co".into(),
                 points: vec![(0.0, 2.0), (0.8, 0.9)],
+                color: Some(3),
             },
         ],
         true,
@@ -514,7 +521,7 @@ fn the_smoke_suite_writes_every_cell_report_and_plot() {
         report.contains("Code version") && report.contains("Seeds:** 1"),
         "{report}"
     );
-    assert!(report.contains("## Paper claims") && (report.contains('✓') || report.contains('✗')));
+    assert!(report.contains("## Claims") && (report.contains('✓') || report.contains('✗')));
     assert!(report.contains("★"));
 
     let plots: Vec<_> = std::fs::read_dir(dir.path().join("plots"))
@@ -568,4 +575,374 @@ fn the_smoke_suite_writes_every_cell_report_and_plot() {
     let err = super::run_suite(&s, Some("no such cell"), dir.path(), &settings, &root)
         .expect_err("no match");
     assert!(err.to_string().contains("no such cell"));
+}
+
+/// MINIMAL with a third strategy and a second scenario that runs only some of them.
+const SUBSETS: &str = r#"
+seeds = [1, 2]
+[[strategies]]
+label = "bsp"
+strategies = ["bsp"]
+[[strategies]]
+label = "ssp"
+strategies = ["ssp"]
+options = { ssp = { slack = 2 } }
+[[strategies]]
+label = "asp"
+strategies = ["asp"]
+[[scenarios]]
+label = "all"
+config = { workers = 2, servers = 1, iterations = 12 }
+[[scenarios]]
+label = "some"
+strategies = ["asp", "bsp"]
+config = { workers = 2, servers = 1, iterations = 12 }
+"#;
+
+#[test]
+fn a_scenario_runs_only_its_strategies() {
+    let s = parse(SUBSETS).expect("suite");
+    let scenarios = s.scenarios_expanded();
+    let cells = s.cells(&scenarios).expect("cells");
+    let expected = report::expected_cells(&s, &scenarios, &cells);
+    let ids: Vec<(String, String, u64)> = expected.into_iter().collect();
+    let some: Vec<(&str, u64)> = ids
+        .iter()
+        .filter(|(sc, _, _)| sc == "some")
+        .map(|(_, st, seed)| (st.as_str(), *seed))
+        .collect();
+    // Suite order (bsp before asp is not implied: expected_cells is sorted by label).
+    assert_eq!(some, [("asp", 1), ("asp", 2), ("bsp", 1), ("bsp", 2)]);
+    assert_eq!(ids.iter().filter(|(sc, _, _)| sc == "all").count(), 6);
+    assert_eq!(cells.len(), 6 + 4);
+    // Cells of a subset scenario keep the suite's strategy order and indices.
+    let some_cells: Vec<usize> = cells
+        .iter()
+        .filter(|c| scenarios[c.scenario].label == "some")
+        .map(|c| c.strategy)
+        .collect();
+    assert_eq!(some_cells, [0, 0, 2, 2]);
+
+    // An unknown label is an error naming the file and the key.
+    let msg = parse(&SUBSETS.replace("[\"asp\", \"bsp\"]", "[\"asp\", \"flexrr\"]"))
+        .expect_err("unknown label")
+        .to_string();
+    assert!(
+        msg.contains("bench/test.toml")
+            && msg.contains("scenarios[1].strategies")
+            && msg.contains("flexrr"),
+        "{msg}"
+    );
+    let msg = parse(&SUBSETS.replace("[\"asp\", \"bsp\"]", "[]"))
+        .expect_err("empty subset")
+        .to_string();
+    assert!(msg.contains("scenarios[1].strategies"), "{msg}");
+    let msg = parse(&SUBSETS.replace("[\"asp\", \"bsp\"]", "[\"asp\", \"asp\"]"))
+        .expect_err("listed twice")
+        .to_string();
+    assert!(msg.contains("scenarios[1].strategies[1]"), "{msg}");
+
+    // A claim about a strategy the scenario does not run is an error.
+    let claim = "claims = [{ text = \"t\", metric = \"efficiency\", strategy = \"ssp\", baseline = \"bsp\", expect = \"greater\" }]";
+    let text = SUBSETS.replace(
+        "strategies = [\"asp\", \"bsp\"]",
+        &format!("strategies = [\"asp\", \"bsp\"]\n{claim}"),
+    );
+    let msg = parse(&text).expect_err("ssp not run").to_string();
+    assert!(
+        msg.contains("scenarios[1].claims[0].strategy") && msg.contains("ssp"),
+        "{msg}"
+    );
+}
+
+/// The report of a subset scenario, from made-up results: only its strategies appear in its
+/// table, best marking and plots; the speed-up column is left out where it lacks the baseline.
+#[test]
+fn the_report_of_a_subset_scenario_shows_only_its_strategies() {
+    let text = SUBSETS.replace("[\"asp\", \"bsp\"]", "[\"asp\", \"ssp\"]").replace(
+        "label = \"some\"",
+        "label = \"some\"\nclaims = [\n  { text = \"asp waits less than ssp\", metric = \"wait_share\", strategy = \"asp\", baseline = \"ssp\", expect = \"less\" },\n  { text = \"asp rmse under 10%\", source = \"made up\", metric = \"figure:asp.rmse\", strategy = \"asp\", expect = \"less\", than = 0.1 },\n]",
+    );
+    let s = parse(&text).expect("suite");
+    let scenarios = s.scenarios_expanded();
+    let cells = s.cells(&scenarios).expect("cells");
+    let results: Vec<Option<runner::CellResult>> = cells
+        .iter()
+        .map(|c| {
+            let mut figures = std::collections::BTreeMap::new();
+            figures.insert("asp.rmse".to_string(), 0.05 + c.seed as f64 * 1e-3);
+            Some(runner::CellResult {
+                metrics: runner::Metrics {
+                    iterations: 12,
+                    run_time_s: 1.2,
+                    time_per_iteration_s: 0.1 / (1.0 + c.strategy as f64),
+                    throughput_samples_per_s: 1.0,
+                    ideal_time_s: 1.0,
+                    efficiency: 0.8,
+                    wait_share: 0.3 - 0.1 * c.strategy as f64,
+                    final_loss: Some(0.5),
+                    final_accuracy: None,
+                    final_test_loss: None,
+                    bytes_sent: 10,
+                    messages_sent: 1,
+                    peak_worker_memory_bytes: 1,
+                    peak_server_memory_bytes: 1,
+                    figures,
+                },
+                curve: vec![
+                    runner::CurvePoint {
+                        iteration: 1,
+                        time_s: 0.1,
+                        loss: Some(1.0),
+                        test_accuracy: None,
+                    },
+                    runner::CurvePoint {
+                        iteration: 2,
+                        time_s: 0.2,
+                        loss: Some(0.5),
+                        test_accuracy: None,
+                    },
+                ],
+            })
+        })
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = report::ReportInput {
+        suite: &s,
+        scenarios: &scenarios,
+        cells: &cells,
+        results: &results,
+        code_version: "v",
+    };
+    let rows = report::write_all(dir.path(), &input).expect("report");
+    assert_eq!(rows.len(), 10);
+    let md = std::fs::read_to_string(dir.path().join("REPORT.md")).expect("report");
+    let section = md.split("### some").nth(1).expect("section of `some`");
+    assert!(!section.contains("| bsp"), "{section}");
+    assert!(
+        section.contains("| ssp") && section.contains("**asp** ★"),
+        "{section}"
+    );
+    assert!(!section.contains("speed-up"), "{section}");
+    let all = md.split("### all").nth(1).expect("section of `all`");
+    assert!(all.contains("speed-up vs bsp"), "{all}");
+    // Both claims, in the summary near the top and in the section.
+    let summary = md.split("## Scenarios").next().expect("top");
+    assert!(
+        summary.contains("## Claims") && summary.contains("2 of 2 claims hold"),
+        "{summary}"
+    );
+    assert!(summary.contains("asp rmse under 10%") && summary.contains("made up"));
+    assert_eq!(section.matches("**Claim").count(), 2, "{section}");
+    let texts = svg_texts(&dir.path().join("plots/loss-some.svg"));
+    assert_has(&texts, &["asp", "ssp"], Path::new("loss-some.svg"));
+    assert!(!texts.iter().any(|t| t == "bsp"), "{texts:?}");
+    // Rewriting from the same results gives the same files.
+    let csv = std::fs::read_to_string(dir.path().join("results.csv")).expect("csv");
+    report::write_all(dir.path(), &input).expect("again");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("REPORT.md")).expect("report"),
+        md
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("results.csv")).expect("csv"),
+        csv
+    );
+}
+
+#[test]
+fn a_scenario_takes_several_claims_and_a_single_one() {
+    let with =
+        |extra: &str| MINIMAL.replace("label = \"tiny\"", &format!("label = \"tiny\"\n{extra}"));
+    let text = with(
+        "claim = { text = \"a\", metric = \"time_per_iteration_s\", strategy = \"ssp\", baseline = \"bsp\", expect = \"less\" }\n\
+         claims = [\n\
+           { text = \"b\", metric = \"wait_share\", strategy = \"ssp\", expect = \"less\", than = 0.05 },\n\
+           { text = \"c\", metric = \"figure:ssp.max_staleness\", strategy = \"ssp\", expect = \"less\", than = 3, by_at_least = 0.1, by_at_most = 0.9 },\n\
+         ]",
+    );
+    let s = parse(&text).expect("suite");
+    let claims = s.scenarios[0].all_claims();
+    let keys: Vec<&str> = claims.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["claim", "claims[0]", "claims[1]"]);
+    assert_eq!(claims[1].1.than, Some(0.05));
+    assert_eq!(claims[2].1.than, Some(3.0));
+    assert_eq!(claims[0].1.baseline.as_deref(), Some("bsp"));
+
+    // The `[[scenarios.claims]]` form.
+    let tables = format!(
+        "{MINIMAL}\n[[scenarios.claims]]\ntext = \"d\"\nmetric = \"efficiency\"\nstrategy = \"ssp\"\nbaseline = \"bsp\"\nexpect = \"greater\"\n\n[[scenarios.claims]]\ntext = \"e\"\nmetric = \"efficiency\"\nstrategy = \"bsp\"\nexpect = \"greater\"\nthan = 0.5\n"
+    );
+    let s = parse(&tables).expect("suite");
+    assert_eq!(s.scenarios[0].all_claims().len(), 2);
+
+    // Each claim is validated, and errors name it.
+    let claims = |body: &str| {
+        with(&format!(
+            "claims = [\n{{ text = \"ok\", metric = \"efficiency\", strategy = \"ssp\", baseline = \"bsp\", expect = \"greater\" }},\n{{ text = \"bad\", strategy = \"ssp\", expect = \"less\", {body} }},\n]"
+        ))
+    };
+    let msg = parse(&claims("metric = \"speed\", than = 1.0"))
+        .expect_err("bad metric")
+        .to_string();
+    assert!(
+        msg.contains("scenarios[0].claims[1].metric") && msg.contains("figure:"),
+        "{msg}"
+    );
+    let msg = parse(&claims("metric = \"figure:\", than = 1.0"))
+        .expect_err("empty figure name")
+        .to_string();
+    assert!(msg.contains("scenarios[0].claims[1].metric"), "{msg}");
+    let msg = parse(&claims("metric = \"efficiency\""))
+        .expect_err("neither baseline nor than")
+        .to_string();
+    assert!(
+        msg.contains("scenarios[0].claims[1]") && msg.contains("exactly one of"),
+        "{msg}"
+    );
+    let msg = parse(&claims(
+        "metric = \"efficiency\", baseline = \"bsp\", than = 1.0",
+    ))
+    .expect_err("both")
+    .to_string();
+    assert!(msg.contains("exactly one of"), "{msg}");
+    let msg = parse(&claims("metric = \"efficiency\", than = \"x\""))
+        .expect_err("than not a number")
+        .to_string();
+    assert!(msg.contains("than"), "{msg}");
+    let msg = parse(&claims("metric = \"efficiency\", than = nan"))
+        .expect_err("than not finite")
+        .to_string();
+    assert!(msg.contains("scenarios[0].claims[1].than"), "{msg}");
+    let msg = parse(&claims("metric = \"efficiency\", baseline = \"asp\""))
+        .expect_err("unknown baseline")
+        .to_string();
+    assert!(
+        msg.contains("scenarios[0].claims[1].baseline") && msg.contains("asp"),
+        "{msg}"
+    );
+    let msg = parse(&claims(
+        "metric = \"efficiency\", than = 1.0, by_at_least = 0.5, by_at_most = 0.2",
+    ))
+    .expect_err("range")
+    .to_string();
+    assert!(msg.contains("scenarios[0].claims[1].by_at_most"), "{msg}");
+}
+
+#[test]
+fn a_claim_against_a_constant_holds_or_fails() {
+    let mut rows = vec![row("lb", 1, 1.0), row("lb", 2, 1.0)];
+    rows[0].wait_share = 0.03;
+    rows[1].wait_share = 0.05; // mean 0.04
+    rows[0].figures = "lb.rmse=0.2".into();
+    rows[1].figures = "lb.rmse=0.1;other=7".into(); // mean 0.15
+    let claim = |body: &str| {
+        toml::from_str::<suite::Claim>(&format!("text = \"c\"\nstrategy = \"lb\"\n{body}"))
+            .expect("claim")
+    };
+    // (0.05 − 0.04)/0.05 = 20 % less.
+    let k = check_claim(
+        &rows,
+        "s",
+        &claim("metric = \"wait_share\"\nexpect = \"less\"\nthan = 0.05"),
+    )
+    .expect("data");
+    assert!((k.relative - 0.2).abs() < 1e-12 && k.holds, "{k:?}");
+    assert_eq!(k.reference, 0.05);
+    assert!(
+        check_claim(
+            &rows,
+            "s",
+            &claim("metric = \"wait_share\"\nexpect = \"less\"\nthan = 0.05\nby_at_least = 0.1\nby_at_most = 0.3"),
+        )
+        .expect("data")
+        .holds
+    );
+    // Too little, and the wrong way.
+    assert!(
+        !check_claim(
+            &rows,
+            "s",
+            &claim("metric = \"wait_share\"\nexpect = \"less\"\nthan = 0.05\nby_at_least = 0.25"),
+        )
+        .expect("data")
+        .holds
+    );
+    let k = check_claim(
+        &rows,
+        "s",
+        &claim("metric = \"wait_share\"\nexpect = \"less\"\nthan = 0.03"),
+    )
+    .expect("data");
+    assert!(!k.holds && k.relative < 0.0, "{k:?}");
+    // `greater`: (value − than)/|than|; on a strategy figure.
+    let k = check_claim(
+        &rows,
+        "s",
+        &claim("metric = \"figure:lb.rmse\"\nexpect = \"greater\"\nthan = 0.1\nby_at_least = 0.5"),
+    )
+    .expect("data");
+    assert!((k.relative - 0.5).abs() < 1e-12 && k.holds, "{k:?}");
+    assert!(
+        !check_claim(
+            &rows,
+            "s",
+            &claim("metric = \"figure:lb.rmse\"\nexpect = \"greater\"\nthan = 0.2"),
+        )
+        .expect("data")
+        .holds
+    );
+    // A figure no run reports: no data.
+    assert!(check_claim(
+        &rows,
+        "s",
+        &claim("metric = \"figure:nope\"\nexpect = \"less\"\nthan = 1")
+    )
+    .is_none());
+}
+
+#[test]
+fn figures_round_trip_through_the_csv() {
+    let mut figures = std::collections::BTreeMap::new();
+    figures.insert("lb-bsp.rmse_relative".to_string(), 0.1 + 0.2);
+    figures.insert("a.tiny".to_string(), 1e-300 / 3.0);
+    figures.insert("b.whole".to_string(), 4.0);
+    figures.insert("c.neg".to_string(), -std::f64::consts::PI);
+    let field = report::format_figures(&figures);
+    // Sorted by name.
+    assert!(
+        field.starts_with("a.tiny=") && field.contains(";b.whole=4;"),
+        "{field}"
+    );
+    assert_eq!(report::parse_figures(&field), figures);
+    assert_eq!(report::format_figures(&Default::default()), "");
+
+    let mut r = row("lb", 1, 1.0);
+    r.figures = field;
+    let other = row("bsp", 1, 1.0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("results.csv");
+    report::write_csv(&path, &[r.clone(), other.clone()]).expect("write");
+    let text = std::fs::read_to_string(&path).expect("csv");
+    assert!(
+        text.lines().next().is_some_and(|h| h.ends_with(",figures")),
+        "{text}"
+    );
+    let back = report::read_csv(&path).expect("read");
+    assert_eq!(back, [r, other]);
+    for (name, v) in &figures {
+        assert_eq!(
+            back[0].metric(&format!("figure:{name}")).map(f64::to_bits),
+            Some(v.to_bits()),
+            "{name}"
+        );
+    }
+    assert_eq!(back[0].metric("figure:missing"), None);
+    assert_eq!(back[1].metric("figure:lb-bsp.rmse_relative"), None);
+    // Written again from what was read, byte for byte the same.
+    report::write_csv(&path, &back).expect("rewrite");
+    assert_eq!(std::fs::read_to_string(&path).expect("csv"), text);
+    assert!(report::known_metric("figure:lb-bsp.rmse_relative"));
+    assert!(!report::known_metric("figure:"));
+    assert!(!report::known_metric("speed"));
 }
