@@ -20,6 +20,10 @@ pub const METRICS: &[(&str, &str)] = &[
         "time_to_target_s",
         "virtual seconds until the scenario's target",
     ),
+    (
+        "iterations_to_target",
+        "iterations until the scenario's target",
+    ),
     ("run_time_s", "virtual seconds of the whole run"),
     ("final_loss", "training loss of the last iteration"),
     ("final_accuracy", "test accuracy at the end"),
@@ -86,6 +90,8 @@ pub struct Row {
     pub time_per_iteration_s: f64,
     /// First virtual time the scenario's target was reached (empty: no target, or never).
     pub time_to_target_s: Option<f64>,
+    /// Iterations completed when the target was first reached (statistical efficiency).
+    pub iterations_to_target: Option<u64>,
     /// Virtual seconds of the whole run.
     pub run_time_s: f64,
     /// Training loss of the last iteration.
@@ -119,6 +125,7 @@ impl Row {
         match name {
             "time_per_iteration_s" => Some(self.time_per_iteration_s),
             "time_to_target_s" => self.time_to_target_s,
+            "iterations_to_target" => self.iterations_to_target.map(|i| i as f64),
             "run_time_s" => Some(self.run_time_s),
             "final_loss" => self.final_loss,
             "final_accuracy" => self.final_accuracy,
@@ -137,9 +144,12 @@ impl Row {
     }
 }
 
-/// The first virtual time a curve reaches `target`: test accuracy ≥ target accuracy (at an
+/// The first point of a curve that reaches `target`: test accuracy ≥ target accuracy (at an
 /// evaluation), or training loss ≤ target loss.
-pub fn time_to_target(result: &CellResult, target: &Target) -> Option<f64> {
+fn first_at_target<'a>(
+    result: &'a CellResult,
+    target: &Target,
+) -> Option<&'a super::runner::CurvePoint> {
     result
         .curve
         .iter()
@@ -148,7 +158,16 @@ pub fn time_to_target(result: &CellResult, target: &Target) -> Option<f64> {
             (None, Some(l)) => p.loss.is_some_and(|x| x <= l),
             (None, None) => false,
         })
-        .map(|p| p.time_s)
+}
+
+/// The first virtual time a curve reaches `target`.
+pub fn time_to_target(result: &CellResult, target: &Target) -> Option<f64> {
+    first_at_target(result, target).map(|p| p.time_s)
+}
+
+/// Iterations completed when a curve first reaches `target`.
+pub fn iterations_to_target(result: &CellResult, target: &Target) -> Option<u64> {
+    first_at_target(result, target).map(|p| p.iteration)
 }
 
 /// One CSV row per cell that has a result, in cell order.
@@ -175,6 +194,11 @@ pub fn rows(
                 iterations: m.iterations,
                 time_per_iteration_s: m.time_per_iteration_s,
                 time_to_target_s: sc.spec.target.as_ref().and_then(|t| time_to_target(r, t)),
+                iterations_to_target: sc
+                    .spec
+                    .target
+                    .as_ref()
+                    .and_then(|t| iterations_to_target(r, t)),
                 run_time_s: m.run_time_s,
                 final_loss: m.final_loss,
                 final_accuracy: m.final_accuracy,
@@ -401,6 +425,9 @@ fn describe_claim(c: &Claim) -> String {
     let size = match c.by_at_most {
         Some(m) => format!("by {}–{}", pct(c.by_at_least), pct(m)),
         None if c.by_at_least > 0.0 => format!("by ≥ {}", pct(c.by_at_least)),
+        None if c.by_at_least < 0.0 => {
+            format!("(or at most {} the other way)", pct(-c.by_at_least))
+        }
         None => String::new(),
     };
     format!(

@@ -157,7 +157,8 @@ pub struct Claim {
     pub than: Option<f64>,
     /// Direction of the difference.
     pub expect: Direction,
-    /// Smallest relative difference that upholds the claim (0.35 = 35 %); 0 checks the direction only.
+    /// Smallest relative difference that upholds the claim (0.35 = 35 %); 0 checks the direction
+    /// only; a negative value is a tolerance (-0.1: at most 10 % the other way, i.e. "about equal").
     #[serde(default)]
     pub by_at_least: f64,
     /// Largest relative difference that still matches the claim, if the paper states a range.
@@ -603,10 +604,10 @@ fn check_claim(
             ));
         }
     }
-    if !(c.by_at_least.is_finite() && c.by_at_least >= 0.0) {
+    if !(c.by_at_least.is_finite() && c.by_at_least >= -1.0) {
         return Err(bad(
             &format!("{key}.by_at_least"),
-            "must be a relative difference ≥ 0 (0.35 = 35 %)".into(),
+            "must be a relative difference ≥ -1 (0.35 = at least 35 % in the claimed direction; -0.1 = at most 10 % the other way)".into(),
         ));
     }
     if c.by_at_most

@@ -278,6 +278,7 @@ fn row(strategy: &str, seed: u64, tpi: f64) -> Row {
         iterations: 10,
         time_per_iteration_s: tpi,
         time_to_target_s: None,
+        iterations_to_target: None,
         run_time_s: tpi * 10.0,
         final_loss: Some(0.5),
         final_accuracy: None,
