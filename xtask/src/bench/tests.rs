@@ -147,7 +147,7 @@ fn bad_claims_targets_and_labels_are_rejected() {
         msg.contains("scenarios[0].claim.metric") && msg.contains("time_per_iteration_s"),
         "{msg}"
     );
-    let msg = parse(&claim("metric = \"efficiency\", by_at_least = -1.0"))
+    let msg = parse(&claim("metric = \"efficiency\", by_at_least = -1.5"))
         .expect_err("negative")
         .to_string();
     assert!(msg.contains("by_at_least"), "{msg}");
