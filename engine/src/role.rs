@@ -28,6 +28,16 @@ pub enum RuntimeKind {
     Wall,
 }
 
+/// How the straggler injector knows a role: its kind and index (`None` for the coordinator, which
+/// no pattern slows).
+pub fn straggler_identity(role: RoleId) -> Option<(RoleKind, u32)> {
+    match role {
+        RoleId::Worker(w) => Some((RoleKind::Worker, w)),
+        RoleId::Server(s) => Some((RoleKind::Server, s)),
+        RoleId::Coordinator => None,
+    }
+}
+
 /// Amount of compute one call charges.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Work {
@@ -198,11 +208,8 @@ impl RoleCtx {
     }
 
     fn probe(&self, progress: f64, nominal_iter_s: f64) -> Probe {
-        let (kind, index) = match self.id {
-            RoleId::Worker(w) => (RoleKind::Worker, w),
-            RoleId::Server(s) => (RoleKind::Server, s),
-            RoleId::Coordinator => (RoleKind::Server, u32::MAX),
-        };
+        // The coordinator has no straggler patterns; any identity outside the servers will do.
+        let (kind, index) = straggler_identity(self.id).unwrap_or((RoleKind::Server, u32::MAX));
         Probe {
             kind,
             index,

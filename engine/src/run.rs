@@ -13,7 +13,7 @@ use crate::metrics::{self, IterRecord, IterationRow, Summary, TraceEvent};
 use crate::model::{ModelConfig, ModelSpec, Replica};
 use crate::payload::BlockPayload;
 use crate::ps::{ParamLayout, ParamServer, ReadRecord, RoundRobinPlacement, ServerReport};
-use crate::role::{RoleCtx, RoleStats, RuntimeKind};
+use crate::role::{straggler_identity, RoleCtx, RoleStats, RuntimeKind};
 use crate::roles::{Coordinator, CoordinatorReport, Server, Worker, WorkerReport};
 use crate::stragglers::{Probe, RoleKind, StragglerSet};
 use crate::strategy::Assembly;
@@ -184,26 +184,13 @@ async fn launch(
     roles.extend((0..cfg.servers).map(RoleId::Server));
     roles.extend((0..cfg.workers).map(RoleId::Worker));
     let stragglers = |role: RoleId| -> Result<StragglerSet> {
-        let (kind, index) = match role {
-            RoleId::Worker(w) => (RoleKind::Worker, w),
-            RoleId::Server(s) => (RoleKind::Server, s),
-            RoleId::Coordinator => {
-                return Ok(StragglerSet::build(
-                    &[],
-                    cfg.seed,
-                    RoleKind::Server,
-                    u32::MAX,
-                    0,
-                )?)
+        let machine = job.cluster.machine_of(role);
+        Ok(match straggler_identity(role) {
+            Some((kind, index)) => {
+                StragglerSet::build(&cfg.stragglers, cfg.seed, kind, index, machine)?
             }
-        };
-        Ok(StragglerSet::build(
-            &cfg.stragglers,
-            cfg.seed,
-            kind,
-            index,
-            job.cluster.machine_of(role),
-        )?)
+            None => StragglerSet::build(&[], cfg.seed, RoleKind::Server, u32::MAX, machine)?,
+        })
     };
     // The wire's own view of NIC slowdowns (bandwidth caps), per role.
     let mut shapers = BTreeMap::new();
@@ -216,26 +203,23 @@ async fn launch(
     let cluster = job.cluster.clone();
     let workers_n = cfg.workers;
     let shaper = (!shapers.is_empty()).then(|| {
-        Box::new(move |role: RoleId, now: f64| match shapers.get_mut(&role) {
-            Some(set) => {
-                let (kind, index) = match role {
-                    RoleId::Worker(w) => (RoleKind::Worker, w),
-                    RoleId::Server(s) => (RoleKind::Server, s),
-                    RoleId::Coordinator => (RoleKind::Server, u32::MAX),
-                };
-                let probe = Probe {
-                    kind,
-                    index,
-                    machine: cluster.machine_of(role),
-                    num_workers: workers_n,
-                    now,
-                    iter: 0,
-                    progress: 0.0,
-                    nominal_iter_s: 0.0,
-                };
-                set.effect(&probe).bandwidth_factor
-            }
-            None => 1.0,
+        Box::new(move |role: RoleId, now: f64| {
+            let (Some(set), Some((kind, index))) =
+                (shapers.get_mut(&role), straggler_identity(role))
+            else {
+                return 1.0;
+            };
+            let probe = Probe {
+                kind,
+                index,
+                machine: cluster.machine_of(role),
+                num_workers: workers_n,
+                now,
+                iter: 0,
+                progress: 0.0,
+                nominal_iter_s: 0.0,
+            };
+            set.effect(&probe).bandwidth_factor
         }) as crate::transport::BandwidthShaper
     });
     let (net, mut mailboxes) = Network::new(job.cluster.clone(), time, &roles, shaper);
