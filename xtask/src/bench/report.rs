@@ -5,7 +5,9 @@
 
 use super::plot::{self, Bars, Labels, Line, Reference};
 use super::runner::CellResult;
-use super::suite::{show_value, Cell, Claim, Direction, Scenario, StrategySpec, Suite, Target};
+use super::suite::{
+    show_value, Cell, Claim, Direction, Phases, Scenario, StrategySpec, Suite, Target,
+};
 use super::BenchError;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +25,10 @@ pub const METRICS: &[(&str, &str)] = &[
     (
         "iterations_to_target",
         "iterations until the scenario's target",
+    ),
+    (
+        "phase_ratio",
+        "mean iteration time in disturbed phases / undisturbed phase",
     ),
     ("run_time_s", "virtual seconds of the whole run"),
     ("final_loss", "training loss of the last iteration"),
@@ -92,6 +98,9 @@ pub struct Row {
     pub time_to_target_s: Option<f64>,
     /// Iterations completed when the target was first reached (statistical efficiency).
     pub iterations_to_target: Option<u64>,
+    /// Mean iteration time in the disturbed phases over the undisturbed phase (scenarios with
+    /// `phases`).
+    pub phase_ratio: Option<f64>,
     /// Virtual seconds of the whole run.
     pub run_time_s: f64,
     /// Training loss of the last iteration.
@@ -126,6 +135,7 @@ impl Row {
             "time_per_iteration_s" => Some(self.time_per_iteration_s),
             "time_to_target_s" => self.time_to_target_s,
             "iterations_to_target" => self.iterations_to_target.map(|i| i as f64),
+            "phase_ratio" => self.phase_ratio,
             "run_time_s" => Some(self.run_time_s),
             "final_loss" => self.final_loss,
             "final_accuracy" => self.final_accuracy,
@@ -165,6 +175,21 @@ pub fn time_to_target(result: &CellResult, target: &Target) -> Option<f64> {
     first_at_target(result, target).map(|p| p.time_s)
 }
 
+/// Mean iteration time in phases ≥ 1 over phase 0, each iteration attributed to the phase its
+/// end falls in; `None` if a side has no iteration.
+pub fn phase_ratio(result: &CellResult, phases: &Phases) -> Option<f64> {
+    let mut sums = [(0.0f64, 0u64); 2];
+    let points = result.curve.iter().skip(phases.skip as usize);
+    for (a, b) in points.clone().zip(points.skip(1)) {
+        let slot = (b.time_s / phases.period_s).floor() as u64 % phases.count as u64;
+        let side = &mut sums[usize::from(slot != 0)];
+        side.0 += b.time_s - a.time_s;
+        side.1 += 1;
+    }
+    let [(calm, n0), (busy, n1)] = sums;
+    (n0 > 0 && n1 > 0 && calm > 0.0).then(|| (busy / n1 as f64) / (calm / n0 as f64))
+}
+
 /// Iterations completed when a curve first reaches `target`.
 pub fn iterations_to_target(result: &CellResult, target: &Target) -> Option<u64> {
     first_at_target(result, target).map(|p| p.iteration)
@@ -194,6 +219,7 @@ pub fn rows(
                 iterations: m.iterations,
                 time_per_iteration_s: m.time_per_iteration_s,
                 time_to_target_s: sc.spec.target.as_ref().and_then(|t| time_to_target(r, t)),
+                phase_ratio: sc.spec.phases.as_ref().and_then(|p| phase_ratio(r, p)),
                 iterations_to_target: sc
                     .spec
                     .target

@@ -81,6 +81,10 @@ pub struct ScenarioSpec {
     /// A target: the report gives the first virtual time it is reached.
     #[serde(default)]
     pub target: Option<Target>,
+    /// Phases of a time-varying scenario (e.g. a bandwidth rotation): the report gives the mean
+    /// iteration time in the disturbed phases relative to the undisturbed one (`phase_ratio`).
+    #[serde(default)]
+    pub phases: Option<Phases>,
     /// Labels of the suite's strategies run in this scenario (default: all of them, in suite
     /// order). Cells, tables, plots and claims of the scenario cover only these.
     #[serde(default)]
@@ -108,6 +112,20 @@ pub struct Target {
     /// most this.
     #[serde(default)]
     pub loss: Option<f64>,
+}
+
+/// Time-varying scenario phases: run time is cut into slots of `period_s`; slot `k` is in phase
+/// `k mod count`, and phase 0 is the undisturbed one.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Phases {
+    /// Length of one phase, virtual seconds (> 0).
+    pub period_s: f64,
+    /// Number of phases in a cycle (≥ 2).
+    pub count: u32,
+    /// Iterations to skip at the start (warm-up) before measuring.
+    #[serde(default)]
+    pub skip: u64,
 }
 
 /// A sweep: one config key (dotted path; array elements by index, e.g. `stragglers.0.delay`)

@@ -279,6 +279,7 @@ fn row(strategy: &str, seed: u64, tpi: f64) -> Row {
         time_per_iteration_s: tpi,
         time_to_target_s: None,
         iterations_to_target: None,
+        phase_ratio: None,
         run_time_s: tpi * 10.0,
         final_loss: Some(0.5),
         final_accuracy: None,
@@ -946,4 +947,48 @@ fn figures_round_trip_through_the_csv() {
     assert!(report::known_metric("figure:lb-bsp.rmse_relative"));
     assert!(!report::known_metric("figure:"));
     assert!(!report::known_metric("speed"));
+}
+
+#[test]
+fn phase_ratio_compares_disturbed_and_calm_iterations() {
+    use super::report::phase_ratio;
+    use super::runner::CurvePoint;
+    use super::suite::Phases;
+    // Iterations of 1 s while t < 10, then of 1.5 s while 10 <= t < 20 (phase 1), and so on.
+    let mut curve = Vec::new();
+    let mut t = 0.0;
+    for i in 0..40u64 {
+        let phase = (t / 10.0f64).floor() as u64 % 2;
+        t += if phase == 0 { 1.0 } else { 1.5 };
+        curve.push(CurvePoint {
+            iteration: i + 1,
+            time_s: t,
+            loss: None,
+            test_accuracy: None,
+        });
+    }
+    let mut result = super::runner::CellResult {
+        metrics: serde_json::from_value(serde_json::json!({
+            "iterations": 40, "run_time_s": t, "time_per_iteration_s": t / 40.0,
+            "throughput_samples_per_s": 0.0, "ideal_time_s": 0.0, "efficiency": 0.0,
+            "wait_share": 0.0, "final_loss": null, "final_accuracy": null, "final_test_loss": null,
+            "bytes_sent": 0, "messages_sent": 0, "peak_worker_memory_bytes": 0,
+            "peak_server_memory_bytes": 0, "figures": {}
+        }))
+        .unwrap(),
+        curve,
+    };
+    let phases = Phases {
+        period_s: 10.0,
+        count: 2,
+        skip: 0,
+    };
+    let r = phase_ratio(&result, &phases).unwrap();
+    assert!(r > 1.3 && r < 1.6, "{r}");
+    result.curve.truncate(5);
+    assert_eq!(
+        phase_ratio(&result, &phases),
+        None,
+        "no disturbed iteration yet"
+    );
 }
