@@ -168,11 +168,8 @@ impl Network {
             }
             return arrive;
         }
-        let seq = st.seq;
-        st.seq += 1;
-        st.queue.insert((self.time.instant_at(arrive), seq), env);
-        drop(st);
-        self.wake.notify_one();
+        let at = self.time.instant_at(arrive);
+        self.enqueue(st, at, env);
         arrive
     }
 
@@ -181,23 +178,27 @@ impl Network {
     /// and is not part of what a strategy costs.
     pub fn control_after_in_flight(&self, to: RoleId, msg: Message) {
         let now = self.time.now();
-        let mut st = self.lock();
+        let st = self.lock();
         let at = st
             .queue
             .keys()
             .next_back()
             .map_or(self.time.instant_at(now), |k| k.0);
+        let env = Envelope {
+            from: RoleId::Coordinator,
+            to,
+            sent_at: now,
+            msg,
+        };
+        self.enqueue(st, at, env);
+    }
+
+    /// Queues `env` for delivery at `at`, after everything already queued for that instant, and
+    /// wakes the pump.
+    fn enqueue(&self, mut st: MutexGuard<'_, State>, at: Instant, env: Envelope) {
         let seq = st.seq;
         st.seq += 1;
-        st.queue.insert(
-            (at, seq),
-            Envelope {
-                from: RoleId::Coordinator,
-                to,
-                sent_at: now,
-                msg,
-            },
-        );
+        st.queue.insert((at, seq), env);
         drop(st);
         self.wake.notify_one();
     }

@@ -134,14 +134,7 @@ impl ParamServer {
     }
 
     fn reply(&mut self, ctx: &RoleCtx, worker: WorkerId, clock: Clock, min_version: Option<i64>) {
-        let blocks = self
-            .blocks
-            .iter()
-            .map(|(&block, st)| BlockPayload {
-                block,
-                data: st.value.clone(),
-            })
-            .collect();
+        let blocks = self.current_blocks();
         self.report.reads.push(ReadRecord {
             worker,
             clock,
