@@ -6,7 +6,8 @@
 
 use crate::error::EngineError;
 use crate::ids::Clock;
-use crate::payload::{blocks_bytes, BlockPayload};
+use crate::optim::OptState;
+use crate::payload::{blocks_bytes, BlockId, BlockPayload, Payload};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -86,6 +87,20 @@ pub enum Message {
     WorkerDone,
     /// The engine asks a role to finish (servers and coordinators run until told).
     Shutdown,
+    /// Server → server: a parameter block moving to a new owner with its optimizer state, as of
+    /// `version` (elastic parameter servers: live migration and scaling).
+    Migrate {
+        /// The reassignment epoch the move belongs to.
+        epoch: u64,
+        /// Which block.
+        block: BlockId,
+        /// Last clock applied to the block.
+        version: i64,
+        /// Its values.
+        value: Payload,
+        /// Its optimizer state.
+        opt: OptState,
+    },
     /// A strategy's own message: a tag and a serialized body.
     Custom {
         /// What kind of message it is (the strategy's own vocabulary).
@@ -104,6 +119,7 @@ impl Message {
             + match self {
                 Message::Push { grads, .. } => blocks_bytes(grads),
                 Message::Params { blocks, .. } => blocks_bytes(blocks),
+                Message::Migrate { value, opt, .. } => value.bytes() + opt.bytes(),
                 Message::Custom {
                     body, extra_bytes, ..
                 } => body.len() as u64 + extra_bytes,

@@ -77,10 +77,12 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
             (spec, Some(split))
         }
     };
+    // Standby servers (elastic strategies) are placed like the others, after them.
+    let total_servers = config.servers + asm.standby_servers;
     let cluster = Arc::new(Cluster::resolve(
         &config.cluster,
         config.workers,
-        config.servers,
+        total_servers,
     )?);
     let placement = asm
         .placement
@@ -128,7 +130,7 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
         });
     }
     let mut servers: Vec<Box<dyn Server>> = Vec::new();
-    for s in 0..config.servers {
+    for s in 0..total_servers {
         servers.push(match &asm.server {
             Some(f) => f(job.clone(), s)?,
             None => Box::new(ParamServer::new(
@@ -156,8 +158,13 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
         path: "tokio runtime".into(),
         source,
     })?;
-    let (w_out, s_out, c_out, traffic) =
-        rt.block_on(launch(job.clone(), workers, servers, coordinator))?;
+    let (w_out, s_out, c_out, traffic) = rt.block_on(launch(
+        job.clone(),
+        workers,
+        servers,
+        coordinator,
+        total_servers,
+    ))?;
     drop(rt);
 
     finish(
@@ -177,11 +184,12 @@ async fn launch(
     workers: Vec<Box<dyn Worker>>,
     servers: Vec<Box<dyn Server>>,
     mut coordinator: Box<dyn Coordinator>,
+    total_servers: u32,
 ) -> Result<Launched> {
     let cfg = &job.config;
     let time = TimeBase::new(cfg.runtime == RuntimeKind::Sim);
     let mut roles = vec![RoleId::Coordinator];
-    roles.extend((0..cfg.servers).map(RoleId::Server));
+    roles.extend((0..total_servers).map(RoleId::Server));
     roles.extend((0..cfg.workers).map(RoleId::Worker));
     let stragglers = |role: RoleId| -> Result<StragglerSet> {
         let machine = job.cluster.machine_of(role);
@@ -276,7 +284,7 @@ async fn launch(
             }
             w_out.push(out);
         }
-        for s in 0..cfg.servers {
+        for s in 0..total_servers {
             net.control_after_in_flight(RoleId::Server(s), crate::message::Message::Shutdown);
         }
         net.control_after_in_flight(RoleId::Coordinator, crate::message::Message::Shutdown);
@@ -385,24 +393,23 @@ fn finish(
             values,
         }))
     };
-    let snapshot_iters: Vec<u64> = server_reports
-        .first()
-        .map(|r| r.snapshots.iter().map(|s| s.iterations).collect())
-        .unwrap_or_default();
+    // A snapshot is usable once the servers' parts cover every block (elastic servers hand blocks
+    // to each other, so which servers hold a part varies).
+    let snapshot_iters: std::collections::BTreeSet<u64> = server_reports
+        .iter()
+        .flat_map(|r| r.snapshots.iter().map(|s| s.iterations))
+        .collect();
     for it in snapshot_iters {
-        let parts: Vec<_> = server_reports
+        let blocks: Vec<BlockPayload> = server_reports
             .iter()
             .filter_map(|r| r.snapshots.iter().find(|s| s.iterations == it))
+            .flat_map(|s| s.blocks.iter().cloned())
             .collect();
-        if parts.len() != server_reports.len() {
+        let covered: std::collections::BTreeSet<_> = blocks.iter().map(|b| b.block).collect();
+        if covered.len() != job.layout.blocks().len() {
             continue;
         }
-        if let Some(e) = evaluate(
-            parts
-                .iter()
-                .flat_map(|s| s.blocks.iter().cloned())
-                .collect(),
-        )? {
+        if let Some(e) = evaluate(blocks)? {
             if let Some(row) = rows.get_mut(it as usize - 1) {
                 row.test_accuracy = Some(e.accuracy);
                 row.test_loss = Some(e.loss);

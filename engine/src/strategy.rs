@@ -71,6 +71,9 @@ pub struct Assembly {
     pub server: Option<ServerFactory>,
     /// Coordinator role.
     pub coordinator: Option<CoordinatorFactory>,
+    /// Extra server roles started idle beyond `servers`, with ids `servers..`: capacity an elastic
+    /// strategy can bring into the job later (scale-out). Built by the same server factory.
+    pub standby_servers: u32,
     owners: BTreeMap<Slot, String>,
     names: Vec<String>,
 }

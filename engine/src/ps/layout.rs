@@ -3,10 +3,11 @@
 use crate::ids::ServerId;
 use crate::model::ParamInfo;
 use crate::payload::{BlockId, BlockPayload, Payload};
+use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
 
 /// A contiguous slice of one parameter tensor (flattened).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Block {
     /// Block id (index in the layout).
     pub id: BlockId,
@@ -18,12 +19,47 @@ pub struct Block {
     pub len: usize,
 }
 
-/// Decides which server holds each block.
+impl Block {
+    /// Size in bytes (fp32).
+    pub fn bytes(&self) -> u64 {
+        self.len as u64 * crate::payload::ELEM_BYTES
+    }
+}
+
+/// Decides how the parameters are cut into blocks and which server holds each block.
 pub trait Placement: Send + Sync + Debug {
     /// Short name for reports.
     fn name(&self) -> String;
+    /// Cuts the parameters into blocks (ids `0..`, in order). The default cuts every parameter
+    /// into consecutive blocks of at most `max_block_elems`; placements that follow a framework's
+    /// own partitioning (whole tensors, one slice per server) override it.
+    fn partition(&self, params: &[ParamInfo], max_block_elems: usize, _servers: u32) -> Vec<Block> {
+        cut_into_blocks(params, max_block_elems)
+    }
     /// Server of each block (indexed by block id).
     fn assign(&self, params: &[ParamInfo], blocks: &[Block], servers: u32) -> Vec<ServerId>;
+}
+
+/// Every parameter cut into consecutive blocks of at most `max_block_elems` elements (at least one
+/// block per parameter), in parameter order.
+pub fn cut_into_blocks(params: &[ParamInfo], max_block_elems: usize) -> Vec<Block> {
+    let max = max_block_elems.max(1);
+    let mut blocks = Vec::new();
+    for (p, info) in params.iter().enumerate() {
+        let n = info.elems();
+        let mut offset = 0;
+        while offset < n || (n == 0 && offset == 0) {
+            let len = (n - offset).min(max);
+            blocks.push(Block {
+                id: blocks.len() as BlockId,
+                param: p,
+                offset,
+                len,
+            });
+            offset += len.max(1);
+        }
+    }
+    blocks
 }
 
 /// The default: blocks dealt to servers in layout order, round-robin.
@@ -56,22 +92,7 @@ impl ParamLayout {
         placement: &dyn Placement,
         servers: u32,
     ) -> ParamLayout {
-        let max = max_block_elems.max(1);
-        let mut blocks = Vec::new();
-        for (p, info) in params.iter().enumerate() {
-            let n = info.elems();
-            let mut offset = 0;
-            while offset < n || (n == 0 && offset == 0) {
-                let len = (n - offset).min(max);
-                blocks.push(Block {
-                    id: blocks.len() as BlockId,
-                    param: p,
-                    offset,
-                    len,
-                });
-                offset += len.max(1);
-            }
-        }
+        let blocks = placement.partition(&params, max_block_elems, servers);
         let owner = placement.assign(&params, &blocks, servers);
         ParamLayout {
             params,
@@ -122,16 +143,32 @@ impl ParamLayout {
     pub fn slice_for(&self, server: ServerId, values: Option<&[Vec<f32>]>) -> Vec<BlockPayload> {
         self.blocks_of(server)
             .into_iter()
-            .map(|b| BlockPayload {
-                block: b.id,
-                data: match values {
-                    Some(v) => Payload::Real(v[b.param][b.offset..b.offset + b.len].to_vec()),
-                    None => Payload::Virtual {
-                        elems: b.len as u64,
-                    },
-                },
-            })
+            .map(|b| Self::cut(b, values))
             .collect()
+    }
+
+    /// Cuts one block out of full per-parameter values (`None`: a virtual payload); `None` for a
+    /// block id the layout does not have.
+    pub fn block_payload(
+        &self,
+        block: BlockId,
+        values: Option<&[Vec<f32>]>,
+    ) -> Option<BlockPayload> {
+        self.blocks
+            .get(block as usize)
+            .map(|b| Self::cut(b, values))
+    }
+
+    fn cut(b: &Block, values: Option<&[Vec<f32>]>) -> BlockPayload {
+        BlockPayload {
+            block: b.id,
+            data: match values {
+                Some(v) => Payload::Real(v[b.param][b.offset..b.offset + b.len].to_vec()),
+                None => Payload::Virtual {
+                    elems: b.len as u64,
+                },
+            },
+        }
     }
 
     /// Writes received blocks into full per-parameter buffers.

@@ -6,5 +6,5 @@ mod layout;
 mod server;
 
 pub use consistency::{ApplyMode, Consistency};
-pub use layout::{Block, ParamLayout, Placement, RoundRobinPlacement};
+pub use layout::{cut_into_blocks, Block, ParamLayout, Placement, RoundRobinPlacement};
 pub use server::{ParamServer, ReadRecord, ServerReport, Snapshot};

@@ -1,0 +1,218 @@
+//! The scheduler's load-distribution policies (§1.13): when to reassign, and to what.
+//!
+//! PSLD and PSLD without exploration run Algorithms 1–3 over the fitted cost model; the strawman
+//! assigns in proportion to the literal measured speeds. Both share the trigger: the speed
+//! variation `(best − worst)/worst` above `var_threshold`, or — every `gain_check_every` periods
+//! (A7) — a greedy assignment predicted at least 10% faster than the current one, so that a
+//! recovery can be acted on. Static policies never reassign.
+
+use crate::assign;
+use crate::options::{PolicyKind, Resolved};
+use crate::psld::{self, PsldParams};
+use crate::telemetry::{History, PeriodReport, Pred};
+use concord_engine::ids::ServerId;
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
+
+/// Relative predicted gain that makes the periodic check reassign (A7).
+const GAIN_CHECK: f64 = 0.10;
+
+/// A new assignment and what led to it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Proposal {
+    /// Owner of every block.
+    pub owners: Vec<ServerId>,
+    /// The superior set used (PSLD), or every server (strawman).
+    pub superior: Vec<ServerId>,
+    /// Algorithm 1 found too few good servers: launch one more.
+    pub scale_out: bool,
+}
+
+/// A load-distribution policy with its telemetry history.
+pub struct LoadPolicy {
+    kind: PolicyKind,
+    params: PsldParams,
+    var_threshold: f64,
+    scale_threshold: f64,
+    gain_check_every: u64,
+    initial_servers: u32,
+    history: History,
+    pred: Pred,
+    literal: BTreeMap<ServerId, f64>,
+    rng: ChaCha8Rng,
+    periods: u64,
+    block_bytes: Vec<u64>,
+}
+
+impl LoadPolicy {
+    /// The policy of `opts`, for blocks of the given sizes; `seed` makes exploration reproducible.
+    pub fn new(opts: &Resolved, block_bytes: Vec<u64>, seed: u64) -> LoadPolicy {
+        LoadPolicy {
+            kind: opts.policy,
+            params: opts.psld,
+            var_threshold: opts.var_threshold,
+            scale_threshold: opts.scale_threshold,
+            gain_check_every: opts.gain_check_every,
+            initial_servers: opts.initial_servers,
+            history: History::new(opts.history),
+            pred: Pred::default(),
+            literal: BTreeMap::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5053_4c44),
+            periods: 0,
+            block_bytes,
+        }
+    }
+
+    /// The current fitted model (for logs and figures).
+    pub fn pred(&self) -> &Pred {
+        &self.pred
+    }
+
+    fn model_bytes(&self) -> f64 {
+        self.block_bytes.iter().sum::<u64>() as f64
+    }
+
+    /// The model with every server of `servers` covered: a server never measured (just added)
+    /// is predicted as the average of the others (§1.10 step 2).
+    fn covered_pred(&self, servers: &[ServerId]) -> Pred {
+        let mut pred = self.pred.clone();
+        if let Some(avg) = self.pred.average_model() {
+            for &r in servers {
+                if pred.get(r).is_none() {
+                    pred.insert(r, avg.clone());
+                }
+            }
+        }
+        pred
+    }
+
+    /// Ingests one period of reports from every worker and decides whether to reassign.
+    pub fn on_period(
+        &mut self,
+        reports: &[PeriodReport],
+        current: &[ServerId],
+        servers: &[ServerId],
+        force: bool,
+    ) -> Option<Proposal> {
+        self.history.ingest(reports);
+        self.pred = self.history.fit();
+        self.literal = self.history.literal_speeds();
+        self.periods += 1;
+        if !self.kind.is_dynamic() || servers.is_empty() {
+            return None;
+        }
+        let pred = self.covered_pred(servers);
+        let s_ref = self.model_bytes() / servers.len() as f64;
+        let speeds: Vec<f64> = servers
+            .iter()
+            .filter_map(|&r| pred.speed(r, s_ref))
+            .collect();
+        let straggling = psld::variation(&speeds) > self.var_threshold;
+        let check = self.gain_check_every > 0 && self.periods.is_multiple_of(self.gain_check_every);
+        if !(force || straggling || check) {
+            return None;
+        }
+        if !(force || straggling) {
+            // Periodic gain check: act only if a greedy assignment is clearly better.
+            let greedy = self.greedy(&pred, servers, s_ref);
+            let now = psld::predicted_makespan(&self.block_bytes, current, &pred);
+            let then = psld::predicted_makespan(&self.block_bytes, &greedy, &pred);
+            if !(then <= (1.0 - GAIN_CHECK) * now) {
+                return None;
+            }
+        }
+        let proposal = self.assign(servers);
+        (force || proposal.owners != current).then_some(proposal)
+    }
+
+    /// Alg. 3 with ε = 0 over the superior set: the predicted best, for the gain check.
+    fn greedy(&mut self, pred: &Pred, servers: &[ServerId], s_ref: f64) -> Vec<ServerId> {
+        match self.kind {
+            PolicyKind::Strawman => {
+                assign::strawman(&self.block_bytes, servers, &self.speeds_for(servers))
+            }
+            _ => {
+                let superior =
+                    psld::superior_set(pred, servers, s_ref, self.params.z, self.params.strict);
+                let p = PsldParams {
+                    epsilon: 0.0,
+                    ..self.params
+                };
+                psld::eps_greedy(
+                    &self.block_bytes,
+                    servers,
+                    &superior,
+                    pred,
+                    &p,
+                    &mut self.rng,
+                )
+            }
+        }
+    }
+
+    /// Literal speeds for `servers`; a server never measured gets the mean of the others.
+    fn speeds_for(&self, servers: &[ServerId]) -> BTreeMap<ServerId, f64> {
+        let known: Vec<f64> = servers
+            .iter()
+            .filter_map(|r| self.literal.get(r).copied())
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .collect();
+        let mean = if known.is_empty() {
+            1.0
+        } else {
+            known.iter().sum::<f64>() / known.len() as f64
+        };
+        servers
+            .iter()
+            .map(|&r| {
+                let v = self
+                    .literal
+                    .get(&r)
+                    .copied()
+                    .filter(|v| v.is_finite() && *v > 0.0);
+                (r, v.unwrap_or(mean))
+            })
+            .collect()
+    }
+
+    /// A fresh assignment of every block over `servers` (also used when a server joins or leaves).
+    pub fn assign(&mut self, servers: &[ServerId]) -> Proposal {
+        match self.kind {
+            PolicyKind::Strawman => Proposal {
+                owners: assign::strawman(&self.block_bytes, servers, &self.speeds_for(servers)),
+                superior: servers.to_vec(),
+                scale_out: false,
+            },
+            _ => {
+                let pred = self.covered_pred(servers);
+                if servers.iter().any(|&r| pred.get(r).is_none()) {
+                    // Nothing measured yet: the initial round-robin is all there is to go on.
+                    return Proposal {
+                        owners: assign::round_robin(self.block_bytes.len(), servers),
+                        superior: servers.to_vec(),
+                        scale_out: false,
+                    };
+                }
+                let s_ref = self.model_bytes() / servers.len() as f64;
+                let superior =
+                    psld::superior_set(&pred, servers, s_ref, self.params.z, self.params.strict);
+                let scale_out =
+                    (superior.len() as f64) < self.scale_threshold * self.initial_servers as f64;
+                let owners = psld::eps_greedy(
+                    &self.block_bytes,
+                    servers,
+                    &superior,
+                    &pred,
+                    &self.params,
+                    &mut self.rng,
+                );
+                Proposal {
+                    owners,
+                    superior,
+                    scale_out,
+                }
+            }
+        }
+    }
+}

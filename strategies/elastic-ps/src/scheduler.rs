@@ -1,0 +1,588 @@
+//! The PSLD scheduler (the extended PS-Lite scheduler, §1.13): collects telemetry, runs the
+//! load-distribution policy, launches and retires servers, and drives reassignment epochs.
+//!
+//! One epoch at a time (§1.10): pick the switch step `k` ahead of every worker
+//! (`completed + ⌈RTT/T_iter⌉ + 1`), send `REASSIGN_CMD{k}` to the workers and — overlapped mode —
+//! `MIGRATE_PLAN{k}` to the servers, which move blocks as soon as they reach version `k`. Workers
+//! finish iteration `k`, block and send `REASSIGN_REQ`; after-barrier mode sends the plans only
+//! now. Once every worker has asked and every affected server reports `MIGRATE_DONE`, the
+//! scheduler broadcasts `RESUME` with the new map. Membership changes arriving meanwhile wait for
+//! the open epoch to close.
+
+use crate::options::{MigrationMode, Resolved};
+use crate::policy::{LoadPolicy, Proposal};
+use crate::protocol::{
+    self, tag, Launch, Leave, Membership, MigrateDone, MigratePlan, PerfReport, Progress,
+    ReassignCmd, ReassignReq, Resume, ShutdownOk,
+};
+use async_trait::async_trait;
+use concord_engine::error::{EngineError, Result};
+use concord_engine::ids::{Clock, RoleId, ServerId, WorkerId};
+use concord_engine::job::Job;
+use concord_engine::message::Message;
+use concord_engine::payload::BlockId;
+use concord_engine::role::{RoleCtx, Work};
+use concord_engine::roles::{Coordinator, CoordinatorReport};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+/// Modeled FLOPs of Algorithm 3 per (block, candidate server): a cost evaluation.
+const ALGO_FLOPS_PER_BLOCK_SERVER: f64 = 50.0;
+
+/// A membership change waiting for the scheduler.
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    Add(ServerId),
+    Remove(ServerId),
+}
+
+/// The epoch in progress.
+struct OpenEpoch {
+    epoch: u64,
+    owners: Vec<ServerId>,
+    switch_after: Clock,
+    plans: BTreeMap<ServerId, MigratePlan>,
+    plans_sent: bool,
+    asked: BTreeSet<WorkerId>,
+    first_ask: Option<f64>,
+    done: BTreeSet<ServerId>,
+    change: Option<Change>,
+}
+
+/// What the scheduler measured, for the run summary.
+#[derive(Default)]
+struct Tally {
+    epochs: u64,
+    blocks_moved: u64,
+    bytes_migrated: u64,
+    suspensions: Vec<f64>,
+    superior_sizes: Vec<usize>,
+    scale_outs: u64,
+    removals: u64,
+}
+
+/// The PSLD scheduler role.
+pub struct Scheduler {
+    job: Arc<Job>,
+    opts: Resolved,
+    policy: LoadPolicy,
+    owners: Vec<ServerId>,
+    block_bytes: Vec<u64>,
+    active: BTreeSet<ServerId>,
+    next_standby: ServerId,
+    launching: Option<ServerId>,
+    /// Periods of samples seen since the last server joined (no scale-out before one).
+    since_join: u64,
+    /// Throughput (s/iteration) before the last scale-out, and periods since it.
+    scale_check: Option<(f64, u64)>,
+    scale_out_blocked: bool,
+    reports: BTreeMap<u64, Vec<PerfReport>>,
+    completed: Option<Clock>,
+    completed_at: f64,
+    iteration_s: f64,
+    rtt_s: f64,
+    epoch: u64,
+    open: Option<OpenEpoch>,
+    queued: VecDeque<Change>,
+    adds: VecDeque<u64>,
+    removals: VecDeque<(u64, ServerId)>,
+    workers_done: u32,
+    tally: Tally,
+}
+
+impl Scheduler {
+    /// The scheduler of `job`.
+    pub fn new(job: Arc<Job>, opts: Resolved) -> Scheduler {
+        let blocks = job.layout.blocks();
+        let owners: Vec<ServerId> = blocks.iter().map(|b| job.layout.owner(b.id)).collect();
+        let block_bytes: Vec<u64> = blocks.iter().map(|b| b.bytes()).collect();
+        let policy = LoadPolicy::new(&opts, block_bytes.clone(), job.config.seed);
+        Scheduler {
+            active: (0..opts.initial_servers).collect(),
+            next_standby: opts.initial_servers,
+            adds: opts.add_server_at.iter().copied().collect(),
+            removals: opts
+                .remove_servers
+                .iter()
+                .map(|r| (r.at_iteration, r.server))
+                .collect(),
+            job,
+            opts,
+            policy,
+            owners,
+            block_bytes,
+            launching: None,
+            since_join: u64::MAX,
+            scale_check: None,
+            scale_out_blocked: false,
+            reports: BTreeMap::new(),
+            completed: None,
+            completed_at: 0.0,
+            iteration_s: 0.0,
+            rtt_s: 0.0,
+            epoch: 0,
+            open: None,
+            queued: VecDeque::new(),
+            workers_done: 0,
+            tally: Tally::default(),
+        }
+    }
+
+    fn workers(&self) -> u32 {
+        self.job.config.workers
+    }
+
+    fn servers(&self) -> Vec<ServerId> {
+        self.active.iter().copied().collect()
+    }
+
+    fn on_progress(&mut self, ctx: &RoleCtx, p: Progress) {
+        let now = ctx.now();
+        self.rtt_s = self.rtt_s.max(2.0 * (now - p.sent_at));
+        if self.completed.is_none_or(|c| p.completed > c) {
+            if let Some(c) = self.completed {
+                let dt = (now - self.completed_at) / (p.completed - c) as f64;
+                self.iteration_s = if self.iteration_s > 0.0 {
+                    0.8 * self.iteration_s + 0.2 * dt
+                } else {
+                    dt
+                };
+            }
+            self.completed = Some(p.completed);
+            self.completed_at = now;
+        }
+    }
+
+    /// Scheduled launches and departures due at the current progress.
+    fn schedule(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+        let Some(done) = self.completed else {
+            return Ok(());
+        };
+        while self.adds.front().is_some_and(|&at| done + 1 >= at) {
+            self.adds.pop_front();
+            self.launch(ctx)?;
+        }
+        while self.removals.front().is_some_and(|&(at, _)| done + 1 >= at) {
+            if let Some((_, server)) = self.removals.pop_front() {
+                ctx.send(
+                    RoleId::Server(server),
+                    protocol::encode(tag::LEAVE, &Leave)?,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts one standby server; it registers with `ADD_SERVER` once up.
+    fn launch(&mut self, ctx: &mut RoleCtx) -> Result<bool> {
+        if self.next_standby >= self.opts.max_servers {
+            return Ok(false);
+        }
+        let id = self.next_standby;
+        self.next_standby += 1;
+        self.launching = Some(id);
+        let msg = protocol::encode(
+            tag::LAUNCH,
+            &Launch {
+                start_s: self.opts.server_start_s,
+            },
+        )?;
+        ctx.send(RoleId::Server(id), msg);
+        Ok(true)
+    }
+
+    async fn on_report(&mut self, ctx: &mut RoleCtx, r: PerfReport) -> Result<()> {
+        let period = r.period;
+        let list = self.reports.entry(period).or_default();
+        list.push(r);
+        if list.len() < self.workers() as usize {
+            return Ok(());
+        }
+        let reports = self.reports.remove(&period).unwrap_or_default();
+        let iteration_s = reports.iter().map(|r| r.iteration_s).fold(0.0, f64::max);
+        let samples: Vec<_> = reports.into_iter().map(|r| r.samples).collect();
+        self.since_join = self.since_join.saturating_add(1);
+        // Did the last scale-out pay off (§1.9: stop scaling out if not ≥ 2% faster)?
+        if let Some((before, periods)) = self.scale_check {
+            if periods + 1 >= 2 && self.launching.is_none() && self.since_join >= 2 {
+                if iteration_s > 0.98 * before {
+                    self.scale_out_blocked = true;
+                }
+                self.scale_check = None;
+            } else {
+                self.scale_check = Some((before, periods + 1));
+            }
+        }
+        let force = self.opts.force_reassign_every > 0
+            && (period + 1).is_multiple_of(self.opts.force_reassign_every);
+        let servers = self.servers();
+        let proposal = self
+            .policy
+            .on_period(&samples, &self.owners, &servers, force);
+        if self.open.is_some() {
+            return Ok(());
+        }
+        if let Some(p) = proposal {
+            // A4: go on with the small superior set now, and also ask for one more server;
+            // its arrival triggers another assignment.
+            if p.scale_out
+                && self.opts.scale_out
+                && !self.scale_out_blocked
+                && self.launching.is_none()
+                && self.since_join >= 1
+                && self.launch(ctx)?
+            {
+                self.tally.scale_outs += 1;
+                self.scale_check = Some((iteration_s, 0));
+            }
+            self.begin(ctx, p, None).await?;
+        }
+        Ok(())
+    }
+
+    /// Opens an epoch moving to `proposal` (with a joining or leaving server).
+    async fn begin(
+        &mut self,
+        ctx: &mut RoleCtx,
+        proposal: Proposal,
+        change: Option<Change>,
+    ) -> Result<()> {
+        // Algorithm 3 runs on the scheduler while training goes on.
+        let flops = ALGO_FLOPS_PER_BLOCK_SERVER
+            * self.block_bytes.len() as f64
+            * self.active.len().max(1) as f64;
+        ctx.compute(
+            "psld.assign",
+            Work {
+                flops_per_sample: flops,
+                batch: 0.0,
+            },
+            || (),
+        )
+        .await;
+        self.tally.superior_sizes.push(proposal.superior.len());
+        let Some(completed) = self.completed else {
+            return Ok(());
+        };
+        // Where every worker is now, and a step far enough ahead for the command to arrive.
+        let ahead = if self.iteration_s > 0.0 {
+            ((ctx.now() - self.completed_at) / self.iteration_s).floor() as u64
+        } else {
+            0
+        };
+        let margin = if self.iteration_s > 0.0 {
+            (self.rtt_s / self.iteration_s).ceil() as u64
+        } else {
+            1
+        };
+        let switch_after = completed + ahead + margin + 1;
+        if switch_after + 1 >= self.job.config.iterations {
+            // Too close to the end of the run to be worth a switch.
+            return Ok(());
+        }
+        let mut plans: BTreeMap<ServerId, MigratePlan> = BTreeMap::new();
+        let mut moved = 0u64;
+        let mut bytes = 0u64;
+        self.epoch += 1;
+        let epoch = self.epoch;
+        for (b, (&old, &new)) in self.owners.iter().zip(&proposal.owners).enumerate() {
+            if old == new {
+                continue;
+            }
+            let block = b as BlockId;
+            let plan_for = || MigratePlan {
+                epoch,
+                at_version: switch_after as i64,
+                out: Vec::new(),
+                inc: Vec::new(),
+            };
+            plans
+                .entry(old)
+                .or_insert_with(plan_for)
+                .out
+                .push((block, new));
+            plans
+                .entry(new)
+                .or_insert_with(plan_for)
+                .inc
+                .push((block, old));
+            moved += 1;
+            bytes += self.block_bytes[b];
+        }
+        if moved == 0 && change.is_none() {
+            self.epoch -= 1;
+            return Ok(());
+        }
+        self.tally.epochs += 1;
+        self.tally.blocks_moved += moved;
+        self.tally.bytes_migrated += bytes;
+        let cmd = ReassignCmd {
+            epoch,
+            switch_after,
+        };
+        for w in 0..self.workers() {
+            ctx.send(
+                RoleId::Worker(w),
+                protocol::encode(tag::REASSIGN_CMD, &cmd)?,
+            );
+        }
+        let mut open = OpenEpoch {
+            epoch,
+            owners: proposal.owners,
+            switch_after,
+            plans,
+            plans_sent: false,
+            asked: BTreeSet::new(),
+            first_ask: None,
+            done: BTreeSet::new(),
+            change,
+        };
+        if self.opts.migration == MigrationMode::Overlapped {
+            Self::send_plans(ctx, &mut open)?;
+        }
+        self.open = Some(open);
+        Ok(())
+    }
+
+    fn send_plans(ctx: &mut RoleCtx, open: &mut OpenEpoch) -> Result<()> {
+        for (&s, plan) in &open.plans {
+            ctx.send(
+                RoleId::Server(s),
+                protocol::encode(tag::MIGRATE_PLAN, plan)?,
+            );
+        }
+        open.plans_sent = true;
+        Ok(())
+    }
+
+    async fn on_ask(&mut self, ctx: &mut RoleCtx, w: WorkerId, req: ReassignReq) -> Result<()> {
+        let Some(open) = &mut self.open else {
+            return Err(EngineError::protocol(
+                ctx.id(),
+                format!("worker {w} asked for epoch {} but none is open", req.epoch),
+            ));
+        };
+        if req.epoch != open.epoch || req.completed != open.switch_after {
+            return Err(EngineError::protocol(
+                ctx.id(),
+                format!(
+                    "worker {w} blocked after iteration {} in epoch {}, expected {} in epoch {}",
+                    req.completed, req.epoch, open.switch_after, open.epoch
+                ),
+            ));
+        }
+        open.asked.insert(w);
+        open.first_ask.get_or_insert(ctx.now());
+        if open.asked.len() as u32 == self.job.config.workers && !open.plans_sent {
+            Self::send_plans(ctx, open)?;
+        }
+        self.maybe_resume(ctx).await
+    }
+
+    async fn maybe_resume(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+        let ready = self.open.as_ref().is_some_and(|o| {
+            o.asked.len() as u32 == self.job.config.workers
+                && o.plans.keys().all(|s| o.done.contains(s))
+        });
+        if !ready {
+            return Ok(());
+        }
+        let Some(open) = self.open.take() else {
+            return Ok(());
+        };
+        let resume = Resume {
+            epoch: open.epoch,
+            owners: open.owners.clone(),
+        };
+        for w in 0..self.workers() {
+            ctx.send(RoleId::Worker(w), protocol::encode(tag::RESUME, &resume)?);
+        }
+        self.owners = open.owners;
+        self.tally
+            .suspensions
+            .push(ctx.now() - open.first_ask.unwrap_or(ctx.now()));
+        if let Some(Change::Remove(server)) = open.change {
+            self.active.remove(&server);
+            self.tally.removals += 1;
+            ctx.send(
+                RoleId::Server(server),
+                protocol::encode(tag::SHUTDOWN_OK, &ShutdownOk)?,
+            );
+        }
+        if let Some(change) = self.queued.pop_front() {
+            self.on_change(ctx, change).await?;
+        }
+        Ok(())
+    }
+
+    async fn on_change(&mut self, ctx: &mut RoleCtx, change: Change) -> Result<()> {
+        if self.open.is_some() {
+            self.queued.push_back(change);
+            return Ok(());
+        }
+        let mut servers = self.active.clone();
+        match change {
+            Change::Add(s) => {
+                servers.insert(s);
+                self.active.insert(s);
+                if self.launching == Some(s) {
+                    self.launching = None;
+                }
+                self.since_join = 0;
+            }
+            Change::Remove(s) => {
+                if !servers.remove(&s) {
+                    return Err(EngineError::protocol(
+                        ctx.id(),
+                        format!("server {s} announced its departure but is not in the job"),
+                    ));
+                }
+                if servers.is_empty() {
+                    return Err(EngineError::protocol(
+                        ctx.id(),
+                        format!("server {s} is the last parameter server; it cannot leave"),
+                    ));
+                }
+            }
+        }
+        let servers: Vec<ServerId> = servers.into_iter().collect();
+        let proposal = self.policy.assign(&servers);
+        self.begin(ctx, proposal, Some(change)).await
+    }
+
+    fn figures(&self) -> Vec<(String, f64)> {
+        let t = &self.tally;
+        let mean = |v: &[f64]| {
+            if v.is_empty() {
+                0.0
+            } else {
+                v.iter().sum::<f64>() / v.len() as f64
+            }
+        };
+        let susp_max = t.suspensions.iter().copied().fold(0.0, f64::max);
+        let model_bytes: u64 = self.block_bytes.iter().sum();
+        // Emulated checkpoint-and-restart (Fig. 20b): save the model, relaunch, reload it.
+        let restart =
+            2.0 * model_bytes as f64 / self.opts.checkpoint_bytes_per_s + self.opts.restart_cost_s;
+        let sup: Vec<f64> = t.superior_sizes.iter().map(|&s| s as f64).collect();
+        let mut load = vec![0u64; self.opts.max_servers as usize];
+        for (b, &s) in self.owners.iter().enumerate() {
+            if let Some(l) = load.get_mut(s as usize) {
+                *l += self.block_bytes[b];
+            }
+        }
+        let mut f = vec![
+            ("elastic-ps.epochs".to_string(), t.epochs as f64),
+            ("elastic-ps.blocks_moved".to_string(), t.blocks_moved as f64),
+            (
+                "elastic-ps.migrated_mb".to_string(),
+                t.bytes_migrated as f64 / 1e6,
+            ),
+            (
+                "elastic-ps.suspension_s_mean".to_string(),
+                mean(&t.suspensions),
+            ),
+            ("elastic-ps.suspension_s_max".to_string(), susp_max),
+            ("elastic-ps.checkpoint_restart_s".to_string(), restart),
+            (
+                "elastic-ps.suspension_vs_restart".to_string(),
+                if restart > 0.0 {
+                    susp_max / restart
+                } else {
+                    0.0
+                },
+            ),
+            ("elastic-ps.superior_mean".to_string(), mean(&sup)),
+            ("elastic-ps.scale_outs".to_string(), t.scale_outs as f64),
+            ("elastic-ps.removals".to_string(), t.removals as f64),
+            (
+                "elastic-ps.servers_final".to_string(),
+                self.active.len() as f64,
+            ),
+            (
+                "elastic-ps.servers_used_final".to_string(),
+                load.iter().filter(|&&l| l > 0).count() as f64,
+            ),
+        ];
+        for (s, l) in load.iter().enumerate() {
+            if *l > 0 || (s as u32) < self.opts.initial_servers {
+                f.push((format!("elastic-ps.load_mb_s{s}"), *l as f64 / 1e6));
+            }
+        }
+        f
+    }
+}
+
+#[async_trait]
+impl Coordinator for Scheduler {
+    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<CoordinatorReport> {
+        loop {
+            let env = ctx.recv().await?;
+            let from = env.from;
+            match env.msg {
+                Message::Shutdown => break,
+                Message::WorkerDone => self.workers_done += 1,
+                Message::Custom { tag: t, body, .. } => {
+                    let id = ctx.id();
+                    match (t.as_str(), from) {
+                        (tag::PROGRESS, RoleId::Worker(_)) => {
+                            let p: Progress = protocol::decode(id, &t, &body)?;
+                            self.on_progress(ctx, p);
+                            self.schedule(ctx)?;
+                        }
+                        (tag::PERF_REPORT, RoleId::Worker(_)) => {
+                            let r: PerfReport = protocol::decode(id, &t, &body)?;
+                            self.on_report(ctx, r).await?;
+                        }
+                        (tag::REASSIGN_REQ, RoleId::Worker(w)) => {
+                            let r: ReassignReq = protocol::decode(id, &t, &body)?;
+                            self.on_ask(ctx, w, r).await?;
+                        }
+                        (tag::MIGRATE_DONE, RoleId::Server(s)) => {
+                            let d: MigrateDone = protocol::decode(id, &t, &body)?;
+                            match &mut self.open {
+                                Some(o) if o.epoch == d.epoch => {
+                                    o.done.insert(s);
+                                }
+                                _ => {
+                                    return Err(EngineError::protocol(
+                                        id,
+                                        format!(
+                                            "server {s} finished epoch {}, which is not open",
+                                            d.epoch
+                                        ),
+                                    ))
+                                }
+                            }
+                            self.maybe_resume(ctx).await?;
+                        }
+                        (tag::ADD_SERVER, RoleId::Server(_)) => {
+                            let m: Membership = protocol::decode(id, &t, &body)?;
+                            self.on_change(ctx, Change::Add(m.server)).await?;
+                        }
+                        (tag::DEL_SERVER, RoleId::Server(_)) => {
+                            let m: Membership = protocol::decode(id, &t, &body)?;
+                            self.on_change(ctx, Change::Remove(m.server)).await?;
+                        }
+                        (other, _) => {
+                            return Err(EngineError::protocol(
+                                id,
+                                format!("unexpected `{other}` message from {from}"),
+                            ))
+                        }
+                    }
+                }
+                other => {
+                    return Err(EngineError::protocol(
+                        ctx.id(),
+                        format!("unexpected message from {from}: {other:?}"),
+                    ))
+                }
+            }
+        }
+        Ok(CoordinatorReport {
+            reports: Vec::new(),
+            figures: self.figures(),
+        })
+    }
+}

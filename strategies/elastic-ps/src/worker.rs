@@ -1,0 +1,303 @@
+//! The elastic data-parallel worker (§6.5): pushes every block to its current owner, collects the
+//! updated blocks, times its exchange with each server, and switches assignments at the step the
+//! scheduler names.
+//!
+//! Telemetry sample per (server, iteration): `s` = bytes of the blocks this server holds (its
+//! load), `t` = push time (first push sent → last push received by that server) plus pull time
+//! (that server's first answer sent → its last answer received). The wait for other workers'
+//! pushes between the two is excluded (§1.4), so a server looks slow only by its own doing.
+
+use crate::options::Resolved;
+use crate::protocol::{self, tag, PerfReport, Progress, ReassignCmd, ReassignReq, Resume};
+use crate::telemetry::{OlsStats, PeriodReport};
+use async_trait::async_trait;
+use concord_engine::error::{EngineError, Result};
+use concord_engine::ids::{Clock, RoleId, ServerId, WorkerId};
+use concord_engine::job::Job;
+use concord_engine::message::Message;
+use concord_engine::metrics::IterRecord;
+use concord_engine::model::Replica;
+use concord_engine::role::{RoleCtx, Work};
+use concord_engine::roles::{Worker, WorkerReport};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Per-server timing of one iteration.
+#[derive(Clone, Copy)]
+struct Exchange {
+    bytes: u64,
+    last_push_arrival: f64,
+    first_served: f64,
+    last_received: f64,
+}
+
+/// The elastic-ps worker role.
+pub struct ElasticWorker {
+    id: WorkerId,
+    job: Arc<Job>,
+    opts: Resolved,
+    replica: Option<Replica>,
+    owners: Vec<ServerId>,
+    epoch: u64,
+}
+
+impl ElasticWorker {
+    /// Worker `id` of `job`, starting on the job's initial assignment.
+    pub fn new(job: Arc<Job>, id: WorkerId, opts: Resolved) -> Result<ElasticWorker> {
+        let owners = (0..job.layout.blocks().len() as u32)
+            .map(|b| job.layout.owner(b))
+            .collect();
+        Ok(ElasticWorker {
+            id,
+            replica: Replica::new(&job.model)?,
+            job,
+            opts,
+            owners,
+            epoch: 0,
+        })
+    }
+
+    /// Takes any reassignment command that has arrived, without waiting.
+    fn poll_command(&self, ctx: &mut RoleCtx, cmd: &mut Option<ReassignCmd>) -> Result<()> {
+        while let Some(env) = ctx.try_recv_matching(
+            |e| matches!(&e.msg, Message::Custom { tag: t, .. } if t == tag::REASSIGN_CMD),
+        ) {
+            if let Message::Custom { tag: t, body, .. } = env.msg {
+                *cmd = Some(protocol::decode(ctx.id(), &t, &body)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// At the agreed step: block, ask for the new map, install it.
+    async fn switch(
+        &mut self,
+        ctx: &mut RoleCtx,
+        cmd: ReassignCmd,
+        completed: Clock,
+    ) -> Result<()> {
+        let t0 = ctx.now();
+        let req = ReassignReq {
+            epoch: cmd.epoch,
+            completed,
+        };
+        ctx.send(
+            RoleId::Coordinator,
+            protocol::encode(tag::REASSIGN_REQ, &req)?,
+        );
+        let env = ctx
+            .recv_matching(|e| matches!(&e.msg, Message::Custom { tag: t, .. } if t == tag::RESUME))
+            .await?;
+        let Message::Custom { tag: t, body, .. } = env.msg else {
+            return Err(EngineError::protocol(ctx.id(), "expected RESUME"));
+        };
+        let resume: Resume = protocol::decode(ctx.id(), &t, &body)?;
+        if resume.epoch != cmd.epoch || resume.owners.len() != self.owners.len() {
+            return Err(EngineError::protocol(
+                ctx.id(),
+                format!(
+                    "RESUME for epoch {} with {} owners, expected epoch {} with {}",
+                    resume.epoch,
+                    resume.owners.len(),
+                    cmd.epoch,
+                    self.owners.len()
+                ),
+            ));
+        }
+        self.owners = resume.owners;
+        self.epoch = resume.epoch;
+        ctx.trace_span("suspended", "wait", t0, ctx.now());
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Worker for ElasticWorker {
+    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<WorkerReport> {
+        let job = self.job.clone();
+        let layout = &job.layout;
+        let blocks = layout.blocks();
+        let batch = job.config.batch;
+        let n = job.config.workers as u64;
+        let flops_per_sample = job.model.training_flops_per_sample();
+        let mut params: Vec<Vec<f32>> = job.init.clone().unwrap_or_default();
+        let mut records = Vec::with_capacity(job.config.iterations as usize);
+        let mut period: BTreeMap<ServerId, OlsStats> = BTreeMap::new();
+        let mut period_start = ctx.now();
+        let mut cmd: Option<ReassignCmd> = None;
+        for clock in 0..job.config.iterations {
+            ctx.set_iter(clock);
+            let start = ctx.now();
+            let work = Work {
+                flops_per_sample,
+                batch: batch as f64,
+            };
+            let (loss, grads) = match (&self.replica, &job.data) {
+                (Some(replica), Some(data)) => {
+                    let offset = clock * n * batch + self.id as u64 * batch;
+                    let idx = job.stream.range(offset as u128, batch as usize);
+                    let (x, y) = data.train.gather(&idx);
+                    replica.set_params(&params)?;
+                    let out = ctx.compute("step", work, || replica.step(x, &y)).await?;
+                    if !out.loss.is_finite() {
+                        return Err(EngineError::Diverged {
+                            role: ctx.id(),
+                            clock,
+                            loss: out.loss,
+                        });
+                    }
+                    (out.loss, Some(out.grads))
+                }
+                _ => {
+                    ctx.compute("step", work, || ()).await;
+                    (f64::NAN, None)
+                }
+            };
+            let compute_end = ctx.now();
+            // Push every block to its owner, in block order (one request per block, as PS-Lite).
+            let mut exchange: BTreeMap<ServerId, Exchange> = BTreeMap::new();
+            let mut bytes_sent = 0;
+            for b in blocks {
+                let owner = self.owners[b.id as usize];
+                let Some(payload) = layout.block_payload(b.id, grads.as_deref()) else {
+                    continue;
+                };
+                let msg = Message::Push {
+                    clock,
+                    samples: batch,
+                    completes_clock: true,
+                    grads: vec![payload],
+                };
+                bytes_sent += msg.wire_bytes();
+                let arrival = ctx.send(RoleId::Server(owner), msg);
+                let e = exchange.entry(owner).or_insert(Exchange {
+                    bytes: 0,
+                    last_push_arrival: arrival,
+                    first_served: f64::INFINITY,
+                    last_received: compute_end,
+                });
+                e.bytes += b.bytes();
+                e.last_push_arrival = e.last_push_arrival.max(arrival);
+            }
+            // Collect the updated blocks (a push is also the pull).
+            for _ in blocks {
+                let env = ctx
+                    .recv_matching(|e| matches!(e.msg, Message::Params { .. }))
+                    .await?;
+                let RoleId::Server(from) = env.from else {
+                    return Err(EngineError::protocol(
+                        ctx.id(),
+                        "parameters from a non-server",
+                    ));
+                };
+                if let Message::Params {
+                    version,
+                    served_at,
+                    blocks: got,
+                } = env.msg
+                {
+                    if version != clock as i64 {
+                        return Err(EngineError::protocol(
+                            ctx.id(),
+                            format!("server {from} answered clock {clock} with version {version}"),
+                        ));
+                    }
+                    if job.model.is_real() {
+                        layout.write_into(&got, &mut params);
+                    }
+                    let now = ctx.now();
+                    let e = exchange.get_mut(&from).ok_or_else(|| {
+                        EngineError::protocol(
+                            ctx.id(),
+                            format!("unrequested blocks from server {from}"),
+                        )
+                    })?;
+                    e.first_served = e.first_served.min(served_at);
+                    e.last_received = e.last_received.max(now);
+                }
+            }
+            let end = ctx.now();
+            let mut comm_s: f64 = 0.0;
+            let last_push = exchange
+                .values()
+                .map(|e| e.last_push_arrival)
+                .fold(compute_end, f64::max);
+            let first_served = exchange
+                .values()
+                .map(|e| e.first_served)
+                .fold(f64::INFINITY, f64::min);
+            for (&server, e) in &exchange {
+                let t = (e.last_push_arrival - compute_end) + (e.last_received - e.first_served);
+                comm_s = comm_s.max(t);
+                period
+                    .entry(server)
+                    .or_default()
+                    .add(e.bytes as f64, t.max(0.0));
+            }
+            let wait_s = (first_served - last_push).max(0.0);
+            records.push(IterRecord {
+                clock,
+                start_s: start,
+                end_s: end,
+                wall_s: ctx.wall_now(),
+                samples: batch,
+                compute_s: compute_end - start,
+                wait_s,
+                comm_s: (end - compute_end - wait_s).max(0.0),
+                loss,
+                version_read: clock as i64 - 1,
+                bytes_sent,
+            });
+            job.observe(self.id, clock + 1);
+            if (clock + 1).is_multiple_of(self.opts.report_every) {
+                let iters = self.opts.report_every as f64;
+                let report = PerfReport {
+                    period: (clock + 1) / self.opts.report_every - 1,
+                    completed: clock,
+                    iteration_s: (ctx.now() - period_start) / iters,
+                    samples: PeriodReport {
+                        worker: self.id,
+                        per_server: std::mem::take(&mut period),
+                    },
+                    sent_at: ctx.now(),
+                };
+                ctx.send(
+                    RoleId::Coordinator,
+                    protocol::encode(tag::PERF_REPORT, &report)?,
+                );
+                period_start = ctx.now();
+            }
+            let progress = Progress {
+                completed: clock,
+                sent_at: ctx.now(),
+            };
+            ctx.send(
+                RoleId::Coordinator,
+                protocol::encode(tag::PROGRESS, &progress)?,
+            );
+            self.poll_command(ctx, &mut cmd)?;
+            if let Some(c) = cmd.take() {
+                match clock.cmp(&c.switch_after) {
+                    std::cmp::Ordering::Equal => self.switch(ctx, c, clock).await?,
+                    std::cmp::Ordering::Less => cmd = Some(c),
+                    std::cmp::Ordering::Greater => {
+                        return Err(EngineError::protocol(
+                            ctx.id(),
+                            format!(
+                                "reassignment epoch {} asks to switch after iteration {}, but this worker already finished iteration {clock}",
+                                c.epoch, c.switch_after
+                            ),
+                        ))
+                    }
+                }
+            }
+        }
+        ctx.send(RoleId::Coordinator, Message::WorkerDone);
+        // Parameters and gradients resident on the worker.
+        let param_bytes: u64 = blocks.iter().map(|b| b.bytes()).sum();
+        Ok(WorkerReport {
+            iterations: records,
+            peak_memory: 2 * param_bytes,
+        })
+    }
+}
