@@ -168,6 +168,12 @@ impl RoleCtx {
         self.net.send(self.id, to, msg)
     }
 
+    /// Sends a message; returns when it starts leaving this role's NIC and when it arrives, so
+    /// a transfer can be timed without this role's own send queue.
+    pub fn send_timed(&self, to: RoleId, msg: Message) -> crate::transport::Departure {
+        self.net.send_timed(self.id, to, msg)
+    }
+
     /// The next message, in arrival order (stashed ones first).
     pub async fn recv(&mut self) -> Result<Envelope> {
         if let Some(env) = self.stash.pop_front() {

@@ -210,6 +210,9 @@ async fn launch(
     }
     let cluster = job.cluster.clone();
     let workers_n = cfg.workers;
+    // Each role's transfers are counted, so per-transfer patterns (server jitter) draw anew for
+    // every message.
+    let mut transfers: BTreeMap<RoleId, u64> = BTreeMap::new();
     let shaper = (!shapers.is_empty()).then(|| {
         Box::new(move |role: RoleId, now: f64| {
             let (Some(set), Some((kind, index))) =
@@ -217,13 +220,16 @@ async fn launch(
             else {
                 return 1.0;
             };
+            let count = transfers.entry(role).or_insert(0);
+            let transfer = *count;
+            *count += 1;
             let probe = Probe {
                 kind,
                 index,
                 machine: cluster.machine_of(role),
                 num_workers: workers_n,
                 now,
-                iter: 0,
+                iter: transfer,
                 progress: 0.0,
                 nominal_iter_s: 0.0,
             };

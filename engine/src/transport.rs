@@ -52,6 +52,15 @@ struct State {
     closed: bool,
 }
 
+/// When a sent message leaves its sender and reaches its receiver, run-time seconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Departure {
+    /// When its first byte leaves the sender's NIC (after the sender's earlier messages).
+    pub start: f64,
+    /// When it is fully received.
+    pub arrival: f64,
+}
+
 /// The in-process transport shared by the roles of one run: the simulated wire.
 pub struct Network {
     cluster: Arc<Cluster>,
@@ -127,10 +136,18 @@ impl Network {
 
     /// Sends `msg`; returns the virtual time (seconds since start) it will arrive.
     pub fn send(&self, from: RoleId, to: RoleId, msg: Message) -> f64 {
+        self.send_timed(from, to, msg).arrival
+    }
+
+    /// Like [`Network::send`], also telling when the message starts leaving the sender's NIC
+    /// (after the sender's earlier messages): what a sender can observe of its own queue, so a
+    /// measured transfer can exclude it.
+    pub fn send_timed(&self, from: RoleId, to: RoleId, msg: Message) -> Departure {
         let bytes = msg.wire_bytes();
         let now = self.time.now();
         let mut st = self.lock();
         let (src, dst) = (self.cluster.machine_of(from), self.cluster.machine_of(to));
+        let mut start = now;
         let arrive = if src == dst {
             now
         } else {
@@ -143,6 +160,7 @@ impl Network {
             let tx_time = bytes as f64 / (s_dev.nic_bytes_per_s() * fs.max(1e-9));
             let rx_time = bytes as f64 / (d_dev.nic_bytes_per_s() * fd.max(1e-9));
             let out_start = st.egress_free[src as usize].max(now);
+            start = out_start;
             let out_end = out_start + tx_time;
             st.egress_free[src as usize] = out_end;
             // Cut-through: the receiver's NIC takes bytes as they leave the sender's.
@@ -166,11 +184,17 @@ impl Network {
             if let Some(tx) = self.mailboxes.get(&to) {
                 let _ = tx.send(env);
             }
-            return arrive;
+            return Departure {
+                start,
+                arrival: arrive,
+            };
         }
         let at = self.time.instant_at(arrive);
         self.enqueue(st, at, env);
-        arrive
+        Departure {
+            start,
+            arrival: arrive,
+        }
     }
 
     /// Delivers `msg` to `to` after every message already in flight, outside the link model and

@@ -62,7 +62,8 @@ pub struct Probe {
     pub num_workers: u32,
     /// Seconds since run start (virtual or wall).
     pub now: f64,
-    /// The role's current iteration / clock.
+    /// The role's current iteration / clock; for the wire's bandwidth probes, the number of
+    /// transfers of the role so far.
     pub iter: u64,
     /// Fraction of the current iteration done, in `[0, 1]`.
     pub progress: f64,
@@ -445,9 +446,9 @@ pub enum StragglerConfig {
         #[serde(default)]
         cpu_coupled: bool,
     },
-    /// Multiplicative lognormal jitter `J = exp(σZ − σ²/2)` (mean 1) per (role, iteration,
-    /// probe point): compute factor J for workers, bandwidth factor 1/J (transfer time × J)
-    /// for servers.
+    /// Multiplicative lognormal jitter `J = exp(σZ − σ²/2)` (mean 1): compute factor J for
+    /// workers, per (worker, iteration, probe point); bandwidth factor 1/J (transfer time × J)
+    /// for servers, drawn anew for every transfer.
     Jitter {
         /// Which kinds to jitter. Default `all`.
         #[serde(default)]

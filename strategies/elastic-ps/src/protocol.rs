@@ -29,6 +29,20 @@ pub struct PerfReport {
     pub sent_at: f64,
 }
 
+/// Server → worker: the worker's push of `block` for `clock` has been received and aggregated
+/// (PS-Lite answers every push request). The worker times the push from when it left its NIC to
+/// `processed_at`: the server's ingress queue, the transfer and the server's service queue —
+/// everything that is the server's doing, nothing that is the worker's own queue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PushAck {
+    /// The clock.
+    pub clock: Clock,
+    /// The block.
+    pub block: BlockId,
+    /// When the server finished aggregating the push (run time).
+    pub processed_at: f64,
+}
+
 /// Scheduler → standby server: start (the launcher's spawn); it registers after `start_s`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Launch {
@@ -120,6 +134,8 @@ pub struct ShutdownOk;
 
 /// Message tags.
 pub mod tag {
+    /// [`super::PushAck`].
+    pub const PUSH_ACK: &str = "elastic-ps.push-ack";
     /// [`super::PerfReport`].
     pub const PERF_REPORT: &str = "elastic-ps.perf-report";
     /// [`super::Launch`].

@@ -7,7 +7,7 @@
 //! also the pull). A block in an epoch's migration plan leaves, with its optimizer state, as soon
 //! as it reaches the agreed version, right after that version's pull responses.
 
-use crate::protocol::{self, tag, Membership, MigrateAck, MigrateDone, MigratePlan};
+use crate::protocol::{self, tag, Membership, MigrateAck, MigrateDone, MigratePlan, PushAck};
 use async_trait::async_trait;
 use concord_engine::error::{EngineError, Result};
 use concord_engine::ids::{Clock, RoleId, ServerId, WorkerId};
@@ -131,8 +131,17 @@ impl ElasticServer {
                     ),
                 ));
             }
-            // One request: receive and accumulate (a multiply-add per element).
+            // One request: receive and accumulate (a multiply-add per element), then answer it.
             ctx.serve("aggregate", 2.0 * elems as f64).await;
+            let ack = PushAck {
+                clock,
+                block: bp.block,
+                processed_at: ctx.now(),
+            };
+            ctx.send(
+                RoleId::Worker(worker),
+                protocol::encode(tag::PUSH_ACK, &ack)?,
+            );
             self.apply_ready(ctx, bp.block).await?;
         }
         Ok(())

@@ -7,11 +7,12 @@
 //! [`Pred`] that Algorithms 1–3 ([`crate::psld`]) read.
 //!
 //! Estimator ([choice] §1.4): one ordinary-least-squares fit per (worker, server) over the window;
-//! `Pred_mean` is the mean of the workers' predictions and `Pred_SEM` their sample standard
-//! deviation over `√W`. With a single worker the OLS standard error of the mean prediction is used
-//! instead. A fit whose sizes do not vary (the usual case for a server whose load did not change
-//! in the window) borrows β from the median of the non-degenerate fits and takes α through the
-//! observed mean point. α and β are never negative.
+//! `Pred_mean` is the mean of the workers' predictions and `Pred_SEM` combines their sample
+//! standard deviation over `√W` with the fits' own OLS standard errors of the mean prediction
+//! (the part of the noise all workers share — the server's own fluctuation — does not average
+//! out over workers). With a single worker it is that worker's OLS standard error. A fit whose sizes do not vary, or whose times do not grow with size, is taken
+//! through the origin (β = 0, time proportional to load): more load is never predicted free.
+//! α and β are never negative.
 
 use concord_engine::ids::ServerId;
 use serde::{Deserialize, Serialize};
@@ -337,20 +338,12 @@ impl History {
     /// (faithful: this is why PSLD without exploration cannot see a recovered server, Fig. 18).
     pub fn fit(&mut self) -> Pred {
         let stats = self.window_stats();
-        // β of every non-degenerate (worker, server) fit, for the degenerate ones to borrow.
-        let mut betas: Vec<f64> = stats
-            .values()
-            .flat_map(|ws| ws.values())
-            .filter(|st| !st.degenerate())
-            .map(|st| ols_fit(st).beta)
-            .collect();
-        let median_beta = median(&mut betas);
         for (&r, ws) in &stats {
             let fits: Vec<PairFit> = ws
                 .values()
                 .map(|st| {
                     if st.degenerate() {
-                        degenerate_fit(st, median_beta)
+                        degenerate_fit(st)
                     } else {
                         ols_fit(st)
                     }
@@ -390,12 +383,10 @@ fn ols_fit(st: &OlsStats) -> PairFit {
     let (ms, mt) = (st.mean_s(), st.mean_t());
     let mut alpha = if sxx > 0.0 { sxy / sxx } else { 0.0 };
     let mut beta = mt - alpha * ms;
-    if alpha < 0.0 {
-        // Time falling with size is noise: the best line with α = 0 is the mean time.
-        alpha = 0.0;
-        beta = mt;
-    } else if beta < 0.0 {
-        // Best line through the origin.
+    if alpha <= 0.0 || beta < 0.0 {
+        // Time not growing with size is noise, and a negative intercept is meaningless: take the
+        // best line through the origin. (A flat line, α = 0, would predict that more load costs
+        // nothing, and Algorithm 2 would pile every block onto that server.)
         beta = 0.0;
         alpha = if st.sum_ss > 0.0 {
             (st.sum_st / st.sum_ss).max(0.0)
@@ -425,10 +416,12 @@ fn ols_fit(st: &OlsStats) -> PairFit {
     }
 }
 
-/// Fit of samples whose sizes do not vary: β borrowed (never above the mean time, so α ≥ 0), α
-/// through the mean point. With all sizes zero there is nothing to learn α from: α = 0 and β is
-/// the mean time.
-fn degenerate_fit(st: &OlsStats, median_beta: f64) -> PairFit {
+/// Fit of samples whose sizes do not vary: the spec's second option, β = 0 and α through the
+/// mean point (time proportional to load). Borrowing another server's β instead can leave a
+/// lightly loaded server with α ≈ 0 — its samples carry none of the queueing that other servers'
+/// intercepts absorb — and a flat model attracts every block in Algorithm 2. With all sizes zero
+/// there is nothing to learn α from: α = 0 and β is the mean time.
+fn degenerate_fit(st: &OlsStats) -> PairFit {
     let (n, ms, mt) = (st.n, st.mean_s(), st.mean_t());
     let sigma2 = if n > 1.0 {
         (st.sum_tt - n * mt * mt).max(0.0) / (n - 1.0)
@@ -436,8 +429,8 @@ fn degenerate_fit(st: &OlsStats, median_beta: f64) -> PairFit {
         0.0
     };
     if ms > 0.0 {
-        let beta = median_beta.min(mt).max(0.0);
-        let alpha = (mt - beta) / ms;
+        let beta = 0.0;
+        let alpha = mt / ms;
         // β is taken as known; Var(α̂) = σ²/(n·s̄²), so Var(α̂s + β) = σ²·s²/(n·s̄²).
         PairFit {
             alpha: non_negative(alpha),
@@ -480,10 +473,19 @@ fn pool(fits: &[PairFit]) -> Option<ServerModel> {
             .map(|f| (f.alpha - alpha) * (f.beta - beta))
             .sum::<f64>()
             / d;
+        // Plus each fit's own uncertainty, averaged and not divided by W: the samples of all
+        // workers share the server's own fluctuations, so averaging over workers does not
+        // shrink that part (counting it once keeps Algorithm 1 from seeing confident gaps
+        // between servers that differ only by noise).
+        let own = fits.iter().fold(VarQuad::default(), |acc, f| VarQuad {
+            a: acc.a + f.var.a / w,
+            b: acc.b + f.var.b / w,
+            c: acc.c + f.var.c / w,
+        });
         VarQuad {
-            a: var_a / w,
-            b: cov / w,
-            c: var_b / w,
+            a: var_a / w + own.a,
+            b: cov / w + own.b,
+            c: var_b / w + own.c,
         }
     };
     Some(ServerModel {
@@ -491,17 +493,6 @@ fn pool(fits: &[PairFit]) -> Option<ServerModel> {
         beta,
         sem_parts: vec![(1.0, var)],
     })
-}
-
-/// Median (mean of the middle two for an even count); 0 for no values. Sorts in place.
-fn median(xs: &mut [f64]) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    match n {
-        0 => 0.0,
-        _ if n % 2 == 1 => xs[n / 2],
-        _ => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
-    }
 }
 
 #[cfg(test)]
@@ -553,8 +544,38 @@ mod tests {
         let m = pred.get(7).expect("server 7 fitted");
         assert!(close(m.alpha(), 2e-9, 1e-9), "alpha {}", m.alpha());
         assert!(close(m.beta(), 1e-3, 1e-9), "beta {}", m.beta());
-        assert!(m.sem(3e6) < 1e-12, "sem {}", m.sem(3e6));
+        // Zero up to the rounding of the sums of squares (times are milliseconds here).
+        assert!(m.sem(3e6) < 1e-9, "sem {}", m.sem(3e6));
         assert_eq!(pred.servers(), vec![7]);
+    }
+
+    #[test]
+    fn noise_every_worker_shares_is_not_averaged_away() {
+        // Both workers see the same noisy times (the server's own fluctuation): the spread
+        // across workers is zero, but the server's speed is still uncertain. The SEM is each
+        // fit's own OLS standard error of the mean prediction, not that over √W.
+        let noisy: Vec<(f64, f64)> = [(1e6, 0.011), (2e6, 0.019), (3e6, 0.032), (4e6, 0.039)]
+            .into_iter()
+            .collect();
+        let mut h = History::new(5);
+        h.ingest(&[report(0, &[(3, &noisy)]), report(1, &[(3, &noisy)])]);
+        let both = h.fit().get(3).cloned().expect("fitted");
+        let mut h = History::new(5);
+        h.ingest(&[report(0, &[(3, &noisy)])]);
+        let one = h.fit().get(3).cloned().expect("fitted");
+        assert!(
+            one.sem(2.5e6) > 1e-4,
+            "a real uncertainty: {}",
+            one.sem(2.5e6)
+        );
+        for s in [1e6, 2.5e6, 5e6] {
+            assert!(
+                close(both.sem(s), one.sem(s), 1e-9),
+                "at {s}: {} vs {}",
+                both.sem(s),
+                one.sem(s)
+            );
+        }
     }
 
     #[test]
@@ -601,32 +622,29 @@ mod tests {
     }
 
     #[test]
-    fn degenerate_fit_borrows_the_median_beta() {
-        // Servers 0 and 1 have varying sizes (β = 1 ms and 3 ms); server 2 always moves 8 MB in 0.1 s.
+    fn degenerate_fit_is_proportional_to_load() {
+        // Servers 0 and 1 have varying sizes (β = 1 ms and 3 ms); server 2 always moves 8 MB in
+        // 0.1 s: β = 0 and α = t̄/s̄, whatever the other servers' intercepts.
         let l0: Vec<(f64, f64)> = [1e6, 2e6].iter().map(|&s| (s, 1e-9 * s + 1e-3)).collect();
         let l1: Vec<(f64, f64)> = [1e6, 2e6].iter().map(|&s| (s, 1e-9 * s + 3e-3)).collect();
         let flat = [(8e6, 0.1), (8e6, 0.1), (8e6, 0.1)];
         let mut h = History::new(5);
         h.ingest(&[report(0, &[(0, &l0), (1, &l1), (2, &flat)])]);
         let m = h.fit().get(2).cloned().expect("fitted");
-        assert!(close(m.beta(), 2e-3, 1e-9), "beta {}", m.beta());
-        assert!(close(m.alpha(), (0.1 - 2e-3) / 8e6, 1e-9));
-        assert!(close(m.mean(8e6), 0.1, 1e-9));
-        // With no non-degenerate fit anywhere, β = 0 and α = t̄/s̄.
-        let mut h = History::new(5);
-        h.ingest(&[report(0, &[(2, &flat)])]);
-        let m = h.fit().get(2).cloned().expect("fitted");
         assert_eq!(m.beta(), 0.0);
         assert!(close(m.alpha(), 0.1 / 8e6, 1e-12));
+        assert!(close(m.mean(8e6), 0.1, 1e-9));
+        // Twice the load, twice the predicted time: more load is never free.
+        assert!(close(m.mean(16e6), 0.2, 1e-9));
     }
 
     #[test]
     fn negative_coefficients_are_clamped() {
-        // Time falls with size: α would be negative → α = 0, β = mean time.
+        // Time falls with size: α would be negative → the best line through the origin.
         let down = [(1.0, 3.0), (2.0, 2.0), (3.0, 1.0)];
         let f = ols_fit(&stats(&down));
-        assert_eq!(f.alpha, 0.0);
-        assert!(close(f.beta, 2.0, 1e-12));
+        assert_eq!(f.beta, 0.0);
+        assert!(close(f.alpha, (3.0 + 4.0 + 3.0) / 14.0, 1e-12));
         // A line with a negative intercept → fit through the origin.
         let neg = [(1.0, 1.0), (2.0, 3.0), (3.0, 5.0)];
         let f = ols_fit(&stats(&neg));

@@ -2,13 +2,19 @@
 //! updated blocks, times its exchange with each server, and switches assignments at the step the
 //! scheduler names.
 //!
-//! Telemetry sample per (server, iteration): `s` = bytes of the blocks this server holds (its
-//! load), `t` = push time (first push sent → last push received by that server) plus pull time
-//! (that server's first answer sent → its last answer received). The wait for other workers'
-//! pushes between the two is excluded (§1.4), so a server looks slow only by its own doing.
+//! Telemetry: one sample per server and iteration, `s` = the bytes of this worker's blocks on
+//! that server (its load, the size Algorithms 1 and 2 evaluate `Pred` at), `t` = the time the
+//! server spent on them. Each block counts from when its push starts leaving this worker's NIC,
+//! or when the server finished this worker's previous block if that is later, to when the server
+//! has aggregated it (its answer says when): the transfer, the other workers' blocks interleaved
+//! at the server and the server's service — what the server's speed and load decide. This
+//! worker's own send queue and the wait behind its own earlier pushes are excluded (the §5.4
+//! pitfall), and so is the wait for other workers before a block's update (§1.4). Per-iteration
+//! samples carry the server's fluctuation from one iteration to the next into the fit's
+//! standard error.
 
 use crate::options::Resolved;
-use crate::protocol::{self, tag, PerfReport, Progress, ReassignCmd, ReassignReq, Resume};
+use crate::protocol::{self, tag, PerfReport, Progress, PushAck, ReassignCmd, ReassignReq, Resume};
 use crate::telemetry::{OlsStats, PeriodReport};
 use async_trait::async_trait;
 use concord_engine::error::{EngineError, Result};
@@ -157,6 +163,7 @@ impl Worker for ElasticWorker {
             // Push every block to its owner, in block order (one request per block, as PS-Lite).
             let mut exchange: BTreeMap<ServerId, Exchange> = BTreeMap::new();
             let mut bytes_sent = 0;
+            let mut left_nic = vec![0.0; blocks.len()];
             for b in blocks {
                 let owner = self.owners[b.id as usize];
                 let Some(payload) = layout.block_payload(b.id, grads.as_deref()) else {
@@ -169,7 +176,9 @@ impl Worker for ElasticWorker {
                     grads: vec![payload],
                 };
                 bytes_sent += msg.wire_bytes();
-                let arrival = ctx.send(RoleId::Server(owner), msg);
+                let departure = ctx.send_timed(RoleId::Server(owner), msg);
+                let arrival = departure.arrival;
+                left_nic[b.id as usize] = departure.start;
                 let e = exchange.entry(owner).or_insert(Exchange {
                     bytes: 0,
                     last_push_arrival: arrival,
@@ -179,10 +188,17 @@ impl Worker for ElasticWorker {
                 e.bytes += b.bytes();
                 e.last_push_arrival = e.last_push_arrival.max(arrival);
             }
-            // Collect the updated blocks (a push is also the pull).
-            for _ in blocks {
+            // Collect every push's answer (the telemetry sample) and every updated block (a
+            // push is also the pull).
+            let mut processed: BTreeMap<ServerId, f64> = BTreeMap::new();
+            let mut spent: BTreeMap<ServerId, (f64, f64)> = BTreeMap::new();
+            for _ in 0..2 * blocks.len() {
                 let env = ctx
-                    .recv_matching(|e| matches!(e.msg, Message::Params { .. }))
+                    .recv_matching(|e| match &e.msg {
+                        Message::Params { .. } => true,
+                        Message::Custom { tag: t, .. } => t == tag::PUSH_ACK,
+                        _ => false,
+                    })
                     .await?;
                 let RoleId::Server(from) = env.from else {
                     return Err(EngineError::protocol(
@@ -190,6 +206,35 @@ impl Worker for ElasticWorker {
                         "parameters from a non-server",
                     ));
                 };
+                if let Message::Custom { tag: t, body, .. } = &env.msg {
+                    let ack: PushAck = protocol::decode(ctx.id(), t, body)?;
+                    let (Some(b), Some(&left)) = (
+                        blocks.get(ack.block as usize),
+                        left_nic.get(ack.block as usize),
+                    ) else {
+                        return Err(EngineError::protocol(
+                            ctx.id(),
+                            format!("server {from} acknowledged unknown block {}", ack.block),
+                        ));
+                    };
+                    if ack.clock != clock {
+                        return Err(EngineError::protocol(
+                            ctx.id(),
+                            format!(
+                                "server {from} acknowledged clock {} during clock {clock}",
+                                ack.clock
+                            ),
+                        ));
+                    }
+                    // Not before the server finished this worker's previous block: waiting
+                    // behind one's own earlier pushes is not the server's doing (§5.4).
+                    let ready = processed.get(&from).map_or(left, |&p| p.max(left));
+                    processed.insert(from, ack.processed_at);
+                    let e = spent.entry(from).or_default();
+                    e.0 += b.bytes() as f64;
+                    e.1 += (ack.processed_at - ready).max(0.0);
+                    continue;
+                }
                 if let Message::Params {
                     version,
                     served_at,
@@ -216,8 +261,11 @@ impl Worker for ElasticWorker {
                     e.last_received = e.last_received.max(now);
                 }
             }
+            // One sample per server and iteration: its load, and the time it spent on it.
+            for (server, (bytes, secs)) in spent {
+                period.entry(server).or_default().add(bytes, secs);
+            }
             let end = ctx.now();
-            let mut comm_s: f64 = 0.0;
             let last_push = exchange
                 .values()
                 .map(|e| e.last_push_arrival)
@@ -226,14 +274,6 @@ impl Worker for ElasticWorker {
                 .values()
                 .map(|e| e.first_served)
                 .fold(f64::INFINITY, f64::min);
-            for (&server, e) in &exchange {
-                let t = (e.last_push_arrival - compute_end) + (e.last_received - e.first_served);
-                comm_s = comm_s.max(t);
-                period
-                    .entry(server)
-                    .or_default()
-                    .add(e.bytes as f64, t.max(0.0));
-            }
             let wait_s = (first_served - last_push).max(0.0);
             records.push(IterRecord {
                 clock,

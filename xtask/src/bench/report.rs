@@ -19,6 +19,10 @@ use std::path::Path;
 pub const METRICS: &[(&str, &str)] = &[
     ("time_per_iteration_s", "virtual seconds per iteration"),
     (
+        "steady_time_per_iteration_s",
+        "virtual seconds per iteration over the second half of the run (after adaptation)",
+    ),
+    (
         "time_to_target_s",
         "virtual seconds until the scenario's target",
     ),
@@ -94,6 +98,9 @@ pub struct Row {
     pub iterations: u64,
     /// Mean virtual seconds per iteration.
     pub time_per_iteration_s: f64,
+    /// Mean virtual seconds per iteration over the second half of the run: the steady state of
+    /// strategies that adapt (the papers report training speed once settled).
+    pub steady_time_per_iteration_s: Option<f64>,
     /// First virtual time the scenario's target was reached (empty: no target, or never).
     pub time_to_target_s: Option<f64>,
     /// Iterations completed when the target was first reached (statistical efficiency).
@@ -133,6 +140,7 @@ impl Row {
         }
         match name {
             "time_per_iteration_s" => Some(self.time_per_iteration_s),
+            "steady_time_per_iteration_s" => self.steady_time_per_iteration_s,
             "time_to_target_s" => self.time_to_target_s,
             "iterations_to_target" => self.iterations_to_target.map(|i| i as f64),
             "phase_ratio" => self.phase_ratio,
@@ -190,6 +198,17 @@ pub fn phase_ratio(result: &CellResult, phases: &Phases) -> Option<f64> {
     (n0 > 0 && n1 > 0 && calm > 0.0).then(|| (busy / n1 as f64) / (calm / n0 as f64))
 }
 
+/// Mean iteration time over the second half of a curve (`None` with fewer than 2 iterations).
+pub fn steady_time_per_iteration(result: &CellResult) -> Option<f64> {
+    let n = result.curve.len();
+    let half = n / 2;
+    let (Some(a), Some(b)) = (result.curve.get(half.max(1) - 1), result.curve.last()) else {
+        return None;
+    };
+    let count = n - half.max(1);
+    (count > 0).then(|| (b.time_s - a.time_s) / count as f64)
+}
+
 /// Iterations completed when a curve first reaches `target`.
 pub fn iterations_to_target(result: &CellResult, target: &Target) -> Option<u64> {
     first_at_target(result, target).map(|p| p.iteration)
@@ -218,6 +237,7 @@ pub fn rows(
                 sweep_value: sc.swept.as_ref().map(|(_, v)| show_value(v)),
                 iterations: m.iterations,
                 time_per_iteration_s: m.time_per_iteration_s,
+                steady_time_per_iteration_s: steady_time_per_iteration(r),
                 time_to_target_s: sc.spec.target.as_ref().and_then(|t| time_to_target(r, t)),
                 phase_ratio: sc.spec.phases.as_ref().and_then(|p| phase_ratio(r, p)),
                 iterations_to_target: sc

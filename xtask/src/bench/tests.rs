@@ -280,6 +280,7 @@ fn row(strategy: &str, seed: u64, tpi: f64) -> Row {
         time_to_target_s: None,
         iterations_to_target: None,
         phase_ratio: None,
+        steady_time_per_iteration_s: Some(tpi),
         run_time_s: tpi * 10.0,
         final_loss: Some(0.5),
         final_accuracy: None,
@@ -991,4 +992,40 @@ fn phase_ratio_compares_disturbed_and_calm_iterations() {
         None,
         "no disturbed iteration yet"
     );
+}
+
+#[test]
+fn steady_time_covers_the_second_half_of_the_run() {
+    use super::report::steady_time_per_iteration;
+    use super::runner::CurvePoint;
+    // 10 slow iterations of 3 s (adapting), then 10 of 1 s.
+    let curve = |n: u64| {
+        let mut t = 0.0;
+        (1..=n)
+            .map(|i| {
+                t += if i <= 10 { 3.0 } else { 1.0 };
+                CurvePoint {
+                    iteration: i,
+                    time_s: t,
+                    loss: None,
+                    test_accuracy: None,
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    let result = |n: u64| super::runner::CellResult {
+        metrics: serde_json::from_value(serde_json::json!({
+            "iterations": n, "run_time_s": 0.0, "time_per_iteration_s": 0.0,
+            "throughput_samples_per_s": 0.0, "ideal_time_s": 0.0, "efficiency": 0.0,
+            "wait_share": 0.0, "final_loss": null, "final_accuracy": null, "final_test_loss": null,
+            "bytes_sent": 0, "messages_sent": 0, "peak_worker_memory_bytes": 0,
+            "peak_server_memory_bytes": 0, "figures": {}
+        }))
+        .unwrap(),
+        curve: curve(n),
+    };
+    assert_eq!(steady_time_per_iteration(&result(20)), Some(1.0));
+    // 21 iterations: the second half is iterations 11..=21, all 1 s.
+    assert_eq!(steady_time_per_iteration(&result(21)), Some(1.0));
+    assert_eq!(steady_time_per_iteration(&result(1)), None);
 }
