@@ -23,6 +23,8 @@ pub fn registry() -> Registry {
     let built = concord_bsp_ssp::register(&mut r).and_then(|_| concord_memory::register(&mut r));
     let built = built.and_then(|_| concord_lb_bsp::register(&mut r));
     let built = built.and_then(|_| concord_elastic_ps::register(&mut r));
+    let built = built.and_then(|_| concord_allreduce::register(&mut r));
+    let built = built.and_then(|_| concord_rna::register(&mut r));
     // Registration only fails on duplicate names, which is a bug in this list.
     if let Err(e) = built {
         panic!("strategy registry is inconsistent: {e}");

@@ -231,6 +231,7 @@ impl Worker for DataParallelWorker {
         Ok(WorkerReport {
             iterations: records,
             peak_memory: self.ledger.peak,
+            model: None,
         })
     }
 }

@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod collective;
 pub mod config;
 pub mod coordinator;
 pub mod data;

@@ -101,6 +101,18 @@ pub enum Message {
         /// Its optimizer state.
         opt: OptState,
     },
+    /// One hop of an engine collective ([`crate::collective`]): a piece of a buffer moving between
+    /// two members of a group. Only its payload and the header travel on the wire.
+    Collective {
+        /// The operation it belongs to (chosen by the caller, equal on every member).
+        op: u64,
+        /// The fused bucket of the operation it carries.
+        part: u32,
+        /// The step of the algorithm (ring step, tree level, ...).
+        step: u32,
+        /// The values.
+        data: Payload,
+    },
     /// A strategy's own message: a tag and a serialized body.
     Custom {
         /// What kind of message it is (the strategy's own vocabulary).
@@ -120,6 +132,7 @@ impl Message {
                 Message::Push { grads, .. } => blocks_bytes(grads),
                 Message::Params { blocks, .. } => blocks_bytes(blocks),
                 Message::Migrate { value, opt, .. } => value.bytes() + opt.bytes(),
+                Message::Collective { data, .. } => data.bytes(),
                 Message::Custom {
                     body, extra_bytes, ..
                 } => body.len() as u64 + extra_bytes,

@@ -140,6 +140,16 @@ impl OptimizerConfig {
         }
     }
 
+    /// The same optimizer with its learning rate multiplied by `k` (RNA's γ_k = Σw·γ); `k = 1`
+    /// gives an identical copy.
+    pub fn with_lr_scale(&self, k: f64) -> OptimizerConfig {
+        let mut out = self.clone();
+        match &mut out {
+            OptimizerConfig::Sgd { lr, .. } | OptimizerConfig::Adam { lr, .. } => *lr *= k,
+        }
+        out
+    }
+
     /// FLOPs per element of one update (for the server's service-time model).
     pub fn flops_per_elem(&self) -> f64 {
         match self {

@@ -204,6 +204,35 @@ impl RoleCtx {
         }
     }
 
+    /// The next message, or `None` once run time reaches `deadline` with nothing delivered.
+    ///
+    /// Lets a role wait for messages and for an event of its own at once (e.g. a gradient that a
+    /// compute step started with [`RoleCtx::compute_deferred`] makes ready at a known time).
+    pub async fn recv_until(&mut self, deadline: f64) -> Result<Option<Envelope>> {
+        if let Some(env) = self.stash.pop_front() {
+            return Ok(Some(env));
+        }
+        if !deadline.is_finite() {
+            return self
+                .rx
+                .recv()
+                .await
+                .map(Some)
+                .ok_or_else(|| EngineError::protocol(self.id, "mailbox closed while waiting"));
+        }
+        if self.now() >= deadline {
+            return Ok(self.rx.try_recv().ok());
+        }
+        let time = self.net.time();
+        tokio::select! {
+            biased;
+            env = self.rx.recv() => env
+                .map(Some)
+                .ok_or_else(|| EngineError::protocol(self.id, "mailbox closed while waiting")),
+            _ = time.sleep_until(deadline) => Ok(None),
+        }
+    }
+
     /// A message already delivered for which `want` holds, without waiting.
     pub fn try_recv_matching(&mut self, want: impl Fn(&Envelope) -> bool) -> Option<Envelope> {
         while let Ok(env) = self.rx.try_recv() {
@@ -292,6 +321,68 @@ impl RoleCtx {
         };
         self.trace_span(label, "compute", t0, t1);
         out
+    }
+
+    /// Runs `math` now and returns its result with the run time at which the work is done, without
+    /// waiting for it: the role may keep handling messages meanwhile (a compute thread beside a
+    /// communication thread, RNA §5.1.3) and treats the result as available only from that time.
+    ///
+    /// The cost is what [`RoleCtx::compute`] would charge for `work` from now: the cost model and
+    /// the straggler injector probed at `progress_points` points, each probe at the run time its
+    /// part of the work would start. The span and the totals are recorded as the work's own.
+    pub fn compute_deferred<T>(
+        &mut self,
+        label: &str,
+        work: Work,
+        math: impl FnOnce() -> T,
+    ) -> (T, f64) {
+        let t0 = self.now();
+        let (out, nominal) = match self.kind {
+            RuntimeKind::Sim => {
+                let out = math();
+                let nominal = if work.batch > 0.0 {
+                    self.device
+                        .compute_seconds(work.flops_per_sample, work.batch)
+                } else {
+                    self.device.work_seconds(work.flops_per_sample)
+                };
+                (out, nominal)
+            }
+            RuntimeKind::Wall => {
+                let started = std::time::Instant::now();
+                let out = tokio::task::block_in_place(math);
+                (out, started.elapsed().as_secs_f64())
+            }
+        };
+        let start = self.now();
+        let parts = if self.stragglers.is_empty() {
+            1
+        } else {
+            self.progress_points
+        };
+        let part = nominal / parts as f64;
+        let mut charged = 0.0;
+        for i in 0..parts {
+            let effect = if self.stragglers.is_empty() {
+                Effect::NONE
+            } else {
+                let mut probe = self.probe(i as f64 / parts as f64, nominal);
+                probe.now = start + charged;
+                self.stragglers.effect(&probe)
+            };
+            let mut cost = if i == 0 { effect.extra_delay_s } else { 0.0 };
+            cost += match self.kind {
+                RuntimeKind::Sim => part * effect.compute_factor,
+                RuntimeKind::Wall => part * (effect.compute_factor - 1.0).max(0.0),
+            };
+            charged += cost;
+        }
+        let done = start + charged;
+        self.stats.flops += work.flops();
+        self.stats.nominal_compute_s += nominal;
+        self.stats.compute_s += done - t0;
+        self.trace_span(label, "compute", t0, done);
+        (out, done)
     }
 
     /// Charges a request's service time on a server: `work` plus the injector's fixed per-request cost.

@@ -19,6 +19,10 @@ pub struct WorkerReport {
     pub iterations: Vec<IterRecord>,
     /// Peak bytes resident on the worker's device.
     pub peak_memory: u64,
+    /// The model, where workers hold it instead of servers (allreduce, RNA): its final blocks,
+    /// optimizer state and snapshots in a server's form. The run evaluates and checkpoints the
+    /// lowest-numbered worker's model when one is given, the servers' blocks otherwise.
+    pub model: Option<ServerReport>,
 }
 
 /// A worker: holds a model replica (or stages of it) and a data shard, and executes the units of

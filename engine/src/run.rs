@@ -362,8 +362,12 @@ fn finish(
     let mut worker_records = Vec::new();
     let mut peak_memory = BTreeMap::new();
     let mut capacity = Vec::new();
+    let mut held_model: Option<ServerReport> = None;
     for (role, r, stats, trace) in w_out {
-        let report = r?;
+        let mut report = r?;
+        if held_model.is_none() {
+            held_model = report.model.take();
+        }
         peak_memory.insert(role.label(), report.peak_memory);
         capacity.push((stats.flops, stats.compute_s));
         worker_records.push(report.iterations);
@@ -378,6 +382,11 @@ fn finish(
         server_reports.push(report);
         traces.push((role, trace));
     }
+    // Decentralized strategies keep the model on the workers: evaluate theirs.
+    let server_reports = match held_model {
+        Some(m) => vec![m],
+        None => server_reports,
+    };
     let (c_role, c_report, _, c_trace) = c_out;
     let coordinator = c_report?;
     traces.push((c_role, c_trace));

@@ -12,6 +12,9 @@
 //!   heterogeneity (Homo/L2/L3, expressed as `persistent` with `spread`), `trace-like`;
 //! * PSLD: `slow-server` (scheduled bandwidth/CPU/per-request slowdowns),
 //!   `server-markov` (real-world Markov-modulated generator), `jitter`;
+//! * RNA (Yang thesis §5.5): `uniform-delay` (U(0, 50) ms per iteration, and the mixed groups'
+//!   U(50, 100) ms), `random-slowdown` (Hop-like: 6× with probability 1/N per iteration),
+//!   `variable-length` (inherent imbalance: time ∝ the batch's sequence lengths);
 //! * plus `csv-trace`, a replay of a recorded `time,role,factor` file.
 //!
 //! **Determinism.** Each role builds its own instance ([`StragglerConfig::build`]);
@@ -30,6 +33,7 @@
 mod contention;
 mod csv_trace;
 mod disrupted;
+mod imbalance;
 mod jitter;
 mod persistent;
 mod power_law;
@@ -463,6 +467,59 @@ pub enum StragglerConfig {
         #[serde(default = "d_jitter_sigma")]
         sigma: f64,
     },
+    /// RNA's random delay: before every iteration a worker sleeps U[`min_s`, `max_s`] seconds,
+    /// keyed by (seed, worker, iter). The thesis injects U(0, 50 ms) per process per iteration,
+    /// and U(50, 100 ms) on group B of its mixed setting (`workers` = group B). Worker-only.
+    UniformDelay {
+        /// Workers affected (None = all).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workers: Option<Vec<u32>>,
+        /// Shortest delay in seconds (≥ 0). Default 0.
+        #[serde(default)]
+        min_s: f64,
+        /// Longest delay in seconds (≥ min_s). Required.
+        max_s: f64,
+    },
+    /// Hop-like random slowdown (RNA §5.5, garbled in the thesis; spec's choice): each iteration
+    /// a worker runs `factor`× slower with `probability` (default 1/N), keyed by (seed, worker,
+    /// iter). Worker-only.
+    RandomSlowdown {
+        /// Workers affected (None = all).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workers: Option<Vec<u32>>,
+        /// Per-iteration probability in [0, 1]; default 1/N for N workers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        probability: Option<f64>,
+        /// Slowdown factor (≥ 1). Default 6.
+        #[serde(default = "d_six")]
+        factor: f64,
+    },
+    /// Inherent load imbalance (RNA §2.1.0, UCF101 + LSTM): iteration time ∝ the total length
+    /// of `sequences` sequences whose lengths are lognormal with mean `mean_len` and standard
+    /// deviation `std_len`, clipped to [`min_len`, `max_len`]; factor = total / (sequences ·
+    /// mean_len). Defaults are UCF101's (186, 97.7, 29, 1776) with one length per batch, whose
+    /// spread (CV ≈ 0.5) is close to the thesis's measured per-batch times (mean 1219 ms, std
+    /// 760 ms). Worker-only.
+    VariableLength {
+        /// Workers affected (None = all).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workers: Option<Vec<u32>>,
+        /// Mean sequence length (> 0). Default 186.
+        #[serde(default = "d_mean_len")]
+        mean_len: f64,
+        /// Standard deviation of the length (≥ 0). Default 97.7.
+        #[serde(default = "d_std_len")]
+        std_len: f64,
+        /// Shortest length (> 0). Default 29.
+        #[serde(default = "d_min_len")]
+        min_len: f64,
+        /// Longest length (≥ min_len). Default 1776.
+        #[serde(default = "d_max_len")]
+        max_len: f64,
+        /// Sequences per batch whose lengths add up (≥ 1). Default 1.
+        #[serde(default = "d_sequences")]
+        sequences: u32,
+    },
     /// Replay of a CSV file with header `time,role,factor`; `role` is `worker:N`, `server:N` or
     /// `machine:N`; `factor` (> 0) multiplies compute/service time. A role's factor at time t is
     /// the last row for it with `time ≤ t` (1 before its first row); a role's machine rows
@@ -524,6 +581,24 @@ fn d_markov_jitter() -> f64 {
 }
 fn d_jitter_sigma() -> f64 {
     0.1
+}
+fn d_six() -> f64 {
+    6.0
+}
+fn d_mean_len() -> f64 {
+    186.0
+}
+fn d_std_len() -> f64 {
+    97.7
+}
+fn d_min_len() -> f64 {
+    29.0
+}
+fn d_max_len() -> f64 {
+    1776.0
+}
+fn d_sequences() -> u32 {
+    1
 }
 
 /// Range checks shared by `validate`.
@@ -606,6 +681,9 @@ impl StragglerConfig {
             StragglerConfig::ServerMarkov { .. } => "server-markov",
             StragglerConfig::Jitter { .. } => "jitter",
             StragglerConfig::CsvTrace { .. } => "csv-trace",
+            StragglerConfig::UniformDelay { .. } => "uniform-delay",
+            StragglerConfig::RandomSlowdown { .. } => "random-slowdown",
+            StragglerConfig::VariableLength { .. } => "variable-length",
         }
     }
 
@@ -836,6 +914,47 @@ impl StragglerConfig {
                 c.nonneg("jitter", *jitter)
             }
             StragglerConfig::Jitter { sigma, .. } => c.nonneg("sigma", *sigma),
+            StragglerConfig::UniformDelay { min_s, max_s, .. } => {
+                c.nonneg("min_s", *min_s)?;
+                c.nonneg("max_s", *max_s)?;
+                if max_s < min_s {
+                    return Err(c.err("max_s", max_s, "max_s >= min_s"));
+                }
+                Ok(())
+            }
+            StragglerConfig::RandomSlowdown {
+                probability,
+                factor,
+                ..
+            } => {
+                if let Some(p) = probability {
+                    c.prob("probability", *p)?;
+                }
+                if !(factor.is_finite() && *factor >= 1.0) {
+                    return Err(c.err("factor", factor, "a finite slowdown factor >= 1"));
+                }
+                Ok(())
+            }
+            StragglerConfig::VariableLength {
+                mean_len,
+                std_len,
+                min_len,
+                max_len,
+                sequences,
+                ..
+            } => {
+                c.pos("mean_len", *mean_len)?;
+                c.nonneg("std_len", *std_len)?;
+                c.pos("min_len", *min_len)?;
+                c.pos("max_len", *max_len)?;
+                if max_len < min_len {
+                    return Err(c.err("max_len", max_len, "max_len >= min_len"));
+                }
+                if *sequences == 0 {
+                    return Err(c.err("sequences", sequences, "at least 1 sequence per batch"));
+                }
+                Ok(())
+            }
             StragglerConfig::CsvTrace { path } => {
                 if path.as_os_str().is_empty() {
                     Err(c.err("path", "\"\"", "a path to a CSV file"))
@@ -856,7 +975,10 @@ impl StragglerConfig {
             | StragglerConfig::Persistent { workers, .. }
             | StragglerConfig::ProbabilisticSleep { workers, .. }
             | StragglerConfig::Contention { workers, .. }
-            | StragglerConfig::TraceLike { workers, .. } => {
+            | StragglerConfig::TraceLike { workers, .. }
+            | StragglerConfig::UniformDelay { workers, .. }
+            | StragglerConfig::RandomSlowdown { workers, .. }
+            | StragglerConfig::VariableLength { workers, .. } => {
                 kind == Worker && in_filter(workers, index)
             }
             StragglerConfig::RoundRobinSleep { .. } => kind == Worker,
@@ -1068,6 +1190,41 @@ impl StragglerConfig {
             StragglerConfig::CsvTrace { path } => {
                 Box::new(csv_trace::CsvTrace::load(path, kind, index, machine)?)
             }
+            StragglerConfig::UniformDelay { min_s, max_s, .. } => {
+                Box::new(imbalance::UniformDelay {
+                    seed,
+                    index,
+                    min_s: *min_s,
+                    max_s: *max_s,
+                    last_iter: None,
+                })
+            }
+            StragglerConfig::RandomSlowdown {
+                probability,
+                factor,
+                ..
+            } => Box::new(imbalance::RandomSlowdown {
+                seed,
+                index,
+                probability: *probability,
+                factor: *factor,
+            }),
+            StragglerConfig::VariableLength {
+                mean_len,
+                std_len,
+                min_len,
+                max_len,
+                sequences,
+                ..
+            } => Box::new(imbalance::VariableLength {
+                seed,
+                index,
+                dist: imbalance::VariableLength::lognormal(*mean_len, *std_len),
+                mean_len: *mean_len,
+                min_len: *min_len,
+                max_len: *max_len,
+                sequences: *sequences,
+            }),
         })
     }
 }

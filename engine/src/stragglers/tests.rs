@@ -1400,3 +1400,130 @@ fn validate_rejects_out_of_range_values() {
         "{msg}"
     );
 }
+
+// ---------------------------------------------------------------- RNA injectors
+
+fn build_worker(toml_text: &str, index: u32) -> Box<dyn Straggler> {
+    let cfg: StragglerConfig = toml::from_str(toml_text).unwrap();
+    cfg.build(7, RoleKind::Worker, index, index).unwrap()
+}
+
+#[test]
+fn uniform_delay_is_uniform_once_per_iteration_and_filtered() {
+    let mut s = build_worker("pattern = \"uniform-delay\"\nmin_s = 0.05\nmax_s = 0.1", 1);
+    let n = 20_000;
+    let mut delays = Vec::with_capacity(n);
+    for it in 0..n as u64 {
+        let e = s.effect(&worker(1, 0.0, it, 0.0));
+        // A second progress-0 probe and later probes of the same iteration add nothing.
+        assert_eq!(s.effect(&worker(1, 0.0, it, 0.0)), Effect::NONE);
+        assert_eq!(s.effect(&worker(1, 0.0, it, 0.5)).extra_delay_s, 0.0);
+        assert_eq!(e.compute_factor, 1.0);
+        delays.push(e.extra_delay_s);
+    }
+    assert!(delays.iter().all(|d| (0.05..=0.1).contains(d)));
+    let mean = delays.iter().sum::<f64>() / n as f64;
+    let var = delays.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / n as f64;
+    let sd = 0.05 / 12f64.sqrt();
+    assert_close(
+        "U(50,100) ms mean",
+        mean,
+        0.075,
+        sd / (n as f64).sqrt(),
+        4.0,
+    );
+    assert_close(
+        "U(50,100) ms variance",
+        var,
+        sd * sd,
+        sd * sd * (0.8f64 / n as f64).sqrt(),
+        4.0,
+    );
+    let cfg: StragglerConfig =
+        toml::from_str("pattern = \"uniform-delay\"\nmax_s = 0.05\nworkers = [4, 5]").unwrap();
+    assert!(!cfg.applies_to(RoleKind::Worker, 1, 1) && cfg.applies_to(RoleKind::Worker, 4, 4));
+    assert!(!cfg.applies_to(RoleKind::Server, 4, 4));
+}
+
+#[test]
+fn random_slowdown_hits_one_in_n_iterations_by_the_factor() {
+    let mut s = build_worker("pattern = \"random-slowdown\"", 2);
+    let n = 40_000u64;
+    let mut hits = 0u64;
+    for it in 0..n {
+        let f = s.effect(&worker(2, 0.0, it, 0.0)).compute_factor;
+        // Constant over the iteration.
+        assert_eq!(s.effect(&worker(2, 0.0, it, 0.7)).compute_factor, f);
+        assert!(f == 1.0 || f == 6.0, "{f}");
+        hits += u64::from(f == 6.0);
+    }
+    // `worker()` probes report 4 workers: p = 1/4 by default.
+    let p = 0.25;
+    assert_close(
+        "slowdown rate",
+        hits as f64 / n as f64,
+        p,
+        (p * (1.0 - p) / n as f64).sqrt(),
+        4.0,
+    );
+    let mut s = build_worker(
+        "pattern = \"random-slowdown\"\nprobability = 0.0\nfactor = 3.0",
+        0,
+    );
+    assert!((0..1000).all(|it| s.effect(&worker(0, 0.0, it, 0.0)) == Effect::NONE));
+}
+
+#[test]
+fn variable_length_has_the_ucf101_mean_and_spread_and_clipping() {
+    let mut s = build_worker("pattern = \"variable-length\"", 3);
+    let n = 40_000u64;
+    let f: Vec<f64> = (0..n)
+        .map(|it| s.effect(&worker(3, 0.0, it, 0.0)).compute_factor)
+        .collect();
+    let mean = f.iter().sum::<f64>() / n as f64;
+    let sd = (f.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64).sqrt();
+    // Lengths clipped to [29, 1776] around mean 186, sd 97.7: factor mean ≈ 1, CV ≈ 0.525
+    // (clipping at 29 raises the mean by well under 1%).
+    assert_close("mean factor", mean, 1.0, 0.525 / (n as f64).sqrt(), 6.0);
+    assert!((sd - 0.525).abs() < 0.03, "coefficient of variation {sd}");
+    assert!(f
+        .iter()
+        .all(|x| (29.0 / 186.0..=1776.0 / 186.0).contains(x)));
+    // Summing 16 sequences shrinks the spread by about √16.
+    let mut s = build_worker("pattern = \"variable-length\"\nsequences = 16", 3);
+    let f: Vec<f64> = (0..n)
+        .map(|it| s.effect(&worker(3, 0.0, it, 0.0)).compute_factor)
+        .collect();
+    let m = f.iter().sum::<f64>() / n as f64;
+    let sd16 = (f.iter().map(|x| (x - m).powi(2)).sum::<f64>() / n as f64).sqrt();
+    assert!((sd16 - 0.525 / 4.0).abs() < 0.01, "{sd16}");
+}
+
+#[test]
+fn rna_injectors_reject_bad_values() {
+    for (text, field) in [
+        (
+            "pattern = \"uniform-delay\"\nmin_s = 0.2\nmax_s = 0.1",
+            "max_s",
+        ),
+        ("pattern = \"uniform-delay\"\nmax_s = -1.0", "max_s"),
+        ("pattern = \"random-slowdown\"\nfactor = 0.5", "factor"),
+        (
+            "pattern = \"random-slowdown\"\nprobability = 1.5",
+            "probability",
+        ),
+        ("pattern = \"variable-length\"\nsequences = 0", "sequences"),
+        ("pattern = \"variable-length\"\nmean_len = 0.0", "mean_len"),
+        (
+            "pattern = \"variable-length\"\nmin_len = 100.0\nmax_len = 50.0",
+            "max_len",
+        ),
+    ] {
+        let cfg: StragglerConfig = toml::from_str(text).unwrap();
+        let e = cfg.validate().unwrap_err().to_string();
+        assert!(
+            e.contains(field) && e.contains(cfg.pattern_name()),
+            "{text}: {e}"
+        );
+    }
+}

@@ -118,7 +118,8 @@ impl LoadPolicy {
             let greedy = self.greedy(&pred, servers, s_ref);
             let now = psld::predicted_makespan(&self.block_bytes, current, &pred);
             let then = psld::predicted_makespan(&self.block_bytes, &greedy, &pred);
-            if !(then <= (1.0 - GAIN_CHECK) * now) {
+            let clear_gain = then <= (1.0 - GAIN_CHECK) * now;
+            if !clear_gain {
                 return None;
             }
         }

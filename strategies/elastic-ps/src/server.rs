@@ -31,6 +31,15 @@ struct HeldBlock {
     pending: BTreeMap<Clock, BTreeMap<WorkerId, (u64, Payload)>>,
 }
 
+/// A block arriving from another server.
+struct Moved {
+    epoch: u64,
+    block: BlockId,
+    version: i64,
+    value: Payload,
+    opt: OptState,
+}
+
 /// This server's part of an epoch's migration.
 struct Plan {
     epoch: u64,
@@ -304,16 +313,14 @@ impl ElasticServer {
         self.migrate_ready(ctx)
     }
 
-    fn on_migrate(
-        &mut self,
-        ctx: &mut RoleCtx,
-        from: RoleId,
-        epoch: u64,
-        block: BlockId,
-        version: i64,
-        value: Payload,
-        opt: OptState,
-    ) -> Result<()> {
+    fn on_migrate(&mut self, ctx: &mut RoleCtx, from: RoleId, moved: Moved) -> Result<()> {
+        let Moved {
+            epoch,
+            block,
+            version,
+            value,
+            opt,
+        } = moved;
         if self.blocks.contains_key(&block) {
             return Err(EngineError::protocol(
                 ctx.id(),
@@ -409,7 +416,16 @@ impl Server for ElasticServer {
                     version,
                     value,
                     opt,
-                } => self.on_migrate(ctx, from, epoch, block, version, value, opt)?,
+                } => {
+                    let moved = Moved {
+                        epoch,
+                        block,
+                        version,
+                        value,
+                        opt,
+                    };
+                    self.on_migrate(ctx, from, moved)?
+                }
                 Message::Custom { tag: t, body, .. } => match t.as_str() {
                     tag::MIGRATE_PLAN => {
                         let plan: MigratePlan = protocol::decode(ctx.id(), &t, &body)?;

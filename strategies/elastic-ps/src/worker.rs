@@ -338,6 +338,7 @@ impl Worker for ElasticWorker {
         Ok(WorkerReport {
             iterations: records,
             peak_memory: 2 * param_bytes,
+            model: None,
         })
     }
 }

@@ -1,0 +1,170 @@
+//! A model replica's parameters and optimizer state, held and updated by a worker.
+
+use super::Fusion;
+use crate::job::Job;
+use crate::optim::{OptState, OptimizerConfig};
+use crate::payload::BlockPayload;
+use crate::payload::Payload;
+use crate::ps::{ParamLayout, ServerReport, Snapshot};
+
+/// A snapshot kept until the report: updates applied, run time, parameter values.
+type HeldSnapshot = (u64, f64, Option<Vec<Vec<f32>>>);
+
+/// Parameters and optimizer state a worker holds when there is no parameter server (allreduce
+/// data parallelism, RNA). Every member applies the same updates in the same order, so replicas
+/// stay identical; at the end one worker reports the model in a server's form
+/// ([`LocalModel::report`]) for evaluation and the checkpoint.
+#[derive(Clone, Debug)]
+pub struct LocalModel {
+    params: Option<Vec<Vec<f32>>>,
+    states: Vec<OptState>,
+    optimizer: OptimizerConfig,
+    updates: u64,
+    snapshot_every: u64,
+    /// `(updates, run time, values)` every `snapshot_every` updates.
+    snapshots: Vec<HeldSnapshot>,
+}
+
+impl LocalModel {
+    /// The job's initial parameters (none in throughput mode), its optimizer, and a snapshot every
+    /// `eval_every` updates.
+    pub fn new(job: &Job) -> LocalModel {
+        LocalModel::from_values(
+            job.init.clone(),
+            job.config.optimizer.clone(),
+            job.config.eval_every,
+        )
+    }
+
+    /// A model with the given parameters (`None`: throughput mode), optimizer and snapshot period.
+    pub fn from_values(
+        params: Option<Vec<Vec<f32>>>,
+        optimizer: OptimizerConfig,
+        snapshot_every: u64,
+    ) -> LocalModel {
+        let states = params
+            .as_ref()
+            .map(|p| p.iter().map(|v| optimizer.init_state(v.len())).collect())
+            .unwrap_or_default();
+        LocalModel {
+            params,
+            states,
+            optimizer,
+            updates: 0,
+            snapshot_every: snapshot_every.max(1),
+            snapshots: Vec::new(),
+        }
+    }
+
+    /// The parameters (per tensor, layout order), `None` in throughput mode.
+    pub fn params(&self) -> Option<&[Vec<f32>]> {
+        self.params.as_deref()
+    }
+
+    /// Updates applied so far (the model's version).
+    pub fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    /// Applies one optimizer step from `grads` with the learning rate scaled by `lr_scale` (1 in
+    /// plain data parallelism; RNA's Σw/P), then snapshots if due at `now`.
+    pub fn apply(&mut self, grads: &[Vec<f32>], lr_scale: f64, now: f64) {
+        let opt = self.optimizer.with_lr_scale(lr_scale);
+        if let Some(params) = self.params.as_mut() {
+            for ((p, g), st) in params.iter_mut().zip(grads).zip(self.states.iter_mut()) {
+                opt.step(p, g, st);
+            }
+        }
+        self.bump(now);
+    }
+
+    /// Applies the result of an allreduce of `[Σ gradients, Σw]` fused by `fusion` (one trailing
+    /// scalar, the contributors' weight): the update uses the mean `Σg / Σw` with the learning
+    /// rate scaled by `Σw / group_size` (the linear scaling rule, RNA §5.1.3; 1 when every member
+    /// contributed). Virtual buffers only count the update. Returns Σw (0 for a virtual buffer).
+    pub fn apply_reduced(
+        &mut self,
+        fusion: &Fusion,
+        sum: &Payload,
+        group_size: usize,
+        now: f64,
+    ) -> f64 {
+        match sum.values() {
+            Some(flat) if self.params.is_some() => {
+                let (mut grads, extras) = fusion.split(flat);
+                let w = extras.first().copied().unwrap_or(0.0);
+                if w > 0.0 {
+                    for g in grads.iter_mut() {
+                        for x in g.iter_mut() {
+                            *x /= w;
+                        }
+                    }
+                    self.apply(&grads, w as f64 / group_size as f64, now);
+                } else {
+                    self.bump(now);
+                }
+                w as f64
+            }
+            _ => {
+                self.bump(now);
+                0.0
+            }
+        }
+    }
+
+    /// Counts an update with no math (throughput mode, or an update made elsewhere).
+    pub fn bump(&mut self, now: f64) {
+        self.updates += 1;
+        if self.updates.is_multiple_of(self.snapshot_every) {
+            // Blocks are cut at report time; keep the values (one copy per snapshot).
+            self.snapshots
+                .push((self.updates, now, self.params.clone()));
+        }
+    }
+
+    /// Replaces the parameters (model averaging), keeping the optimizer state.
+    pub fn set_params(&mut self, values: Vec<Vec<f32>>) {
+        if self.params.is_some() {
+            self.params = Some(values);
+        }
+    }
+
+    /// The model in a server's form: every block of `layout`, its optimizer state, the snapshots.
+    pub fn report(&self, layout: &ParamLayout) -> ServerReport {
+        let blocks_of = |values: Option<&[Vec<f32>]>| -> Vec<BlockPayload> {
+            (0..layout.servers())
+                .flat_map(|s| layout.slice_for(s, values))
+                .collect()
+        };
+        let mut report = ServerReport {
+            blocks: blocks_of(self.params.as_deref()),
+            version: self.updates as i64 - 1,
+            ..ServerReport::default()
+        };
+        for b in layout.blocks() {
+            if let Some(st) = self.states.get(b.param) {
+                report.opt_state.insert(
+                    b.id,
+                    OptState {
+                        step: st.step,
+                        slots: st
+                            .slots
+                            .iter()
+                            .map(|s| s[b.offset..b.offset + b.len].to_vec())
+                            .collect(),
+                    },
+                );
+            }
+        }
+        report.snapshots = self
+            .snapshots
+            .iter()
+            .map(|(iterations, time_s, values)| Snapshot {
+                iterations: *iterations,
+                time_s: *time_s,
+                blocks: blocks_of(values.as_deref()),
+            })
+            .collect();
+        report
+    }
+}

@@ -1,0 +1,110 @@
+//! Broadcast (binomial tree) and alltoall (direct pairwise exchange).
+
+use super::{is_hop, Group};
+use crate::error::{EngineError, Result};
+use crate::message::Message;
+use crate::payload::Payload;
+use crate::role::RoleCtx;
+
+/// Broadcasts the root's `buf` to every member of `group` along a binomial tree (⌈log₂ P⌉ rounds;
+/// each member receives the whole buffer once). On the root `buf` is sent; elsewhere it is
+/// replaced by the root's value.
+pub async fn broadcast(
+    ctx: &mut RoleCtx,
+    group: &Group,
+    root: usize,
+    op: u64,
+    buf: &mut Payload,
+) -> Result<()> {
+    let p = group.size();
+    if root >= p {
+        return Err(EngineError::protocol(
+            ctx.id(),
+            format!("broadcast root rank {root} is outside a group of {p} members"),
+        ));
+    }
+    let rank = group.require_rank(ctx.id())?;
+    let rel = (rank + p - root) % p;
+    let mut mask = 1usize;
+    while mask < p {
+        if rel & mask != 0 {
+            let parent = group.member((rel - mask + root) % p);
+            let env = ctx.recv_matching(|e| is_hop(e, parent, op, 0, 0)).await?;
+            if let Message::Collective { data, .. } = env.msg {
+                *buf = data;
+            }
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    while mask > 0 {
+        if rel + mask < p {
+            let child = group.member((rel + mask + root) % p);
+            ctx.send(
+                child,
+                Message::Collective {
+                    op,
+                    part: 0,
+                    step: 0,
+                    data: buf.clone(),
+                },
+            );
+        }
+        mask >>= 1;
+    }
+    Ok(())
+}
+
+/// Alltoall: member r sends `parts[j]` to member j and returns what every member sent it, indexed
+/// by source rank (its own part stays local). `parts` must hold one entry per member.
+pub async fn alltoall(
+    ctx: &mut RoleCtx,
+    group: &Group,
+    op: u64,
+    parts: Vec<Payload>,
+) -> Result<Vec<Payload>> {
+    let p = group.size();
+    let rank = group.require_rank(ctx.id())?;
+    if parts.len() != p {
+        return Err(EngineError::protocol(
+            ctx.id(),
+            format!(
+                "alltoall with {} parts in a group of {p} members",
+                parts.len()
+            ),
+        ));
+    }
+    let mut out: Vec<Option<Payload>> = vec![None; p];
+    // Send in ring order starting at the right neighbour, so sends fan out over the NICs.
+    let mut parts: Vec<Option<Payload>> = parts.into_iter().map(Some).collect();
+    for k in 0..p {
+        let j = (rank + k) % p;
+        let data = parts[j].take().unwrap_or(Payload::Virtual { elems: 0 });
+        if j == rank {
+            out[j] = Some(data);
+        } else {
+            ctx.send(
+                group.member(j),
+                Message::Collective {
+                    op,
+                    part: 0,
+                    step: 0,
+                    data,
+                },
+            );
+        }
+    }
+    for k in 1..p {
+        let j = (rank + p - k) % p;
+        let from = group.member(j);
+        let env = ctx.recv_matching(|e| is_hop(e, from, op, 0, 0)).await?;
+        if let Message::Collective { data, .. } = env.msg {
+            out[j] = Some(data);
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|x| x.unwrap_or(Payload::Virtual { elems: 0 }))
+        .collect())
+}

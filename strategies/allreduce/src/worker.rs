@@ -1,0 +1,111 @@
+//! The allreduce data-parallel worker.
+
+use async_trait::async_trait;
+use concord_engine::collective::{allreduce_sum, Fusion, Group, LocalModel};
+use concord_engine::error::{EngineError, Result};
+use concord_engine::ids::{RoleId, WorkerId};
+use concord_engine::job::Job;
+use concord_engine::metrics::IterRecord;
+use concord_engine::model::Replica;
+use concord_engine::payload::ELEM_BYTES;
+use concord_engine::role::{RoleCtx, Work};
+use concord_engine::roles::{Worker, WorkerReport};
+use std::sync::Arc;
+
+/// A worker that trains its own replica and sums gradients with its peers by ring allreduce.
+pub struct AllreduceWorker {
+    id: WorkerId,
+    job: Arc<Job>,
+    replica: Option<Replica>,
+    model: LocalModel,
+    fusion: Fusion,
+    group: Group,
+}
+
+impl AllreduceWorker {
+    /// Worker `id` of `job`, fusing gradients into buckets of `bucket_elems` elements.
+    pub fn new(job: Arc<Job>, id: WorkerId, bucket_elems: usize) -> Result<AllreduceWorker> {
+        let sizes = job.layout.params().iter().map(|p| p.elems()).collect();
+        Ok(AllreduceWorker {
+            id,
+            replica: Replica::new(&job.model)?,
+            model: LocalModel::new(&job),
+            fusion: Fusion::new(sizes, 1, bucket_elems),
+            group: Group::workers(job.config.workers)?,
+            job,
+        })
+    }
+}
+
+#[async_trait]
+impl Worker for AllreduceWorker {
+    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<WorkerReport> {
+        let job = self.job.clone();
+        let (n, b) = (job.config.workers as u64, job.config.batch);
+        let flops_per_sample = job.model.training_flops_per_sample();
+        let param_elems = (self.fusion.len() - 1) as u64;
+        let apply_flops = job.config.optimizer.flops_per_elem() * param_elems as f64;
+        let mut records = Vec::with_capacity(job.config.iterations as usize);
+        for clock in 0..job.config.iterations {
+            ctx.set_iter(clock);
+            let start = ctx.now();
+            let work = Work {
+                flops_per_sample,
+                batch: b as f64,
+            };
+            let (loss, mut buf) = match (&self.replica, &job.data, self.model.params()) {
+                (Some(replica), Some(data), Some(params)) => {
+                    let idx = job
+                        .stream
+                        .range((clock * n * b + self.id as u64 * b) as u128, b as usize);
+                    let (x, y) = data.train.gather(&idx);
+                    replica.set_params(params)?;
+                    let out = ctx.compute("step", work, || replica.step(x, &y)).await?;
+                    if !out.loss.is_finite() {
+                        return Err(EngineError::Diverged {
+                            role: ctx.id(),
+                            clock,
+                            loss: out.loss,
+                        });
+                    }
+                    (out.loss, self.fusion.fuse(&out.grads, &[1.0]))
+                }
+                _ => {
+                    ctx.compute("step", work, || ()).await;
+                    (f64::NAN, self.fusion.fuse_virtual())
+                }
+            };
+            let compute_end = ctx.now();
+            let bytes_sent =
+                allreduce_sum(ctx, &self.group, clock, &mut buf, self.fusion.buckets()).await?;
+            let reduced = ctx.now();
+            ctx.trace_span("allreduce", "comm", compute_end, reduced);
+            self.model
+                .apply_reduced(&self.fusion, &buf, self.group.size(), reduced);
+            let t = ctx.now();
+            ctx.sleep(ctx.device().work_seconds(apply_flops)).await;
+            ctx.trace_span("apply", "compute", t, ctx.now());
+            records.push(IterRecord {
+                clock,
+                start_s: start,
+                end_s: ctx.now(),
+                wall_s: ctx.wall_now(),
+                samples: b,
+                compute_s: compute_end - start,
+                wait_s: 0.0,
+                comm_s: reduced - compute_end,
+                loss,
+                version_read: clock as i64 - 1,
+                bytes_sent,
+            });
+            job.observe(self.id, clock + 1);
+        }
+        // Parameters, gradients and optimizer state are resident on the device.
+        let slots = job.config.optimizer.init_state(0).slots.len() as u64;
+        Ok(WorkerReport {
+            iterations: records,
+            peak_memory: (2 + slots) * param_elems * ELEM_BYTES,
+            model: (ctx.id() == RoleId::Worker(0)).then(|| self.model.report(&job.layout)),
+        })
+    }
+}

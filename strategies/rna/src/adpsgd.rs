@@ -1,0 +1,255 @@
+//! AD-PSGD (Lian et al., the thesis's §5.5.3 baseline): asynchronous decentralized SGD.
+//!
+//! Each worker, per local step: computes a gradient on a snapshot of its own parameters, picks a
+//! uniformly random peer, averages its parameters with the peer's (`x_i = x_j = (x_i + x_j)/2`),
+//! then applies its own gradient with the configured learning rate. Workers never wait for a
+//! group; they answer their peers' averaging requests while computing. The passive side answers
+//! with its parameters and averages at once; the active side averages when the answer arrives
+//! (the active/passive split of the original; a request crossing another is not serialised, which
+//! the spec's lock-in-rank-order choice would do on threads).
+
+use async_trait::async_trait;
+use concord_engine::collective::LocalModel;
+use concord_engine::data::mix_seed;
+use concord_engine::error::{EngineError, Result};
+use concord_engine::ids::{RoleId, WorkerId};
+use concord_engine::job::Job;
+use concord_engine::message::Message;
+use concord_engine::metrics::IterRecord;
+use concord_engine::model::Replica;
+use concord_engine::payload::{Payload, ELEM_BYTES};
+use concord_engine::role::{RoleCtx, Work};
+use concord_engine::roles::{Coordinator, CoordinatorReport, Worker, WorkerReport};
+use concord_engine::transport::Envelope;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+
+/// Worker → coordinator: all local steps done (it keeps answering peers).
+pub const DONE: &str = "ad-psgd.done";
+/// Coordinator → workers: everyone is done; stop answering.
+pub const STOP: &str = "ad-psgd.stop";
+
+/// Marks AD-PSGD's averaging operations among collective op ids.
+const OP_TAG: u64 = 0xAD << 56;
+
+/// An AD-PSGD worker.
+pub struct AdPsgdWorker {
+    id: WorkerId,
+    job: Arc<Job>,
+    replica: Option<Replica>,
+    model: LocalModel,
+    elems: u64,
+}
+
+impl AdPsgdWorker {
+    /// Worker `id` of `job`.
+    pub fn new(job: Arc<Job>, id: WorkerId) -> Result<AdPsgdWorker> {
+        let elems = job.layout.params().iter().map(|p| p.elems() as u64).sum();
+        Ok(AdPsgdWorker {
+            id,
+            replica: Replica::new(&job.model)?,
+            model: LocalModel::new(&job),
+            job,
+            elems,
+        })
+    }
+
+    fn flat(&self) -> Payload {
+        match self.model.params() {
+            Some(p) => Payload::Real(p.iter().flatten().copied().collect()),
+            None => Payload::Virtual { elems: self.elems },
+        }
+    }
+
+    /// `x ← (x + other) / 2`.
+    fn average_with(&mut self, other: &Payload) {
+        let (Some(params), Some(o)) = (self.model.params(), other.values()) else {
+            return;
+        };
+        let mut offset = 0;
+        let mut out = Vec::with_capacity(params.len());
+        for p in params {
+            out.push(
+                p.iter()
+                    .zip(&o[offset..offset + p.len()])
+                    .map(|(a, b)| 0.5 * (a + b))
+                    .collect(),
+            );
+            offset += p.len();
+        }
+        self.model.set_params(out);
+    }
+
+    /// Answers a peer's averaging request, or reports anything else as unexpected.
+    fn serve(&mut self, ctx: &mut RoleCtx, env: Envelope) -> Result<()> {
+        match env.msg {
+            Message::Collective {
+                op, step: 0, data, ..
+            } if op & OP_TAG == OP_TAG => {
+                ctx.send(
+                    env.from,
+                    Message::Collective {
+                        op,
+                        part: 0,
+                        step: 1,
+                        data: self.flat(),
+                    },
+                );
+                self.average_with(&data);
+                Ok(())
+            }
+            other => Err(EngineError::protocol(
+                ctx.id(),
+                format!("unexpected message from {}: {other:?}", env.from),
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl Worker for AdPsgdWorker {
+    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<WorkerReport> {
+        let job = self.job.clone();
+        let (n, b) = (job.config.workers as u64, job.config.batch);
+        let apply_flops = job.config.optimizer.flops_per_elem() * self.elems as f64;
+        let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(job.config.seed, 0xAD00 + self.id as u64));
+        let mut records = Vec::new();
+        for step in 0..job.config.iterations {
+            ctx.set_iter(step);
+            let start = ctx.now();
+            let work = Work {
+                flops_per_sample: job.model.training_flops_per_sample(),
+                batch: b as f64,
+            };
+            let ((loss, grads), ready_at) = match (&self.replica, &job.data, self.model.params()) {
+                (Some(replica), Some(data), Some(params)) => {
+                    let idx = job
+                        .stream
+                        .range(((step * n + self.id as u64) * b) as u128, b as usize);
+                    let (x, y) = data.train.gather(&idx);
+                    replica.set_params(params)?;
+                    let (out, at) = ctx.compute_deferred("step", work, || replica.step(x, &y));
+                    let out = out?;
+                    if !out.loss.is_finite() {
+                        return Err(EngineError::Diverged {
+                            role: ctx.id(),
+                            clock: step,
+                            loss: out.loss,
+                        });
+                    }
+                    ((out.loss, Some(out.grads)), at)
+                }
+                _ => {
+                    let ((), at) = ctx.compute_deferred("step", work, || ());
+                    ((f64::NAN, None), at)
+                }
+            };
+            while let Some(env) = ctx.recv_until(ready_at).await? {
+                self.serve(ctx, env)?;
+            }
+            let compute_end = ctx.now();
+            let peer = {
+                let r = rng.gen_range(0..n - 1) as u32;
+                if r >= self.id {
+                    r + 1
+                } else {
+                    r
+                }
+            };
+            let op = OP_TAG | ((self.id as u64) << 32) | step;
+            let request = Message::Collective {
+                op,
+                part: 0,
+                step: 0,
+                data: self.flat(),
+            };
+            let bytes_sent = request.wire_bytes();
+            ctx.send(RoleId::Worker(peer), request);
+            loop {
+                let env = ctx.recv().await?;
+                match &env.msg {
+                    Message::Collective {
+                        op: o,
+                        step: 1,
+                        data,
+                        ..
+                    } if *o == op => {
+                        let data = data.clone();
+                        self.average_with(&data);
+                        break;
+                    }
+                    _ => self.serve(ctx, env)?,
+                }
+            }
+            let averaged = ctx.now();
+            match grads {
+                Some(g) => self.model.apply(&g, 1.0, averaged),
+                None => self.model.bump(averaged),
+            }
+            ctx.sleep(ctx.device().work_seconds(apply_flops)).await;
+            records.push(IterRecord {
+                clock: step,
+                start_s: start,
+                end_s: ctx.now(),
+                wall_s: ctx.wall_now(),
+                samples: b,
+                compute_s: compute_end - start,
+                wait_s: 0.0,
+                comm_s: averaged - compute_end,
+                loss,
+                version_read: step as i64 - 1,
+                bytes_sent,
+            });
+            job.observe(self.id, step + 1);
+        }
+        ctx.send(RoleId::Coordinator, Message::custom(DONE, &self.id)?);
+        loop {
+            let env = ctx.recv().await?;
+            if env.msg.decode_custom::<u32>(STOP).is_some() {
+                break;
+            }
+            self.serve(ctx, env)?;
+        }
+        let slots = job.config.optimizer.init_state(0).slots.len() as u64;
+        Ok(WorkerReport {
+            iterations: records,
+            peak_memory: (2 + slots) * self.elems * ELEM_BYTES,
+            model: (self.id == 0).then(|| self.model.report(&job.layout)),
+        })
+    }
+}
+
+/// AD-PSGD's coordinator: tells the workers to stop answering once every one is done.
+pub struct AdPsgdCoordinator {
+    workers: u32,
+}
+
+impl AdPsgdCoordinator {
+    /// For `workers` workers.
+    pub fn new(workers: u32) -> AdPsgdCoordinator {
+        AdPsgdCoordinator { workers }
+    }
+}
+
+#[async_trait]
+impl Coordinator for AdPsgdCoordinator {
+    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<CoordinatorReport> {
+        let mut done = 0;
+        loop {
+            let env = ctx.recv().await?;
+            if matches!(env.msg, Message::Shutdown) {
+                return Ok(CoordinatorReport::default());
+            }
+            if env.msg.decode_custom::<u32>(DONE).is_some() {
+                done += 1;
+                if done == self.workers {
+                    let stop = Message::custom(STOP, &0u32)?;
+                    for w in 0..self.workers {
+                        ctx.send(RoleId::Worker(w), stop.clone());
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! The RNA controller: stateless with respect to training progress; it only reacts to readiness.
+
+use crate::options::Resolved;
+use crate::protocol::{self, Activate, Round, RoundDone, WorkerStats};
+use async_trait::async_trait;
+use concord_engine::data::mix_seed;
+use concord_engine::error::Result;
+use concord_engine::ids::RoleId;
+use concord_engine::message::Message;
+use concord_engine::role::RoleCtx;
+use concord_engine::roles::{Coordinator, CoordinatorReport};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// Picks `q` distinct ranks of `0..p` uniformly at random (the probes of one round).
+pub fn sample_probes(p: usize, q: usize, rng: &mut ChaCha8Rng) -> Vec<usize> {
+    rand::seq::index::sample(rng, p, q.min(p)).into_vec()
+}
+
+/// What the controller does with a probe reply for the round it is running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyOutcome {
+    /// This reply triggers the round; the worker is the initiator.
+    Trigger(u32),
+    /// Counted, but the round waits for more (wait-for-all).
+    Wait,
+    /// A reply for another round (expired probe) or a second reply: ignored.
+    Ignore,
+}
+
+/// The per-round probe state: which round is open and who replied.
+#[derive(Clone, Debug)]
+pub struct ProbeRound {
+    round: u64,
+    need: usize,
+    replied: Vec<u32>,
+    triggered: bool,
+}
+
+impl ProbeRound {
+    /// Round `round`, triggered by the first reply (`need = 1`) or once `need` members replied.
+    pub fn new(round: u64, need: usize) -> ProbeRound {
+        ProbeRound {
+            round,
+            need: need.max(1),
+            replied: Vec::new(),
+            triggered: false,
+        }
+    }
+
+    /// Feeds a reply from `worker` tagged `round`. Late replies (an expired probe of an earlier
+    /// round) never trigger; neither does anything after the trigger.
+    pub fn on_reply(&mut self, worker: u32, round: u64) -> ReplyOutcome {
+        if round != self.round || self.triggered || self.replied.contains(&worker) {
+            return ReplyOutcome::Ignore;
+        }
+        self.replied.push(worker);
+        if self.replied.len() >= self.need {
+            self.triggered = true;
+            // The first reply accepted makes its sender the initiator.
+            ReplyOutcome::Trigger(self.replied[0])
+        } else {
+            ReplyOutcome::Wait
+        }
+    }
+}
+
+/// The controller of a flat RNA group (all workers).
+pub struct RnaController {
+    workers: u32,
+    rounds: u64,
+    seed: u64,
+    opts: Resolved,
+}
+
+impl RnaController {
+    /// A controller for `workers` workers running `rounds` rounds.
+    pub fn new(workers: u32, rounds: u64, seed: u64, opts: Resolved) -> RnaController {
+        RnaController {
+            workers,
+            rounds,
+            seed,
+            opts,
+        }
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+#[async_trait]
+impl Coordinator for RnaController {
+    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<CoordinatorReport> {
+        let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(self.seed, 0x524e_4121));
+        let p = self.workers as usize;
+        let mut latencies = Vec::new();
+        let mut weights = Vec::new();
+        let mut stats: Vec<WorkerStats> = Vec::new();
+        let mut report = CoordinatorReport::default();
+        let mut shutdown = false;
+        'rounds: for k in 0..self.rounds {
+            let probes = if self.opts.wait_for_all {
+                (0..p).collect()
+            } else {
+                sample_probes(p, self.opts.q, &mut rng)
+            };
+            let t0 = ctx.now();
+            let probe = Message::custom(protocol::PROBE, &Round { group: 0, round: k })?;
+            for &r in &probes {
+                ctx.send(RoleId::Worker(r as u32), probe.clone());
+            }
+            let mut state = ProbeRound::new(
+                k,
+                probes.len().min(if self.opts.wait_for_all { p } else { 1 }),
+            );
+            let initiator = loop {
+                let env = ctx.recv().await?;
+                if matches!(env.msg, Message::Shutdown) {
+                    shutdown = true;
+                    break 'rounds;
+                }
+                if let (Some(r), RoleId::Worker(w)) = (
+                    env.msg.decode_custom::<Round>(protocol::PROBE_REPLY),
+                    env.from,
+                ) {
+                    if let ReplyOutcome::Trigger(i) = state.on_reply(w, r.round) {
+                        break i;
+                    }
+                } else if let Some(s) = env.msg.decode_custom::<WorkerStats>(protocol::WORKER_STATS)
+                {
+                    stats.push(s);
+                }
+            };
+            latencies.push(ctx.now() - t0);
+            let activate = Message::custom(
+                protocol::ACTIVATE,
+                &Activate {
+                    round: Round { group: 0, round: k },
+                    initiator,
+                },
+            )?;
+            for w in 0..self.workers {
+                ctx.send(RoleId::Worker(w), activate.clone());
+            }
+            loop {
+                let env = ctx.recv().await?;
+                if matches!(env.msg, Message::Shutdown) {
+                    shutdown = true;
+                    break 'rounds;
+                }
+                if let Some(d) = env.msg.decode_custom::<RoundDone>(protocol::ROUND_DONE) {
+                    if d.round.round == k {
+                        weights.push(d.weight);
+                        break;
+                    }
+                } else if let Some(s) = env.msg.decode_custom::<WorkerStats>(protocol::WORKER_STATS)
+                {
+                    stats.push(s);
+                }
+            }
+        }
+        // After the last round, gather the workers' end-of-run statistics until shut down.
+        while !shutdown {
+            let env = ctx.recv().await?;
+            shutdown = matches!(env.msg, Message::Shutdown);
+            if let Some(s) = env.msg.decode_custom::<WorkerStats>(protocol::WORKER_STATS) {
+                stats.push(s);
+            }
+        }
+        let n = latencies.len().max(1) as f64;
+        let mean_latency = latencies.iter().sum::<f64>() / n;
+        let sd = (latencies
+            .iter()
+            .map(|l| (l - mean_latency).powi(2))
+            .sum::<f64>()
+            / n)
+            .sqrt();
+        let figures = &mut report.figures;
+        figures.push(("rna.trigger_median_s".into(), median(&mut latencies)));
+        figures.push(("rna.trigger_mean_s".into(), mean_latency));
+        figures.push(("rna.trigger_sd_s".into(), sd));
+        figures.push((
+            "rna.contributors_share".into(),
+            weights.iter().sum::<f64>() / (weights.len().max(1) as f64 * p as f64),
+        ));
+        let used: u64 = stats.iter().flat_map(|s| s.staleness.iter()).sum();
+        let stale: u64 = stats
+            .iter()
+            .flat_map(|s| s.staleness.iter().enumerate().skip(1).map(|(_, c)| *c))
+            .sum();
+        let dropped: u64 = stats.iter().map(|s| s.dropped).sum();
+        figures.push(("rna.stale_share".into(), stale as f64 / used.max(1) as f64));
+        figures.push(("rna.dropped".into(), dropped as f64));
+        // Rounds after which some replica differs from another (flat RNA keeps them identical).
+        let rounds = stats.iter().map(|s| s.digests.len()).max().unwrap_or(0);
+        let mismatched = (0..rounds)
+            .filter(|&k| {
+                let first = stats.first().and_then(|s| s.digests.get(k));
+                stats.iter().any(|s| s.digests.get(k) != first)
+            })
+            .count();
+        figures.push(("rna.replica_mismatch_rounds".into(), mismatched as f64));
+        figures.push(("rna.checked_rounds".into(), rounds as f64));
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// R8 (vi): an expired probe (a reply for an earlier round) never triggers, nor does a reply
+    /// after the trigger; the first accepted reply is the initiator.
+    #[test]
+    fn expired_probes_never_trigger() {
+        let mut r = ProbeRound::new(5, 1);
+        assert_eq!(
+            r.on_reply(3, 4),
+            ReplyOutcome::Ignore,
+            "late reply of round 4"
+        );
+        assert_eq!(
+            r.on_reply(3, 6),
+            ReplyOutcome::Ignore,
+            "a round not yet probed"
+        );
+        assert_eq!(r.on_reply(2, 5), ReplyOutcome::Trigger(2));
+        assert_eq!(
+            r.on_reply(7, 5),
+            ReplyOutcome::Ignore,
+            "the other probe expired"
+        );
+        // Wait-for-all: every member must reply; duplicates do not count twice.
+        let mut all = ProbeRound::new(0, 3);
+        assert_eq!(all.on_reply(1, 0), ReplyOutcome::Wait);
+        assert_eq!(all.on_reply(1, 0), ReplyOutcome::Ignore);
+        assert_eq!(all.on_reply(0, 0), ReplyOutcome::Wait);
+        assert_eq!(all.on_reply(2, 0), ReplyOutcome::Trigger(1));
+    }
+
+    #[test]
+    fn probes_are_distinct_and_uniform() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut counts = [0u32; 8];
+        for _ in 0..8000 {
+            let s = sample_probes(8, 2, &mut rng);
+            assert_eq!(s.len(), 2);
+            assert_ne!(s[0], s[1]);
+            for r in s {
+                counts[r] += 1;
+            }
+        }
+        // Each rank is probed with probability 2/8: 2000 ± 4·sd (sd ≈ 38.7).
+        for c in counts {
+            assert!((c as f64 - 2000.0).abs() < 4.0 * 38.7, "{counts:?}");
+        }
+        assert_eq!(sample_probes(3, 5, &mut rng).len(), 3);
+    }
+}

@@ -1,0 +1,357 @@
+//! The RNA worker: a compute "thread" that never blocks on communication and a communication
+//! "thread" that answers probes and takes part in every round's ring allreduce, as one event loop.
+
+use crate::buffer::{Entry, GradBuffer};
+use crate::options::Resolved;
+use crate::protocol::{self, Activate, Round, RoundDone, WorkerStats};
+use async_trait::async_trait;
+use concord_engine::collective::{digest, Fusion, Group, LocalModel, RingAllreduce};
+use concord_engine::error::{EngineError, Result};
+use concord_engine::ids::{RoleId, WorkerId};
+use concord_engine::job::Job;
+use concord_engine::message::Message;
+use concord_engine::metrics::IterRecord;
+use concord_engine::model::Replica;
+use concord_engine::payload::ELEM_BYTES;
+use concord_engine::role::{RoleCtx, Work};
+use concord_engine::roles::{Worker, WorkerReport};
+use concord_engine::transport::Envelope;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// A gradient being computed: ready at `ready_at`.
+struct InFlight {
+    ready_at: f64,
+    started_at: f64,
+    entry: Entry,
+}
+
+/// The round in progress.
+struct ActiveRound {
+    round: u64,
+    initiator: u32,
+    ring: RingAllreduce,
+    started_at: f64,
+    samples: u64,
+    loss: f64,
+    oldest: i64,
+}
+
+/// One RNA worker (also eager-SGD's, with one probe per round).
+pub struct RnaWorker {
+    id: WorkerId,
+    job: Arc<Job>,
+    opts: Resolved,
+    replica: Option<Replica>,
+    model: LocalModel,
+    fusion: Fusion,
+    group: Group,
+    buffer: GradBuffer,
+    computing: Option<InFlight>,
+    local_steps: u64,
+    /// Version the last started gradient was computed on (wait-for-all computes one per version).
+    last_version: Option<u64>,
+    pending_probe: Option<u64>,
+    pending_activations: VecDeque<Activate>,
+    early: Vec<Envelope>,
+    active: Option<ActiveRound>,
+    records: Vec<IterRecord>,
+    round_start: f64,
+    compute_since_round: f64,
+    stats: WorkerStats,
+    step_time_total: f64,
+    /// Seconds of optimizer update to charge before the next event.
+    apply_debt: f64,
+}
+
+impl RnaWorker {
+    /// Worker `id` of `job` under `opts`.
+    pub fn new(job: Arc<Job>, id: WorkerId, opts: Resolved) -> Result<RnaWorker> {
+        let sizes = job.layout.params().iter().map(|p| p.elems()).collect();
+        Ok(RnaWorker {
+            id,
+            replica: Replica::new(&job.model)?,
+            model: LocalModel::new(&job),
+            fusion: Fusion::new(sizes, 1, opts.bucket_elems),
+            group: Group::workers(job.config.workers)?,
+            opts,
+            job,
+            buffer: GradBuffer::default(),
+            computing: None,
+            local_steps: 0,
+            last_version: None,
+            pending_probe: None,
+            pending_activations: VecDeque::new(),
+            early: Vec::new(),
+            active: None,
+            records: Vec::new(),
+            round_start: 0.0,
+            compute_since_round: 0.0,
+            stats: WorkerStats::default(),
+            step_time_total: 0.0,
+            apply_debt: 0.0,
+        })
+    }
+
+    /// Starts the next local step on a snapshot of the latest parameters, if allowed.
+    fn maybe_start_compute(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+        let version = self.model.updates();
+        if self.computing.is_some()
+            || (self.opts.wait_for_all && self.last_version == Some(version))
+        {
+            return Ok(());
+        }
+        let job = self.job.clone();
+        let (n, b) = (job.config.workers as u64, job.config.batch);
+        let step = self.local_steps;
+        ctx.set_iter(step);
+        let work = Work {
+            flops_per_sample: job.model.training_flops_per_sample(),
+            batch: b as f64,
+        };
+        let started_at = ctx.now();
+        let ((loss, grads), ready_at) = match (&self.replica, &job.data, self.model.params()) {
+            (Some(replica), Some(data), Some(params)) => {
+                // Local step j of worker i reads stream slice j·N + i: with one step per
+                // round this is exactly the allreduce baseline's sampling.
+                let idx = job
+                    .stream
+                    .range(((step * n + self.id as u64) * b) as u128, b as usize);
+                let (x, y) = data.train.gather(&idx);
+                replica.set_params(params)?;
+                let (out, ready_at) = ctx.compute_deferred("step", work, || replica.step(x, &y));
+                let out = out?;
+                if !out.loss.is_finite() {
+                    return Err(EngineError::Diverged {
+                        role: ctx.id(),
+                        clock: step,
+                        loss: out.loss,
+                    });
+                }
+                ((out.loss, Some(out.grads)), ready_at)
+            }
+            _ => {
+                let ((), ready_at) = ctx.compute_deferred("step", work, || ());
+                ((f64::NAN, None), ready_at)
+            }
+        };
+        self.local_steps += 1;
+        self.last_version = Some(version);
+        self.computing = Some(InFlight {
+            ready_at,
+            started_at,
+            entry: Entry {
+                grads,
+                version,
+                samples: b,
+                loss: if loss.is_finite() { loss } else { 0.0 },
+            },
+        });
+        Ok(())
+    }
+
+    /// The in-flight gradient is ready: write it (WriteOp) and answer a waiting probe.
+    fn finish_compute(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+        if let Some(done) = self.computing.take() {
+            let took = done.ready_at - done.started_at;
+            self.compute_since_round += took;
+            self.step_time_total += took;
+            self.buffer.write(done.entry);
+            self.answer_probe(ctx)?;
+        }
+        Ok(())
+    }
+
+    fn answer_probe(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+        if let Some(k) = self.pending_probe {
+            if self.buffer.ready(k, self.opts.eta) {
+                self.pending_probe = None;
+                let body = Round { group: 0, round: k };
+                ctx.send(
+                    RoleId::Coordinator,
+                    Message::custom(protocol::PROBE_REPLY, &body)?,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// External activation: contribute (possibly null) and join the ring of round `a.round`.
+    fn start_round(&mut self, ctx: &mut RoleCtx, a: Activate) -> Result<()> {
+        let k = a.round.round;
+        if k != self.model.updates() {
+            return Err(EngineError::protocol(
+                ctx.id(),
+                format!(
+                    "activated for round {k} at version {}",
+                    self.model.updates()
+                ),
+            ));
+        }
+        if self.pending_probe.is_some_and(|p| p <= k) {
+            self.pending_probe = None;
+        }
+        let c = self.buffer.take(k, self.opts.eta, self.opts.accumulate);
+        self.stats.dropped += c.dropped;
+        for &s in &c.staleness {
+            let s = s as usize;
+            if self.stats.staleness.len() <= s {
+                self.stats.staleness.resize(s + 1, 0);
+            }
+            self.stats.staleness[s] += 1;
+        }
+        let oldest = c.staleness.iter().max().map_or(-1, |s| (k - s) as i64);
+        let buf = match (&c.grads, self.model.params()) {
+            (Some(g), _) => self.fusion.fuse(g, &[c.weight]),
+            // A null contribution: zeros of the same shape (and w = 0).
+            (None, Some(params)) => {
+                let zeros: Vec<Vec<f32>> = params.iter().map(|p| vec![0.0; p.len()]).collect();
+                self.fusion.fuse(&zeros, &[0.0])
+            }
+            (None, None) => self.fusion.fuse_virtual(),
+        };
+        let ring = RingAllreduce::start(ctx, &self.group, k, buf, self.fusion.buckets())?;
+        self.active = Some(ActiveRound {
+            round: k,
+            initiator: a.initiator,
+            ring,
+            started_at: ctx.now(),
+            samples: c.samples,
+            loss: c.loss,
+            oldest,
+        });
+        // Hops the left neighbour sent before this worker was activated.
+        let early = std::mem::take(&mut self.early);
+        for env in early {
+            self.on_collective(ctx, env)?;
+        }
+        self.complete_round_if_done(ctx)
+    }
+
+    fn on_collective(&mut self, ctx: &mut RoleCtx, env: Envelope) -> Result<()> {
+        match self.active.as_mut() {
+            Some(a) if a.ring.wants(&env) => a.ring.on_message(ctx, env),
+            _ => {
+                self.early.push(env);
+                Ok(())
+            }
+        }
+    }
+
+    fn complete_round_if_done(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+        if !self.active.as_ref().is_some_and(|a| a.ring.is_done()) {
+            return Ok(());
+        }
+        let Some(a) = self.active.take() else {
+            return Ok(());
+        };
+        let now = ctx.now();
+        let bytes_sent = a.ring.bytes_sent();
+        ctx.trace_span("allreduce", "comm", a.started_at, now);
+        let sum = a.ring.into_result();
+        let weight = self
+            .model
+            .apply_reduced(&self.fusion, &sum, self.group.size(), now);
+        if let Some(p) = self.model.params() {
+            self.stats.digests.push(digest(p));
+        }
+        let apply_s = ctx.device().work_seconds(
+            self.job.config.optimizer.flops_per_elem() * (self.fusion.len() - 1) as f64,
+        );
+        self.apply_debt += apply_s;
+        if a.initiator == self.id {
+            let body = RoundDone {
+                round: Round {
+                    group: 0,
+                    round: a.round,
+                },
+                weight,
+            };
+            ctx.send(
+                RoleId::Coordinator,
+                Message::custom(protocol::ROUND_DONE, &body)?,
+            );
+        }
+        self.records.push(IterRecord {
+            clock: a.round,
+            start_s: self.round_start,
+            end_s: now,
+            wall_s: ctx.wall_now(),
+            samples: a.samples,
+            compute_s: self.compute_since_round,
+            wait_s: 0.0,
+            comm_s: now - a.started_at,
+            loss: a.loss,
+            version_read: a.oldest,
+            bytes_sent,
+        });
+        self.job.observe(self.id, a.round + 1);
+        self.round_start = now;
+        self.compute_since_round = 0.0;
+        Ok(())
+    }
+
+    fn on_message(&mut self, ctx: &mut RoleCtx, env: Envelope) -> Result<()> {
+        if matches!(env.msg, Message::Collective { .. }) {
+            self.on_collective(ctx, env)?;
+            return self.complete_round_if_done(ctx);
+        }
+        if let Some(r) = env.msg.decode_custom::<Round>(protocol::PROBE) {
+            self.pending_probe = Some(r.round);
+            return self.answer_probe(ctx);
+        }
+        if let Some(a) = env.msg.decode_custom::<Activate>(protocol::ACTIVATE) {
+            self.pending_activations.push_back(a);
+            return Ok(());
+        }
+        Err(EngineError::protocol(
+            ctx.id(),
+            format!("unexpected message from {}: {:?}", env.from, env.msg),
+        ))
+    }
+}
+
+#[async_trait]
+impl Worker for RnaWorker {
+    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<WorkerReport> {
+        let rounds = self.job.config.iterations;
+        while (self.records.len() as u64) < rounds {
+            if self.apply_debt > 0.0 {
+                let (t, debt) = (ctx.now(), std::mem::take(&mut self.apply_debt));
+                ctx.sleep(debt).await;
+                ctx.trace_span("apply", "compute", t, ctx.now());
+            }
+            if self.active.is_none() {
+                if let Some(a) = self.pending_activations.pop_front() {
+                    self.start_round(ctx, a)?;
+                    continue;
+                }
+            }
+            self.maybe_start_compute(ctx)?;
+            let deadline = self
+                .computing
+                .as_ref()
+                .map_or(f64::INFINITY, |c| c.ready_at);
+            match ctx.recv_until(deadline).await? {
+                Some(env) => self.on_message(ctx, env)?,
+                None => self.finish_compute(ctx)?,
+            }
+        }
+        self.stats.mean_step_s = if self.local_steps > 0 {
+            self.step_time_total / self.local_steps as f64
+        } else {
+            0.0
+        };
+        ctx.send(
+            RoleId::Coordinator,
+            Message::custom(protocol::WORKER_STATS, &self.stats)?,
+        );
+        let slots = self.job.config.optimizer.init_state(0).slots.len() as u64;
+        let param_elems = (self.fusion.len() - 1) as u64;
+        Ok(WorkerReport {
+            iterations: std::mem::take(&mut self.records),
+            peak_memory: (2 + slots) * param_elems * ELEM_BYTES,
+            model: (self.id == 0).then(|| self.model.report(&self.job.layout)),
+        })
+    }
+}
