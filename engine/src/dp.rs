@@ -21,6 +21,49 @@ use std::sync::Arc;
 /// Host-device link bandwidth used to charge memory-policy transfers, bytes/s (PCIe 3.0 x16).
 const HOST_LINK_BYTES_PER_S: f64 = 12e9;
 
+/// Where a step's samples come from: the clock and the slice of the run's sample stream.
+#[derive(Clone, Copy, Debug)]
+pub struct StepAt {
+    /// The clock the step belongs to (named in a divergence error).
+    pub clock: u64,
+    /// First sample of the slice in the run's global stream.
+    pub stream_offset: u64,
+    /// Number of samples.
+    pub batch: u64,
+}
+
+/// One training step of a worker, charged as `work`: on a real model, the mean loss and the
+/// gradients of `batch` samples of the run's stream at `params` (an error if the loss is not
+/// finite); in throughput mode, the charge alone (`NaN`, no gradients). Every data-parallel worker
+/// of the engine and of strategies takes its steps this way, so they draw the same samples.
+pub async fn train_step(
+    ctx: &mut RoleCtx,
+    job: &Job,
+    replica: Option<&Replica>,
+    params: &[Vec<f32>],
+    at: StepAt,
+    work: Work,
+) -> Result<(f64, Option<Vec<Vec<f32>>>)> {
+    let (Some(replica), Some(data)) = (replica, &job.data) else {
+        ctx.compute("step", work, || ()).await;
+        return Ok((f64::NAN, None));
+    };
+    let idx = job
+        .stream
+        .range(at.stream_offset as u128, at.batch as usize);
+    let (x, y) = data.train.gather(&idx);
+    replica.set_params(params)?;
+    let out = ctx.compute("step", work, || replica.step(x, &y)).await?;
+    if !out.loss.is_finite() {
+        return Err(EngineError::Diverged {
+            role: ctx.id(),
+            clock: at.clock,
+            loss: out.loss,
+        });
+    }
+    Ok((out.loss, Some(out.grads)))
+}
+
 /// The default data-parallel worker.
 pub struct DataParallelWorker {
     id: WorkerId,
@@ -162,26 +205,19 @@ impl Worker for DataParallelWorker {
                 flops_per_sample,
                 batch: d.batch as f64,
             };
-            let (loss, grads) = match (&self.replica, &job.data) {
-                (Some(replica), Some(data)) => {
-                    let idx = job.stream.range(d.stream_offset as u128, d.batch as usize);
-                    let (x, y) = data.train.gather(&idx);
-                    replica.set_params(&params)?;
-                    let out = ctx.compute("step", work, || replica.step(x, &y)).await?;
-                    if !out.loss.is_finite() {
-                        return Err(EngineError::Diverged {
-                            role: ctx.id(),
-                            clock,
-                            loss: out.loss,
-                        });
-                    }
-                    (out.loss, Some(out.grads))
-                }
-                _ => {
-                    ctx.compute("step", work, || ()).await;
-                    (f64::NAN, None)
-                }
-            };
+            let (loss, grads) = train_step(
+                ctx,
+                &job,
+                self.replica.as_ref(),
+                &params,
+                StepAt {
+                    clock,
+                    stream_offset: d.stream_offset,
+                    batch: d.batch,
+                },
+                work,
+            )
+            .await?;
             let compute_end = ctx.now();
             let mut bytes_sent = 0;
             for s in 0..servers {

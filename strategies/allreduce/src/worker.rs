@@ -2,7 +2,8 @@
 
 use async_trait::async_trait;
 use concord_engine::collective::{allreduce_sum, Fusion, Group, LocalModel};
-use concord_engine::error::{EngineError, Result};
+use concord_engine::dp::{train_step, StepAt};
+use concord_engine::error::Result;
 use concord_engine::ids::{RoleId, WorkerId};
 use concord_engine::job::Job;
 use concord_engine::metrics::IterRecord;
@@ -53,27 +54,17 @@ impl Worker for AllreduceWorker {
                 flops_per_sample,
                 batch: b as f64,
             };
-            let (loss, mut buf) = match (&self.replica, &job.data, self.model.params()) {
-                (Some(replica), Some(data), Some(params)) => {
-                    let idx = job
-                        .stream
-                        .range((clock * n * b + self.id as u64 * b) as u128, b as usize);
-                    let (x, y) = data.train.gather(&idx);
-                    replica.set_params(params)?;
-                    let out = ctx.compute("step", work, || replica.step(x, &y)).await?;
-                    if !out.loss.is_finite() {
-                        return Err(EngineError::Diverged {
-                            role: ctx.id(),
-                            clock,
-                            loss: out.loss,
-                        });
-                    }
-                    (out.loss, self.fusion.fuse(&out.grads, &[1.0]))
-                }
-                _ => {
-                    ctx.compute("step", work, || ()).await;
-                    (f64::NAN, self.fusion.fuse_virtual())
-                }
+            let at = StepAt {
+                clock,
+                stream_offset: clock * n * b + self.id as u64 * b,
+                batch: b,
+            };
+            let params = self.model.params().unwrap_or_default();
+            let (loss, grads) =
+                train_step(ctx, &job, self.replica.as_ref(), params, at, work).await?;
+            let mut buf = match grads {
+                Some(g) => self.fusion.fuse(&g, &[1.0]),
+                None => self.fusion.fuse_virtual(),
             };
             let compute_end = ctx.now();
             let bytes_sent =

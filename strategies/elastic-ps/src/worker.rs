@@ -17,6 +17,7 @@ use crate::options::Resolved;
 use crate::protocol::{self, tag, PerfReport, Progress, PushAck, ReassignCmd, ReassignReq, Resume};
 use crate::telemetry::{OlsStats, PeriodReport};
 use async_trait::async_trait;
+use concord_engine::dp::{train_step, StepAt};
 use concord_engine::error::{EngineError, Result};
 use concord_engine::ids::{Clock, RoleId, ServerId, WorkerId};
 use concord_engine::job::Job;
@@ -138,27 +139,13 @@ impl Worker for ElasticWorker {
                 flops_per_sample,
                 batch: batch as f64,
             };
-            let (loss, grads) = match (&self.replica, &job.data) {
-                (Some(replica), Some(data)) => {
-                    let offset = clock * n * batch + self.id as u64 * batch;
-                    let idx = job.stream.range(offset as u128, batch as usize);
-                    let (x, y) = data.train.gather(&idx);
-                    replica.set_params(&params)?;
-                    let out = ctx.compute("step", work, || replica.step(x, &y)).await?;
-                    if !out.loss.is_finite() {
-                        return Err(EngineError::Diverged {
-                            role: ctx.id(),
-                            clock,
-                            loss: out.loss,
-                        });
-                    }
-                    (out.loss, Some(out.grads))
-                }
-                _ => {
-                    ctx.compute("step", work, || ()).await;
-                    (f64::NAN, None)
-                }
+            let at = StepAt {
+                clock,
+                stream_offset: clock * n * batch + self.id as u64 * batch,
+                batch,
             };
+            let (loss, grads) =
+                train_step(ctx, &job, self.replica.as_ref(), &params, at, work).await?;
             let compute_end = ctx.now();
             // Push every block to its owner, in block order (one request per block, as PS-Lite).
             let mut exchange: BTreeMap<ServerId, Exchange> = BTreeMap::new();
