@@ -5,6 +5,8 @@ mod common;
 
 use common::{max_diff, run, small};
 use concord::engine::config::RunConfig;
+use concord::engine::ids::RoleId;
+use concord::engine::role::RuntimeKind;
 use concord::engine::run::RunResult;
 
 /// A training run whose parameters are cut into many small blocks (so reassignments move many).
@@ -77,6 +79,19 @@ fn live_reassignment_and_scaling_are_bit_identical_to_static_placement() {
             "{mode}: the added server holds blocks"
         );
         assert_eq!(bits(&moving), bits(&fixed), "{mode}: parameters");
+        // Blocks travel over the modeled links, server to server, with their momentum: at least
+        // their values and optimizer state, twice the block bytes for SGD with momentum.
+        let between_servers: u64 = moving
+            .traffic
+            .iter()
+            .filter(|((from, to), _)| matches!((from, to), (RoleId::Server(_), RoleId::Server(_))))
+            .map(|(_, t)| t.bytes)
+            .sum();
+        let migrated = figure(&moving, "migrated_mb") * 1e6;
+        assert!(
+            between_servers as f64 >= 2.0 * migrated - 1.0,
+            "{mode}: {between_servers} bytes between servers for {migrated} migrated"
+        );
         let losses = |r: &RunResult| r.rows.iter().map(|x| x.loss.to_bits()).collect::<Vec<_>>();
         assert_eq!(losses(&moving), losses(&fixed), "{mode}: losses");
         let acc = |r: &RunResult| {
@@ -110,6 +125,23 @@ fn every_static_placement_trains_the_same_parameters() {
             "{policy}"
         );
     }
+}
+
+/// The same roles run on real threads in real time and train the same parameters.
+#[test]
+fn wall_runtime_trains_the_same_parameters() {
+    let options =
+        "policy = \"psld\"\nreport_every = 2\nforce_reassign_every = 2\nserver_start_s = 0.0";
+    let mut sim = elastic(base(), options);
+    sim.iterations = 20;
+    let mut wall = sim.clone();
+    wall.runtime = RuntimeKind::Wall;
+    let (sim, wall) = (run(&sim), run(&wall));
+    assert!(
+        figure(&wall, "epochs") >= 1.0,
+        "reassigned in wall time too"
+    );
+    assert_eq!(bits(&wall), bits(&sim));
 }
 
 fn compose_error(cfg: &RunConfig) -> String {
