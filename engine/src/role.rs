@@ -263,15 +263,10 @@ impl RoleCtx {
         self.stragglers.signals(&probe)
     }
 
-    /// Runs `math` and charges `work` on this role's device, with the straggler injector applied.
-    ///
-    /// The work is split into `progress_points` equal parts and the injector is probed at the start
-    /// of each, so patterns that strike mid-iteration (FlexRR's Slow Worker) act where they should.
-    /// In `sim` the math takes no virtual time and the modeled cost is slept; in `wall` the math
-    /// takes what it takes and slowdowns are slept on top. Returns the math's result.
-    pub async fn compute<T>(&mut self, label: &str, work: Work, math: impl FnOnce() -> T) -> T {
-        let t0 = self.now();
-        let (out, nominal) = match self.kind {
+    /// Runs `math`; returns its result and the nominal seconds of `work`: the cost model's in
+    /// `sim` (the math itself takes no virtual time), the measured time in `wall`.
+    fn run_math<T>(&self, work: Work, math: impl FnOnce() -> T) -> (T, f64) {
+        match self.kind {
             RuntimeKind::Sim => {
                 let out = math();
                 let nominal = if work.batch > 0.0 {
@@ -287,7 +282,18 @@ impl RoleCtx {
                 let out = tokio::task::block_in_place(math);
                 (out, started.elapsed().as_secs_f64())
             }
-        };
+        }
+    }
+
+    /// Runs `math` and charges `work` on this role's device, with the straggler injector applied.
+    ///
+    /// The work is split into `progress_points` equal parts and the injector is probed at the start
+    /// of each, so patterns that strike mid-iteration (FlexRR's Slow Worker) act where they should.
+    /// In `sim` the math takes no virtual time and the modeled cost is slept; in `wall` the math
+    /// takes what it takes and slowdowns are slept on top. Returns the math's result.
+    pub async fn compute<T>(&mut self, label: &str, work: Work, math: impl FnOnce() -> T) -> T {
+        let t0 = self.now();
+        let (out, nominal) = self.run_math(work, math);
         // With no straggler pattern on this role there is nothing to probe: charge in one go.
         let parts = if self.stragglers.is_empty() {
             1
@@ -337,23 +343,7 @@ impl RoleCtx {
         math: impl FnOnce() -> T,
     ) -> (T, f64) {
         let t0 = self.now();
-        let (out, nominal) = match self.kind {
-            RuntimeKind::Sim => {
-                let out = math();
-                let nominal = if work.batch > 0.0 {
-                    self.device
-                        .compute_seconds(work.flops_per_sample, work.batch)
-                } else {
-                    self.device.work_seconds(work.flops_per_sample)
-                };
-                (out, nominal)
-            }
-            RuntimeKind::Wall => {
-                let started = std::time::Instant::now();
-                let out = tokio::task::block_in_place(math);
-                (out, started.elapsed().as_secs_f64())
-            }
-        };
+        let (out, nominal) = self.run_math(work, math);
         let start = self.now();
         let parts = if self.stragglers.is_empty() {
             1
