@@ -217,3 +217,113 @@ impl LoadPolicy {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::ElasticOptions;
+    use crate::telemetry::OlsStats;
+    use concord_engine::config::RunConfig;
+
+    /// Sixteen 4 MB blocks over four servers, PSLD defaults with `epsilon`.
+    fn policy(kind: &str, epsilon: f64) -> LoadPolicy {
+        let config = RunConfig {
+            servers: 4,
+            ..RunConfig::default()
+        };
+        let opts = ElasticOptions {
+            policy: kind.into(),
+            epsilon,
+            ..ElasticOptions::default()
+        }
+        .resolve(&config)
+        .expect("valid options");
+        LoadPolicy::new(&opts, vec![4_000_000; 16], 7)
+    }
+
+    /// One period in which two workers saw every server take `secs_per_mb[r]` per MB of its load,
+    /// at two different loads (so the fits are well determined).
+    fn period(secs_per_mb: &[f64]) -> Vec<PeriodReport> {
+        (0..2)
+            .map(|w| PeriodReport {
+                worker: w,
+                per_server: secs_per_mb
+                    .iter()
+                    .enumerate()
+                    .map(|(r, &k)| {
+                        let mut st = OlsStats::default();
+                        for (i, mb) in [8.0, 16.0, 8.0, 16.0].into_iter().enumerate() {
+                            // A little deterministic noise, the same for both workers.
+                            let noise = 1.0 + 0.02 * (i as f64 - 1.5);
+                            st.add(mb * 1e6, k * mb * noise);
+                        }
+                        (r as ServerId, st)
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    const SERVERS: [ServerId; 4] = [0, 1, 2, 3];
+
+    #[test]
+    fn a_slow_server_triggers_a_reassignment_that_avoids_it() {
+        let mut p = policy("psld", 0.0);
+        let current = assign::round_robin(16, &SERVERS);
+        let proposal = p
+            .on_period(&period(&[0.01, 0.01, 0.1, 0.01]), &current, &SERVERS, false)
+            .expect("variation 9 > 1 reassigns");
+        assert!(!proposal.superior.contains(&2), "{proposal:?}");
+        assert!(!proposal.owners.contains(&2), "ε = 0 never uses it");
+        assert!(!proposal.scale_out, "3 of 4 superior is not < ½ · 4");
+        // Balanced over the other three within one block.
+        let counts: Vec<usize> = [0, 1, 3]
+            .iter()
+            .map(|s| proposal.owners.iter().filter(|o| *o == s).count())
+            .collect();
+        assert!(counts.iter().all(|&c| (5..=6).contains(&c)), "{counts:?}");
+    }
+
+    #[test]
+    fn equal_servers_do_not_trigger_and_a_forced_period_does() {
+        let mut p = policy("psld", 0.1);
+        let current = assign::round_robin(16, &SERVERS);
+        let even = period(&[0.01, 0.011, 0.0105, 0.01]);
+        assert_eq!(p.on_period(&even, &current, &SERVERS, false), None);
+        assert!(p.on_period(&even, &current, &SERVERS, true).is_some());
+    }
+
+    #[test]
+    fn most_servers_slow_asks_for_a_new_one() {
+        let mut p = policy("psld", 0.1);
+        let current = assign::round_robin(16, &SERVERS);
+        let proposal = p
+            .on_period(&period(&[0.01, 0.1, 0.1, 0.1]), &current, &SERVERS, false)
+            .expect("reassigns");
+        assert_eq!(proposal.superior, vec![0]);
+        assert!(proposal.scale_out, "1 superior of 4 is below ½ · 4");
+    }
+
+    #[test]
+    fn static_policies_never_reassign() {
+        for kind in ["mxnet", "tf", "round-robin"] {
+            let mut p = policy(kind, 0.1);
+            let current = assign::round_robin(16, &SERVERS);
+            let slow = period(&[0.01, 0.01, 0.1, 0.01]);
+            assert_eq!(p.on_period(&slow, &current, &SERVERS, true), None, "{kind}");
+        }
+    }
+
+    #[test]
+    fn the_strawman_shares_in_proportion_to_measured_speed() {
+        let mut p = policy("strawman", 0.1);
+        let current = assign::round_robin(16, &SERVERS);
+        let proposal = p
+            .on_period(&period(&[0.01, 0.01, 0.02, 0.02]), &current, &SERVERS, true)
+            .expect("forced");
+        let count = |s: ServerId| proposal.owners.iter().filter(|&&o| o == s).count();
+        // Speeds 2:2:1:1 of 16 blocks: 5⅓, 5⅓, 2⅔, 2⅔.
+        assert!((5..=6).contains(&count(0)) && (5..=6).contains(&count(1)));
+        assert!((2..=3).contains(&count(2)) && (2..=3).contains(&count(3)));
+    }
+}
