@@ -332,7 +332,7 @@ impl Coordinator for HierController {
                 let Some(g) = states.get_mut(r.group as usize) else {
                     continue;
                 };
-                if g.done || g.running {
+                if g.done || g.running || !g.members.contains(&w) {
                     continue;
                 }
                 if let ReplyOutcome::Trigger(initiator) = g.probe.on_reply(w, r.round) {

@@ -81,8 +81,9 @@ pub struct RnaWorker {
     /// Whether the final groups are in place and rounds end with a model averaging (RNA-H; with
     /// profiled groups only after the flat warm-up).
     averaging: bool,
-    /// Groups formed by the controller, applied once no round is in progress.
-    pending_groups: Option<Groups>,
+    /// This worker's group (id, members) formed by the controller, applied once no round is in
+    /// progress; probes of the new group's rounds may arrive before that.
+    pending_groups: Option<(u32, Group)>,
     /// Local steps finished and their compute seconds, for the profile (RNA-H).
     profiled_steps: u64,
     profiled_s: f64,
@@ -239,10 +240,10 @@ impl RnaWorker {
         if let Some(k) = self.pending_probe {
             if self.buffer.ready(k, self.opts.eta) {
                 self.pending_probe = None;
-                let body = Round {
-                    group: self.group_id,
-                    round: k,
-                };
+                // A probe of the new groups' first round can come while the last warm-up round
+                // is still running: answer it for the new group.
+                let group = self.pending_groups.as_ref().map_or(self.group_id, |g| g.0);
+                let body = Round { group, round: k };
                 ctx.send(
                     RoleId::Coordinator,
                     Message::custom(protocol::PROBE_REPLY, &body)?,
@@ -489,7 +490,7 @@ impl RnaWorker {
             return Ok(());
         }
         if let Some(g) = env.msg.decode_custom::<Groups>(protocol::GROUPS) {
-            self.pending_groups = Some(g);
+            self.pending_groups = Some(own_group(&g.groups, self.id)?);
             return Ok(());
         }
         Err(EngineError::protocol(
@@ -517,7 +518,7 @@ impl Worker for RnaWorker {
             if self.active.is_none() {
                 // The controller sends the groups before any activation of a group round.
                 if let Some(g) = self.pending_groups.take() {
-                    (self.group_id, self.group) = own_group(&g.groups, self.id)?;
+                    (self.group_id, self.group) = g;
                     self.averaging = true;
                 }
                 if let Some(a) = self.pending_activations.pop_front() {
