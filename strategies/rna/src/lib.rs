@@ -28,7 +28,14 @@
 //! accumulate = "weighted-avg" # or "sum"
 //! wait_for_all = false        # true: probe all, trigger when all are ready (= allreduce BSP)
 //! bucket_mib = 64.0
+//! hierarchy = false           # true: RNA-H (groups, RNA per group, averaging through a PS)
+//! split_ratio = 0.5           # RNA-H split rule ζ > split_ratio · v (thesis literal: 1)
+//! profile_steps = 20          # RNA-H: timed steps per worker before the groups form
+//! sync_period = 1             # RNA-H: group rounds between two averagings
+//! groups = []                 # RNA-H: explicit groups instead of profiling
 //! ```
+//!
+//! The hierarchical mode is described in [`hier`].
 //!
 //! Strategies: `rna`, `eager-sgd` (RNA with q = 1, the majority-collective baseline sharing
 //! RNA's aggregation so the ablation isolates the sampling), `ad-psgd` (random pairwise model
@@ -42,24 +49,33 @@
 pub mod adpsgd;
 pub mod buffer;
 pub mod controller;
+pub mod hier;
 pub mod options;
 pub mod protocol;
 pub mod worker;
 
 pub use adpsgd::{AdPsgdCoordinator, AdPsgdWorker};
 pub use controller::RnaController;
+pub use hier::{form_groups, AveragingServer, HierController};
 pub use options::{Accumulate, Resolved, RnaOptions};
 pub use worker::RnaWorker;
 
 use concord_engine::collective::NoServer;
 use concord_engine::config::RunConfig;
 use concord_engine::error::{EngineError, Result};
-use concord_engine::roles::{Coordinator, Worker};
+use concord_engine::roles::{Coordinator, Server, Worker};
 use concord_engine::strategy::{parse_options, Assembly, Registry, Slot, Strategy};
 use serde::Deserialize;
 use std::sync::Arc;
 
 const SLOTS: &[Slot] = &[Slot::Worker, Slot::Coordinator, Slot::Consistency];
+/// `rna` also claims the server slot: RNA-H's averaging server (flat RNA leaves it idle).
+const RNA_SLOTS: &[Slot] = &[
+    Slot::Worker,
+    Slot::Coordinator,
+    Slot::Consistency,
+    Slot::Server,
+];
 
 fn install_rna(name: &str, o: RnaOptions, config: &RunConfig, asm: &mut Assembly) -> Result<()> {
     let resolved = o.resolve(name, config)?;
@@ -68,6 +84,20 @@ fn install_rna(name: &str, o: RnaOptions, config: &RunConfig, asm: &mut Assembly
     asm.worker = Some(Arc::new(move |job, id| {
         Ok(Box::new(RnaWorker::new(job, id, r.clone())?) as Box<dyn Worker>)
     }));
+    if resolved.hierarchy.is_some() {
+        asm.server = Some(Arc::new(|_job, _id| {
+            Ok(Box::new(AveragingServer::new()) as Box<dyn Server>)
+        }));
+        asm.coordinator = Some(Arc::new(move |job| {
+            Ok(Box::new(HierController::new(
+                job.config.workers,
+                job.config.iterations,
+                job.config.seed,
+                resolved.clone(),
+            )) as Box<dyn Coordinator>)
+        }));
+        return Ok(());
+    }
     asm.coordinator = Some(Arc::new(move |job| {
         Ok(Box::new(RnaController::new(
             job.config.workers,
@@ -91,7 +121,7 @@ impl Strategy for Rna {
         "RNA: randomized non-blocking partial allreduce with power-of-two probing (Yang thesis ch. 5)"
     }
     fn slots(&self) -> &'static [Slot] {
-        SLOTS
+        RNA_SLOTS
     }
     fn install(
         &self,
@@ -158,6 +188,7 @@ impl Strategy for EagerSgd {
             accumulate: e.accumulate,
             wait_for_all: false,
             bucket_mib: e.bucket_mib,
+            ..RnaOptions::default()
         };
         install_rna(self.name(), o, config, asm)
     }

@@ -13,6 +13,28 @@ pub const ROUND_DONE: &str = "rna.round-done";
 /// Worker → controller at the end: its staleness histogram and drop count.
 pub const WORKER_STATS: &str = "rna.worker-stats";
 
+/// Worker → controller (hierarchical mode): mean seconds of its first timed local steps.
+pub const PROFILE: &str = "rna.profile";
+/// Controller → worker (hierarchical mode): the groups formed from the profiles, sent between
+/// two rounds of the flat warm-up.
+pub const GROUPS: &str = "rna.groups";
+
+/// Body of [`PROFILE`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// Mean compute seconds per local step over the profiling warm-up.
+    pub mean_step_s: f64,
+}
+
+/// Body of [`GROUPS`]: worker ids per group, group id = index.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Groups {
+    /// Members of each group, ascending.
+    pub groups: Vec<Vec<u32>>,
+    /// The first round the groups run (the flat warm-up ran the rounds before it).
+    pub start_round: u64,
+}
+
 /// A round-tagged message body.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Round {
@@ -51,4 +73,7 @@ pub struct WorkerStats {
     pub mean_step_s: f64,
     /// Digest of the replica's parameters after each round (replicas must agree, R8 ii).
     pub digests: Vec<u64>,
+    /// The worker's group (0 in flat mode); replicas agree within a group.
+    #[serde(default)]
+    pub group: u32,
 }

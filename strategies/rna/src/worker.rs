@@ -2,17 +2,18 @@
 //! "thread" that answers probes and takes part in every round's ring allreduce, as one event loop.
 
 use crate::buffer::{Entry, GradBuffer};
-use crate::options::Resolved;
-use crate::protocol::{self, Activate, Round, RoundDone, WorkerStats};
+use crate::hier::{is_sync_op, sync_op, tree};
+use crate::options::{GroupSource, Resolved};
+use crate::protocol::{self, Activate, Groups, Profile, Round, RoundDone, WorkerStats};
 use async_trait::async_trait;
-use concord_engine::collective::{digest, Fusion, Group, LocalModel, RingAllreduce};
+use concord_engine::collective::{digest, is_hop, Fusion, Group, LocalModel, RingAllreduce};
 use concord_engine::error::{EngineError, Result};
 use concord_engine::ids::{RoleId, WorkerId};
 use concord_engine::job::Job;
 use concord_engine::message::Message;
 use concord_engine::metrics::IterRecord;
 use concord_engine::model::Replica;
-use concord_engine::payload::ELEM_BYTES;
+use concord_engine::payload::{Payload, ELEM_BYTES};
 use concord_engine::role::{RoleCtx, Work};
 use concord_engine::roles::{Worker, WorkerReport};
 use concord_engine::transport::Envelope;
@@ -37,7 +38,20 @@ struct ActiveRound {
     oldest: i64,
 }
 
-/// One RNA worker (also eager-SGD's, with one probe per round).
+/// A round whose ring is done and applied, waiting for its model averaging (RNA-H) before it is
+/// recorded.
+struct Finished {
+    round: u64,
+    initiator: u32,
+    started_at: f64,
+    samples: u64,
+    loss: f64,
+    oldest: i64,
+    weight: f64,
+    bytes_sent: u64,
+}
+
+/// One RNA worker (also eager-SGD's, with one probe per round; RNA-H's with `hierarchy`).
 pub struct RnaWorker {
     id: WorkerId,
     job: Arc<Job>,
@@ -62,18 +76,44 @@ pub struct RnaWorker {
     step_time_total: f64,
     /// Seconds of optimizer update to charge before the next event.
     apply_debt: f64,
+    /// The worker's group id (0 in flat mode).
+    group_id: u32,
+    /// Whether the final groups are in place and rounds end with a model averaging (RNA-H; with
+    /// profiled groups only after the flat warm-up).
+    averaging: bool,
+    /// This worker's group (id, members) formed by the controller, applied once no round is in
+    /// progress; probes of the new group's rounds may arrive before that.
+    pending_groups: Option<(u32, Group)>,
+    /// Local steps finished and their compute seconds, for the profile (RNA-H).
+    profiled_steps: u64,
+    profiled_s: f64,
+    /// Element count of each parameter tensor (unflattening averaged models).
+    sizes: Vec<usize>,
+    /// A round waiting for its model averaging (RNA-H).
+    sync_pending: Option<Finished>,
+    /// Averaging hops that arrived outside an averaging.
+    sync_early: Vec<Envelope>,
+    /// Bytes sent by this worker for averagings since the last record.
+    sync_bytes: u64,
 }
 
 impl RnaWorker {
     /// Worker `id` of `job` under `opts`.
     pub fn new(job: Arc<Job>, id: WorkerId, opts: Resolved) -> Result<RnaWorker> {
-        let sizes = job.layout.params().iter().map(|p| p.elems()).collect();
+        let sizes: Vec<usize> = job.layout.params().iter().map(|p| p.elems()).collect();
+        let mut group = Group::workers(job.config.workers)?;
+        let mut group_id = 0;
+        let mut averaging = false;
+        if let Some(GroupSource::Explicit(groups)) = opts.hierarchy.as_ref().map(|h| &h.groups) {
+            (group_id, group) = own_group(groups, id)?;
+            averaging = true;
+        }
         Ok(RnaWorker {
             id,
             replica: Replica::new(&job.model)?,
             model: LocalModel::new(&job),
-            fusion: Fusion::new(sizes, 1, opts.bucket_elems),
-            group: Group::workers(job.config.workers)?,
+            fusion: Fusion::new(sizes.clone(), 1, opts.bucket_elems),
+            group,
             opts,
             job,
             buffer: GradBuffer::default(),
@@ -90,6 +130,15 @@ impl RnaWorker {
             stats: WorkerStats::default(),
             step_time_total: 0.0,
             apply_debt: 0.0,
+            group_id,
+            averaging,
+            pending_groups: None,
+            profiled_steps: 0,
+            profiled_s: 0.0,
+            sizes,
+            sync_pending: None,
+            sync_early: Vec::new(),
+            sync_bytes: 0,
         })
     }
 
@@ -157,7 +206,32 @@ impl RnaWorker {
             self.compute_since_round += took;
             self.step_time_total += took;
             self.buffer.write(done.entry);
+            self.profile(ctx, took)?;
             self.answer_probe(ctx)?;
+        }
+        Ok(())
+    }
+
+    /// RNA-H with profiled groups: reports the mean step time after the profiling warm-up.
+    fn profile(&mut self, ctx: &mut RoleCtx, took: f64) -> Result<()> {
+        let Some(GroupSource::Profiled { profile_steps, .. }) =
+            self.opts.hierarchy.as_ref().map(|h| &h.groups)
+        else {
+            return Ok(());
+        };
+        if self.profiled_steps >= *profile_steps {
+            return Ok(());
+        }
+        self.profiled_steps += 1;
+        self.profiled_s += took;
+        if self.profiled_steps == *profile_steps {
+            let body = Profile {
+                mean_step_s: self.profiled_s / self.profiled_steps as f64,
+            };
+            ctx.send(
+                RoleId::Coordinator,
+                Message::custom(protocol::PROFILE, &body)?,
+            );
         }
         Ok(())
     }
@@ -166,7 +240,10 @@ impl RnaWorker {
         if let Some(k) = self.pending_probe {
             if self.buffer.ready(k, self.opts.eta) {
                 self.pending_probe = None;
-                let body = Round { group: 0, round: k };
+                // A probe of the new groups' first round can come while the last warm-up round
+                // is still running: answer it for the new group.
+                let group = self.pending_groups.as_ref().map_or(self.group_id, |g| g.0);
+                let body = Round { group, round: k };
                 ctx.send(
                     RoleId::Coordinator,
                     Message::custom(protocol::PROBE_REPLY, &body)?,
@@ -229,6 +306,10 @@ impl RnaWorker {
     }
 
     fn on_collective(&mut self, ctx: &mut RoleCtx, env: Envelope) -> Result<()> {
+        if matches!(&env.msg, Message::Collective { op, .. } if is_sync_op(*op)) {
+            self.sync_early.push(env);
+            return Ok(());
+        }
         match self.active.as_mut() {
             Some(a) if a.ring.wants(&env) => a.ring.on_message(ctx, env),
             _ => {
@@ -252,20 +333,42 @@ impl RnaWorker {
         let weight = self
             .model
             .apply_reduced(&self.fusion, &sum, self.group.size(), now);
-        if let Some(p) = self.model.params() {
-            self.stats.digests.push(digest(p));
-        }
         let apply_s = ctx.device().work_seconds(
             self.job.config.optimizer.flops_per_elem() * (self.fusion.len() - 1) as f64,
         );
         self.apply_debt += apply_s;
+        let done = Finished {
+            round: a.round,
+            initiator: a.initiator,
+            started_at: a.started_at,
+            samples: a.samples,
+            loss: a.loss,
+            oldest: a.oldest,
+            weight,
+            bytes_sent,
+        };
+        match &self.opts.hierarchy {
+            Some(h) if self.averaging && (a.round + 1).is_multiple_of(h.sync_period) => {
+                self.sync_pending = Some(done);
+                Ok(())
+            }
+            _ => self.finish_round(ctx, done),
+        }
+    }
+
+    /// Records a round (after its averaging, in RNA-H) and reports it to the controller.
+    fn finish_round(&mut self, ctx: &mut RoleCtx, a: Finished) -> Result<()> {
+        let now = ctx.now();
+        if let Some(p) = self.model.params() {
+            self.stats.digests.push(digest(p));
+        }
         if a.initiator == self.id {
             let body = RoundDone {
                 round: Round {
-                    group: 0,
+                    group: self.group_id,
                     round: a.round,
                 },
-                weight,
+                weight: a.weight,
             };
             ctx.send(
                 RoleId::Coordinator,
@@ -283,11 +386,93 @@ impl RnaWorker {
             comm_s: now - a.started_at,
             loss: a.loss,
             version_read: a.oldest,
-            bytes_sent,
+            bytes_sent: a.bytes_sent + std::mem::take(&mut self.sync_bytes),
         });
         self.job.observe(self.id, a.round + 1);
         self.round_start = now;
         self.compute_since_round = 0.0;
+        Ok(())
+    }
+
+    /// RNA-H model averaging after round `a.round`: the initiator pushes the group's parameters
+    /// to server 0 and pulls the mean of the groups' latest models, then broadcasts it to the
+    /// group along a binomial tree; every member overwrites its parameters (optimizer state kept).
+    /// The group's variables are locked meanwhile: no round starts until it is done.
+    async fn sync(&mut self, ctx: &mut RoleCtx, a: &Finished) -> Result<()> {
+        let op = sync_op(self.group_id, a.round);
+        let t0 = ctx.now();
+        let p = self.group.size();
+        let rank = self
+            .group
+            .rank_of(RoleId::Worker(self.id))
+            .ok_or_else(|| EngineError::protocol(ctx.id(), "averages with a group it is not in"))?;
+        let root = self
+            .group
+            .rank_of(RoleId::Worker(a.initiator))
+            .ok_or_else(|| {
+                EngineError::protocol(
+                    ctx.id(),
+                    format!("initiator {} is not in the group", a.initiator),
+                )
+            })?;
+        let (parent, children) = tree(rank, root, p);
+        let msg_of = |data: Payload| Message::Collective {
+            op,
+            part: 0,
+            step: 0,
+            data,
+        };
+        let from = match parent {
+            None => {
+                let mine = match self.model.params() {
+                    Some(params) => Payload::Real(params.iter().flatten().copied().collect()),
+                    None => Payload::Virtual {
+                        elems: self.sizes.iter().sum::<usize>() as u64,
+                    },
+                };
+                let m = msg_of(mine);
+                self.sync_bytes += m.wire_bytes();
+                ctx.send(RoleId::Server(0), m);
+                RoleId::Server(0)
+            }
+            Some(q) => self.group.member(q),
+        };
+        let env = match self
+            .sync_early
+            .iter()
+            .position(|e| is_hop(e, from, op, 0, 0))
+        {
+            Some(i) => self.sync_early.remove(i),
+            None => ctx.recv_matching(|e| is_hop(e, from, op, 0, 0)).await?,
+        };
+        let Message::Collective { data, .. } = env.msg else {
+            return Err(EngineError::protocol(
+                ctx.id(),
+                "averaging hop without data",
+            ));
+        };
+        for c in children {
+            let m = msg_of(data.clone());
+            self.sync_bytes += m.wire_bytes();
+            ctx.send(self.group.member(c), m);
+        }
+        if let (Payload::Real(flat), Some(_)) = (&data, self.model.params()) {
+            if flat.len() != self.sizes.iter().sum::<usize>() {
+                return Err(EngineError::protocol(
+                    ctx.id(),
+                    format!("averaged model of {} elements", flat.len()),
+                ));
+            }
+            let mut rest = flat.as_slice();
+            let mut values = Vec::with_capacity(self.sizes.len());
+            for &n in &self.sizes {
+                let (head, tail) = rest.split_at(n);
+                values.push(head.to_vec());
+                rest = tail;
+            }
+            self.model.set_params(values);
+        }
+        ctx.trace_span("ps-average", "comm", t0, ctx.now());
         Ok(())
     }
 
@@ -302,6 +487,10 @@ impl RnaWorker {
         }
         if let Some(a) = env.msg.decode_custom::<Activate>(protocol::ACTIVATE) {
             self.pending_activations.push_back(a);
+            return Ok(());
+        }
+        if let Some(g) = env.msg.decode_custom::<Groups>(protocol::GROUPS) {
+            self.pending_groups = Some(own_group(&g.groups, self.id)?);
             return Ok(());
         }
         Err(EngineError::protocol(
@@ -321,7 +510,17 @@ impl Worker for RnaWorker {
                 ctx.sleep(debt).await;
                 ctx.trace_span("apply", "compute", t, ctx.now());
             }
+            if let Some(done) = self.sync_pending.take() {
+                self.sync(ctx, &done).await?;
+                self.finish_round(ctx, done)?;
+                continue;
+            }
             if self.active.is_none() {
+                // The controller sends the groups before any activation of a group round.
+                if let Some(g) = self.pending_groups.take() {
+                    (self.group_id, self.group) = g;
+                    self.averaging = true;
+                }
                 if let Some(a) = self.pending_activations.pop_front() {
                     self.start_round(ctx, a)?;
                     continue;
@@ -342,6 +541,7 @@ impl Worker for RnaWorker {
         } else {
             0.0
         };
+        self.stats.group = self.group_id;
         ctx.send(
             RoleId::Coordinator,
             Message::custom(protocol::WORKER_STATS, &self.stats)?,
@@ -354,4 +554,17 @@ impl Worker for RnaWorker {
             model: (self.id == 0).then(|| self.model.report(&self.job.layout)),
         })
     }
+}
+
+/// The group holding worker `id`: its index and its members as a collective group.
+fn own_group(groups: &[Vec<u32>], id: WorkerId) -> Result<(u32, Group)> {
+    let (gid, members) = groups
+        .iter()
+        .enumerate()
+        .find(|(_, g)| g.contains(&id))
+        .ok_or_else(|| {
+            EngineError::protocol(RoleId::Worker(id), "is in none of the RNA-H groups")
+        })?;
+    let group = Group::new(members.iter().map(|&w| RoleId::Worker(w)).collect())?;
+    Ok((gid as u32, group))
 }

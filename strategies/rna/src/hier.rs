@@ -1,0 +1,516 @@
+//! RNA-H: the hierarchical mode (Yang thesis §5.2, spec §2.1.4).
+//!
+//! Randomized probing hides transient stragglers but not a *persistent* speed gap: in flat RNA
+//! the slow workers mostly contribute null or stale gradients and drift. RNA-H therefore
+//!
+//! 1. **forms groups from profiled speeds** ([`form_groups`]): the job starts as flat RNA (the
+//!    warm-up); every worker times its first `profile_steps` local steps and reports the mean;
+//!    once all have reported, the controller splits the workers into slow (mean above the set's
+//!    mean v) and fast while ζ = slowest − fastest exceeds `split_ratio` · v, recursively, and
+//!    the groups take over at the next round (formation happens once, spec §2.1.4 [CHOICE]).
+//!    Explicit `groups` skip the warm-up;
+//! 2. runs **RNA inside each group**: one probe state machine per group on the controller (q
+//!    probes among the group's members, activation of the group only, ring over the group
+//!    subset, learning-rate rule with the group's size);
+//! 3. **averages the groups' models asynchronously through a parameter server**
+//!    ([`AveragingServer`], server 0): every `sync_period` rounds of a group, that round's
+//!    initiator pushes the group's parameters; the server keeps each group's latest copy and
+//!    answers with their mean over the groups that have pushed so far; the initiator broadcasts
+//!    it to its group (binomial tree), whose members overwrite their parameters (optimizer state
+//!    kept). There is no barrier across groups: each group is one "node" of a classic PS.
+//!
+//! Every message is serializable (custom JSON bodies or [`Message::Collective`] payloads).
+
+use crate::controller::{median, sample_probes, ProbeRound, ReplyOutcome};
+use crate::options::{GroupSource, Resolved};
+use crate::protocol::{self, Activate, Groups, Profile, Round, RoundDone, WorkerStats};
+use async_trait::async_trait;
+use concord_engine::data::mix_seed;
+use concord_engine::error::{EngineError, Result};
+use concord_engine::ids::RoleId;
+use concord_engine::message::Message;
+use concord_engine::payload::Payload;
+use concord_engine::ps::ServerReport;
+use concord_engine::role::RoleCtx;
+use concord_engine::roles::{Coordinator, CoordinatorReport, Server};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
+
+/// Forms groups from per-worker mean step times (index = worker id), the thesis's recursive
+/// rule with a configurable factor: a set splits into slow (time > v) and fast (the rest) while
+/// ζ > `split_ratio` · v, ζ being the slowest minus the fastest time and v their mean.
+/// `split_ratio = 1` is the literal thesis rule. Groups come fastest first, members ascending.
+pub fn form_groups(times: &[f64], split_ratio: f64) -> Vec<Vec<u32>> {
+    let mut out = Vec::new();
+    split_rec(
+        (0..times.len() as u32).collect(),
+        times,
+        split_ratio,
+        &mut out,
+    );
+    out
+}
+
+fn split_rec(members: Vec<u32>, times: &[f64], ratio: f64, out: &mut Vec<Vec<u32>>) {
+    if members.len() < 2 {
+        if !members.is_empty() {
+            out.push(members);
+        }
+        return;
+    }
+    let t = |w: &u32| times[*w as usize];
+    let max = members.iter().map(t).fold(f64::NEG_INFINITY, f64::max);
+    let min = members.iter().map(t).fold(f64::INFINITY, f64::min);
+    let v = members.iter().map(t).sum::<f64>() / members.len() as f64;
+    if max - min > ratio * v {
+        let (slow, fast): (Vec<u32>, Vec<u32>) = members.iter().partition(|w| t(w) > v);
+        if !slow.is_empty() && !fast.is_empty() {
+            split_rec(fast, times, ratio, out);
+            split_rec(slow, times, ratio, out);
+            return;
+        }
+    }
+    out.push(members);
+}
+
+/// Tag bit of the collective operations of the PS averaging (ring rounds use the round id).
+pub const SYNC_OP: u64 = 1 << 62;
+
+/// The collective operation id of group `group`'s averaging after round `round`.
+pub fn sync_op(group: u32, round: u64) -> u64 {
+    SYNC_OP | (u64::from(group) << 40) | (round & ((1 << 40) - 1))
+}
+
+/// Whether `op` is an averaging operation.
+pub fn is_sync_op(op: u64) -> bool {
+    op & SYNC_OP != 0
+}
+
+/// The group of an averaging operation.
+pub fn sync_group(op: u64) -> u32 {
+    ((op & !SYNC_OP) >> 40) as u32
+}
+
+/// Parent and children of `rank` in the binomial broadcast tree rooted at `root` over `p` ranks
+/// (the tree of [`concord_engine::collective::broadcast`]; children in sending order).
+pub fn tree(rank: usize, root: usize, p: usize) -> (Option<usize>, Vec<usize>) {
+    let rel = (rank + p - root) % p;
+    let mut mask = 1usize;
+    let mut parent = None;
+    while mask < p {
+        if rel & mask != 0 {
+            parent = Some((rel - mask + root) % p);
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    let mut children = Vec::new();
+    while mask > 0 {
+        if rel + mask < p {
+            children.push((rel + mask + root) % p);
+        }
+        mask >>= 1;
+    }
+    (parent, children)
+}
+
+/// The mean of the groups' latest models, in group-id order (deterministic). One group gives its
+/// model back bit for bit.
+pub fn average(latest: &BTreeMap<u32, Payload>) -> Result<Payload> {
+    let mut it = latest.values();
+    let Some(first) = it.next() else {
+        return Ok(Payload::Virtual { elems: 0 });
+    };
+    let Payload::Real(first) = first else {
+        return Ok(first.clone());
+    };
+    let mut sum = first.clone();
+    for p in it {
+        match p {
+            Payload::Real(v) if v.len() == sum.len() => {
+                for (s, x) in sum.iter_mut().zip(v) {
+                    *s += x;
+                }
+            }
+            _ => {
+                return Err(EngineError::protocol(
+                    RoleId::Server(0),
+                    "groups pushed models of different sizes",
+                ))
+            }
+        }
+    }
+    if latest.len() > 1 {
+        let n = latest.len() as f32;
+        for s in &mut sum {
+            *s /= n;
+        }
+    }
+    Ok(Payload::Real(sum))
+}
+
+/// The central model-averaging server of RNA-H (server 0; other servers stay idle).
+#[derive(Debug, Default)]
+pub struct AveragingServer {
+    latest: BTreeMap<u32, Payload>,
+}
+
+impl AveragingServer {
+    /// A server with no group model yet.
+    pub fn new() -> AveragingServer {
+        AveragingServer::default()
+    }
+}
+
+#[async_trait]
+impl Server for AveragingServer {
+    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<ServerReport> {
+        loop {
+            let env = ctx.recv().await?;
+            match env.msg {
+                Message::Shutdown => break,
+                Message::Collective { op, data, .. } if is_sync_op(op) => {
+                    let elems = data.elems() as f64;
+                    self.latest.insert(sync_group(op), data);
+                    let mean = average(&self.latest)?;
+                    // Summation only: one add per element per group.
+                    let secs = ctx.device().work_seconds(elems * self.latest.len() as f64);
+                    ctx.sleep(secs).await;
+                    ctx.send(
+                        env.from,
+                        Message::Collective {
+                            op,
+                            part: 0,
+                            step: 0,
+                            data: mean,
+                        },
+                    );
+                }
+                Message::Collective { .. } | Message::Custom { .. } => {
+                    return Err(EngineError::protocol(
+                        ctx.id(),
+                        format!("unexpected message from {}: {:?}", env.from, env.msg),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(ServerReport::default())
+    }
+}
+
+/// One group's probe state on the controller.
+struct GroupState {
+    members: Vec<u32>,
+    rng: ChaCha8Rng,
+    round: u64,
+    probe: ProbeRound,
+    probed_at: f64,
+    running: bool,
+    done: bool,
+}
+
+/// The controller of RNA-H: forms the groups, then runs one stateless RNA probe controller per
+/// group, multiplexed on the coordinator role (groups never wait for each other).
+pub struct HierController {
+    workers: u32,
+    rounds: u64,
+    seed: u64,
+    opts: Resolved,
+}
+
+impl HierController {
+    /// A controller for `workers` workers, `rounds` rounds per group.
+    pub fn new(workers: u32, rounds: u64, seed: u64, opts: Resolved) -> HierController {
+        HierController {
+            workers,
+            rounds,
+            seed,
+            opts,
+        }
+    }
+
+    /// Probe states of `groups`, all at round `round`; `epoch` picks the random streams (0 for
+    /// the first groups: group 0 then probes exactly as the flat controller).
+    fn states(&self, groups: &[Vec<u32>], round: u64, epoch: u64) -> Vec<GroupState> {
+        groups
+            .iter()
+            .enumerate()
+            .map(|(i, m)| GroupState {
+                members: m.clone(),
+                rng: ChaCha8Rng::seed_from_u64(mix_seed(
+                    self.seed,
+                    0x524e_4121 ^ ((i as u64) << 32) ^ (epoch << 48),
+                )),
+                round,
+                probe: ProbeRound::new(round, 1),
+                probed_at: 0.0,
+                running: false,
+                done: round >= self.rounds,
+            })
+            .collect()
+    }
+
+    fn probe(&self, ctx: &mut RoleCtx, gid: u32, g: &mut GroupState) -> Result<()> {
+        let n = g.members.len();
+        let ranks: Vec<usize> = if self.opts.wait_for_all {
+            (0..n).collect()
+        } else {
+            sample_probes(n, self.opts.q.min(n), &mut g.rng)
+        };
+        let need = if self.opts.wait_for_all { n } else { 1 };
+        g.probe = ProbeRound::new(g.round, need.min(ranks.len()));
+        g.probed_at = ctx.now();
+        g.running = false;
+        let msg = Message::custom(
+            protocol::PROBE,
+            &Round {
+                group: gid,
+                round: g.round,
+            },
+        )?;
+        for r in ranks {
+            ctx.send(RoleId::Worker(g.members[r]), msg.clone());
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Coordinator for HierController {
+    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<CoordinatorReport> {
+        let mut report = CoordinatorReport::default();
+        let mut stats: Vec<WorkerStats> = Vec::new();
+        let mut shutdown = false;
+        let source = self
+            .opts
+            .hierarchy
+            .as_ref()
+            .map(|h| h.groups.clone())
+            .ok_or_else(|| {
+                EngineError::protocol(
+                    ctx.id(),
+                    "hierarchical controller without hierarchy options",
+                )
+            })?;
+        // Profiled groups: flat RNA (one group of every worker) until every worker has reported
+        // its profile, then the groups take over at the next round.
+        let (mut groups, mut warmup) = match source {
+            GroupSource::Explicit(g) => (g, None),
+            GroupSource::Profiled { split_ratio, .. } => {
+                (vec![(0..self.workers).collect()], Some(split_ratio))
+            }
+        };
+        let mut times: Vec<Option<f64>> = vec![None; self.workers as usize];
+        let mut warmup_rounds = 0;
+        // Group 0 draws the flat controller's stream: one group probes as flat RNA.
+        let mut states = self.states(&groups, 0, 0);
+        for (i, g) in states.iter_mut().enumerate() {
+            if !g.done {
+                self.probe(ctx, i as u32, g)?;
+            }
+        }
+        let mut latencies = Vec::new();
+        let mut shares = Vec::new();
+        while !shutdown && states.iter().any(|g| !g.done) {
+            let env = ctx.recv().await?;
+            if matches!(env.msg, Message::Shutdown) {
+                shutdown = true;
+            } else if let (Some(p), RoleId::Worker(w)) = (
+                env.msg.decode_custom::<Profile>(protocol::PROFILE),
+                env.from,
+            ) {
+                if let Some(t) = times.get_mut(w as usize) {
+                    *t = Some(p.mean_step_s);
+                }
+            } else if let (Some(r), RoleId::Worker(w)) = (
+                env.msg.decode_custom::<Round>(protocol::PROBE_REPLY),
+                env.from,
+            ) {
+                let Some(g) = states.get_mut(r.group as usize) else {
+                    continue;
+                };
+                if g.done || g.running || !g.members.contains(&w) {
+                    continue;
+                }
+                if let ReplyOutcome::Trigger(initiator) = g.probe.on_reply(w, r.round) {
+                    latencies.push(ctx.now() - g.probed_at);
+                    g.running = true;
+                    let msg = Message::custom(
+                        protocol::ACTIVATE,
+                        &Activate {
+                            round: Round {
+                                group: r.group,
+                                round: g.round,
+                            },
+                            initiator,
+                        },
+                    )?;
+                    for &m in &g.members {
+                        ctx.send(RoleId::Worker(m), msg.clone());
+                    }
+                }
+            } else if let Some(d) = env.msg.decode_custom::<RoundDone>(protocol::ROUND_DONE) {
+                let gid = d.round.group;
+                let Some(g) = states.get_mut(gid as usize) else {
+                    continue;
+                };
+                if !g.running || d.round.round != g.round {
+                    continue;
+                }
+                shares.push(d.weight / g.members.len() as f64);
+                g.round += 1;
+                g.running = false;
+                let next = g.round;
+                if next >= self.rounds {
+                    g.done = true;
+                    continue;
+                }
+                if let (Some(ratio), true) = (warmup, times.iter().all(Option::is_some)) {
+                    let t: Vec<f64> = times.iter().map(|t| t.unwrap_or(0.0)).collect();
+                    groups = form_groups(&t, ratio);
+                    let msg = Message::custom(
+                        protocol::GROUPS,
+                        &Groups {
+                            groups: groups.clone(),
+                            start_round: next,
+                        },
+                    )?;
+                    for w in 0..self.workers {
+                        ctx.send(RoleId::Worker(w), msg.clone());
+                    }
+                    warmup = None;
+                    warmup_rounds = next;
+                    states = self.states(&groups, next, 1);
+                    for (i, g) in states.iter_mut().enumerate() {
+                        self.probe(ctx, i as u32, g)?;
+                    }
+                    continue;
+                }
+                self.probe(ctx, gid, g)?;
+            } else if let Some(s) = env.msg.decode_custom::<WorkerStats>(protocol::WORKER_STATS) {
+                stats.push(s);
+            }
+        }
+        while !shutdown {
+            let env = ctx.recv().await?;
+            shutdown = matches!(env.msg, Message::Shutdown);
+            if let Some(s) = env.msg.decode_custom::<WorkerStats>(protocol::WORKER_STATS) {
+                stats.push(s);
+            }
+        }
+        let n = latencies.len().max(1) as f64;
+        let mean_latency = latencies.iter().sum::<f64>() / n;
+        let sd = (latencies
+            .iter()
+            .map(|l| (l - mean_latency).powi(2))
+            .sum::<f64>()
+            / n)
+            .sqrt();
+        let figures = &mut report.figures;
+        figures.push(("rna.trigger_median_s".into(), median(&mut latencies)));
+        figures.push(("rna.trigger_mean_s".into(), mean_latency));
+        figures.push(("rna.trigger_sd_s".into(), sd));
+        figures.push((
+            "rna.contributors_share".into(),
+            shares.iter().sum::<f64>() / shares.len().max(1) as f64,
+        ));
+        let used: u64 = stats.iter().flat_map(|s| s.staleness.iter()).sum();
+        let stale: u64 = stats.iter().flat_map(|s| s.staleness.iter().skip(1)).sum();
+        figures.push(("rna.stale_share".into(), stale as f64 / used.max(1) as f64));
+        figures.push((
+            "rna.dropped".into(),
+            stats.iter().map(|s| s.dropped).sum::<u64>() as f64,
+        ));
+        figures.push(("rna.groups".into(), groups.len() as f64));
+        figures.push(("rna.warmup_rounds".into(), warmup_rounds as f64));
+        figures.push((
+            "rna.first_group_size".into(),
+            groups.first().map_or(0, Vec::len) as f64,
+        ));
+        // Replicas agree within a group after every round (and its averaging).
+        let mismatched: usize = (0..groups.len() as u32)
+            .map(|g| {
+                let of: Vec<&WorkerStats> = stats.iter().filter(|s| s.group == g).collect();
+                let rounds = of.iter().map(|s| s.digests.len()).max().unwrap_or(0);
+                (0..rounds)
+                    .filter(|&k| {
+                        let first = of.first().and_then(|s| s.digests.get(k));
+                        of.iter().any(|s| s.digests.get(k) != first)
+                    })
+                    .count()
+            })
+            .sum();
+        figures.push(("rna.replica_mismatch_rounds".into(), mismatched as f64));
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mixed-groups profile (A ≈ 51 ms, B ≈ 101 ms per step) splits into {A}, {B} at the
+    /// default ratio 0.5 but not under the literal thesis rule ζ > v.
+    #[test]
+    fn groups_from_speeds() {
+        let t = [0.050, 0.052, 0.049, 0.053, 0.100, 0.103, 0.099, 0.101];
+        assert_eq!(
+            form_groups(&t, 0.5),
+            vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]
+        );
+        assert_eq!(form_groups(&t, 1.0), vec![(0..8).collect::<Vec<u32>>()]);
+        // Interleaved ids: groups keep ascending ids, fastest group first.
+        let t = [0.4, 0.1, 0.4, 0.1];
+        assert_eq!(form_groups(&t, 1.0), vec![vec![1, 3], vec![0, 2]]);
+        // Recursion: 1, 2 and 9 units: {9} splits off, then {1} from {2} (ζ = 1 > 0.5 · 1.5).
+        assert_eq!(
+            form_groups(&[9.0, 1.0, 2.0], 0.5),
+            vec![vec![1], vec![2], vec![0]]
+        );
+        // Equal speeds never split; one worker is one group.
+        assert_eq!(form_groups(&[1.0; 4], 0.01), vec![vec![0, 1, 2, 3]]);
+        assert_eq!(form_groups(&[1.0], 0.5), vec![vec![0]]);
+    }
+
+    #[test]
+    fn sync_ops_and_tree() {
+        let op = sync_op(3, 17);
+        assert!(is_sync_op(op) && !is_sync_op(17));
+        assert_eq!(sync_group(op), 3);
+        // Every non-root rank has exactly one parent, and is the child of that parent.
+        for p in 1..9 {
+            for root in 0..p {
+                for r in 0..p {
+                    let (parent, _) = tree(r, root, p);
+                    assert_eq!(parent.is_none(), r == root);
+                    if let Some(q) = parent {
+                        assert!(tree(q, root, p).1.contains(&r));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn averaging_is_exact_for_one_group() {
+        let mut m = BTreeMap::new();
+        m.insert(1, Payload::Real(vec![-0.0, 1.5, 3.0]));
+        let Payload::Real(one) = average(&m).unwrap() else {
+            panic!("real")
+        };
+        assert_eq!(
+            one.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            [-0.0f32, 1.5, 3.0]
+                .iter()
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>()
+        );
+        m.insert(0, Payload::Real(vec![1.0, 0.5, 1.0]));
+        assert_eq!(average(&m).unwrap(), Payload::Real(vec![0.5, 1.0, 2.0]));
+        m.insert(2, Payload::Real(vec![1.0]));
+        assert!(average(&m).is_err());
+    }
+}

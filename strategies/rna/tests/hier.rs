@@ -1,0 +1,199 @@
+//! RNA-H (hierarchical mode, thesis §5.2): group formation from profiled speeds on a real run,
+//! the one-group limit, determinism, option errors.
+
+use concord::engine::cluster::DeviceProfile;
+use concord::engine::config::RunConfig;
+use concord::engine::run::{RunOptions, RunResult};
+use concord::engine::stragglers::StragglerConfig;
+
+/// Slow simulated cores (20 MFLOP/s, ~6 ms per step of the default MLP at batch 8) with the
+/// given straggler patterns (TOML tables).
+fn config(
+    strategy: &str,
+    options: &str,
+    workers: u32,
+    iterations: u64,
+    delays: &[&str],
+) -> RunConfig {
+    let mut cfg = RunConfig {
+        workers,
+        servers: 1,
+        batch: 8,
+        iterations,
+        eval_every: iterations,
+        strategies: vec![strategy.into()],
+        ..RunConfig::default()
+    };
+    cfg.cluster.devices.insert(
+        "core".into(),
+        DeviceProfile {
+            peak_tflops: 0.00004,
+            efficiency: 0.5,
+            half_saturation_batch: 0.0,
+            memory_gib: 1.0,
+            nic_gbps: 10.0,
+            latency_us: 50.0,
+        },
+    );
+    cfg.cluster.default_device = "core".into();
+    cfg.stragglers = delays
+        .iter()
+        .map(|d| toml::from_str::<StragglerConfig>(d).unwrap())
+        .collect();
+    if !options.is_empty() {
+        cfg.strategy
+            .insert(strategy.into(), toml::from_str(options).unwrap());
+    }
+    cfg
+}
+
+const UNIFORM: &str = "pattern = \"uniform-delay\"\nmax_s = 0.02";
+/// Two speed classes: workers 0–2 U(0, 20 ms), workers 3–5 U(30, 50 ms) per step.
+const FAST: &str = "pattern = \"uniform-delay\"\nworkers = [0, 1, 2]\nmax_s = 0.02";
+const SLOW: &str = "pattern = \"uniform-delay\"\nworkers = [3, 4, 5]\nmin_s = 0.03\nmax_s = 0.05";
+
+fn run(cfg: &RunConfig) -> RunResult {
+    let asm = concord::registry().compose(cfg).expect("composes");
+    concord::engine::run(cfg, &asm, RunOptions::default()).expect("runs")
+}
+
+fn bits(r: &RunResult) -> Vec<Vec<u32>> {
+    r.params
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|(_, v)| v.iter().map(|x| x.to_bits()).collect())
+        .collect()
+}
+
+fn figure(r: &RunResult, name: &str) -> f64 {
+    r.summary.figures[name]
+}
+
+/// With one group holding every worker, the averaging server returns the group's own model bit
+/// for bit, so RNA-H is flat RNA: in the wait-for-all limit (where the result does not depend on
+/// timing) the parameters equal flat RNA's and hence allreduce BSP's, although every round now
+/// also pays a push/pull and a broadcast.
+#[test]
+fn one_group_reduces_to_flat_rna() {
+    let opts = "wait_for_all = true\nhierarchy = true\ngroups = [[0, 1, 2, 3]]";
+    let h = run(&config("rna", opts, 4, 12, &[UNIFORM]));
+    let flat = run(&config("rna", "wait_for_all = true", 4, 12, &[UNIFORM]));
+    assert_eq!(bits(&h), bits(&flat));
+    assert_eq!(figure(&h, "rna.groups"), 1.0);
+    assert_eq!(figure(&h, "rna.replica_mismatch_rounds"), 0.0);
+    // The averaging is real traffic: the hierarchical run moved more bytes and took longer.
+    assert!(h.summary.bytes_sent > flat.summary.bytes_sent);
+    assert!(h.summary.run_time_s > flat.summary.run_time_s);
+    // With random probing the rounds depend on timing, and the averaging's push/pull delays
+    // every round: the same algorithm, but other probes answer first, so other bits.
+    let opts = "hierarchy = true\ngroups = [[0, 1, 2, 3]]";
+    let h = run(&config("rna", opts, 4, 12, &[UNIFORM]));
+    let flat = run(&config("rna", "", 4, 12, &[UNIFORM]));
+    assert_eq!(figure(&h, "rna.replica_mismatch_rounds"), 0.0);
+    assert_ne!(bits(&h), bits(&flat));
+}
+
+/// Two speed classes: profiling during the flat warm-up forms {0, 1, 2} and {3, 4, 5} (fast
+/// first); until then the run is flat RNA round for round; each group keeps its replicas
+/// identical after every round and averaging, and training makes progress.
+#[test]
+fn groups_form_from_profiled_speeds_and_train() {
+    let opts = "hierarchy = true\nprofile_steps = 10";
+    let r = run(&config("rna", opts, 6, 90, &[FAST, SLOW]));
+    assert_eq!(figure(&r, "rna.groups"), 2.0);
+    assert_eq!(figure(&r, "rna.first_group_size"), 3.0);
+    assert_eq!(figure(&r, "rna.replica_mismatch_rounds"), 0.0);
+    // Warm-up: the slowest worker's 10 steps take ≈ 10 × 46 ms, so tens of flat rounds.
+    let warm = figure(&r, "rna.warmup_rounds") as usize;
+    assert!((10..60).contains(&warm), "{warm} warm-up rounds");
+    let flat = run(&config("rna", "", 6, 90, &[FAST, SLOW]));
+    let losses = |r: &RunResult, a: usize, b: usize| -> Vec<u64> {
+        r.rows[a..b].iter().map(|x| x.loss.to_bits()).collect()
+    };
+    assert_eq!(losses(&r, 0, warm), losses(&flat, 0, warm));
+    assert_ne!(losses(&r, warm, 90), losses(&flat, warm, 90));
+    let mean =
+        |a: usize, b: usize| r.rows[a..b].iter().map(|x| x.loss).sum::<f64>() / (b - a) as f64;
+    assert!(
+        mean(80, 90) < mean(0, 10),
+        "loss {} -> {}",
+        mean(0, 10),
+        mean(80, 90)
+    );
+    // A ratio above ζ / v of this cluster (at most 2) keeps it in one group.
+    let one = run(&config(
+        "rna",
+        "hierarchy = true\nprofile_steps = 10\nsplit_ratio = 2.0",
+        6,
+        90,
+        &[FAST, SLOW],
+    ));
+    assert_eq!(figure(&one, "rna.groups"), 1.0);
+}
+
+/// Same seed, same bits and the same virtual times; another seed, other bits.
+#[test]
+fn hierarchical_runs_are_deterministic() {
+    let opts = "hierarchy = true\nprofile_steps = 5";
+    let a = run(&config("rna", opts, 6, 15, &[FAST, SLOW]));
+    let b = run(&config("rna", opts, 6, 15, &[FAST, SLOW]));
+    assert_eq!(bits(&a), bits(&b));
+    assert_eq!(a.summary.run_time_s, b.summary.run_time_s);
+    let mut other = config("rna", opts, 6, 15, &[FAST, SLOW]);
+    other.seed += 1;
+    assert_ne!(bits(&a), bits(&run(&other)));
+}
+
+#[test]
+fn bad_hierarchy_options_are_start_up_errors_naming_the_key() {
+    let registry = concord::registry();
+    for (opts, key) in [
+        (
+            "hierarchy = true\nsplit_ratio = 0.0",
+            "strategy.rna.split_ratio",
+        ),
+        (
+            "hierarchy = true\nsplit_ratio = nan",
+            "strategy.rna.split_ratio",
+        ),
+        (
+            "hierarchy = true\nprofile_steps = 0",
+            "strategy.rna.profile_steps",
+        ),
+        (
+            "hierarchy = true\nsync_period = 0",
+            "strategy.rna.sync_period",
+        ),
+        ("groups = [[0, 1], [2, 3]]", "strategy.rna.groups"),
+        (
+            "hierarchy = true\ngroups = [[0, 1], [2]]",
+            "strategy.rna.groups",
+        ),
+        (
+            "hierarchy = true\ngroups = [[0, 1], [1, 2, 3]]",
+            "strategy.rna.groups",
+        ),
+        (
+            "hierarchy = true\ngroups = [[0, 1, 2, 4], [3]]",
+            "strategy.rna.groups",
+        ),
+        (
+            "hierarchy = true\ngroups = [[0, 1, 2, 3], []]",
+            "strategy.rna.groups",
+        ),
+        (
+            "hierarchy = true\nwait_for_all = true",
+            "strategy.rna.wait_for_all",
+        ),
+        ("hierarchy = 1", "hierarchy"),
+    ] {
+        let cfg = config("rna", opts, 4, 5, &[UNIFORM]);
+        let e = registry
+            .compose(&cfg)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains(key), "{opts}: {e:?}");
+    }
+}
