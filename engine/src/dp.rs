@@ -21,6 +21,9 @@ use std::sync::Arc;
 /// Host-device link bandwidth used to charge memory-policy transfers, bytes/s (PCIe 3.0 x16).
 const HOST_LINK_BYTES_PER_S: f64 = 12e9;
 
+/// A step's mean loss and gradients (`NaN` and `None` in throughput mode).
+pub type StepResult = (f64, Option<Vec<Vec<f32>>>);
+
 /// Where a step's samples come from: the clock and the slice of the run's sample stream.
 #[derive(Clone, Copy, Debug)]
 pub struct StepAt {
@@ -43,17 +46,58 @@ pub async fn train_step(
     params: &[Vec<f32>],
     at: StepAt,
     work: Work,
-) -> Result<(f64, Option<Vec<Vec<f32>>>)> {
+) -> Result<StepResult> {
     let (Some(replica), Some(data)) = (replica, &job.data) else {
         ctx.compute("step", work, || ()).await;
         return Ok((f64::NAN, None));
     };
+    let (x, y) = batch_of(job, data, replica, params, at)?;
+    let out = ctx.compute("step", work, || replica.step(x, &y)).await;
+    finite_step(ctx, at, out)
+}
+
+/// [`train_step`] without waiting for the charge: the math runs now and its result counts as
+/// ready at the returned run time, so the role can keep communicating meanwhile (a compute thread
+/// beside a communication thread, RNA §5.1.3).
+pub fn train_step_deferred(
+    ctx: &mut RoleCtx,
+    job: &Job,
+    replica: Option<&Replica>,
+    params: &[Vec<f32>],
+    at: StepAt,
+    work: Work,
+) -> Result<(StepResult, f64)> {
+    let (Some(replica), Some(data)) = (replica, &job.data) else {
+        let ((), ready_at) = ctx.compute_deferred("step", work, || ());
+        return Ok(((f64::NAN, None), ready_at));
+    };
+    let (x, y) = batch_of(job, data, replica, params, at)?;
+    let (out, ready_at) = ctx.compute_deferred("step", work, || replica.step(x, &y));
+    Ok((finite_step(ctx, at, out)?, ready_at))
+}
+
+/// The step's samples, with the replica set to `params`.
+fn batch_of(
+    job: &Job,
+    data: &crate::data::Split,
+    replica: &Replica,
+    params: &[Vec<f32>],
+    at: StepAt,
+) -> Result<(Vec<f32>, Vec<u32>)> {
     let idx = job
         .stream
         .range(at.stream_offset as u128, at.batch as usize);
-    let (x, y) = data.train.gather(&idx);
     replica.set_params(params)?;
-    let out = ctx.compute("step", work, || replica.step(x, &y)).await?;
+    Ok(data.train.gather(&idx))
+}
+
+/// A step's loss and gradients, or the divergence error naming the role and clock.
+fn finite_step(
+    ctx: &RoleCtx,
+    at: StepAt,
+    out: Result<crate::model::StepOutput>,
+) -> Result<StepResult> {
+    let out = out?;
     if !out.loss.is_finite() {
         return Err(EngineError::Diverged {
             role: ctx.id(),

@@ -11,6 +11,7 @@
 use async_trait::async_trait;
 use concord_engine::collective::LocalModel;
 use concord_engine::data::mix_seed;
+use concord_engine::dp::{train_step_deferred, StepAt};
 use concord_engine::error::{EngineError, Result};
 use concord_engine::ids::{RoleId, WorkerId};
 use concord_engine::job::Job;
@@ -122,29 +123,16 @@ impl Worker for AdPsgdWorker {
                 flops_per_sample: job.model.training_flops_per_sample(),
                 batch: b as f64,
             };
-            let ((loss, grads), ready_at) = match (&self.replica, &job.data, self.model.params()) {
-                (Some(replica), Some(data), Some(params)) => {
-                    let idx = job
-                        .stream
-                        .range(((step * n + self.id as u64) * b) as u128, b as usize);
-                    let (x, y) = data.train.gather(&idx);
-                    replica.set_params(params)?;
-                    let (out, at) = ctx.compute_deferred("step", work, || replica.step(x, &y));
-                    let out = out?;
-                    if !out.loss.is_finite() {
-                        return Err(EngineError::Diverged {
-                            role: ctx.id(),
-                            clock: step,
-                            loss: out.loss,
-                        });
-                    }
-                    ((out.loss, Some(out.grads)), at)
-                }
-                _ => {
-                    let ((), at) = ctx.compute_deferred("step", work, || ());
-                    ((f64::NAN, None), at)
-                }
+            let at = StepAt {
+                clock: step,
+                // Local step j of worker i reads stream slice j·N + i: with one step per round this
+                // is exactly the allreduce baseline's sampling.
+                stream_offset: (step * n + self.id as u64) * b,
+                batch: b,
             };
+            let params = self.model.params().unwrap_or_default();
+            let ((loss, grads), ready_at) =
+                train_step_deferred(ctx, &job, self.replica.as_ref(), params, at, work)?;
             while let Some(env) = ctx.recv_until(ready_at).await? {
                 self.serve(ctx, env)?;
             }

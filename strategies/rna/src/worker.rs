@@ -7,6 +7,7 @@ use crate::options::{GroupSource, Resolved};
 use crate::protocol::{self, Activate, Groups, Profile, Round, RoundDone, WorkerStats};
 use async_trait::async_trait;
 use concord_engine::collective::{digest, is_hop, Fusion, Group, LocalModel, RingAllreduce};
+use concord_engine::dp::{train_step_deferred, StepAt};
 use concord_engine::error::{EngineError, Result};
 use concord_engine::ids::{RoleId, WorkerId};
 use concord_engine::job::Job;
@@ -159,31 +160,16 @@ impl RnaWorker {
             batch: b as f64,
         };
         let started_at = ctx.now();
-        let ((loss, grads), ready_at) = match (&self.replica, &job.data, self.model.params()) {
-            (Some(replica), Some(data), Some(params)) => {
-                // Local step j of worker i reads stream slice j·N + i: with one step per
-                // round this is exactly the allreduce baseline's sampling.
-                let idx = job
-                    .stream
-                    .range(((step * n + self.id as u64) * b) as u128, b as usize);
-                let (x, y) = data.train.gather(&idx);
-                replica.set_params(params)?;
-                let (out, ready_at) = ctx.compute_deferred("step", work, || replica.step(x, &y));
-                let out = out?;
-                if !out.loss.is_finite() {
-                    return Err(EngineError::Diverged {
-                        role: ctx.id(),
-                        clock: step,
-                        loss: out.loss,
-                    });
-                }
-                ((out.loss, Some(out.grads)), ready_at)
-            }
-            _ => {
-                let ((), ready_at) = ctx.compute_deferred("step", work, || ());
-                ((f64::NAN, None), ready_at)
-            }
+        let at = StepAt {
+            clock: step,
+            // Local step j of worker i reads stream slice j·N + i: with one step per round this
+            // is exactly the allreduce baseline's sampling.
+            stream_offset: (step * n + self.id as u64) * b,
+            batch: b,
         };
+        let params = self.model.params().unwrap_or_default();
+        let ((loss, grads), ready_at) =
+            train_step_deferred(ctx, &job, self.replica.as_ref(), params, at, work)?;
         self.local_steps += 1;
         self.last_version = Some(version);
         self.computing = Some(InFlight {
