@@ -85,8 +85,58 @@ impl RnaController {
     }
 }
 
+/// Takes workers' end-of-run statistics until the engine's shutdown (unless it came already).
+pub(crate) async fn gather_until_shutdown(
+    ctx: &mut RoleCtx,
+    mut shutdown: bool,
+    stats: &mut Vec<WorkerStats>,
+) -> Result<()> {
+    while !shutdown {
+        let env = ctx.recv().await?;
+        shutdown = matches!(env.msg, Message::Shutdown);
+        if let Some(s) = env.msg.decode_custom::<WorkerStats>(protocol::WORKER_STATS) {
+            stats.push(s);
+        }
+    }
+    Ok(())
+}
+
+/// Probe-to-trigger latency figures: median, mean and standard deviation.
+pub(crate) fn trigger_figures(latencies: &mut [f64]) -> Vec<(String, f64)> {
+    let n = latencies.len().max(1) as f64;
+    let mean = latencies.iter().sum::<f64>() / n;
+    let sd = (latencies.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / n).sqrt();
+    vec![
+        ("rna.trigger_median_s".into(), median(latencies)),
+        ("rna.trigger_mean_s".into(), mean),
+        ("rna.trigger_sd_s".into(), sd),
+    ]
+}
+
+/// Share of stale gradients among those used, and gradients dropped past the bound.
+pub(crate) fn staleness_figures(stats: &[WorkerStats]) -> Vec<(String, f64)> {
+    let used: u64 = stats.iter().flat_map(|s| s.staleness.iter()).sum();
+    let stale: u64 = stats.iter().flat_map(|s| s.staleness.iter().skip(1)).sum();
+    let dropped: u64 = stats.iter().map(|s| s.dropped).sum();
+    vec![
+        ("rna.stale_share".into(), stale as f64 / used.max(1) as f64),
+        ("rna.dropped".into(), dropped as f64),
+    ]
+}
+
+/// Rounds after which some of these replicas differ from the first.
+pub(crate) fn mismatched_rounds(stats: &[&WorkerStats]) -> usize {
+    let rounds = stats.iter().map(|s| s.digests.len()).max().unwrap_or(0);
+    (0..rounds)
+        .filter(|&k| {
+            let first = stats.first().and_then(|s| s.digests.get(k));
+            stats.iter().any(|s| s.digests.get(k) != first)
+        })
+        .count()
+}
+
 /// The median of `v` (sorted in place); 0 when empty.
-pub(crate) fn median(v: &mut [f64]) -> f64 {
+fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
@@ -171,46 +221,21 @@ impl Coordinator for RnaController {
             }
         }
         // After the last round, gather the workers' end-of-run statistics until shut down.
-        while !shutdown {
-            let env = ctx.recv().await?;
-            shutdown = matches!(env.msg, Message::Shutdown);
-            if let Some(s) = env.msg.decode_custom::<WorkerStats>(protocol::WORKER_STATS) {
-                stats.push(s);
-            }
-        }
-        let n = latencies.len().max(1) as f64;
-        let mean_latency = latencies.iter().sum::<f64>() / n;
-        let sd = (latencies
-            .iter()
-            .map(|l| (l - mean_latency).powi(2))
-            .sum::<f64>()
-            / n)
-            .sqrt();
+        gather_until_shutdown(ctx, shutdown, &mut stats).await?;
         let figures = &mut report.figures;
-        figures.push(("rna.trigger_median_s".into(), median(&mut latencies)));
-        figures.push(("rna.trigger_mean_s".into(), mean_latency));
-        figures.push(("rna.trigger_sd_s".into(), sd));
+        figures.extend(trigger_figures(&mut latencies));
         figures.push((
             "rna.contributors_share".into(),
             weights.iter().sum::<f64>() / (weights.len().max(1) as f64 * p as f64),
         ));
-        let used: u64 = stats.iter().flat_map(|s| s.staleness.iter()).sum();
-        let stale: u64 = stats
-            .iter()
-            .flat_map(|s| s.staleness.iter().enumerate().skip(1).map(|(_, c)| *c))
-            .sum();
-        let dropped: u64 = stats.iter().map(|s| s.dropped).sum();
-        figures.push(("rna.stale_share".into(), stale as f64 / used.max(1) as f64));
-        figures.push(("rna.dropped".into(), dropped as f64));
+        figures.extend(staleness_figures(&stats));
         // Rounds after which some replica differs from another (flat RNA keeps them identical).
+        let all: Vec<&WorkerStats> = stats.iter().collect();
         let rounds = stats.iter().map(|s| s.digests.len()).max().unwrap_or(0);
-        let mismatched = (0..rounds)
-            .filter(|&k| {
-                let first = stats.first().and_then(|s| s.digests.get(k));
-                stats.iter().any(|s| s.digests.get(k) != first)
-            })
-            .count();
-        figures.push(("rna.replica_mismatch_rounds".into(), mismatched as f64));
+        figures.push((
+            "rna.replica_mismatch_rounds".into(),
+            mismatched_rounds(&all) as f64,
+        ));
         figures.push(("rna.checked_rounds".into(), rounds as f64));
         Ok(report)
     }

@@ -21,7 +21,10 @@
 //!
 //! Every message is serializable (custom JSON bodies or [`Message::Collective`] payloads).
 
-use crate::controller::{median, sample_probes, ProbeRound, ReplyOutcome};
+use crate::controller::{
+    gather_until_shutdown, mismatched_rounds, sample_probes, staleness_figures, trigger_figures,
+    ProbeRound, ReplyOutcome,
+};
 use crate::options::{GroupSource, Resolved};
 use crate::protocol::{self, Activate, Groups, Profile, Round, RoundDone, WorkerStats};
 use async_trait::async_trait;
@@ -394,36 +397,14 @@ impl Coordinator for HierController {
                 stats.push(s);
             }
         }
-        while !shutdown {
-            let env = ctx.recv().await?;
-            shutdown = matches!(env.msg, Message::Shutdown);
-            if let Some(s) = env.msg.decode_custom::<WorkerStats>(protocol::WORKER_STATS) {
-                stats.push(s);
-            }
-        }
-        let n = latencies.len().max(1) as f64;
-        let mean_latency = latencies.iter().sum::<f64>() / n;
-        let sd = (latencies
-            .iter()
-            .map(|l| (l - mean_latency).powi(2))
-            .sum::<f64>()
-            / n)
-            .sqrt();
+        gather_until_shutdown(ctx, shutdown, &mut stats).await?;
         let figures = &mut report.figures;
-        figures.push(("rna.trigger_median_s".into(), median(&mut latencies)));
-        figures.push(("rna.trigger_mean_s".into(), mean_latency));
-        figures.push(("rna.trigger_sd_s".into(), sd));
+        figures.extend(trigger_figures(&mut latencies));
         figures.push((
             "rna.contributors_share".into(),
             shares.iter().sum::<f64>() / shares.len().max(1) as f64,
         ));
-        let used: u64 = stats.iter().flat_map(|s| s.staleness.iter()).sum();
-        let stale: u64 = stats.iter().flat_map(|s| s.staleness.iter().skip(1)).sum();
-        figures.push(("rna.stale_share".into(), stale as f64 / used.max(1) as f64));
-        figures.push((
-            "rna.dropped".into(),
-            stats.iter().map(|s| s.dropped).sum::<u64>() as f64,
-        ));
+        figures.extend(staleness_figures(&stats));
         figures.push(("rna.groups".into(), groups.len() as f64));
         figures.push(("rna.warmup_rounds".into(), warmup_rounds as f64));
         figures.push((
@@ -434,13 +415,7 @@ impl Coordinator for HierController {
         let mismatched: usize = (0..groups.len() as u32)
             .map(|g| {
                 let of: Vec<&WorkerStats> = stats.iter().filter(|s| s.group == g).collect();
-                let rounds = of.iter().map(|s| s.digests.len()).max().unwrap_or(0);
-                (0..rounds)
-                    .filter(|&k| {
-                        let first = of.first().and_then(|s| s.digests.get(k));
-                        of.iter().any(|s| s.digests.get(k) != first)
-                    })
-                    .count()
+                mismatched_rounds(&of)
             })
             .sum();
         figures.push(("rna.replica_mismatch_rounds".into(), mismatched as f64));
