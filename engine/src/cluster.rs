@@ -318,6 +318,30 @@ impl Cluster {
     }
 }
 
+/// For tests: `machines` machines of one worker slot each, 8 Gbit/s (1 GB/s) NICs, 10 µs
+/// latency, 1 TFLOP/s; one server.
+#[cfg(test)]
+pub(crate) fn test_cluster(machines: u32) -> std::sync::Arc<Cluster> {
+    let mut cfg = ClusterConfig::default();
+    cfg.devices.insert(
+        "nic".into(),
+        DeviceProfile {
+            peak_tflops: 1.0,
+            efficiency: 1.0,
+            half_saturation_batch: 0.0,
+            memory_gib: 1.0,
+            nic_gbps: 8.0,
+            latency_us: 10.0,
+        },
+    );
+    cfg.machines = vec![MachineGroup {
+        device: "nic".into(),
+        count: machines,
+        slots: 1,
+    }];
+    std::sync::Arc::new(Cluster::resolve(&cfg, machines, 1).expect("a valid test cluster"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

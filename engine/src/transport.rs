@@ -279,29 +279,12 @@ impl Network {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::{Cluster, ClusterConfig, DeviceProfile, MachineGroup};
+    use crate::cluster::Cluster;
     use crate::payload::{BlockPayload, Payload};
 
     /// Three machines with 8 Gbit/s (1 GB/s) NICs and 10 µs latency.
     fn cluster() -> Arc<Cluster> {
-        let mut cfg = ClusterConfig::default();
-        cfg.devices.insert(
-            "nic".into(),
-            DeviceProfile {
-                peak_tflops: 1.0,
-                efficiency: 1.0,
-                half_saturation_batch: 0.0,
-                memory_gib: 1.0,
-                nic_gbps: 8.0,
-                latency_us: 10.0,
-            },
-        );
-        cfg.machines = vec![MachineGroup {
-            device: "nic".into(),
-            count: 3,
-            slots: 1,
-        }];
-        Arc::new(Cluster::resolve(&cfg, 3, 1).unwrap())
+        crate::cluster::test_cluster(3)
     }
 
     fn push(elems: u64) -> Message {

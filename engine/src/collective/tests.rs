@@ -1,5 +1,5 @@
 use super::*;
-use crate::cluster::{Cluster, ClusterConfig, DeviceProfile, MachineGroup};
+use crate::cluster::Cluster;
 use crate::message::HEADER_BYTES;
 use crate::role::{RoleCtx, RuntimeKind};
 use crate::stragglers::StragglerSet;
@@ -14,24 +14,7 @@ const LATENCY_S: f64 = 10e-6;
 
 /// One machine per worker, `p` workers.
 fn cluster(p: u32) -> Arc<Cluster> {
-    let mut cfg = ClusterConfig::default();
-    cfg.devices.insert(
-        "nic".into(),
-        DeviceProfile {
-            peak_tflops: 1.0,
-            efficiency: 1.0,
-            half_saturation_batch: 0.0,
-            memory_gib: 1.0,
-            nic_gbps: 8.0,
-            latency_us: 10.0,
-        },
-    );
-    cfg.machines = vec![MachineGroup {
-        device: "nic".into(),
-        count: p,
-        slots: 1,
-    }];
-    Arc::new(Cluster::resolve(&cfg, p, 1).unwrap())
+    crate::cluster::test_cluster(p)
 }
 
 type Traffic = std::collections::BTreeMap<(RoleId, RoleId), LinkTraffic>;
