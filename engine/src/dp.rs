@@ -13,7 +13,7 @@ use crate::message::{Directive, Message, Report};
 use crate::metrics::IterRecord;
 use crate::model::Replica;
 use crate::payload::ELEM_BYTES;
-use crate::role::{RoleCtx, Work};
+use crate::role::{IterSpan, RoleCtx, Work};
 use crate::roles::{Worker, WorkerReport};
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -53,6 +53,28 @@ pub async fn train_step(
     };
     let (x, y) = batch_of(job, data, replica, params, at)?;
     let out = ctx.compute("step", work, || replica.step(x, &y)).await;
+    finite_step(ctx, at, out)
+}
+
+/// [`train_step`] charged as the slice `span` of the role's iteration
+/// ([`RoleCtx::compute_span`]): for workers that run their iteration in many small units.
+pub async fn train_step_span(
+    ctx: &mut RoleCtx,
+    job: &Job,
+    replica: Option<&Replica>,
+    params: &[Vec<f32>],
+    at: StepAt,
+    work: Work,
+    span: IterSpan,
+) -> Result<StepResult> {
+    let (Some(replica), Some(data)) = (replica, &job.data) else {
+        ctx.compute_span("step", work, span, || ()).await;
+        return Ok((f64::NAN, None));
+    };
+    let (x, y) = batch_of(job, data, replica, params, at)?;
+    let out = ctx
+        .compute_span("step", work, span, || replica.step(x, &y))
+        .await;
     finite_step(ctx, at, out)
 }
 

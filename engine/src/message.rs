@@ -5,7 +5,7 @@
 //! have typed variants; a strategy's own protocol travels as [`Message::Custom`].
 
 use crate::error::EngineError;
-use crate::ids::Clock;
+use crate::ids::{Clock, WorkerId};
 use crate::optim::OptState;
 use crate::payload::{blocks_bytes, BlockId, BlockPayload, Payload};
 use serde::de::DeserializeOwned;
@@ -62,6 +62,27 @@ pub enum Message {
         completes_clock: bool,
         /// Gradient blocks.
         grads: Vec<BlockPayload>,
+    },
+    /// Worker → server: additive deltas to blocks (a parameter server's `update_param`, aggregated
+    /// by `+`, as in the LazyTable family), for the work of `owner`'s clock `clock`. The sender may
+    /// be another worker that did part of the owner's work (FlexRR's helpers).
+    Update {
+        /// Clock of the work the deltas come from.
+        clock: Clock,
+        /// The worker whose clock it is.
+        owner: WorkerId,
+        /// Whether this completes the owner's contribution to `clock` (sent by the owner only).
+        completes_clock: bool,
+        /// Whether the sender wants an [`Message::UpdateAck`] once the deltas are received (a
+        /// flush the sender must know has landed before it tells anyone).
+        ack: bool,
+        /// Delta blocks.
+        deltas: Vec<BlockPayload>,
+    },
+    /// Server → worker: an [`Message::Update`] that asked for it has been received and buffered.
+    UpdateAck {
+        /// Clock of the acknowledged update.
+        clock: Clock,
     },
     /// Worker → server: read the server's blocks once their version is at least `min_version`.
     Pull {
@@ -130,6 +151,7 @@ impl Message {
         HEADER_BYTES
             + match self {
                 Message::Push { grads, .. } => blocks_bytes(grads),
+                Message::Update { deltas, .. } => blocks_bytes(deltas),
                 Message::Params { blocks, .. } => blocks_bytes(blocks),
                 Message::Migrate { value, opt, .. } => value.bytes() + opt.bytes(),
                 Message::Collective { data, .. } => data.bytes(),
@@ -137,7 +159,10 @@ impl Message {
                     body, extra_bytes, ..
                 } => body.len() as u64 + extra_bytes,
                 Message::Directive(_) | Message::Report(_) => 64,
-                Message::Pull { .. } | Message::WorkerDone | Message::Shutdown => 0,
+                Message::Pull { .. }
+                | Message::UpdateAck { .. }
+                | Message::WorkerDone
+                | Message::Shutdown => 0,
             }
     }
 

@@ -58,6 +58,41 @@ impl Work {
     }
 }
 
+/// Where a piece of work lies in a role's iteration: from progress `from` to `to` (fractions of
+/// the iteration, `from == to` for work outside the iteration's own share, such as help given to
+/// a peer), with `nominal_iter_s` the undelayed time of the whole iteration (the injector's T0).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IterSpan {
+    /// Progress where the work starts, in `[0, 1]`.
+    pub from: f64,
+    /// Progress where it ends, in `[from, 1]`.
+    pub to: f64,
+    /// Undelayed seconds of the whole iteration.
+    pub nominal_iter_s: f64,
+}
+
+impl IterSpan {
+    /// The probe points of the span and the share of its work after each: its start, then every
+    /// multiple of `1/points` strictly inside it.
+    pub fn pieces(&self, points: u32) -> Vec<(f64, f64)> {
+        let (from, to) = (self.from.clamp(0.0, 1.0), self.to.clamp(0.0, 1.0));
+        if to <= from {
+            return vec![(from, 1.0)];
+        }
+        let n = f64::from(points.max(1));
+        let mut cuts = vec![from];
+        let mut k = (from * n + 1e-9).floor() + 1.0;
+        while k / n < to - 1e-12 {
+            cuts.push(k / n);
+            k += 1.0;
+        }
+        cuts.push(to);
+        cuts.windows(2)
+            .map(|w| (w[0], (w[1] - w[0]) / (to - from)))
+            .collect()
+    }
+}
+
 /// Totals a role accumulates; feeds the summary and the ideal bound.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RoleStats {
@@ -321,6 +356,52 @@ impl RoleCtx {
         self.stats.flops += work.flops();
         self.stats.nominal_compute_s += nominal;
         // Account what the model charged, not the clock's reading: the clock has a finite tick.
+        self.stats.compute_s += match self.kind {
+            RuntimeKind::Sim => charged,
+            RuntimeKind::Wall => t1 - t0,
+        };
+        self.trace_span(label, "compute", t0, t1);
+        out
+    }
+
+    /// Runs `math` and charges `work` as the slice `span` of this role's iteration: the straggler
+    /// injector is probed where the slice starts and at every progress point inside it, so a
+    /// worker that charges its iteration in many small pieces (FlexRR's work units, help given to
+    /// peers) meets the patterns at the same points as one that charges it whole. Returns the
+    /// math's result.
+    pub async fn compute_span<T>(
+        &mut self,
+        label: &str,
+        work: Work,
+        span: IterSpan,
+        math: impl FnOnce() -> T,
+    ) -> T {
+        let t0 = self.now();
+        let (out, nominal) = self.run_math(work, math);
+        let pieces = if self.stragglers.is_empty() {
+            vec![(span.from, 1.0)]
+        } else {
+            span.pieces(self.progress_points)
+        };
+        let mut charged = 0.0;
+        for (at, share) in pieces {
+            let effect = if self.stragglers.is_empty() {
+                Effect::NONE
+            } else {
+                self.stragglers.effect(&self.probe(at, span.nominal_iter_s))
+            };
+            // A fixed delay belongs to the start of an iteration, charged once.
+            let mut sleep = if at <= 0.0 { effect.extra_delay_s } else { 0.0 };
+            sleep += match self.kind {
+                RuntimeKind::Sim => nominal * share * effect.compute_factor,
+                RuntimeKind::Wall => nominal * share * (effect.compute_factor - 1.0).max(0.0),
+            };
+            charged += sleep;
+            self.net.time().sleep(sleep).await;
+        }
+        let t1 = self.now();
+        self.stats.flops += work.flops();
+        self.stats.nominal_compute_s += nominal;
         self.stats.compute_s += match self.kind {
             RuntimeKind::Sim => charged,
             RuntimeKind::Wall => t1 - t0,

@@ -29,12 +29,14 @@ mod alexnet;
 mod builder;
 mod googlenet;
 mod inception;
+mod mlr;
 mod resnet;
 mod vgg;
 
 pub use alexnet::alexnet;
 pub use googlenet::googlenet;
 pub use inception::inception_v3;
+pub use mlr::mlr_imagenet;
 pub use resnet::{resnet101, resnet32, resnet50};
 pub use vgg::{vgg16, vgg19};
 
@@ -166,6 +168,7 @@ pub fn builtin_names() -> &'static [&'static str] {
         "googlenet",
         "googlenet-32",
         "inception-v3",
+        "mlr-imagenet",
         "resnet-101",
         "resnet-32",
         "resnet-50",
@@ -192,6 +195,7 @@ pub fn builtin(name: &str) -> Option<ModelProfile> {
         "googlenet" => googlenet(224),
         "googlenet32" => googlenet(32),
         "inceptionv3" => inception_v3(),
+        "mlrimagenet" => mlr_imagenet(),
         "resnet101" => resnet101(),
         "resnet32" => resnet32(),
         "resnet50" => resnet50(),

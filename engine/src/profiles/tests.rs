@@ -69,6 +69,7 @@ fn exact_known_counts() {
         ("alexnet", 62_378_344),
         ("googlenet", 6_998_552),
         ("inception-v3", 23_834_568),
+        ("mlr-imagenet", 21_504 * 1_000 + 1_000),
     ];
     for (name, params) in exact {
         assert_eq!(builtin(name).unwrap().total_params(), params, "{name}");
@@ -108,6 +109,13 @@ fn published_parameter_counts_within_2_percent() {
 fn forward_flops_match_published() {
     assert_rel("vgg16", vgg16().forward_flops(), 30.9e9, 0.02);
     assert_rel("resnet-50", resnet50().forward_flops(), 8.2e9, 0.05);
+    // MLR: one multiply-add per feature and class.
+    assert_rel(
+        "mlr-imagenet",
+        mlr_imagenet().forward_flops(),
+        2.0 * 21_504e3,
+        1e-9,
+    );
     // Further published multiply-accumulate counts (× 2 FLOPs).
     assert_rel("vgg19", vgg19().forward_flops(), 2.0 * 19.6e9, 0.02);
     assert_rel("resnet-101", resnet101().forward_flops(), 2.0 * 7.8e9, 0.03);
@@ -337,7 +345,7 @@ fn blocks_at_edges() {
 
 #[test]
 fn builtin_lookup() {
-    assert_eq!(builtin_names().len(), 9);
+    assert_eq!(builtin_names().len(), 10);
     for &name in builtin_names() {
         let m = builtin(name).unwrap_or_else(|| panic!("{name}"));
         assert_eq!(m.name, name);

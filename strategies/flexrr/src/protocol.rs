@@ -1,0 +1,118 @@
+//! RapidReassignment's peer-to-peer messages (thesis §3.3.3, spec §4.1.4), and the end-of-run
+//! statistics a worker sends the coordinator.
+
+use concord_engine::error::{EngineError, Result};
+use concord_engine::ids::RoleId;
+use concord_engine::message::Message;
+use serde::{Deserialize, Serialize};
+
+/// Tag of every FlexRR message on the transport.
+pub const TAG: &str = "flexrr";
+
+/// A message between workers (or a worker's statistics to the coordinator).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum RrMsg {
+    /// Potential helper → each of its helpees, once per iteration at the progress checkpoint.
+    ProgressReport {
+        /// The sender's current iteration.
+        iter: u64,
+        /// Fraction of that iteration done (the checkpoint, 0.75 by default).
+        frac: f64,
+        /// The sender's timer when it sent the report.
+        timer: f64,
+    },
+    /// Slow worker → helper: process units `[start, end)` of my iteration `iter`.
+    DoThis {
+        /// Assignment id, unique per sender.
+        id: u64,
+        /// The sender's iteration the units belong to.
+        iter: u64,
+        /// First unit.
+        start: u32,
+        /// One past the last unit.
+        end: u32,
+        /// The sender's timer when it sent the offer.
+        timer: f64,
+    },
+    /// Helper → slow worker: I have started assignment `id`.
+    BegunHelping {
+        /// The assignment.
+        id: u64,
+    },
+    /// Helper → slow worker: assignment `id` is done and its updates are at the servers.
+    HelpCompleted {
+        /// The assignment.
+        id: u64,
+    },
+    /// Slow worker → helper: drop every offer of mine sent at or before `timer`.
+    CancelHelp {
+        /// The sender's timer when it cancelled.
+        timer: f64,
+    },
+    /// Helper → slow worker: your cancel of `timer` is seen; I began none of those offers that
+    /// I have not already told you about.
+    CancelAck {
+        /// The timer of the cancel acknowledged.
+        timer: f64,
+    },
+    /// Worker → coordinator: I have finished my last clock (I keep serving my helpees).
+    Finished,
+    /// Coordinator → every worker: everyone has finished; stop serving.
+    Release,
+    /// Worker → coordinator at the end of the run.
+    Stats(WorkerStats),
+}
+
+/// Units of one worker's clock processed in one go by one worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Processed {
+    /// Whose clock it is.
+    pub owner: u32,
+    /// The owner's clock.
+    pub clock: u64,
+    /// First unit.
+    pub start: u32,
+    /// One past the last unit.
+    pub end: u32,
+}
+
+/// What a worker did, for the run's figures and the exactly-once check.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerStats {
+    /// Every range of units it processed (its own and others').
+    pub processed: Vec<Processed>,
+    /// Offers it sent (initial and follow-up).
+    pub offers: u64,
+    /// Of those, follow-ups.
+    pub follow_ups: u64,
+    /// Offers a helper began.
+    pub accepted: u64,
+    /// Offers it cancelled and processed itself.
+    pub cancelled: u64,
+    /// Offers it received and discarded (cancelled or from a later iteration).
+    pub discarded: u64,
+    /// Units it processed for others.
+    pub help_units: u64,
+    /// Message checks it made.
+    pub checks: u64,
+}
+
+impl RrMsg {
+    /// As a transport message.
+    pub fn encode(&self) -> Result<Message> {
+        Message::custom(TAG, self)
+    }
+
+    /// Decodes a FlexRR message; other messages give `None`, a malformed one an error naming
+    /// the sender.
+    pub fn decode(me: RoleId, from: RoleId, msg: &Message) -> Result<Option<RrMsg>> {
+        match msg {
+            Message::Custom { tag, .. } if tag == TAG => {
+                msg.decode_custom(TAG).map(Some).ok_or_else(|| {
+                    EngineError::protocol(me, format!("malformed flexrr message from {from}"))
+                })
+            }
+            _ => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! FlexRR's parameter-server shard (thesis §3.2.2, spec §4.1.6): LazyTable-style additive
+//! updates under SSP.
+//!
+//! Workers send deltas ([`Message::Update`]) tagged with the clock of the work they come from and
+//! that work's owner; a helper sends deltas for its helpee's clock and asks for an acknowledgement
+//! (the flush before `help-completed`). A clock is applied once every owner has completed it:
+//! its deltas are summed in a canonical order (owner, sender, arrival) and added to the values, so
+//! version `v` holds every update of clocks `≤ v` and none after. Reads wait until the version the
+//! consistency rule asks for. An update for a clock already applied is an error: it would be an
+//! update lost from the version that claims to include it.
+
+use async_trait::async_trait;
+use concord_engine::error::{EngineError, Result};
+use concord_engine::ids::{Clock, RoleId, ServerId, WorkerId};
+use concord_engine::job::Job;
+use concord_engine::message::Message;
+use concord_engine::payload::{BlockId, BlockPayload, Payload};
+use concord_engine::ps::{ReadRecord, ServerReport, Snapshot};
+use concord_engine::role::RoleCtx;
+use concord_engine::roles::Server;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Deltas of one clock, keyed canonically, and the owners that completed it.
+#[derive(Default)]
+struct ClockDeltas {
+    parts: BTreeMap<(WorkerId, WorkerId, u64), Vec<BlockPayload>>,
+    done: BTreeSet<WorkerId>,
+}
+
+/// One shard of FlexRR's parameter server.
+pub struct FlexServer {
+    id: ServerId,
+    workers: u32,
+    snapshot_every: u64,
+    values: BTreeMap<BlockId, Payload>,
+    version: i64,
+    arrivals: u64,
+    pending: BTreeMap<Clock, ClockDeltas>,
+    waiting: Vec<(WorkerId, Clock, Option<i64>)>,
+    report: ServerReport,
+}
+
+impl FlexServer {
+    /// Shard `id` of `job`, holding its blocks at their initial values.
+    pub fn new(job: &Arc<Job>, id: ServerId) -> FlexServer {
+        let values = job
+            .layout
+            .slice_for(id, job.init.as_deref())
+            .into_iter()
+            .map(|bp| (bp.block, bp.data))
+            .collect();
+        FlexServer {
+            id,
+            workers: job.config.workers,
+            snapshot_every: job.config.eval_every.max(1),
+            values,
+            version: -1,
+            arrivals: 0,
+            pending: BTreeMap::new(),
+            waiting: Vec::new(),
+            report: ServerReport::default(),
+        }
+    }
+
+    /// This shard's index.
+    pub fn id(&self) -> ServerId {
+        self.id
+    }
+
+    fn blocks(&self) -> Vec<BlockPayload> {
+        self.values
+            .iter()
+            .map(|(&block, data)| BlockPayload {
+                block,
+                data: data.clone(),
+            })
+            .collect()
+    }
+
+    fn elems(&self) -> u64 {
+        self.values.values().map(Payload::elems).sum()
+    }
+
+    fn reply(&mut self, ctx: &RoleCtx, worker: WorkerId, clock: Clock, min_version: Option<i64>) {
+        self.report.reads.push(ReadRecord {
+            worker,
+            clock,
+            min_version,
+            version: self.version,
+        });
+        ctx.send(
+            RoleId::Worker(worker),
+            Message::Params {
+                version: self.version,
+                served_at: ctx.now(),
+                blocks: self.blocks(),
+            },
+        );
+    }
+
+    fn fresh_enough(&self, min_version: Option<i64>) -> bool {
+        min_version.is_none_or(|v| self.version >= v)
+    }
+
+    /// Applies every complete clock, in order.
+    async fn apply_complete_clocks(&mut self, ctx: &mut RoleCtx) {
+        loop {
+            let next = (self.version + 1) as Clock;
+            let complete = self
+                .pending
+                .get(&next)
+                .is_some_and(|d| d.done.len() as u32 >= self.workers);
+            let Some(deltas) = complete.then(|| self.pending.remove(&next)).flatten() else {
+                return;
+            };
+            for part in deltas.parts.values() {
+                for bp in part {
+                    if let Some(v) = self.values.get_mut(&bp.block) {
+                        v.axpy(1.0, &bp.data);
+                    }
+                }
+            }
+            ctx.serve("apply", self.elems() as f64).await;
+            self.version = next as i64;
+            let iterations = next + 1;
+            if iterations.is_multiple_of(self.snapshot_every) {
+                self.report.snapshots.push(Snapshot {
+                    iterations,
+                    time_s: ctx.now(),
+                    blocks: self.blocks(),
+                });
+            }
+            let waiting = std::mem::take(&mut self.waiting);
+            for (w, c, min) in waiting {
+                if self.fresh_enough(min) {
+                    self.reply(ctx, w, c, min);
+                } else {
+                    self.waiting.push((w, c, min));
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn on_update(
+        &mut self,
+        ctx: &mut RoleCtx,
+        from: WorkerId,
+        clock: Clock,
+        owner: WorkerId,
+        completes: bool,
+        ack: bool,
+        deltas: Vec<BlockPayload>,
+    ) -> Result<()> {
+        let me = ctx.id();
+        if (clock as i64) <= self.version {
+            return Err(EngineError::protocol(
+                me,
+                format!("worker {from} sent an update for worker {owner}'s clock {clock}, already applied (version {}): it would be lost", self.version),
+            ));
+        }
+        if owner >= self.workers || (completes && owner != from) {
+            return Err(EngineError::protocol(
+                me,
+                format!("worker {from} cannot complete or update for worker {owner}"),
+            ));
+        }
+        if let Some(bad) = deltas.iter().find(|d| !self.values.contains_key(&d.block)) {
+            return Err(EngineError::protocol(
+                me,
+                format!(
+                    "worker {from} updated block {}, which this server does not hold",
+                    bad.block
+                ),
+            ));
+        }
+        let elems: u64 = deltas.iter().map(|d| d.data.elems()).sum();
+        let seq = self.arrivals;
+        self.arrivals += 1;
+        let buf = self.pending.entry(clock).or_default();
+        buf.parts.insert((owner, from, seq), deltas);
+        if completes && !buf.done.insert(owner) {
+            return Err(EngineError::protocol(
+                me,
+                format!("worker {owner} completed clock {clock} twice"),
+            ));
+        }
+        // Buffering costs one add per element received.
+        ctx.serve("aggregate", elems as f64).await;
+        if ack {
+            ctx.send(RoleId::Worker(from), Message::UpdateAck { clock });
+        }
+        self.apply_complete_clocks(ctx).await;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Server for FlexServer {
+    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<ServerReport> {
+        loop {
+            let env = ctx.recv().await?;
+            let worker = match env.from {
+                RoleId::Worker(w) => Some(w),
+                _ => None,
+            };
+            match (env.msg, worker) {
+                (Message::Shutdown, _) => break,
+                (
+                    Message::Update {
+                        clock,
+                        owner,
+                        completes_clock,
+                        ack,
+                        deltas,
+                    },
+                    Some(w),
+                ) => {
+                    self.on_update(ctx, w, clock, owner, completes_clock, ack, deltas)
+                        .await?
+                }
+                (Message::Pull { clock, min_version }, Some(w)) => {
+                    if self.fresh_enough(min_version) {
+                        self.reply(ctx, w, clock, min_version);
+                    } else {
+                        self.waiting.push((w, clock, min_version));
+                    }
+                }
+                (other, _) => {
+                    return Err(EngineError::protocol(
+                        ctx.id(),
+                        format!("unexpected message from {}: {other:?}", env.from),
+                    ))
+                }
+            }
+        }
+        let mut report = std::mem::take(&mut self.report);
+        report.blocks = self.blocks();
+        report.version = self.version;
+        Ok(report)
+    }
+}
