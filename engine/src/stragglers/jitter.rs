@@ -6,22 +6,31 @@ use rand_distr::StandardNormal;
 use super::rng::rng_for_keys;
 use super::{Effect, Probe, RoleKind, Straggler};
 
-/// Mean-one lognormal factor `J = exp(σZ − σ²/2)` per (role, iteration, probe point).
+/// Mean-one lognormal factor `J = exp(σZ − σ²/2)` per (role, iteration, probe point), or per
+/// (role, iteration) when `per_iteration`.
 #[derive(Debug)]
 pub(super) struct Jitter {
     seed: u64,
     kind: RoleKind,
     index: u32,
     sigma: f64,
+    per_iteration: bool,
 }
 
 impl Jitter {
-    pub(super) fn new(seed: u64, kind: RoleKind, index: u32, sigma: f64) -> Self {
+    pub(super) fn new(
+        seed: u64,
+        kind: RoleKind,
+        index: u32,
+        sigma: f64,
+        per_iteration: bool,
+    ) -> Self {
         Jitter {
             seed,
             kind,
             index,
             sigma,
+            per_iteration,
         }
     }
 
@@ -34,7 +43,15 @@ impl Jitter {
         let z: f64 = rng_for_keys(
             self.seed,
             stream,
-            &[u64::from(self.index), p.iter, p.progress.to_bits()],
+            &[
+                u64::from(self.index),
+                p.iter,
+                if self.per_iteration {
+                    0
+                } else {
+                    p.progress.to_bits()
+                },
+            ],
         )
         .sample(StandardNormal);
         (self.sigma * z - 0.5 * self.sigma * self.sigma).exp()

@@ -466,6 +466,11 @@ pub enum StragglerConfig {
         /// σ of the lognormal (≥ 0). Default 0.1.
         #[serde(default = "d_jitter_sigma")]
         sigma: f64,
+        /// One factor per (worker, iteration) instead of per probe point: noise that does not
+        /// average out over an iteration however finely a strategy charges it (FlexRR's
+        /// baseline jitter). Default false.
+        #[serde(default)]
+        per_iteration: bool,
     },
     /// RNA's random delay: before every iteration a worker sleeps U[`min_s`, `max_s`] seconds,
     /// keyed by (seed, worker, iter). The thesis injects U(0, 50 ms) per process per iteration,
@@ -1184,9 +1189,17 @@ impl StragglerConfig {
                 *jitter,
                 *cpu_coupled,
             )),
-            StragglerConfig::Jitter { sigma, .. } => {
-                Box::new(jitter::Jitter::new(seed, kind, index, *sigma))
-            }
+            StragglerConfig::Jitter {
+                sigma,
+                per_iteration,
+                ..
+            } => Box::new(jitter::Jitter::new(
+                seed,
+                kind,
+                index,
+                *sigma,
+                *per_iteration,
+            )),
             StragglerConfig::CsvTrace { path } => {
                 Box::new(csv_trace::CsvTrace::load(path, kind, index, machine)?)
             }

@@ -752,6 +752,7 @@ fn jitter_is_mean_one_and_per_point() {
         workers: None,
         servers: None,
         sigma,
+        per_iteration: false,
     };
     let mut w = cfg.build(5, RoleKind::Worker, 0, 0).unwrap();
     let n = 20_000u64;
@@ -782,6 +783,7 @@ fn jitter_is_mean_one_and_per_point() {
         workers: None,
         servers: None,
         sigma,
+        per_iteration: false,
     };
     assert!(!workers_only.applies_to(RoleKind::Server, 0, 0));
 }
@@ -951,6 +953,7 @@ fn all_patterns(csv: std::path::PathBuf) -> Vec<StragglerConfig> {
             workers: None,
             servers: None,
             sigma: 0.1,
+            per_iteration: false,
         },
         StragglerConfig::CsvTrace { path: csv },
     ]
@@ -1372,6 +1375,7 @@ fn validate_rejects_out_of_range_values() {
                 workers: None,
                 servers: None,
                 sigma: f64::NAN,
+                per_iteration: false,
             },
             "jitter",
             "`sigma`",
@@ -1526,4 +1530,29 @@ fn rna_injectors_reject_bad_values() {
             "{text}: {e}"
         );
     }
+}
+
+#[test]
+fn per_iteration_jitter_is_constant_within_an_iteration() {
+    let cfg = StragglerConfig::Jitter {
+        roles: JitterRoles::Workers,
+        workers: None,
+        servers: None,
+        sigma: 0.3,
+        per_iteration: true,
+    };
+    let mut w = cfg.build(5, RoleKind::Worker, 0, 0).unwrap();
+    let probe = |iter: u64, progress: f64| Probe {
+        kind: RoleKind::Worker,
+        index: 0,
+        machine: 0,
+        num_workers: 1,
+        now: 0.0,
+        iter,
+        progress,
+        nominal_iter_s: 1.0,
+    };
+    let a = w.effect(&probe(3, 0.0)).compute_factor;
+    assert_eq!(w.effect(&probe(3, 0.37)).compute_factor, a);
+    assert_ne!(w.effect(&probe(4, 0.0)).compute_factor, a);
 }

@@ -1,0 +1,246 @@
+//! FlexRR (Harlap thesis ch. 3): exactly-once processing of every (clock, unit) under heavy
+//! reassignment (spec §4.5 claim 10), the SSP bound under RapidReassignment (claim 11), the
+//! equivalence of BSP RR and BSP, determinism, partial replication, uneven work, and start-up
+//! errors.
+
+mod common;
+
+use common::{max_diff, run, straggler};
+use concord::engine::config::RunConfig;
+use concord::engine::optim::OptimizerConfig;
+use concord::engine::role::RuntimeKind;
+use concord::engine::run::RunResult;
+
+/// 8 workers on 4 machines of 2 cores, MLR on the teacher task, 20 units of 2 samples per
+/// clock, on slow simulated cores so a unit costs about 10 ms.
+fn base(options: &str) -> RunConfig {
+    let units = if options.contains("units") {
+        ""
+    } else {
+        "units = 20"
+    };
+    let text = format!(
+        r#"
+        seed = 7
+        workers = 8
+        servers = 2
+        batch = 40
+        iterations = 12
+        eval_every = 4
+        strategies = ["flexrr"]
+        [strategy.flexrr]
+        {units}
+        {options}
+        [model]
+        kind = "mlr"
+        [data]
+        kind = "teacher"
+        train = 2048
+        test = 256
+        [optimizer]
+        kind = "sgd"
+        lr = 0.01
+        momentum = 0.0
+        [cluster]
+        default_device = "core"
+        machines = [{{ device = "core", count = 4, slots = 2 }}]
+        [cluster.devices.core]
+        peak_tflops = 0.0000004
+        efficiency = 1.0
+        memory_gib = 1.0
+        nic_gbps = 1.0
+        latency_us = 50.0
+        "#
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("flexrr.toml");
+    std::fs::write(&path, text).expect("write config");
+    concord::config::load(Some(&path), &[]).expect("valid test config")
+}
+
+/// Heavy, frequent slowdowns so that work moves all the time.
+fn straggling(mut cfg: RunConfig) -> RunConfig {
+    cfg.stragglers = vec![
+        straggler("pattern = \"slow-worker\"\ndelay = 3.0\nprobability = 0.1"),
+        straggler("pattern = \"jitter\"\nsigma = 0.2\nper_iteration = true"),
+    ];
+    cfg
+}
+
+fn figure(r: &RunResult, name: &str) -> f64 {
+    r.summary
+        .figures
+        .get(&format!("flexrr.{name}"))
+        .copied()
+        .unwrap_or_else(|| panic!("figure {name} missing: {:?}", r.summary.figures))
+}
+
+fn params(r: &RunResult) -> &[(String, Vec<f32>)] {
+    r.params.as_deref().expect("real model")
+}
+
+/// Claim 10: every unit of every worker's every clock is processed exactly once, however much
+/// work moves, in virtual and in wall-clock time. (The coordinator's ledger fails the run on a
+/// doubled or missing unit; its own tests show that it does.)
+#[test]
+fn every_unit_is_processed_exactly_once_under_heavy_reassignment() {
+    for runtime in [RuntimeKind::Sim, RuntimeKind::Wall] {
+        let mut cfg = straggling(base(""));
+        cfg.runtime = runtime;
+        if runtime == RuntimeKind::Wall {
+            cfg.iterations = 4;
+        }
+        let r = run(&cfg);
+        let units = 8.0 * 20.0 * cfg.iterations as f64;
+        assert_eq!(figure(&r, "units_verified"), units, "{runtime:?}");
+        if runtime == RuntimeKind::Sim {
+            let share = figure(&r, "reassigned_share");
+            assert!(share > 0.05, "work must really move: {share}");
+            assert!(figure(&r, "follow_ups") > 0.0);
+            assert!(figure(&r, "cancelled") > 0.0, "the cancel path must be exercised");
+        }
+    }
+}
+
+/// Claim 11: with RapidReassignment no worker ever works more than `s` clocks ahead of the
+/// slowest: when a worker starts the work of clock `c` (its read has returned), every worker
+/// has finished clock `c − s − 1`, helped ranges included; and every read is as fresh as SSP
+/// asks.
+#[test]
+fn the_ssp_bound_holds_under_rapid_reassignment() {
+    for slack in [0u64, 1, 2] {
+        let r = run(&straggling(base(&format!("slack = {slack}"))));
+        for (w, records) in r.worker_records.iter().enumerate() {
+            for rec in records {
+                let work_start = rec.start_s + rec.comm_s;
+                assert!(rec.version_read >= rec.clock as i64 - slack as i64 - 1);
+                let Ok(need) = usize::try_from(rec.clock as i64 - slack as i64 - 1) else {
+                    continue;
+                };
+                for (v, others) in r.worker_records.iter().enumerate() {
+                    let done: &concord::engine::metrics::IterRecord = &others[need];
+                    assert!(
+                        done.end_s <= work_start,
+                        "s = {slack}: worker {w} started clock {} at {work_start} before worker {v} finished clock {need} at {}",
+                        rec.clock,
+                        done.end_s
+                    );
+                }
+            }
+        }
+        for read in &r.reads {
+            assert!(read.min_version.is_none_or(|m| read.version >= m));
+        }
+        assert!(figure(&r, "reassigned_share") > 0.0, "s = {slack}");
+    }
+}
+
+/// Without read-my-writes every unit of a clock is computed on the values read at its start, so
+/// BSP RR is synchronous SGD whatever moves: it equals BSP in the same system, and the engine's
+/// BSP with the mean gradient of all units (lr × workers × units). A lost or doubled unit would
+/// show.
+#[test]
+fn bsp_rr_without_read_my_writes_is_exactly_bsp() {
+    let opts = |rr: bool| format!("slack = 0\nread_my_writes = false\nreassignment = {rr}");
+    let rr = run(&straggling(base(&opts(true))));
+    assert!(figure(&rr, "reassigned_share") > 0.05);
+    let plain = run(&straggling(base(&opts(false))));
+    assert_eq!(figure(&plain, "reassigned_share"), 0.0);
+    let d = max_diff(params(&rr), params(&plain));
+    assert!(d < 1e-5, "BSP RR vs BSP: {d}");
+    assert!(
+        rr.summary.time_per_iteration_s < plain.summary.time_per_iteration_s,
+        "reassignment shortens BSP's iterations"
+    );
+
+    let mut engine = base("");
+    engine.strategies = vec!["bsp".into()];
+    engine.strategy.clear();
+    engine.optimizer = OptimizerConfig::Sgd {
+        lr: 0.01 * 8.0 * 20.0,
+        momentum: 0.0,
+        weight_decay: 0.0,
+    };
+    let reference = run(&engine);
+    let d = max_diff(params(&plain), params(&reference));
+    assert!(d < 1e-5, "flexrr BSP vs engine BSP: {d}");
+}
+
+/// Same seed, same bits: parameters, losses, timings and figures.
+#[test]
+fn runs_are_deterministic() {
+    let a = run(&straggling(base("")));
+    let b = run(&straggling(base("")));
+    assert_eq!(params(&a), params(&b));
+    assert_eq!(a.summary.run_time_s.to_bits(), b.summary.run_time_s.to_bits());
+    assert_eq!(a.summary.figures, b.summary.figures);
+    let losses = |r: &RunResult| r.rows.iter().map(|x| x.loss.to_bits()).collect::<Vec<_>>();
+    assert_eq!(losses(&a), losses(&b));
+}
+
+/// Partial replication: helpers only take units from the prefetched tail (a helper rejects any
+/// other range as a protocol error), and help still happens at ρ = 25 %.
+#[test]
+fn partial_replication_limits_help_to_the_prefetched_tail() {
+    let r = run(&straggling(base("replication = 0.25")));
+    let share = figure(&r, "reassigned_share");
+    assert!(share > 0.0 && share <= 0.25, "{share}");
+    assert_eq!(figure(&r, "units_verified"), 8.0 * 20.0 * 12.0);
+}
+
+/// The uneven workload moves data items, not speed: heavy machines get 75 % of the units, and
+/// help evens out the iteration times.
+#[test]
+fn uneven_workload_is_a_data_skew_that_help_evens_out() {
+    let uneven = "uneven = { fraction_machines = 0.5, share = 0.75 }";
+    let with = run(&base(uneven));
+    // Heavy machines 0 and 2 (workers 0, 1, 4, 5) have 30 units, light ones 10.
+    assert_eq!(figure(&with, "units_verified"), (4.0 * 30.0 + 4.0 * 10.0) * 12.0);
+    assert!(figure(&with, "reassigned_share") > 0.1);
+    let without = run(&base(&format!("{uneven}\nreassignment = false")));
+    let even = run(&base(""));
+    let (t_rr, t_ssp, t_even) = (
+        with.summary.time_per_iteration_s,
+        without.summary.time_per_iteration_s,
+        even.summary.time_per_iteration_s,
+    );
+    assert!(t_ssp > 1.3 * t_even, "SSP suffers the skew: {t_ssp} vs {t_even}");
+    assert!(t_rr < 1.15 * t_even, "FlexRR ≈ even: {t_rr} vs {t_even}");
+}
+
+fn compose_error(cfg: &RunConfig) -> String {
+    match concord::registry().compose(cfg) {
+        Ok(_) => panic!("composed, but should not"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_options_are_start_up_errors_naming_the_key() {
+    for (options, key) in [
+        ("units = 7", "strategy.flexrr.units"),
+        ("units = 0", "strategy.flexrr.units"),
+        ("group_size = 8", "strategy.flexrr.group_size"),
+        ("replication = 0.0", "strategy.flexrr.replication"),
+        ("initial = 1.5", "strategy.flexrr.initial"),
+        ("checks = 0", "strategy.flexrr.checks"),
+        ("trigger = -0.1", "strategy.flexrr.trigger"),
+        ("uneven = { share = 1.0 }", "strategy.flexrr.uneven.share"),
+        ("helpers = 3", "strategy.flexrr"),
+    ] {
+        let e = compose_error(&base(options));
+        assert!(e.contains(key), "{options}: {e}");
+    }
+    let mut cfg = base("");
+    cfg.optimizer = OptimizerConfig::Sgd {
+        lr: 0.1,
+        momentum: 0.9,
+        weight_decay: 0.0,
+    };
+    let e = compose_error(&cfg);
+    assert!(e.contains("optimizer.momentum"), "{e}");
+    let mut cfg = base("");
+    cfg.strategies = vec!["ssp".into(), "flexrr".into()];
+    let e = compose_error(&cfg);
+    assert!(e.contains("ssp") && e.contains("flexrr"), "{e}");
+}
