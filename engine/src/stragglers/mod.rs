@@ -230,6 +230,17 @@ impl Default for Uneven {
     }
 }
 
+/// What a Slow Worker slowdown's drawn length measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SlowLength {
+    /// Run time: the slowdown ends at a point in time.
+    #[default]
+    Time,
+    /// Nominal work: the slowdown ends once that much of the worker's own iteration is done.
+    Work,
+}
+
 /// Which roles the `jitter` pattern touches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -268,6 +279,11 @@ pub enum StragglerConfig {
         points: u32,
         /// Delay intensity d (1.0 = 100 % = twice as slow); ≥ 0. Required.
         delay: f64,
+        /// What the drawn length U[0, 2·T0] measures: `time` (run time, the default) or `work`
+        /// (nominal seconds of the worker's own iteration, like the thesis's sleeps inserted at
+        /// progress points: the added time is then `d` × the slowed work, linear in `d`).
+        #[serde(default)]
+        length: SlowLength,
     },
     /// FlexRR Disrupted Machine: every `period_s`, each machine independently is disrupted with
     /// `probability` for `duration_s`; every worker on it (and every server, if
@@ -1033,6 +1049,7 @@ impl StragglerConfig {
                 probability,
                 points,
                 delay,
+                length,
                 ..
             } => Box::new(slow_worker::SlowWorker::new(
                 seed,
@@ -1040,6 +1057,7 @@ impl StragglerConfig {
                 *probability,
                 *points,
                 *delay,
+                *length,
             )),
             StragglerConfig::DisruptedMachine {
                 probability,

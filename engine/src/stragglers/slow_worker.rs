@@ -3,7 +3,7 @@
 use rand::Rng;
 
 use super::rng::rng_for_keys;
-use super::{Effect, Probe, Straggler};
+use super::{Effect, Probe, SlowLength, Straggler};
 
 /// Tolerance for recognising a probe as sitting on a decision point.
 const POINT_EPS: f64 = 1e-6;
@@ -17,21 +17,36 @@ pub(super) struct SlowWorker {
     probability: f64,
     points: u32,
     delay: f64,
+    length: SlowLength,
     /// Time (seconds since start) at which the current slowdown ends; −∞ when never slowed.
     pub(super) slowed_until: f64,
+    /// Under [`SlowLength::Work`]: nominal seconds of work still to be done slowed.
+    slowed_work: f64,
+    /// Under [`SlowLength::Work`]: the previous probe's (iteration, progress).
+    last_probe: Option<(u64, f64)>,
     /// The last decision point taken, so a repeated probe does not decide twice.
     last_decision: Option<(u64, u32)>,
 }
 
 impl SlowWorker {
-    pub(super) fn new(seed: u64, index: u32, probability: f64, points: u32, delay: f64) -> Self {
+    pub(super) fn new(
+        seed: u64,
+        index: u32,
+        probability: f64,
+        points: u32,
+        delay: f64,
+        length: SlowLength,
+    ) -> Self {
         SlowWorker {
             seed,
             index,
             probability,
             points,
             delay,
+            length,
             slowed_until: f64::NEG_INFINITY,
+            slowed_work: 0.0,
+            last_probe: None,
             last_decision: None,
         }
     }
@@ -57,34 +72,60 @@ impl SlowWorker {
 
 impl Straggler for SlowWorker {
     fn effect(&mut self, p: &Probe) -> Effect {
+        if self.length == SlowLength::Work {
+            // Work done since the previous probe runs the slowed work down.
+            let done = match self.last_probe {
+                Some((iter, prev)) if iter == p.iter => (p.progress - prev).max(0.0),
+                Some((_, prev)) => (1.0 - prev).max(0.0) + p.progress,
+                None => 0.0,
+            };
+            self.slowed_work = (self.slowed_work - done * p.nominal_iter_s).max(0.0);
+            self.last_probe = Some((p.iter, p.progress));
+        }
         if let Some(k) = self.decision_point(p.progress) {
             if self.last_decision != Some((p.iter, k)) {
                 self.last_decision = Some((p.iter, k));
                 // Decisions are ignored while already slowed (thesis [C]).
-                if p.now >= self.slowed_until {
+                if !self.slowed(p.now) {
                     let mut rng = rng_for_keys(
                         self.seed,
                         "slow-worker",
                         &[u64::from(self.index), p.iter, u64::from(k)],
                     );
                     if rng.gen::<f64>() < self.probability {
-                        let duration = rng.gen::<f64>() * 2.0 * p.nominal_iter_s;
-                        self.slowed_until = p.now + duration;
+                        let length = rng.gen::<f64>() * 2.0 * p.nominal_iter_s;
+                        match self.length {
+                            SlowLength::Time => self.slowed_until = p.now + length,
+                            SlowLength::Work => self.slowed_work = length,
+                        }
                     }
                 }
             }
         }
-        if p.now >= self.slowed_until {
+        if !self.slowed(p.now) {
             return Effect::NONE;
         }
         let slow = 1.0 + self.delay;
-        let remaining = self.slowed_until - p.now;
         let work = self.work_to_next_point(p.progress, p.nominal_iter_s);
-        if work <= 0.0 || remaining >= slow * work {
+        // Slowed work left, in nominal seconds.
+        let remaining = match self.length {
+            SlowLength::Time => (self.slowed_until - p.now) / slow,
+            SlowLength::Work => self.slowed_work,
+        };
+        if work <= 0.0 || remaining >= work {
             return Effect::compute(slow);
         }
-        // The slowdown ends inside this interval: `remaining` seconds at 1+d cover
-        // remaining/(1+d) of the work, the rest runs at nominal speed.
-        Effect::compute((remaining + work - remaining / slow) / work)
+        // The slowdown ends inside this interval: `remaining` of the work runs at 1+d, the rest
+        // at nominal speed.
+        Effect::compute((remaining * slow + work - remaining) / work)
+    }
+}
+
+impl SlowWorker {
+    fn slowed(&self, now: f64) -> bool {
+        match self.length {
+            SlowLength::Time => now < self.slowed_until,
+            SlowLength::Work => self.slowed_work > 0.0,
+        }
     }
 }

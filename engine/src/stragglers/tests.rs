@@ -86,6 +86,7 @@ fn slow_worker_cfg(probability: f64, delay: f64) -> StragglerConfig {
         probability,
         points: 10,
         delay,
+        length: SlowLength::Time,
     }
 }
 
@@ -119,7 +120,7 @@ fn drive_slow_worker(
 #[test]
 fn slow_worker_fraction_of_time_slowed() {
     let (p, d, delta) = (0.01, 1.0, 0.1);
-    let mut s = slow_worker::SlowWorker::new(11, 0, p, 10, d);
+    let mut s = slow_worker::SlowWorker::new(11, 0, p, 10, d, SlowLength::Time);
     let (t, slowed, factors, starts) = drive_slow_worker(&mut s, 20_000, d);
     let frac = slowed / t;
     // Renewal cycle: slowed S ~ U[0, 2·T0] (mean 1), then unslowed time U = R + (K−1)·Δ,
@@ -155,7 +156,7 @@ fn slow_worker_fraction_of_time_slowed() {
 #[test]
 fn slow_worker_ignores_decisions_while_slowed() {
     // p = 1: every decision point starts a slowdown unless one is running.
-    let mut s = slow_worker::SlowWorker::new(5, 0, 1.0, 10, 2.0);
+    let mut s = slow_worker::SlowWorker::new(5, 0, 1.0, 10, 2.0, SlowLength::Time);
     let mut t = 0.0;
     let mut starts = 0;
     for iter in 0..2_000u64 {
@@ -180,12 +181,46 @@ fn slow_worker_ignores_decisions_while_slowed() {
     }
     assert!(starts > 100);
     // A repeated probe at the same point does not decide again.
-    let mut s = slow_worker::SlowWorker::new(5, 0, 1.0, 10, 2.0);
+    let mut s = slow_worker::SlowWorker::new(5, 0, 1.0, 10, 2.0, SlowLength::Time);
     s.effect(&worker(0, 0.0, 0, 0.1));
     let until = s.slowed_until;
     s.slowed_until = -1.0; // pretend it ended
     s.effect(&worker(0, until + 1.0, 0, 0.1));
     assert_eq!(s.slowed_until, -1.0);
+}
+
+/// Measured in work, a slowdown lasts for the drawn amount of the worker's own nominal work,
+/// however long that takes: the time it adds is exactly `d` × the slowed work, so the mean
+/// added time grows linearly in `d` (BSP's slope in the thesis's Fig. 3.6).
+#[test]
+fn slow_worker_measured_in_work_adds_time_linear_in_delay() {
+    let mean_added = |d: f64| {
+        let mut s = slow_worker::SlowWorker::new(11, 0, 0.01, 10, d, SlowLength::Work);
+        let (mut t, mut nominal) = (0.0, 0.0);
+        for iter in 0..20_000u64 {
+            for k in 0..10u32 {
+                let p = worker(0, t, iter, f64::from(k) / 10.0);
+                t += 0.1 * s.effect(&p).compute_factor;
+                nominal += 0.1;
+            }
+        }
+        (t - nominal) / 20_000.0
+    };
+    let (one, two, four) = (mean_added(1.0), mean_added(2.0), mean_added(4.0));
+    // About 0.09 slowdowns per iteration of mean length 1: ≈ 0.09·d s per 1 s iteration.
+    assert!(one > 0.06 && one < 0.12, "{one}");
+    assert!((two / one - 2.0).abs() < 0.05, "{one} {two}");
+    assert!((four / one - 4.0).abs() < 0.1, "{one} {four}");
+    // Measured in time the added time saturates instead: d/(1+d) of the slowed time.
+    let mut s = slow_worker::SlowWorker::new(11, 0, 0.01, 10, 4.0, SlowLength::Time);
+    let (mut t, mut nominal) = (0.0, 0.0);
+    for iter in 0..20_000u64 {
+        for k in 0..10u32 {
+            t += 0.1 * s.effect(&worker(0, t, iter, f64::from(k) / 10.0)).compute_factor;
+            nominal += 0.1;
+        }
+    }
+    assert!((t - nominal) / 20_000.0 < 0.5 * four);
 }
 
 // ---------------------------------------------------------------- disrupted-machine

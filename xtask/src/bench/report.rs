@@ -163,11 +163,26 @@ impl Row {
 }
 
 /// The first point of a curve that reaches `target`: test accuracy ≥ target accuracy (at an
-/// evaluation), or training loss ≤ target loss.
+/// evaluation), training loss ≤ target loss, or a training loss within the convergence
+/// criterion's relative change of the loss `over` iterations before.
 fn first_at_target<'a>(
     result: &'a CellResult,
     target: &Target,
 ) -> Option<&'a super::runner::CurvePoint> {
+    if let Some(c) = target.converged {
+        let over = c.over as usize;
+        // The objective: test loss where both points were evaluated, else training loss.
+        let objective = |a: &super::runner::CurvePoint, b: &super::runner::CurvePoint| {
+            match (a.test_loss, b.test_loss) {
+                (Some(x), Some(y)) => Some((x, y)),
+                _ => Some((a.loss?, b.loss?)),
+            }
+        };
+        return result.curve.iter().enumerate().skip(over).find_map(|(i, p)| {
+            let (now, before) = objective(p, &result.curve[i - over])?;
+            ((now - before).abs() <= c.change * before.abs()).then_some(p)
+        });
+    }
     result
         .curve
         .iter()

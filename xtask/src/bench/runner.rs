@@ -122,6 +122,9 @@ pub struct CurvePoint {
     pub loss: Option<f64>,
     /// Test accuracy, where evaluated.
     pub test_accuracy: Option<f64>,
+    /// Test loss, where evaluated (the objective of convergence targets).
+    #[serde(default)]
+    pub test_loss: Option<f64>,
 }
 
 /// A cell's result: its metrics and its curve.
@@ -171,6 +174,7 @@ impl CellResult {
                     time_s: r.time_s,
                     loss: finite(r.loss),
                     test_accuracy: r.test_accuracy.and_then(finite),
+                    test_loss: r.test_loss.and_then(finite),
                 })
                 .collect(),
         }

@@ -101,7 +101,7 @@ pub struct ScenarioSpec {
     pub sweep: Option<Sweep>,
 }
 
-/// A target accuracy or loss (exactly one of the two).
+/// A target accuracy, loss or convergence criterion (exactly one of them).
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Target {
@@ -112,6 +112,22 @@ pub struct Target {
     /// most this.
     #[serde(default)]
     pub loss: Option<f64>,
+    /// Reached when training has converged by the Harlap thesis's criterion (§3.4.3): the
+    /// objective — the test loss where evaluated (set `eval_every = 1`), else the training loss —
+    /// changed by less than `change` (relative) over the last `over` iterations.
+    #[serde(default)]
+    pub converged: Option<Convergence>,
+}
+
+/// A convergence criterion: relative change of the training loss below `change` over `over`
+/// iterations (the thesis: 2 % over 10).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Convergence {
+    /// Largest relative change that counts as converged (0.02 = 2 %).
+    pub change: f64,
+    /// Iterations the change is measured over (≥ 1).
+    pub over: u64,
 }
 
 /// Time-varying scenario phases: run time is cut into slots of `period_s`; slot `k` is in phase
@@ -341,15 +357,16 @@ impl Suite {
                 ));
             }
             if let Some(t) = &s.target {
-                let ok = match (t.accuracy, t.loss) {
-                    (Some(a), None) => a.is_finite(),
-                    (None, Some(l)) => l.is_finite(),
+                let ok = match (t.accuracy, t.loss, t.converged) {
+                    (Some(a), None, None) => a.is_finite(),
+                    (None, Some(l), None) => l.is_finite(),
+                    (None, None, Some(c)) => c.change.is_finite() && c.change > 0.0 && c.over >= 1,
                     _ => false,
                 };
                 if !ok {
                     return Err(bad(
                         &format!("scenarios[{i}].target"),
-                        "set exactly one of `accuracy` or `loss`, a finite number".into(),
+                        "set exactly one of `accuracy` or `loss` (a finite number) or `converged` (`change` > 0, `over` ≥ 1)".into(),
                     ));
                 }
             }

@@ -356,18 +356,21 @@ fn time_to_target_is_the_first_time_reached() {
                 time_s: 1.0,
                 loss: Some(0.9),
                 test_accuracy: Some(0.4),
+                test_loss: None,
             },
             CurvePoint {
                 iteration: 2,
                 time_s: 2.0,
                 loss: Some(0.4),
                 test_accuracy: None,
+                test_loss: None,
             },
             CurvePoint {
                 iteration: 3,
                 time_s: 3.0,
                 loss: Some(0.5),
                 test_accuracy: Some(0.8),
+                test_loss: None,
             },
         ],
         ..r
@@ -376,6 +379,12 @@ fn time_to_target_is_the_first_time_reached() {
     assert_eq!(report::time_to_target(&r, &t("accuracy = 0.7")), Some(3.0));
     assert_eq!(report::time_to_target(&r, &t("loss = 0.45")), Some(2.0));
     assert_eq!(report::time_to_target(&r, &t("accuracy = 0.95")), None);
+    // Convergence: |0.5 − 0.9| > 25 % of 0.9 over two iterations, but |0.4 − 0.5| ≤ 25 % of 0.5
+    // over one.
+    let c = |text: &str| t(&format!("converged = {{ {text} }}"));
+    assert_eq!(report::time_to_target(&r, &c("change = 0.25, over = 2")), None);
+    assert_eq!(report::time_to_target(&r, &c("change = 0.25, over = 1")), Some(3.0));
+    assert_eq!(report::iterations_to_target(&r, &c("change = 0.6, over = 1")), Some(2));
 }
 
 /// Every `<text>` of an SVG file, after checking that it parses as XML with an `<svg>` root.
@@ -698,12 +707,14 @@ fn the_report_of_a_subset_scenario_shows_only_its_strategies() {
                         time_s: 0.1,
                         loss: Some(1.0),
                         test_accuracy: None,
+                        test_loss: None,
                     },
                     runner::CurvePoint {
                         iteration: 2,
                         time_s: 0.2,
                         loss: Some(0.5),
                         test_accuracy: None,
+                        test_loss: None,
                     },
                 ],
             })
@@ -966,6 +977,7 @@ fn phase_ratio_compares_disturbed_and_calm_iterations() {
             time_s: t,
             loss: None,
             test_accuracy: None,
+            test_loss: None,
         });
     }
     let mut result = super::runner::CellResult {
@@ -1009,6 +1021,7 @@ fn steady_time_covers_the_second_half_of_the_run() {
                     time_s: t,
                     loss: None,
                     test_accuracy: None,
+                    test_loss: None,
                 }
             })
             .collect::<Vec<_>>()
