@@ -6,7 +6,12 @@ use std::path::PathBuf;
 
 fn shipped_configs() -> Vec<PathBuf> {
     let mut files = Vec::new();
-    for dir in ["configs", "configs/stragglers", "configs/psld", "configs/flexrr"] {
+    for dir in [
+        "configs",
+        "configs/stragglers",
+        "configs/psld",
+        "configs/flexrr",
+    ] {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "toml") {

@@ -97,7 +97,10 @@ fn every_unit_is_processed_exactly_once_under_heavy_reassignment() {
             let share = figure(&r, "reassigned_share");
             assert!(share > 0.05, "work must really move: {share}");
             assert!(figure(&r, "follow_ups") > 0.0);
-            assert!(figure(&r, "cancelled") > 0.0, "the cancel path must be exercised");
+            assert!(
+                figure(&r, "cancelled") > 0.0,
+                "the cancel path must be exercised"
+            );
         }
     }
 }
@@ -172,7 +175,10 @@ fn runs_are_deterministic() {
     let a = run(&straggling(base("")));
     let b = run(&straggling(base("")));
     assert_eq!(params(&a), params(&b));
-    assert_eq!(a.summary.run_time_s.to_bits(), b.summary.run_time_s.to_bits());
+    assert_eq!(
+        a.summary.run_time_s.to_bits(),
+        b.summary.run_time_s.to_bits()
+    );
     assert_eq!(a.summary.figures, b.summary.figures);
     let losses = |r: &RunResult| r.rows.iter().map(|x| x.loss.to_bits()).collect::<Vec<_>>();
     assert_eq!(losses(&a), losses(&b));
@@ -195,7 +201,10 @@ fn uneven_workload_is_a_data_skew_that_help_evens_out() {
     let uneven = "uneven = { fraction_machines = 0.5, share = 0.75 }";
     let with = run(&base(uneven));
     // Heavy machines 0 and 2 (workers 0, 1, 4, 5) have 30 units, light ones 10.
-    assert_eq!(figure(&with, "units_verified"), (4.0 * 30.0 + 4.0 * 10.0) * 12.0);
+    assert_eq!(
+        figure(&with, "units_verified"),
+        (4.0 * 30.0 + 4.0 * 10.0) * 12.0
+    );
     assert!(figure(&with, "reassigned_share") > 0.1);
     let without = run(&base(&format!("{uneven}\nreassignment = false")));
     let even = run(&base(""));
@@ -204,7 +213,10 @@ fn uneven_workload_is_a_data_skew_that_help_evens_out() {
         without.summary.time_per_iteration_s,
         even.summary.time_per_iteration_s,
     );
-    assert!(t_ssp > 1.3 * t_even, "SSP suffers the skew: {t_ssp} vs {t_even}");
+    assert!(
+        t_ssp > 1.3 * t_even,
+        "SSP suffers the skew: {t_ssp} vs {t_even}"
+    );
     assert!(t_rr < 1.15 * t_even, "FlexRR ≈ even: {t_rr} vs {t_even}");
 }
 

@@ -216,7 +216,9 @@ fn slow_worker_measured_in_work_adds_time_linear_in_delay() {
     let (mut t, mut nominal) = (0.0, 0.0);
     for iter in 0..20_000u64 {
         for k in 0..10u32 {
-            t += 0.1 * s.effect(&worker(0, t, iter, f64::from(k) / 10.0)).compute_factor;
+            t += 0.1
+                * s.effect(&worker(0, t, iter, f64::from(k) / 10.0))
+                    .compute_factor;
             nominal += 0.1;
         }
     }

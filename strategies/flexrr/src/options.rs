@@ -135,7 +135,7 @@ impl FlexrrOptions {
                 "must be at most 1000000",
             ));
         }
-        if o.units == 0 || config.batch % u64::from(o.units) != 0 {
+        if o.units == 0 || !config.batch.is_multiple_of(u64::from(o.units)) {
             return Err(EngineError::config(
                 key("units"),
                 o.units,
@@ -177,9 +177,9 @@ impl FlexrrOptions {
         let (lr, weight_decay) = match config.optimizer {
             OptimizerConfig::Sgd {
                 lr,
-                momentum,
+                momentum: 0.0,
                 weight_decay,
-            } if momentum == 0.0 => (lr as f32, weight_decay as f32),
+            } => (lr as f32, weight_decay as f32),
             OptimizerConfig::Sgd { momentum, .. } => {
                 return Err(EngineError::config(
                     "optimizer.momentum",

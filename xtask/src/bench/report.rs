@@ -172,16 +172,22 @@ fn first_at_target<'a>(
     if let Some(c) = target.converged {
         let over = c.over as usize;
         // The objective: test loss where both points were evaluated, else training loss.
-        let objective = |a: &super::runner::CurvePoint, b: &super::runner::CurvePoint| {
-            match (a.test_loss, b.test_loss) {
-                (Some(x), Some(y)) => Some((x, y)),
-                _ => Some((a.loss?, b.loss?)),
-            }
+        let objective = |a: &super::runner::CurvePoint, b: &super::runner::CurvePoint| match (
+            a.test_loss,
+            b.test_loss,
+        ) {
+            (Some(x), Some(y)) => Some((x, y)),
+            _ => Some((a.loss?, b.loss?)),
         };
-        return result.curve.iter().enumerate().skip(over).find_map(|(i, p)| {
-            let (now, before) = objective(p, &result.curve[i - over])?;
-            ((now - before).abs() <= c.change * before.abs()).then_some(p)
-        });
+        return result
+            .curve
+            .iter()
+            .enumerate()
+            .skip(over)
+            .find_map(|(i, p)| {
+                let (now, before) = objective(p, &result.curve[i - over])?;
+                ((now - before).abs() <= c.change * before.abs()).then_some(p)
+            });
     }
     result
         .curve

@@ -382,9 +382,18 @@ fn time_to_target_is_the_first_time_reached() {
     // Convergence: |0.5 − 0.9| > 25 % of 0.9 over two iterations, but |0.4 − 0.5| ≤ 25 % of 0.5
     // over one.
     let c = |text: &str| t(&format!("converged = {{ {text} }}"));
-    assert_eq!(report::time_to_target(&r, &c("change = 0.25, over = 2")), None);
-    assert_eq!(report::time_to_target(&r, &c("change = 0.25, over = 1")), Some(3.0));
-    assert_eq!(report::iterations_to_target(&r, &c("change = 0.6, over = 1")), Some(2));
+    assert_eq!(
+        report::time_to_target(&r, &c("change = 0.25, over = 2")),
+        None
+    );
+    assert_eq!(
+        report::time_to_target(&r, &c("change = 0.25, over = 1")),
+        Some(3.0)
+    );
+    assert_eq!(
+        report::iterations_to_target(&r, &c("change = 0.6, over = 1")),
+        Some(2)
+    );
 }
 
 /// Every `<text>` of an SVG file, after checking that it parses as XML with an `<svg>` root.
