@@ -67,11 +67,12 @@ impl MfSpec {
         }]
     }
 
-    /// Bound of the uniform initialisation: `0.5 · rank^(-1/4)`, half the true factors' scale,
-    /// so initial predictions are small (initial loss ≈ the data's variance) but not at the
-    /// saddle point `L = R = 0`, where every gradient vanishes.
+    /// Bound of the uniform initialisation: `rank^(-1/4)`, so entries have a third of the
+    /// variance of the ratings generator's true factors and initial predictions have variance
+    /// 1/9: far enough from the saddle point `L = R = 0` (where every gradient vanishes) for SGD
+    /// to leave it quickly, small against the data's unit variance.
     pub fn init_bound(&self) -> f32 {
-        0.5 * (self.rank as f32).powf(-0.25)
+        (self.rank as f32).powf(-0.25)
     }
 }
 
