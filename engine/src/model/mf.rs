@@ -172,7 +172,7 @@ impl MfModel {
 
     /// Decodes `[row, col, value]` triples, checking indices are integers in range.
     fn entries(&self, features: &[f32], context: &str) -> Result<Vec<(usize, usize, f32)>> {
-        if features.len() % 3 != 0 {
+        if !features.len().is_multiple_of(3) {
             return Err(mf_err(
                 context,
                 format!(
