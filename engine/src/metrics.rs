@@ -54,10 +54,11 @@ pub struct IterationRow {
     pub comm_s: Vec<f64>,
     /// Bytes sent by workers in this clock.
     pub bytes_sent: u64,
-    /// Test accuracy of the parameters after this iteration, where evaluated.
+    /// Test accuracy of the parameters after this iteration, where evaluated (classifiers only;
+    /// regression models such as MF have none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_accuracy: Option<f64>,
-    /// Test loss, where evaluated.
+    /// Test loss, where evaluated (cross-entropy; MF: the test MSE).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_loss: Option<f64>,
 }
@@ -141,9 +142,9 @@ pub struct Summary {
     pub wait_share: f64,
     /// Training loss of the last iteration.
     pub final_loss: f64,
-    /// Test accuracy at the end (real models).
+    /// Test accuracy at the end (classifiers; `None` for regression models such as MF).
     pub final_test_accuracy: Option<f64>,
-    /// Test loss at the end (real models).
+    /// Test loss at the end (real models: cross-entropy; MF: the test MSE).
     pub final_test_loss: Option<f64>,
     /// Bytes sent over the transport, all roles.
     pub bytes_sent: u64,

@@ -52,9 +52,10 @@ pub struct RunResult {
     pub traffic: BTreeMap<(RoleId, RoleId), LinkTraffic>,
 }
 
-/// Test-set accuracy and loss of a parameter set, and the values evaluated.
+/// Test-set accuracy (none for regression models such as MF) and loss of a parameter set, and the
+/// values evaluated.
 struct Evaluation {
-    accuracy: f64,
+    accuracy: Option<f64>,
     loss: f64,
     values: Vec<Vec<f32>>,
 }
@@ -68,12 +69,10 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
     let (model, data) = match &config.model {
         ModelConfig::Profile { .. } => (ModelSpec::resolve(&config.model, &[], 0)?, None),
         _ => {
+            // Pairing errors (MF without ratings data, ...) before generating any data.
+            config.model.check_data(&config.data)?;
             let split = config.data.load(config.seed)?;
-            let spec = ModelSpec::resolve(
-                &config.model,
-                &split.train.sample_shape,
-                split.train.classes,
-            )?;
+            let spec = ModelSpec::resolve_for_data(&config.model, &config.data, &split.train)?;
             (spec, Some(split))
         }
     };
@@ -426,7 +425,7 @@ fn finish(
         }
         if let Some(e) = evaluate(blocks)? {
             if let Some(row) = rows.get_mut(it as usize - 1) {
-                row.test_accuracy = Some(e.accuracy);
+                row.test_accuracy = e.accuracy;
                 row.test_loss = Some(e.loss);
             }
         }
@@ -438,7 +437,7 @@ fn finish(
             .collect(),
     )?;
     if let (Some(row), Some(e)) = (rows.last_mut(), &final_eval) {
-        row.test_accuracy = Some(e.accuracy);
+        row.test_accuracy = e.accuracy;
         row.test_loss = Some(e.loss);
     }
 
@@ -485,7 +484,7 @@ fn finish(
             0.0
         },
         final_loss: rows.last().map_or(f64::NAN, |r| r.loss),
-        final_test_accuracy: final_eval.as_ref().map(|e| e.accuracy),
+        final_test_accuracy: final_eval.as_ref().and_then(|e| e.accuracy),
         final_test_loss: final_eval.as_ref().map(|e| e.loss),
         bytes_sent: traffic.values().map(|t| t.bytes).sum(),
         messages_sent: traffic.values().map(|t| t.messages).sum(),

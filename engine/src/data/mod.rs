@@ -6,7 +6,10 @@
 //!   two-layer tanh network, keeping only samples the teacher is confident
 //!   about, so a small student network can learn the task quickly;
 //! * **blobs**: one isotropic Gaussian per class around random centres;
-//! * **idx**: local files in the IDX (MNIST) format.
+//! * **idx**: local files in the IDX (MNIST) format;
+//! * **ratings**: observed entries of a synthetic low-rank matrix with
+//!   Gaussian noise, for matrix factorization (a regression task; each sample
+//!   is an entry `[row, col, value]`, see [`ratings`]).
 //!
 //! Synthetic data is generated from a `u64` seed with ChaCha8 streams, so the
 //! same seed gives byte-identical data on every run. Batch sampling
@@ -18,6 +21,7 @@
 //! row-major `f32` features into tensors itself.
 
 mod idx;
+mod ratings;
 mod sampling;
 mod synthetic;
 
@@ -29,10 +33,15 @@ pub use idx::{
     encode_idx_images, encode_idx_labels, load_idx, read_idx_images, read_idx_labels,
     write_idx_images, write_idx_labels, IdxImages, IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC,
 };
+pub use ratings::{ratings, ratings_counts, LowRankFactors, MAX_RATINGS_DIM, RATINGS_SAMPLE_LEN};
 pub use sampling::{fisher_yates, mix_seed, shard_range, splitmix64, SampleStream};
 pub use synthetic::{blobs, teacher, TeacherStats, MAX_ATTEMPTS_PER_SAMPLE};
 
-/// A classification dataset held in memory: row-major f32 features, one u32 label per sample.
+/// A dataset held in memory: row-major f32 features, one u32 label per sample.
+///
+/// Classification data uses the label; ratings data (matrix factorization)
+/// stores each observed entry as the features `[row, col, value]` with label 0
+/// and `classes = 1` (see [`ratings`]).
 ///
 /// Sample `i` occupies `features[i * sample_len() .. (i + 1) * sample_len()]`,
 /// laid out in `sample_shape` row-major order; its label is `labels[i]`, which
@@ -176,6 +185,38 @@ fn default_separation() -> f32 {
     DEFAULT_SEPARATION
 }
 
+/// Default number of rows of the ratings matrix (the thesis's MF stand-in: 2,000 × 1,000).
+pub const DEFAULT_RATINGS_ROWS: usize = 2000;
+/// Default number of columns of the ratings matrix.
+pub const DEFAULT_RATINGS_COLS: usize = 1000;
+/// Default rank of the true factors.
+pub const DEFAULT_RATINGS_RANK: usize = 10;
+/// Default fraction of observed cells.
+pub const DEFAULT_RATINGS_OBSERVED: f64 = 0.05;
+/// Default standard deviation of the noise on each observed value (noise floor σ² = 0.01).
+pub const DEFAULT_RATINGS_NOISE: f64 = 0.1;
+/// Default fraction of observed entries held out as the test set.
+pub const DEFAULT_RATINGS_TEST_FRACTION: f64 = 0.1;
+
+fn default_ratings_rows() -> usize {
+    DEFAULT_RATINGS_ROWS
+}
+fn default_ratings_cols() -> usize {
+    DEFAULT_RATINGS_COLS
+}
+fn default_ratings_rank() -> usize {
+    DEFAULT_RATINGS_RANK
+}
+fn default_ratings_observed() -> f64 {
+    DEFAULT_RATINGS_OBSERVED
+}
+fn default_ratings_noise() -> f64 {
+    DEFAULT_RATINGS_NOISE
+}
+fn default_ratings_test_fraction() -> f64 {
+    DEFAULT_RATINGS_TEST_FRACTION
+}
+
 /// Serde config, TOML `[data]` table, tagged by `kind`, kebab-case, deny_unknown_fields on each variant.
 ///
 /// (serde takes `deny_unknown_fields` on the enum and applies it to every
@@ -183,7 +224,7 @@ fn default_separation() -> f32 {
 ///
 /// ```toml
 /// [data]
-/// kind = "teacher"   # or "blobs", "idx"
+/// kind = "teacher"   # or "blobs", "idx", "ratings"
 /// dim = 32
 /// margin = 0.25
 /// ```
@@ -258,6 +299,32 @@ pub enum DataConfig {
         /// Test labels (e.g. `t10k-labels-idx1-ubyte`).
         test_labels: PathBuf,
     },
+    /// Synthetic low-rank ratings for matrix factorization: `X = U Vᵀ + noise`.
+    ///
+    /// True factor entries are `N(0, 1/√rank)` (values have variance 1); a
+    /// fraction `observed` of the cells is observed with `N(0, noise²)` noise,
+    /// and `test_fraction` of the observed entries is held out. Samples are
+    /// entries `[row, col, value]` (see [`ratings`]); pair with `[model] kind = "mf"`.
+    Ratings {
+        /// Matrix rows (≤ 2²⁴).
+        #[serde(default = "default_ratings_rows")]
+        rows: usize,
+        /// Matrix columns (≤ 2²⁴).
+        #[serde(default = "default_ratings_cols")]
+        cols: usize,
+        /// Rank of the true factors.
+        #[serde(default = "default_ratings_rank")]
+        rank: usize,
+        /// Fraction of cells observed, in (0, 1].
+        #[serde(default = "default_ratings_observed")]
+        observed: f64,
+        /// Standard deviation of the Gaussian noise on each observed value (≥ 0).
+        #[serde(default = "default_ratings_noise")]
+        noise: f64,
+        /// Fraction of the observed entries held out for testing, in (0, 1).
+        #[serde(default = "default_ratings_test_fraction")]
+        test_fraction: f64,
+    },
 }
 
 impl Default for DataConfig {
@@ -323,7 +390,9 @@ impl DataConfig {
     ///
     /// Sizes, dimensions and widths must be > 0, `classes` ≥ 2, `margin`
     /// finite and ≥ 0, `spread` finite and ≥ 0, `separation` finite and > 0,
-    /// and IDX paths non-empty (their existence is checked by [`load`]).
+    /// IDX paths non-empty (their existence is checked by [`load`]), and for
+    /// ratings `rows`, `cols` ≤ 2²⁴, `observed` in (0, 1], `noise` ≥ 0 and
+    /// `test_fraction` in (0, 1) leaving at least one test and one training entry.
     /// The error ([`DataError::InvalidConfig`]) names the offending field, so
     /// a run fails at startup with a message pointing into the TOML.
     ///
@@ -393,6 +462,66 @@ impl DataConfig {
                 check_path("test_labels", test_labels)?;
                 Ok(())
             }
+            DataConfig::Ratings {
+                rows,
+                cols,
+                rank,
+                observed,
+                noise,
+                test_fraction,
+            } => {
+                for (field, v) in [("rows", *rows), ("cols", *cols)] {
+                    check_positive(field, v)?;
+                    if v > MAX_RATINGS_DIM {
+                        return Err(invalid(
+                            field,
+                            format!(
+                                "must be ≤ {MAX_RATINGS_DIM} so indices are exact as f32 features (got {v})"
+                            ),
+                        ));
+                    }
+                }
+                check_positive("rank", *rank)?;
+                check_volume("rows", *rows, *rank)?;
+                check_volume("cols", *cols, *rank)?;
+                if !observed.is_finite() || *observed <= 0.0 || *observed > 1.0 {
+                    return Err(invalid(
+                        "observed",
+                        format!("must be in (0, 1] (got {observed})"),
+                    ));
+                }
+                if !noise.is_finite() || *noise < 0.0 {
+                    return Err(invalid(
+                        "noise",
+                        format!("must be finite and ≥ 0 (got {noise})"),
+                    ));
+                }
+                if !test_fraction.is_finite() || *test_fraction <= 0.0 || *test_fraction >= 1.0 {
+                    return Err(invalid(
+                        "test_fraction",
+                        format!("must be in (0, 1) (got {test_fraction})"),
+                    ));
+                }
+                let (count, test) = ratings_counts(*rows, *cols, *observed, *test_fraction);
+                if count < 2 {
+                    return Err(invalid(
+                        "observed",
+                        format!(
+                            "gives {count} observed entries of a {rows} x {cols} matrix; need at least 2 (one to train on, one to test)"
+                        ),
+                    ));
+                }
+                if test == 0 || test == count {
+                    return Err(invalid(
+                        "test_fraction",
+                        format!(
+                            "holds out {test} of {count} observed entries; need at least one test and one training entry"
+                        ),
+                    ));
+                }
+                check_volume("observed", count, RATINGS_SAMPLE_LEN)?;
+                Ok(())
+            }
         }
     }
 
@@ -435,6 +564,25 @@ impl DataConfig {
                 test_images,
                 test_labels,
             } => idx::load_idx_split(train_images, train_labels, test_images, test_labels),
+            DataConfig::Ratings {
+                rows,
+                cols,
+                rank,
+                observed,
+                noise,
+                test_fraction,
+            } => Ok(ratings(*rows, *cols, *rank, *observed, *noise, *test_fraction, seed).0),
+        }
+    }
+
+    /// The `kind` tag as written in the TOML (`"teacher"`, `"blobs"`, `"idx"`, `"ratings"`),
+    /// for error messages that pair the data with a model.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DataConfig::Teacher { .. } => "teacher",
+            DataConfig::Blobs { .. } => "blobs",
+            DataConfig::Idx { .. } => "idx",
+            DataConfig::Ratings { .. } => "ratings",
         }
     }
 }

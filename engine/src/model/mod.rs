@@ -1,16 +1,19 @@
-//! Models: built-in staged candle networks for real training, and the papers' big models as
-//! profiles for throughput mode.
+//! Models: built-in staged candle networks for real training, matrix factorization (MF) on ratings
+//! data, and the papers' big models as profiles for throughput mode.
 //!
 //! A model is a sequence of stages, each with its own named parameters. Parameters are laid out
 //! in one canonical order (stage order, then name), which is how gradients are exchanged and how
 //! parameter blocks are cut.
 
+mod mf;
 mod replica;
 mod stages;
 
+pub use mf::{MfModel, MfSpec, MF_LEFT, MF_RIGHT};
 pub use replica::{Replica, StepOutput};
 pub use stages::{StageSpec, StagedModel};
 
+use crate::data::{DataConfig, Dataset};
 use crate::error::{EngineError, Result};
 use crate::profiles::{self, ModelProfile};
 use crate::rng::{seeded, stable_hash};
@@ -50,6 +53,21 @@ pub enum ModelConfig {
         #[serde(default)]
         image: Option<[usize; 3]>,
     },
+    /// Matrix factorization `X ≈ L Rᵀ` on `[data] kind = "ratings"` (the thesis's MF workload).
+    ///
+    /// Parameters `mf.L` (`rows × rank`) and `mf.R` (`cols × rank`), sizes taken from the data;
+    /// the loss of an entry is `(L_i · R_j − x_ij)² + l2 · (|L_i|² + |R_j|²)`, averaged over the
+    /// batch. A regression model: evaluation reports the test MSE and no accuracy.
+    Mf {
+        /// Rank of the factors (≥ 1; need not equal the data's true rank).
+        #[serde(default = "default_mf_rank")]
+        rank: usize,
+        /// L2 regularization λ on the rows an entry touches (finite, ≥ 0). The default 0.01 is
+        /// small against the data term: a row of the default data has ~45 training entries,
+        /// so it shrinks the factors by a few percent while keeping rarely seen rows bounded.
+        #[serde(default = "default_mf_l2")]
+        l2: f64,
+    },
     /// Throughput mode: a paper's model as a per-layer profile, with virtual payloads and no math.
     Profile {
         /// Built-in profile name (vgg16, vgg19, alexnet, resnet-32/50/101, inception-v3, googlenet).
@@ -68,6 +86,53 @@ fn default_vgg_channels() -> Vec<usize> {
 }
 fn default_vgg_dense() -> usize {
     64
+}
+fn default_mf_rank() -> usize {
+    10
+}
+fn default_mf_l2() -> f64 {
+    0.01
+}
+
+impl ModelConfig {
+    /// The `kind` tag as written in the TOML, for error messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ModelConfig::Mlp { .. } => "mlp",
+            ModelConfig::Mlr => "mlr",
+            ModelConfig::Cnn { .. } => "cnn",
+            ModelConfig::VggLike { .. } => "vgg-like",
+            ModelConfig::Mf { .. } => "mf",
+            ModelConfig::Profile { .. } => "profile",
+        }
+    }
+
+    /// Checks that the model can train on `data` before any data is generated: MF needs ratings
+    /// data, and ratings data (a regression task) trains only MF. Profiles take no data.
+    pub fn check_data(&self, data: &DataConfig) -> Result<()> {
+        let ratings = matches!(data, DataConfig::Ratings { .. });
+        match self {
+            ModelConfig::Profile { .. } => Ok(()),
+            ModelConfig::Mf { .. } if !ratings => Err(EngineError::config(
+                "model.kind",
+                "\"mf\"",
+                format!(
+                    "matrix factorization trains on `[data] kind = \"ratings\"`, not data.kind = \"{}\"",
+                    data.kind()
+                ),
+            )),
+            ModelConfig::Mf { .. } => Ok(()),
+            other if ratings => Err(EngineError::config(
+                "data.kind",
+                "\"ratings\"",
+                format!(
+                    "ratings data trains only `[model] kind = \"mf\"`, not model.kind = \"{}\"",
+                    other.kind()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Default for ModelConfig {
@@ -110,6 +175,8 @@ pub struct StageFacts {
 /// A model resolved against its input: real (trainable) or a throughput-mode profile.
 #[derive(Clone, Debug)]
 pub enum ModelSpec {
+    /// Matrix factorization on ratings data (trains for real, by hand).
+    Mf(MfSpec),
     /// A candle network that trains for real.
     Real {
         /// Stages in execution order.
@@ -124,7 +191,54 @@ pub enum ModelSpec {
 }
 
 impl ModelSpec {
+    /// Resolves the config against its data config and loaded training set: checks the pairing
+    /// ([`ModelConfig::check_data`]), takes MF's matrix sizes from the ratings config, and
+    /// resolves every other model with [`ModelSpec::resolve`].
+    pub fn resolve_for_data(
+        cfg: &ModelConfig,
+        data: &DataConfig,
+        train: &Dataset,
+    ) -> Result<ModelSpec> {
+        cfg.check_data(data)?;
+        match (cfg, data) {
+            (ModelConfig::Mf { rank, l2 }, DataConfig::Ratings { rows, cols, .. }) => {
+                ModelSpec::mf(*rows, *cols, *rank, *l2)
+            }
+            _ => ModelSpec::resolve(cfg, &train.sample_shape, train.classes),
+        }
+    }
+
+    /// An MF model of a `rows × cols` matrix, checking `rank` ≥ 1 and `l2` finite and ≥ 0.
+    pub fn mf(rows: usize, cols: usize, rank: usize, l2: f64) -> Result<ModelSpec> {
+        if rank == 0 {
+            return Err(EngineError::config("model.rank", rank, "must be >= 1"));
+        }
+        if !(l2.is_finite() && l2 >= 0.0) {
+            return Err(EngineError::config(
+                "model.l2",
+                l2,
+                "must be finite and >= 0",
+            ));
+        }
+        if rows.checked_mul(rank).is_none() || cols.checked_mul(rank).is_none() {
+            return Err(EngineError::config(
+                "model.rank",
+                rank,
+                format!("factors of {rows} x {rank} and {cols} x {rank} do not fit in memory"),
+            ));
+        }
+        Ok(ModelSpec::Mf(MfSpec {
+            rows,
+            cols,
+            rank,
+            l2,
+        }))
+    }
+
     /// Resolves the config for data with `sample_shape` and `classes`.
+    ///
+    /// MF needs the ratings matrix's sizes, which only the data config knows: it is an error
+    /// here (naming `model.kind`); use [`ModelSpec::resolve_for_data`].
     pub fn resolve(cfg: &ModelConfig, sample_shape: &[usize], classes: usize) -> Result<ModelSpec> {
         let flat: usize = sample_shape.iter().product();
         let image_shape = |image: &Option<[usize; 3]>| -> Result<Vec<usize>> {
@@ -159,6 +273,13 @@ impl ModelSpec {
                             ),
                         )
                     });
+            }
+            ModelConfig::Mf { .. } => {
+                return Err(EngineError::config(
+                    "model.kind",
+                    "\"mf\"",
+                    "matrix factorization takes its sizes from `[data] kind = \"ratings\"`",
+                ))
             }
             ModelConfig::Mlr => StageSpec::mlp(flat, &[], classes),
             ModelConfig::Mlp { hidden } => {
@@ -210,6 +331,12 @@ impl ModelSpec {
 
     /// Whether this model trains for real (false: throughput mode).
     pub fn is_real(&self) -> bool {
+        !matches!(self, ModelSpec::Profile(_))
+    }
+
+    /// Whether the model is a classifier (evaluation reports an accuracy). MF is a regression
+    /// model: its evaluation reports the test MSE and no accuracy.
+    pub fn has_accuracy(&self) -> bool {
         matches!(self, ModelSpec::Real { .. })
     }
 
@@ -221,6 +348,7 @@ impl ModelSpec {
                 .enumerate()
                 .flat_map(|(i, s)| s.params(i))
                 .collect(),
+            ModelSpec::Mf(m) => m.params(),
             ModelSpec::Profile(p) => p
                 .tensors()
                 .map(|t| ParamInfo {
@@ -244,6 +372,7 @@ impl ModelSpec {
                     activation_bytes: s.out_elems() as u64 * 4,
                 })
                 .collect(),
+            ModelSpec::Mf(m) => m.stage_facts(),
             ModelSpec::Profile(p) => p
                 .layers
                 .iter()
@@ -266,11 +395,16 @@ impl ModelSpec {
     }
 
     /// Initial parameter values, one vector per parameter in layout order; deterministic in `seed`.
-    /// Weights are He-uniform (bound √(6 / fan_in)), biases zero. Profiles get no values.
+    /// Weights are He-uniform (bound √(6 / fan_in)), biases zero; MF factors are uniform within
+    /// [`MfSpec::init_bound`]. Profiles get no values.
     pub fn init_values(&self, seed: u64) -> Option<Vec<Vec<f32>>> {
         if !self.is_real() {
             return None;
         }
+        let mf_bound = match self {
+            ModelSpec::Mf(m) => Some(m.init_bound()),
+            _ => None,
+        };
         Some(
             self.params()
                 .iter()
@@ -279,7 +413,7 @@ impl ModelSpec {
                         return vec![0.0; p.elems()];
                     }
                     let mut rng = seeded(seed, stable_hash(&p.name), 0);
-                    let bound = (6.0 / p.fan_in as f64).sqrt() as f32;
+                    let bound = mf_bound.unwrap_or_else(|| (6.0 / p.fan_in as f64).sqrt() as f32);
                     (0..p.elems())
                         .map(|_| rng.gen_range(-bound..bound))
                         .collect()
@@ -315,7 +449,7 @@ mod tests {
         let labels = [0u32, 2, 1, 1, 0];
         let full = replica.step(x.clone(), &labels).unwrap();
 
-        let model = replica.model();
+        let model = replica.model().unwrap();
         let mut inputs = vec![model.input(x, batch).unwrap()];
         for i in 0..model.len() {
             let y = model.forward_stage(i, &inputs[i]).unwrap();

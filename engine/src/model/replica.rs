@@ -1,21 +1,30 @@
 //! A worker's model replica: load parameters, take a training step, evaluate.
 
-use super::{ModelSpec, StagedModel};
+use super::{MfModel, ModelSpec, StagedModel};
 use crate::error::{EngineError, Result, TensorContext};
 use candle_core::{Device, Tensor};
 
 /// Result of one training step.
 #[derive(Clone, Debug)]
 pub struct StepOutput {
-    /// Mean cross-entropy over the batch.
+    /// Mean loss over the batch: cross-entropy for classifiers, the regularized squared error
+    /// for MF.
     pub loss: f64,
     /// Mean gradient over the batch, one flat vector per parameter in layout order.
     pub grads: Vec<Vec<f32>>,
 }
 
 /// A trainable copy of a real model.
+///
+/// Every kind of real model trains through the same calls ([`Replica::set_params`],
+/// [`Replica::step`], [`Replica::evaluate`]), so strategies need no model-specific code.
 pub struct Replica {
-    model: StagedModel,
+    inner: Inner,
+}
+
+enum Inner {
+    Staged(StagedModel),
+    Mf(MfModel),
 }
 
 impl Replica {
@@ -27,20 +36,31 @@ impl Replica {
                 input_shape,
                 ..
             } => Ok(Some(Replica {
-                model: StagedModel::new(stages, input_shape, &Device::Cpu)?,
+                inner: Inner::Staged(StagedModel::new(stages, input_shape, &Device::Cpu)?),
+            })),
+            ModelSpec::Mf(m) => Ok(Some(Replica {
+                inner: Inner::Mf(MfModel::new(m)),
             })),
             ModelSpec::Profile(_) => Ok(None),
         }
     }
 
-    /// The staged network (for strategies that run stages one by one).
-    pub fn model(&self) -> &StagedModel {
-        &self.model
+    /// The staged network (for strategies that run stages one by one); `None` for MF, which is
+    /// not a stack of stages.
+    pub fn model(&self) -> Option<&StagedModel> {
+        match &self.inner {
+            Inner::Staged(m) => Some(m),
+            Inner::Mf(_) => None,
+        }
     }
 
     /// Sets every parameter from flat values in layout order.
     pub fn set_params(&self, values: &[Vec<f32>]) -> Result<()> {
-        let vars = self.model.vars();
+        let model = match &self.inner {
+            Inner::Staged(m) => m,
+            Inner::Mf(m) => return m.set_params(values),
+        };
+        let vars = model.vars();
         if vars.len() != values.len() {
             return Err(EngineError::Tensor {
                 context: "load parameters".into(),
@@ -52,24 +72,31 @@ impl Replica {
             });
         }
         for (var, v) in vars.into_iter().zip(values) {
-            let t =
-                Tensor::from_slice(v, var.shape(), self.model.device()).ctx("load parameters")?;
+            let t = Tensor::from_slice(v, var.shape(), model.device()).ctx("load parameters")?;
             var.set(&t).ctx("load parameters")?;
         }
         Ok(())
     }
 
-    /// Forward and backward on one batch: mean loss and mean gradients.
+    /// Forward and backward on one batch: mean loss and dense mean gradients, one vector per
+    /// parameter in layout order (MF: zero on the factor rows the batch does not touch).
     pub fn step(&self, features: Vec<f32>, labels: &[u32]) -> Result<StepOutput> {
+        let model = match &self.inner {
+            Inner::Staged(m) => m,
+            Inner::Mf(m) => {
+                let (loss, grads) = m.step(&features)?;
+                return Ok(StepOutput { loss, grads });
+            }
+        };
         let batch = labels.len();
-        let x = self.model.input(features, batch).ctx("batch input")?;
-        let y = Tensor::from_slice(labels, batch, self.model.device()).ctx("batch labels")?;
-        let logits = self.model.forward(&x).ctx("forward")?;
+        let x = model.input(features, batch).ctx("batch input")?;
+        let y = Tensor::from_slice(labels, batch, model.device()).ctx("batch labels")?;
+        let logits = model.forward(&x).ctx("forward")?;
         let loss = candle_nn::loss::cross_entropy(&logits, &y).ctx("loss")?;
         let grads = loss.backward().ctx("backward")?;
         let loss = loss.to_scalar::<f32>().ctx("loss value")? as f64;
         let mut out = Vec::new();
-        for var in self.model.vars() {
+        for var in model.vars() {
             let g = match grads.get(var.as_tensor()) {
                 Some(g) => g
                     .flatten_all()
@@ -83,22 +110,28 @@ impl Replica {
     }
 
     /// Accuracy and mean loss on a labelled set, in chunks.
-    pub fn evaluate(&self, features: &[f32], labels: &[u32]) -> Result<(f64, f64)> {
+    ///
+    /// Classifiers report `(Some(accuracy), mean cross-entropy)`; MF, a regression model, reports
+    /// `(None, test MSE)` (the squared error alone, without the regularization term).
+    pub fn evaluate(&self, features: &[f32], labels: &[u32]) -> Result<(Option<f64>, f64)> {
+        let model = match &self.inner {
+            Inner::Staged(m) => m,
+            Inner::Mf(m) => return Ok((None, m.mse(features)?)),
+        };
         let n = labels.len();
         if n == 0 {
-            return Ok((0.0, 0.0));
+            return Ok((Some(0.0), 0.0));
         }
         let per = features.len() / n;
         let (mut correct, mut loss_sum) = (0usize, 0.0f64);
         for start in (0..n).step_by(1024) {
             let end = (start + 1024).min(n);
-            let x = self
-                .model
+            let x = model
                 .input(features[start * per..end * per].to_vec(), end - start)
                 .ctx("eval input")?;
-            let y = Tensor::from_slice(&labels[start..end], end - start, self.model.device())
+            let y = Tensor::from_slice(&labels[start..end], end - start, model.device())
                 .ctx("eval labels")?;
-            let logits = self.model.forward(&x).ctx("eval forward")?;
+            let logits = model.forward(&x).ctx("eval forward")?;
             let loss = candle_nn::loss::cross_entropy(&logits, &y).ctx("eval loss")?;
             loss_sum += loss.to_scalar::<f32>().ctx("eval loss")? as f64 * (end - start) as f64;
             let pred = logits
@@ -111,6 +144,6 @@ impl Replica {
                 .filter(|(p, l)| p == l)
                 .count();
         }
-        Ok((correct as f64 / n as f64, loss_sum / n as f64))
+        Ok((Some(correct as f64 / n as f64), loss_sum / n as f64))
     }
 }
