@@ -256,3 +256,26 @@ fn bad_options_are_start_up_errors_naming_the_key() {
     let e = compose_error(&cfg);
     assert!(e.contains("ssp") && e.contains("flexrr"), "{e}");
 }
+
+/// Matrix factorization, the thesis's convergence workload (sparse: a unit touches only its
+/// entries' rows), trains under FlexRR with work moving between workers.
+#[test]
+fn matrix_factorization_trains_under_flexrr() {
+    let sets: Vec<String> = [
+        "iterations=40",
+        "eval_every=40",
+        "stragglers=[{pattern=\"slow-worker\",delay=2.0,probability=0.05,length=\"work\"}]",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let cfg = concord::config::load(Some(std::path::Path::new("configs/flexrr/mf.toml")), &sets)
+        .expect("valid config");
+    let r = run(&cfg);
+    assert!(figure(&r, "reassigned_share") > 0.02);
+    assert_eq!(figure(&r, "units_verified"), 8.0 * 100.0 * 40.0);
+    let mse = r.summary.final_test_loss.expect("evaluated");
+    // From about 1.1 at the start (values of variance 1); the noise floor is 0.01.
+    assert!(mse < 0.4, "test MSE {mse}");
+    assert!(r.summary.final_test_accuracy.is_none(), "regression has no accuracy");
+}

@@ -48,8 +48,9 @@ pub fn fisher_yates<T>(items: &mut [T], rng: &mut ChaCha8Rng) {
 /// Stream number separating sampling permutations from the data generators' streams.
 const SAMPLING_STREAM: u64 = 0x5341_4d50_4c45_0000; // "SAMPLE\0\0"
 
-/// How many epoch permutations a [`SampleStream`] keeps cached.
-const CACHED_EPOCHS: usize = 2;
+/// How many epoch permutations a [`SampleStream`] keeps cached: enough for workers some clocks
+/// apart (SSP, FlexRR help for earlier clocks) when a clock is about an epoch.
+const CACHED_EPOCHS: usize = 8;
 
 /// The order samples are drawn in: a global stream, reshuffled each epoch from the seed, so that any split of an iteration's global batch among workers sees exactly the samples a single worker with the whole batch would see.
 ///
@@ -60,7 +61,7 @@ const CACHED_EPOCHS: usize = 2;
 /// `global_batch` positions of it. A global batch may straddle an epoch
 /// boundary (or span several epochs if it is larger than the dataset).
 ///
-/// The last couple of epoch permutations are cached behind a mutex, so
+/// The last few epoch permutations are cached behind a mutex, so
 /// repeated calls cost `O(count)`; the cache never changes the result, and
 /// the stream is `Send + Sync`.
 pub struct SampleStream {

@@ -97,8 +97,9 @@ impl Strategy for Flexrr {
         asm.worker = Some(Arc::new(move |job, id| {
             Ok(Box::new(FlexWorker::new(job, id, r.clone())?) as Box<dyn Worker>)
         }));
-        asm.server = Some(Arc::new(|job, id| {
-            Ok(Box::new(FlexServer::new(&job, id)) as Box<dyn Server>)
+        let eager = resolved.options.slack > 0;
+        asm.server = Some(Arc::new(move |job, id| {
+            Ok(Box::new(FlexServer::new(&job, id, eager)) as Box<dyn Server>)
         }));
         asm.coordinator = Some(Arc::new(move |job| {
             Ok(Box::new(FlexCoordinator::new(

@@ -3,11 +3,13 @@
 //!
 //! Workers send deltas ([`Message::Update`]) tagged with the clock of the work they come from and
 //! that work's owner; a helper sends deltas for its helpee's clock and asks for an acknowledgement
-//! (the flush before `help-completed`). A clock is applied once every owner has completed it:
-//! its deltas are summed in a canonical order (owner, sender, arrival) and added to the values, so
-//! version `v` holds every update of clocks `≤ v` and none after. Reads wait until the version the
-//! consistency rule asks for. An update for a clock already applied is an error: it would be an
-//! update lost from the version that claims to include it.
+//! (the flush before `help-completed`). The version is the last clock every owner has completed:
+//! version `v` holds every update of clocks `≤ v`. Under SSP (slack > 0) deltas are added as they
+//! arrive, so values may also hold some newer updates, as in LazyTable; with slack 0 a clock's
+//! deltas are added together once it is complete, in a canonical order (owner, sender, arrival),
+//! so BSP values are exactly the clock's and bit-reproducible. Reads wait until the version the
+//! consistency rule asks for. An update for a clock already complete is an error: it would be an
+//! update missing from the version that claims to include it.
 
 use async_trait::async_trait;
 use concord_engine::error::{EngineError, Result};
@@ -32,6 +34,8 @@ struct ClockDeltas {
 pub struct FlexServer {
     id: ServerId,
     workers: u32,
+    /// Add deltas on arrival (SSP) rather than per complete clock (BSP).
+    eager: bool,
     snapshot_every: u64,
     values: BTreeMap<BlockId, Payload>,
     version: i64,
@@ -42,8 +46,9 @@ pub struct FlexServer {
 }
 
 impl FlexServer {
-    /// Shard `id` of `job`, holding its blocks at their initial values.
-    pub fn new(job: &Arc<Job>, id: ServerId) -> FlexServer {
+    /// Shard `id` of `job`, holding its blocks at their initial values; `eager` adds deltas as
+    /// they arrive (SSP) instead of per complete clock.
+    pub fn new(job: &Arc<Job>, id: ServerId, eager: bool) -> FlexServer {
         let values = job
             .layout
             .slice_for(id, job.init.as_deref())
@@ -53,6 +58,7 @@ impl FlexServer {
         FlexServer {
             id,
             workers: job.config.workers,
+            eager,
             snapshot_every: job.config.eval_every.max(1),
             values,
             version: -1,
@@ -103,7 +109,16 @@ impl FlexServer {
         min_version.is_none_or(|v| self.version >= v)
     }
 
-    /// Applies every complete clock, in order.
+    fn add(&mut self, deltas: &[BlockPayload]) {
+        for bp in deltas {
+            if let Some(v) = self.values.get_mut(&bp.block) {
+                v.axpy(1.0, &bp.data);
+            }
+        }
+    }
+
+    /// Completes every clock all owners have completed, in order (adding its deltas unless they
+    /// were added on arrival).
     async fn apply_complete_clocks(&mut self, ctx: &mut RoleCtx) {
         loop {
             let next = (self.version + 1) as Clock;
@@ -114,14 +129,12 @@ impl FlexServer {
             let Some(deltas) = complete.then(|| self.pending.remove(&next)).flatten() else {
                 return;
             };
-            for part in deltas.parts.values() {
-                for bp in part {
-                    if let Some(v) = self.values.get_mut(&bp.block) {
-                        v.axpy(1.0, &bp.data);
-                    }
+            if !self.eager {
+                for part in deltas.parts.values() {
+                    self.add(part);
                 }
+                ctx.serve("apply", self.elems() as f64).await;
             }
-            ctx.serve("apply", self.elems() as f64).await;
             self.version = next as i64;
             let iterations = next + 1;
             if iterations.is_multiple_of(self.snapshot_every) {
@@ -178,8 +191,13 @@ impl FlexServer {
         let elems: u64 = deltas.iter().map(|d| d.data.elems()).sum();
         let seq = self.arrivals;
         self.arrivals += 1;
+        if self.eager {
+            self.add(&deltas);
+        }
         let buf = self.pending.entry(clock).or_default();
-        buf.parts.insert((owner, from, seq), deltas);
+        if !self.eager {
+            buf.parts.insert((owner, from, seq), deltas);
+        }
         if completes && !buf.done.insert(owner) {
             return Err(EngineError::protocol(
                 me,

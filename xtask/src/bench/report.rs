@@ -179,11 +179,12 @@ fn first_at_target<'a>(
             (Some(x), Some(y)) => Some((x, y)),
             _ => Some((a.loss?, b.loss?)),
         };
+        let first = over.max(c.after as usize);
         return result
             .curve
             .iter()
             .enumerate()
-            .skip(over)
+            .skip(first)
             .find_map(|(i, p)| {
                 let (now, before) = objective(p, &result.curve[i - over])?;
                 ((now - before).abs() <= c.change * before.abs()).then_some(p)

@@ -128,6 +128,10 @@ pub struct Convergence {
     pub change: f64,
     /// Iterations the change is measured over (≥ 1).
     pub over: u64,
+    /// Iterations before the criterion is first checked (a model that starts at a saddle, like
+    /// matrix factorization from a small random start, has a flat objective there too).
+    #[serde(default)]
+    pub after: u64,
 }
 
 /// Time-varying scenario phases: run time is cut into slots of `period_s`; slot `k` is in phase

@@ -394,6 +394,10 @@ fn time_to_target_is_the_first_time_reached() {
         report::iterations_to_target(&r, &c("change = 0.6, over = 1")),
         Some(2)
     );
+    assert_eq!(
+        report::iterations_to_target(&r, &c("change = 0.6, over = 1, after = 2")),
+        Some(3)
+    );
 }
 
 /// Every `<text>` of an SVG file, after checking that it parses as XML with an `<svg>` root.
