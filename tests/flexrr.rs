@@ -277,5 +277,8 @@ fn matrix_factorization_trains_under_flexrr() {
     let mse = r.summary.final_test_loss.expect("evaluated");
     // From about 1.1 at the start (values of variance 1); the noise floor is 0.01.
     assert!(mse < 0.4, "test MSE {mse}");
-    assert!(r.summary.final_test_accuracy.is_none(), "regression has no accuracy");
+    assert!(
+        r.summary.final_test_accuracy.is_none(),
+        "regression has no accuracy"
+    );
 }

@@ -3,8 +3,10 @@
 
 mod consistency;
 mod layout;
+mod reads;
 mod server;
 
 pub use consistency::{ApplyMode, Consistency};
 pub use layout::{cut_into_blocks, Block, ParamLayout, Placement, RoundRobinPlacement};
+pub use reads::ReadGate;
 pub use server::{ParamServer, ReadRecord, ServerReport, Snapshot};

@@ -1,7 +1,7 @@
 //! The sharded parameter server role: holds blocks, applies updates under a consistency rule,
 //! answers reads once they are fresh enough.
 
-use super::{ApplyMode, Consistency, ParamLayout};
+use super::{ApplyMode, Consistency, ParamLayout, ReadGate};
 use crate::error::{EngineError, Result};
 use crate::ids::{Clock, RoleId, ServerId, WorkerId};
 use crate::message::Message;
@@ -76,7 +76,7 @@ pub struct ParamServer {
     version: i64,
     arrivals: u64,
     pending: BTreeMap<Clock, ClockBuffer>,
-    waiting: Vec<(WorkerId, Clock, Option<i64>)>,
+    reads: ReadGate,
     report: ServerReport,
 }
 
@@ -119,7 +119,7 @@ impl ParamServer {
             version: -1,
             arrivals: 0,
             pending: BTreeMap::new(),
-            waiting: Vec::new(),
+            reads: ReadGate::new(),
             report: ServerReport::default(),
         }
     }
@@ -131,39 +131,6 @@ impl ParamServer {
 
     fn elems(&self) -> u64 {
         self.blocks.values().map(|b| b.value.elems()).sum()
-    }
-
-    fn reply(&mut self, ctx: &RoleCtx, worker: WorkerId, clock: Clock, min_version: Option<i64>) {
-        let blocks = self.current_blocks();
-        self.report.reads.push(ReadRecord {
-            worker,
-            clock,
-            min_version,
-            version: self.version,
-        });
-        ctx.send(
-            RoleId::Worker(worker),
-            Message::Params {
-                version: self.version,
-                served_at: ctx.now(),
-                blocks,
-            },
-        );
-    }
-
-    fn fresh_enough(&self, min_version: Option<i64>) -> bool {
-        min_version.is_none_or(|v| self.version >= v)
-    }
-
-    fn answer_waiting(&mut self, ctx: &RoleCtx) {
-        let waiting = std::mem::take(&mut self.waiting);
-        for (w, c, min) in waiting {
-            if self.fresh_enough(min) {
-                self.reply(ctx, w, c, min);
-            } else {
-                self.waiting.push((w, c, min));
-            }
-        }
     }
 
     fn apply(&mut self, grads: &BTreeMap<BlockId, Payload>) {
@@ -188,13 +155,7 @@ impl ParamServer {
     }
 
     fn current_blocks(&self) -> Vec<BlockPayload> {
-        self.blocks
-            .iter()
-            .map(|(&block, st)| BlockPayload {
-                block,
-                data: st.value.clone(),
-            })
-            .collect()
+        payloads(&self.blocks)
     }
 
     /// Applies every complete clock in order.
@@ -229,7 +190,8 @@ impl ParamServer {
             .await;
             self.version = next as i64;
             self.maybe_snapshot(ctx);
-            self.answer_waiting(ctx);
+            let blocks = || payloads(&self.blocks);
+            self.reads.release(ctx, self.version, blocks);
         }
     }
 
@@ -301,6 +263,17 @@ impl ParamServer {
     }
 }
 
+/// Block values as payloads, in block order.
+fn payloads(blocks: &BTreeMap<BlockId, BlockState>) -> Vec<BlockPayload> {
+    blocks
+        .iter()
+        .map(|(&block, st)| BlockPayload {
+            block,
+            data: st.value.clone(),
+        })
+        .collect()
+}
+
 #[async_trait]
 impl Server for ParamServer {
     async fn run(&mut self, ctx: &mut RoleCtx) -> Result<ServerReport> {
@@ -325,11 +298,9 @@ impl Server for ParamServer {
                         .await?
                 }
                 (Message::Pull { clock, min_version }, Some(w)) => {
-                    if self.fresh_enough(min_version) {
-                        self.reply(ctx, w, clock, min_version);
-                    } else {
-                        self.waiting.push((w, clock, min_version));
-                    }
+                    let blocks = || payloads(&self.blocks);
+                    self.reads
+                        .pull(ctx, w, clock, min_version, self.version, blocks);
                 }
                 (other, _) => {
                     return Err(EngineError::protocol(
@@ -340,6 +311,7 @@ impl Server for ParamServer {
             }
         }
         let mut report = std::mem::take(&mut self.report);
+        report.reads = self.reads.take_answered();
         report.blocks = self.current_blocks();
         report.opt_state = self
             .blocks

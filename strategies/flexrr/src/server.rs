@@ -17,7 +17,7 @@ use concord_engine::ids::{Clock, RoleId, ServerId, WorkerId};
 use concord_engine::job::Job;
 use concord_engine::message::Message;
 use concord_engine::payload::{BlockId, BlockPayload, Payload};
-use concord_engine::ps::{ReadRecord, ServerReport, Snapshot};
+use concord_engine::ps::{ReadGate, ServerReport, Snapshot};
 use concord_engine::role::RoleCtx;
 use concord_engine::roles::Server;
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,7 +41,7 @@ pub struct FlexServer {
     version: i64,
     arrivals: u64,
     pending: BTreeMap<Clock, ClockDeltas>,
-    waiting: Vec<(WorkerId, Clock, Option<i64>)>,
+    reads: ReadGate,
     report: ServerReport,
 }
 
@@ -64,7 +64,7 @@ impl FlexServer {
             version: -1,
             arrivals: 0,
             pending: BTreeMap::new(),
-            waiting: Vec::new(),
+            reads: ReadGate::new(),
             report: ServerReport::default(),
         }
     }
@@ -75,38 +75,11 @@ impl FlexServer {
     }
 
     fn blocks(&self) -> Vec<BlockPayload> {
-        self.values
-            .iter()
-            .map(|(&block, data)| BlockPayload {
-                block,
-                data: data.clone(),
-            })
-            .collect()
+        payloads(&self.values)
     }
 
     fn elems(&self) -> u64 {
         self.values.values().map(Payload::elems).sum()
-    }
-
-    fn reply(&mut self, ctx: &RoleCtx, worker: WorkerId, clock: Clock, min_version: Option<i64>) {
-        self.report.reads.push(ReadRecord {
-            worker,
-            clock,
-            min_version,
-            version: self.version,
-        });
-        ctx.send(
-            RoleId::Worker(worker),
-            Message::Params {
-                version: self.version,
-                served_at: ctx.now(),
-                blocks: self.blocks(),
-            },
-        );
-    }
-
-    fn fresh_enough(&self, min_version: Option<i64>) -> bool {
-        min_version.is_none_or(|v| self.version >= v)
     }
 
     fn add(&mut self, deltas: &[BlockPayload]) {
@@ -144,14 +117,8 @@ impl FlexServer {
                     blocks: self.blocks(),
                 });
             }
-            let waiting = std::mem::take(&mut self.waiting);
-            for (w, c, min) in waiting {
-                if self.fresh_enough(min) {
-                    self.reply(ctx, w, c, min);
-                } else {
-                    self.waiting.push((w, c, min));
-                }
-            }
+            let blocks = || payloads(&self.values);
+            self.reads.release(ctx, self.version, blocks);
         }
     }
 
@@ -214,6 +181,17 @@ impl FlexServer {
     }
 }
 
+/// Block values as payloads, in block order.
+fn payloads(values: &BTreeMap<BlockId, Payload>) -> Vec<BlockPayload> {
+    values
+        .iter()
+        .map(|(&block, data)| BlockPayload {
+            block,
+            data: data.clone(),
+        })
+        .collect()
+}
+
 #[async_trait]
 impl Server for FlexServer {
     async fn run(&mut self, ctx: &mut RoleCtx) -> Result<ServerReport> {
@@ -239,11 +217,9 @@ impl Server for FlexServer {
                         .await?
                 }
                 (Message::Pull { clock, min_version }, Some(w)) => {
-                    if self.fresh_enough(min_version) {
-                        self.reply(ctx, w, clock, min_version);
-                    } else {
-                        self.waiting.push((w, clock, min_version));
-                    }
+                    let blocks = || payloads(&self.values);
+                    self.reads
+                        .pull(ctx, w, clock, min_version, self.version, blocks);
                 }
                 (other, _) => {
                     return Err(EngineError::protocol(
@@ -254,6 +230,7 @@ impl Server for FlexServer {
             }
         }
         let mut report = std::mem::take(&mut self.report);
+        report.reads = self.reads.take_answered();
         report.blocks = self.blocks();
         report.version = self.version;
         Ok(report)
