@@ -336,18 +336,41 @@ impl RoleCtx {
             self.progress_points
         };
         let part = nominal / parts as f64;
+        let pieces: Vec<(f64, f64)> = (0..parts)
+            .map(|i| (i as f64 / parts as f64, part))
+            .collect();
+        self.charge(label, t0, work, nominal, nominal, &pieces)
+            .await;
+        out
+    }
+
+    /// Sleeps the cost of `pieces` of work — (progress where the injector is probed, nominal
+    /// seconds that follow) — each scaled by the effect probed there, and books the work.
+    async fn charge(
+        &mut self,
+        label: &str,
+        t0: f64,
+        work: Work,
+        nominal: f64,
+        nominal_iter_s: f64,
+        pieces: &[(f64, f64)],
+    ) {
         let mut charged = 0.0;
-        for i in 0..parts {
+        for (i, &(at, seconds)) in pieces.iter().enumerate() {
             let effect = if self.stragglers.is_empty() {
                 Effect::NONE
             } else {
-                self.stragglers
-                    .effect(&self.probe(i as f64 / parts as f64, nominal))
+                self.stragglers.effect(&self.probe(at, nominal_iter_s))
             };
-            let mut sleep = if i == 0 { effect.extra_delay_s } else { 0.0 };
+            // A fixed delay belongs to the start of an iteration, charged once.
+            let mut sleep = if i == 0 && at <= 0.0 {
+                effect.extra_delay_s
+            } else {
+                0.0
+            };
             sleep += match self.kind {
-                RuntimeKind::Sim => part * effect.compute_factor,
-                RuntimeKind::Wall => part * (effect.compute_factor - 1.0).max(0.0),
+                RuntimeKind::Sim => seconds * effect.compute_factor,
+                RuntimeKind::Wall => seconds * (effect.compute_factor - 1.0).max(0.0),
             };
             charged += sleep;
             self.net.time().sleep(sleep).await;
@@ -361,7 +384,6 @@ impl RoleCtx {
             RuntimeKind::Wall => t1 - t0,
         };
         self.trace_span(label, "compute", t0, t1);
-        out
     }
 
     /// Runs `math` and charges `work` as the slice `span` of this role's iteration: the straggler
@@ -378,35 +400,16 @@ impl RoleCtx {
     ) -> T {
         let t0 = self.now();
         let (out, nominal) = self.run_math(work, math);
-        let pieces = if self.stragglers.is_empty() {
-            vec![(span.from, 1.0)]
+        let pieces: Vec<(f64, f64)> = if self.stragglers.is_empty() {
+            vec![(span.from, nominal)]
         } else {
             span.pieces(self.progress_points)
+                .into_iter()
+                .map(|(at, share)| (at, nominal * share))
+                .collect()
         };
-        let mut charged = 0.0;
-        for (at, share) in pieces {
-            let effect = if self.stragglers.is_empty() {
-                Effect::NONE
-            } else {
-                self.stragglers.effect(&self.probe(at, span.nominal_iter_s))
-            };
-            // A fixed delay belongs to the start of an iteration, charged once.
-            let mut sleep = if at <= 0.0 { effect.extra_delay_s } else { 0.0 };
-            sleep += match self.kind {
-                RuntimeKind::Sim => nominal * share * effect.compute_factor,
-                RuntimeKind::Wall => nominal * share * (effect.compute_factor - 1.0).max(0.0),
-            };
-            charged += sleep;
-            self.net.time().sleep(sleep).await;
-        }
-        let t1 = self.now();
-        self.stats.flops += work.flops();
-        self.stats.nominal_compute_s += nominal;
-        self.stats.compute_s += match self.kind {
-            RuntimeKind::Sim => charged,
-            RuntimeKind::Wall => t1 - t0,
-        };
-        self.trace_span(label, "compute", t0, t1);
+        self.charge(label, t0, work, nominal, span.nominal_iter_s, &pieces)
+            .await;
         out
     }
 
