@@ -123,7 +123,7 @@ impl Coordinator for FlexCoordinator {
             sum.accepted += s.accepted;
             sum.cancelled += s.cancelled;
             sum.discarded += s.discarded;
-            sum.checks += s.checks;
+            sum.polls += s.polls;
         }
         let checked = if stats.len() as u32 == workers {
             ledger.verify(&self.units, self.clocks).map_err(|e| {
@@ -152,8 +152,8 @@ impl Coordinator for FlexCoordinator {
                 ("flexrr.cancelled".into(), sum.cancelled as f64),
                 ("flexrr.discarded".into(), sum.discarded as f64),
                 (
-                    "flexrr.checks_per_worker_clock".into(),
-                    sum.checks as f64 / iters,
+                    "flexrr.polls_per_worker_clock".into(),
+                    sum.polls as f64 / iters,
                 ),
             ],
         })

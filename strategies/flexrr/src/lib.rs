@@ -37,7 +37,7 @@
 //! Workers apply plain SGD deltas (`-lr · (g + weight_decay · w)` per unit) to their cached
 //! copy and send them to the servers, which add them up: the optimizer must be SGD without
 //! momentum. Figures: `flexrr.reassigned_share`, `flexrr.units_verified`, offers, follow-ups,
-//! cancels, discards and checks per worker-clock.
+//! cancels, discards and inbox polls per worker-clock.
 
 #![warn(missing_docs)]
 

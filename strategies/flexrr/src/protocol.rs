@@ -93,8 +93,9 @@ pub struct WorkerStats {
     pub discarded: u64,
     /// Units it processed for others.
     pub help_units: u64,
-    /// Message checks it made.
-    pub checks: u64,
+    /// Inbox polls it made (at most one per unit: checks more frequent than that are charged
+    /// their cost but polled once per unit).
+    pub polls: u64,
 }
 
 impl RrMsg {

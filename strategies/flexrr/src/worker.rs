@@ -246,7 +246,7 @@ impl FlexWorker {
     /// A message check: handles everything delivered (parameters excepted, which belong to a
     /// read in progress). Help that becomes due is queued; the caller serves it.
     fn poll(&mut self, ctx: &mut RoleCtx) -> Result<()> {
-        self.stats.checks += 1;
+        self.stats.polls += 1;
         self.it.units_since_check = 0;
         while let Some(env) = ctx.try_recv_matching(not_params) {
             self.handle(ctx, env)?;
