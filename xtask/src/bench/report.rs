@@ -6,7 +6,7 @@
 use super::plot::{self, Bars, Labels, Line, Reference};
 use super::runner::CellResult;
 use super::suite::{
-    show_value, Cell, Claim, Direction, Phases, Scenario, StrategySpec, Suite, Target,
+    show_value, Cell, Claim, Direction, Phases, Scenario, Shape, StrategySpec, Suite, Target, Trend,
 };
 use super::BenchError;
 use serde::{Deserialize, Serialize};
@@ -414,6 +414,84 @@ pub fn check_claim(rows: &[Row], scenario: &str, claim: &Claim) -> Option<ClaimC
         value,
         reference,
         relative,
+        holds,
+    })
+}
+
+/// A trend claim's measurement: the points (swept value, mean) and whether they hold the shape,
+/// with what was computed (slope and R², or the largest relative change).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrendCheck {
+    /// (swept value, strategy mean), by swept value.
+    pub points: Vec<(f64, f64)>,
+    /// What was measured, in words.
+    pub measured: String,
+    /// Whether the shape holds.
+    pub holds: bool,
+}
+
+/// Measures a trend claim over a sweep group's scenarios; `None` with fewer than two numeric
+/// points with data.
+pub fn check_trend(rows: &[Row], group: &[&Scenario], trend: &Trend) -> Option<TrendCheck> {
+    let mut points: Vec<(f64, f64)> = group
+        .iter()
+        .filter_map(|sc| {
+            let x = sc
+                .swept
+                .as_ref()?
+                .1
+                .as_float()
+                .or_else(|| sc.swept.as_ref()?.1.as_integer().map(|i| i as f64))?;
+            Some((
+                x,
+                stat(rows, &sc.label, &trend.strategy, &trend.metric)?.mean,
+            ))
+        })
+        .collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if points.len() < 2 {
+        return None;
+    }
+    let (measured, holds) = match trend.shape {
+        Shape::Linear { min_r2 } => {
+            let n = points.len() as f64;
+            let (mx, my) = (
+                points.iter().map(|p| p.0).sum::<f64>() / n,
+                points.iter().map(|p| p.1).sum::<f64>() / n,
+            );
+            let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+            let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+            let syy: f64 = points.iter().map(|p| (p.1 - my).powi(2)).sum();
+            let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+            let r2 = if sxx > 0.0 && syy > 0.0 {
+                sxy * sxy / (sxx * syy)
+            } else {
+                0.0
+            };
+            (
+                format!(
+                    "slope {} per unit, R² {r2:.3}",
+                    metric_value(&trend.metric, slope)
+                ),
+                slope > 0.0 && r2 >= min_r2,
+            )
+        }
+        Shape::Flat { up_to, within } => {
+            let y0 = points[0].1;
+            let change = points
+                .iter()
+                .filter(|p| p.0 <= up_to)
+                .map(|p| (p.1 - y0).abs() / y0.abs().max(f64::MIN_POSITIVE))
+                .fold(0.0, f64::max);
+            (
+                format!("largest change up to {up_to}: {}", pct(change)),
+                change <= within,
+            )
+        }
+    };
+    Some(TrendCheck {
+        points,
+        measured,
         holds,
     })
 }
@@ -941,6 +1019,62 @@ fn markdown(input: &ReportInput<'_>, rows: &[Row], plots: &Plots) -> String {
                 cell_text(&c.text),
                 cell_text(&c.source),
                 cell_text(&describe_claim(c)),
+                cell_text(&measured),
+                verdict
+            );
+        }
+        md.push('\n');
+    }
+
+    let trends: Vec<(&str, Vec<&Scenario>, &Trend)> = sweep_groups(input.scenarios)
+        .into_iter()
+        .flat_map(|(g, members)| {
+            let spec = &members[0].spec;
+            spec.trends
+                .iter()
+                .map(move |t| (g, members.clone(), t))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if !trends.is_empty() {
+        let checks: Vec<Option<TrendCheck>> = trends
+            .iter()
+            .map(|(_, members, t)| check_trend(rows, members, t))
+            .collect();
+        let held = checks.iter().flatten().filter(|k| k.holds).count();
+        let _ = writeln!(md, "## Trends across sweeps\n");
+        let _ = writeln!(md, "{held} of {} trend claims hold.\n", trends.len());
+        let _ = writeln!(
+            md,
+            "| sweep | claim | source | claimed | measured | verdict |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|");
+        for ((g, _, t), check) in trends.iter().zip(&checks) {
+            let claimed = match t.shape {
+                Shape::Linear { min_r2 } => {
+                    format!(
+                        "`{}` of {} rises linearly (R² ≥ {min_r2})",
+                        t.metric, t.strategy
+                    )
+                }
+                Shape::Flat { up_to, within } => format!(
+                    "`{}` of {} within {} up to {up_to}",
+                    t.metric,
+                    t.strategy,
+                    pct(within)
+                ),
+            };
+            let (measured, verdict) = match check {
+                Some(k) => (k.measured.clone(), if k.holds { "✓" } else { "✗" }),
+                None => ("no data".to_string(), "–"),
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} |",
+                cell_text(g),
+                cell_text(&t.text),
+                cell_text(&t.source),
+                cell_text(&claimed),
                 cell_text(&measured),
                 verdict
             );

@@ -99,6 +99,47 @@ pub struct ScenarioSpec {
     /// Sweep one key over values: one scenario per value.
     #[serde(default)]
     pub sweep: Option<Sweep>,
+    /// Paper claims about a metric's shape across the sweep (needs `sweep`).
+    #[serde(default)]
+    pub trends: Vec<Trend>,
+}
+
+/// A claim about how a strategy's metric moves across a sweep's (numeric) values, checked on
+/// the means over seeds.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Trend {
+    /// The claim in words, as the paper states it.
+    pub text: String,
+    /// Where the paper states it.
+    #[serde(default)]
+    pub source: String,
+    /// The metric (as for claims).
+    pub metric: String,
+    /// Label of the strategy the claim is about.
+    pub strategy: String,
+    /// The shape claimed.
+    pub shape: Shape,
+}
+
+/// The shape of a metric across a sweep.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Shape {
+    /// Rising linearly: a least-squares line over every value has a positive slope and
+    /// explains at least `min_r2` of the variance.
+    Linear {
+        /// Smallest coefficient of determination R² (0–1).
+        min_r2: f64,
+    },
+    /// Flat up to a value: every point with a swept value ≤ `up_to` within `within` (relative)
+    /// of the point at the smallest value.
+    Flat {
+        /// Largest swept value the claim covers.
+        up_to: f64,
+        /// Largest relative change (0.1 = 10 %).
+        within: f64,
+    },
 }
 
 /// A target accuracy, loss or convergence criterion (exactly one of them).
@@ -411,6 +452,15 @@ impl Suite {
             if let Some(sw) = &s.sweep {
                 check_sweep(sw, &format!("scenarios[{i}].sweep"), &bad)?;
             }
+            for (j, t) in s.trends.iter().enumerate() {
+                check_trend(
+                    t,
+                    &format!("scenarios[{i}].trends[{j}]"),
+                    s,
+                    &in_scenario,
+                    &bad,
+                )?;
+            }
         }
         if let Some(sw) = &suite.sweep {
             check_sweep(sw, "sweep", &bad)?;
@@ -592,6 +642,47 @@ impl Suite {
             .map_err(|e| bad("(config)", e.to_string()))?;
         Ok(config)
     }
+}
+
+/// Checks one trend claim: a swept scenario, a known metric, a strategy of the scenario, a
+/// sensible shape.
+fn check_trend(
+    t: &Trend,
+    key: &str,
+    s: &ScenarioSpec,
+    strategies: &[&str],
+    bad: &dyn Fn(&str, String) -> BenchError,
+) -> Result<(), BenchError> {
+    if s.sweep.is_none() {
+        return Err(bad(key, "a trend needs the scenario's `sweep`".into()));
+    }
+    if !super::report::known_metric(&t.metric) {
+        return Err(bad(
+            &format!("{key}.metric"),
+            format!("unknown metric {:?} (as for claims)", t.metric),
+        ));
+    }
+    if !strategies.contains(&t.strategy.as_str()) {
+        return Err(bad(
+            &format!("{key}.strategy"),
+            format!(
+                "{:?} is not a strategy of this scenario; one of {}",
+                t.strategy,
+                strategies.join(", ")
+            ),
+        ));
+    }
+    let ok = match t.shape {
+        Shape::Linear { min_r2 } => (0.0..=1.0).contains(&min_r2),
+        Shape::Flat { up_to, within } => up_to.is_finite() && within.is_finite() && within >= 0.0,
+    };
+    if !ok {
+        return Err(bad(
+            &format!("{key}.shape"),
+            "linear needs 0 ≤ min_r2 ≤ 1; flat needs a finite up_to and within ≥ 0".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks one claim; `key` is where it is (`scenarios[0].claims[1]`), `strategies` the labels

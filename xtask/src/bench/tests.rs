@@ -1055,3 +1055,70 @@ fn steady_time_covers_the_second_half_of_the_run() {
     assert_eq!(steady_time_per_iteration(&result(21)), Some(1.0));
     assert_eq!(steady_time_per_iteration(&result(1)), None);
 }
+
+/// Trend claims: a least-squares line's slope and R², and flatness up to a swept value.
+#[test]
+fn trend_claims_fit_lines_and_check_flatness() {
+    let text = r#"
+        seeds = [1]
+        [[strategies]]
+        label = "bsp"
+        strategies = ["bsp"]
+        [[scenarios]]
+        label = "sweep"
+        sweep = { key = "batch", values = [1, 2, 3, 4] }
+        trends = [
+          { text = "linear", metric = "time_per_iteration_s", strategy = "bsp", shape = { kind = "linear", min_r2 = 0.95 } },
+          { text = "flat", metric = "time_per_iteration_s", strategy = "bsp", shape = { kind = "flat", up_to = 2.0, within = 0.1 } },
+        ]
+    "#;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("t.toml");
+    std::fs::write(&path, text).expect("write");
+    let suite = Suite::load(&path).expect("suite");
+    let scenarios = suite.scenarios_expanded();
+    let group: Vec<&suite::Scenario> = scenarios.iter().collect();
+    let rows_with = |ys: [f64; 4]| -> Vec<Row> {
+        scenarios
+            .iter()
+            .zip(ys)
+            .map(|(sc, y)| Row {
+                scenario: sc.label.clone(),
+                ..row("bsp", 1, y)
+            })
+            .collect()
+    };
+    let linear = &suite.scenarios[0].trends[0];
+    let flat = &suite.scenarios[0].trends[1];
+    // y = 1 + x exactly: linear holds; 2 → 3 is a 50 % change, not flat.
+    let rows = rows_with([2.0, 3.0, 4.0, 5.0]);
+    assert!(
+        report::check_trend(&rows, &group, linear)
+            .expect("data")
+            .holds
+    );
+    assert!(
+        !report::check_trend(&rows, &group, flat)
+            .expect("data")
+            .holds
+    );
+    // Flat up to 2, then a jump: flat holds, the line does not fit.
+    let rows = rows_with([2.0, 2.1, 2.0, 9.0]);
+    assert!(
+        report::check_trend(&rows, &group, flat)
+            .expect("data")
+            .holds
+    );
+    assert!(
+        !report::check_trend(&rows, &group, linear)
+            .expect("data")
+            .holds
+    );
+    // Falling is not rising.
+    let rows = rows_with([5.0, 4.0, 3.0, 2.0]);
+    assert!(
+        !report::check_trend(&rows, &group, linear)
+            .expect("data")
+            .holds
+    );
+}
