@@ -28,6 +28,11 @@ pub struct RunConfig {
     pub iterations: u64,
     /// Evaluate test accuracy every this many iterations (and at the end).
     pub eval_every: u64,
+    /// Also evaluate the model every this many seconds of run time (virtual in `sim`), from time
+    /// 0: a time-indexed curve (`evaluations.jsonl`) for comparing strategies whose iterations
+    /// mean different things (RNA rounds, asynchronous groups).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_every_s: Option<f64>,
     /// Largest parameter block, in bytes: tensors are cut into blocks of at most this size.
     pub block_bytes: u64,
     /// Points per iteration at which stragglers are probed.
@@ -66,6 +71,7 @@ impl Default for RunConfig {
             batch: 32,
             iterations: 300,
             eval_every: 25,
+            eval_every_s: None,
             block_bytes: 4 << 20,
             progress_points: 10,
             time_limit_s: 1e7,
@@ -103,6 +109,15 @@ impl RunConfig {
                 self.block_bytes,
                 "must be at least 4 (one fp32 element)",
             ));
+        }
+        if let Some(s) = self.eval_every_s {
+            if !(s.is_finite() && s > 0.0) {
+                return Err(EngineError::config(
+                    "eval_every_s",
+                    s,
+                    "must be a positive number of seconds",
+                ));
+            }
         }
         if !(self.time_limit_s.is_finite() && self.time_limit_s > 0.0) {
             return Err(EngineError::config(

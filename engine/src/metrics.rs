@@ -63,6 +63,20 @@ pub struct IterationRow {
     pub test_loss: Option<f64>,
 }
 
+/// One row of `evaluations.jsonl`: the model evaluated at a fixed run time (`eval_every_s`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TimedEvaluation {
+    /// Run time (virtual in `sim`) the model is taken at: k · `eval_every_s`.
+    pub time_s: f64,
+    /// Iterations every worker had completed by then.
+    pub iterations: u64,
+    /// Test accuracy (classifiers only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_accuracy: Option<f64>,
+    /// Test loss (cross-entropy; MF: the test MSE).
+    pub test_loss: f64,
+}
+
 /// Merges the workers' records into per-iteration rows (clocks every worker completed).
 pub fn merge_iterations(per_worker: &[Vec<IterRecord>]) -> Vec<IterationRow> {
     let clocks = per_worker.iter().map(|r| r.len()).min().unwrap_or(0);

@@ -23,6 +23,9 @@ pub fn write_run_folder(
         .map_err(|e| EngineError::config("(resolved config)", "", e.to_string()))?;
     metrics::write_atomic(&dir.join("config.toml"), resolved.as_bytes())?;
     metrics::write_jsonl(&dir.join("metrics.jsonl"), &result.rows)?;
+    if !result.evaluations.is_empty() {
+        metrics::write_jsonl(&dir.join("evaluations.jsonl"), &result.evaluations)?;
+    }
     let summary = serde_json::to_string_pretty(&result.summary).unwrap_or_default();
     metrics::write_atomic(&dir.join("summary.json"), summary.as_bytes())?;
     for (role, events) in traces {

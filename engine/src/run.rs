@@ -9,10 +9,10 @@ use crate::dp::DataParallelWorker;
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
 use crate::job::{Job, ProgressFn};
-use crate::metrics::{self, IterRecord, IterationRow, Summary, TraceEvent};
+use crate::metrics::{self, IterRecord, IterationRow, Summary, TimedEvaluation, TraceEvent};
 use crate::model::{ModelConfig, ModelSpec, Replica};
 use crate::payload::BlockPayload;
-use crate::ps::{ParamLayout, ParamServer, ReadRecord, RoundRobinPlacement, ServerReport};
+use crate::ps::{self, ParamLayout, ParamServer, ReadRecord, RoundRobinPlacement, ServerReport};
 use crate::role::{straggler_identity, RoleCtx, RoleStats, RuntimeKind};
 use crate::roles::{Coordinator, CoordinatorReport, Server, Worker, WorkerReport};
 use crate::stragglers::{Probe, RoleKind, StragglerSet};
@@ -46,6 +46,8 @@ pub struct RunResult {
     pub reads: Vec<ReadRecord>,
     /// Per-worker clock records.
     pub worker_records: Vec<Vec<IterRecord>>,
+    /// The model evaluated every `eval_every_s` seconds of run time (empty without it).
+    pub evaluations: Vec<TimedEvaluation>,
     /// What the coordinator gathered.
     pub coordinator: CoordinatorReport,
     /// Traffic per directed role pair.
@@ -58,6 +60,71 @@ struct Evaluation {
     accuracy: Option<f64>,
     loss: f64,
     values: Vec<Vec<f32>>,
+}
+
+/// Evaluates the model at run times 0, Δ, 2Δ, … up to the run's end (Δ = `period`) from the
+/// holders' timed snapshots; consecutive times with the same values are evaluated once. Holders
+/// that record no timed snapshots make the series empty, with a warning.
+fn evaluate_over_time(
+    job: &Job,
+    reports: &[ServerReport],
+    rows: &[IterationRow],
+    period: f64,
+    evaluate: &dyn Fn(Vec<BlockPayload>) -> Result<Option<Evaluation>>,
+) -> Result<Vec<TimedEvaluation>> {
+    let mut timed = Vec::with_capacity(reports.len());
+    for r in reports {
+        match &r.timed {
+            Some(t) => timed.push(t),
+            None => {
+                tracing::warn!(
+                    "eval_every_s: this strategy's servers keep no timed snapshots; \
+                     no time-indexed evaluation"
+                );
+                return Ok(Vec::new());
+            }
+        }
+    }
+    let end = rows.last().map_or(0.0, |r| r.time_s);
+    let mut out: Vec<TimedEvaluation> = Vec::new();
+    // Which record of each holder the last evaluation used (`None`: its final values).
+    let mut last: Option<(Vec<Option<usize>>, Option<f64>, f64)> = None;
+    let mut k = 0u64;
+    while (k as f64) * period <= end {
+        let time_s = k as f64 * period;
+        let key: Vec<Option<usize>> = timed.iter().map(|t| ps::record_at(t, k)).collect();
+        let iterations = rows.iter().take_while(|r| r.time_s <= time_s).count() as u64;
+        let (test_accuracy, test_loss) = match &last {
+            Some((prev, acc, loss)) if *prev == key => (*acc, *loss),
+            _ => {
+                let blocks: Vec<BlockPayload> = key
+                    .iter()
+                    .zip(&timed)
+                    .zip(reports)
+                    .flat_map(|((i, t), r)| i.map_or(&r.blocks, |i| &t[i].blocks).iter().cloned())
+                    .collect();
+                let covered: std::collections::BTreeSet<_> =
+                    blocks.iter().map(|b| b.block).collect();
+                if covered.len() != job.layout.blocks().len() {
+                    k += 1;
+                    continue;
+                }
+                let Some(e) = evaluate(blocks)? else {
+                    return Ok(Vec::new());
+                };
+                last = Some((key, e.accuracy, e.loss));
+                (e.accuracy, e.loss)
+            }
+        };
+        out.push(TimedEvaluation {
+            time_s,
+            iterations,
+            test_accuracy,
+            test_loss,
+        });
+        k += 1;
+    }
+    Ok(out)
 }
 
 type RoleOutput<T> = (RoleId, Result<T>, RoleStats, Vec<TraceEvent>);
@@ -139,7 +206,7 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
                 job.consistency.clone(),
                 config.optimizer.clone(),
                 config.workers,
-                config.eval_every,
+                crate::ps::SnapshotPlan::of(config),
             )),
         });
     }
@@ -430,6 +497,10 @@ fn finish(
             }
         }
     }
+    let evaluations = match config.eval_every_s {
+        Some(period) => evaluate_over_time(job, &server_reports, &rows, period, &evaluate)?,
+        None => Vec::new(),
+    };
     let final_eval = evaluate(
         server_reports
             .iter()
@@ -515,6 +586,7 @@ fn finish(
         params,
         reads,
         worker_records,
+        evaluations,
         coordinator,
         traffic,
     };

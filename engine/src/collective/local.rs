@@ -5,7 +5,7 @@ use crate::job::Job;
 use crate::optim::{OptState, OptimizerConfig};
 use crate::payload::BlockPayload;
 use crate::payload::Payload;
-use crate::ps::{ParamLayout, ServerReport, Snapshot};
+use crate::ps::{ParamLayout, ServerReport, Snapshot, SnapshotPlan, TimedSnapshot, TimedSnapshots};
 
 /// A snapshot kept until the report: updates applied, run time, parameter values.
 type HeldSnapshot = (u64, f64, Option<Vec<Vec<f32>>>);
@@ -23,24 +23,26 @@ pub struct LocalModel {
     snapshot_every: u64,
     /// `(updates, run time, values)` every `snapshot_every` updates.
     snapshots: Vec<HeldSnapshot>,
+    /// Values at fixed run times (`eval_every_s`).
+    timed: TimedSnapshots<Option<Vec<Vec<f32>>>>,
 }
 
 impl LocalModel {
-    /// The job's initial parameters (none in throughput mode), its optimizer, and a snapshot every
-    /// `eval_every` updates.
+    /// The job's initial parameters (none in throughput mode), its optimizer, and snapshots as
+    /// the job asks (`eval_every`, `eval_every_s`).
     pub fn new(job: &Job) -> LocalModel {
         LocalModel::from_values(
             job.init.clone(),
             job.config.optimizer.clone(),
-            job.config.eval_every,
+            SnapshotPlan::of(&job.config),
         )
     }
 
-    /// A model with the given parameters (`None`: throughput mode), optimizer and snapshot period.
+    /// A model with the given parameters (`None`: throughput mode), optimizer and snapshot plan.
     pub fn from_values(
         params: Option<Vec<Vec<f32>>>,
         optimizer: OptimizerConfig,
-        snapshot_every: u64,
+        snapshots: SnapshotPlan,
     ) -> LocalModel {
         let states = params
             .as_ref()
@@ -51,8 +53,9 @@ impl LocalModel {
             states,
             optimizer,
             updates: 0,
-            snapshot_every: snapshot_every.max(1),
+            snapshot_every: snapshots.every.max(1),
             snapshots: Vec::new(),
+            timed: TimedSnapshots::new(snapshots.every_s),
         }
     }
 
@@ -70,6 +73,8 @@ impl LocalModel {
     /// plain data parallelism; RNA's Σw/P), then snapshots if due at `now`.
     pub fn apply(&mut self, grads: &[Vec<f32>], lr_scale: f64, now: f64) {
         let opt = self.optimizer.with_lr_scale(lr_scale);
+        let held = &self.params;
+        self.timed.before_change(now, || held.clone());
         if let Some(params) = self.params.as_mut() {
             for ((p, g), st) in params.iter_mut().zip(grads).zip(self.states.iter_mut()) {
                 opt.step(p, g, st);
@@ -122,9 +127,11 @@ impl LocalModel {
         }
     }
 
-    /// Replaces the parameters (model averaging), keeping the optimizer state.
-    pub fn set_params(&mut self, values: Vec<Vec<f32>>) {
+    /// Replaces the parameters (model averaging) at run time `now`, keeping the optimizer state.
+    pub fn set_params(&mut self, values: Vec<Vec<f32>>, now: f64) {
         if self.params.is_some() {
+            let held = &self.params;
+            self.timed.before_change(now, || held.clone());
             self.params = Some(values);
         }
     }
@@ -165,6 +172,13 @@ impl LocalModel {
                 blocks: blocks_of(values.as_deref()),
             })
             .collect();
+        report.timed = self.timed.enabled().then(|| {
+            self.timed
+                .map(|values| blocks_of(values.as_deref()))
+                .into_iter()
+                .map(|(indices, blocks)| TimedSnapshot { indices, blocks })
+                .collect()
+        });
         report
     }
 }

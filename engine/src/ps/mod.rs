@@ -5,8 +5,10 @@ mod consistency;
 mod layout;
 mod reads;
 mod server;
+mod timed;
 
 pub use consistency::{ApplyMode, Consistency};
 pub use layout::{cut_into_blocks, Block, ParamLayout, Placement, RoundRobinPlacement};
 pub use reads::ReadGate;
-pub use server::{ParamServer, ReadRecord, ServerReport, Snapshot};
+pub use server::{ParamServer, ReadRecord, ServerReport, Snapshot, SnapshotPlan};
+pub use timed::{record_at, TimedSnapshot, TimedSnapshots};

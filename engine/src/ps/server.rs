@@ -1,7 +1,8 @@
 //! The sharded parameter server role: holds blocks, applies updates under a consistency rule,
 //! answers reads once they are fresh enough.
 
-use super::{ApplyMode, Consistency, ParamLayout, ReadGate};
+use super::{ApplyMode, Consistency, ParamLayout, ReadGate, TimedSnapshot, TimedSnapshots};
+use crate::config::RunConfig;
 use crate::error::{EngineError, Result};
 use crate::ids::{Clock, RoleId, ServerId, WorkerId};
 use crate::message::Message;
@@ -38,6 +39,26 @@ pub struct Snapshot {
     pub blocks: Vec<BlockPayload>,
 }
 
+/// When a model holder snapshots its values for offline evaluation: every `every` iterations
+/// (`eval_every`) and, if set, every `every_s` seconds of run time (`eval_every_s`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SnapshotPlan {
+    /// Iterations between snapshots (at least 1).
+    pub every: u64,
+    /// Run-time seconds between timed snapshots.
+    pub every_s: Option<f64>,
+}
+
+impl SnapshotPlan {
+    /// The plan a run's configuration asks for.
+    pub fn of(config: &RunConfig) -> SnapshotPlan {
+        SnapshotPlan {
+            every: config.eval_every.max(1),
+            every_s: config.eval_every_s,
+        }
+    }
+}
+
 /// What a server hands back at the end of a run.
 #[derive(Clone, Debug, Default)]
 pub struct ServerReport {
@@ -47,6 +68,8 @@ pub struct ServerReport {
     pub opt_state: BTreeMap<BlockId, OptState>,
     /// Snapshots taken every `snapshot_every` iterations.
     pub snapshots: Vec<Snapshot>,
+    /// Snapshots at fixed run times (`eval_every_s`); `None` if this server does not record them.
+    pub timed: Option<Vec<TimedSnapshot>>,
     /// Every read answered.
     pub reads: Vec<ReadRecord>,
     /// Last version applied.
@@ -72,6 +95,7 @@ pub struct ParamServer {
     optimizer: OptimizerConfig,
     workers: u32,
     snapshot_every: u64,
+    timed: TimedSnapshots<Vec<BlockPayload>>,
     blocks: BTreeMap<BlockId, BlockState>,
     version: i64,
     arrivals: u64,
@@ -90,7 +114,7 @@ impl ParamServer {
         consistency: Arc<dyn Consistency>,
         optimizer: OptimizerConfig,
         workers: u32,
-        snapshot_every: u64,
+        snapshots: SnapshotPlan,
     ) -> ParamServer {
         let blocks = layout
             .slice_for(id, init)
@@ -114,7 +138,8 @@ impl ParamServer {
             consistency,
             optimizer,
             workers,
-            snapshot_every: snapshot_every.max(1),
+            snapshot_every: snapshots.every.max(1),
+            timed: TimedSnapshots::new(snapshots.every_s),
             blocks,
             version: -1,
             arrivals: 0,
@@ -133,7 +158,9 @@ impl ParamServer {
         self.blocks.values().map(|b| b.value.elems()).sum()
     }
 
-    fn apply(&mut self, grads: &BTreeMap<BlockId, Payload>) {
+    fn apply(&mut self, now: f64, grads: &BTreeMap<BlockId, Payload>) {
+        let blocks = &self.blocks;
+        self.timed.before_change(now, || payloads(blocks));
         for (block, g) in grads {
             if let Some(st) = self.blocks.get_mut(block) {
                 if let (Payload::Real(p), Payload::Real(g)) = (&mut st.value, g) {
@@ -182,7 +209,7 @@ impl ParamServer {
                         .axpy(weight, &bp.data);
                 }
             }
-            self.apply(&sum);
+            self.apply(ctx.now(), &sum);
             ctx.serve(
                 "apply",
                 self.optimizer.flops_per_elem() * self.elems() as f64,
@@ -226,7 +253,7 @@ impl ParamServer {
                         (bp.block, bp.data)
                     })
                     .collect();
-                self.apply(&scaled);
+                self.apply(ctx.now(), &scaled);
                 ctx.serve("apply", self.optimizer.flops_per_elem() * elems as f64)
                     .await;
                 if completes {
@@ -319,6 +346,7 @@ impl Server for ParamServer {
             .map(|(&b, st)| (b, st.opt.clone()))
             .collect();
         report.version = self.version;
+        report.timed = self.timed.report();
         Ok(report)
     }
 }

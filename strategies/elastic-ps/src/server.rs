@@ -384,6 +384,8 @@ impl ElasticServer {
             snapshots: std::mem::take(&mut self.snapshots).into_values().collect(),
             reads: Vec::new(),
             version: self.max_version,
+            // Blocks move between servers mid-run; time-indexed snapshots are not kept.
+            timed: None,
         }
     }
 }

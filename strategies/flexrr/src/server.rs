@@ -17,7 +17,7 @@ use concord_engine::ids::{Clock, RoleId, ServerId, WorkerId};
 use concord_engine::job::Job;
 use concord_engine::message::Message;
 use concord_engine::payload::{BlockId, BlockPayload, Payload};
-use concord_engine::ps::{ReadGate, ServerReport, Snapshot};
+use concord_engine::ps::{ReadGate, ServerReport, Snapshot, TimedSnapshots};
 use concord_engine::role::RoleCtx;
 use concord_engine::roles::Server;
 use std::collections::{BTreeMap, BTreeSet};
@@ -37,6 +37,7 @@ pub struct FlexServer {
     /// Add deltas on arrival (SSP) rather than per complete clock (BSP).
     eager: bool,
     snapshot_every: u64,
+    timed: TimedSnapshots<Vec<BlockPayload>>,
     values: BTreeMap<BlockId, Payload>,
     version: i64,
     arrivals: u64,
@@ -60,6 +61,7 @@ impl FlexServer {
             workers: job.config.workers,
             eager,
             snapshot_every: job.config.eval_every.max(1),
+            timed: TimedSnapshots::new(job.config.eval_every_s),
             values,
             version: -1,
             arrivals: 0,
@@ -82,7 +84,9 @@ impl FlexServer {
         self.values.values().map(Payload::elems).sum()
     }
 
-    fn add(&mut self, deltas: &[BlockPayload]) {
+    fn add(&mut self, now: f64, deltas: &[BlockPayload]) {
+        let values = &self.values;
+        self.timed.before_change(now, || payloads(values));
         for bp in deltas {
             if let Some(v) = self.values.get_mut(&bp.block) {
                 v.axpy(1.0, &bp.data);
@@ -104,7 +108,7 @@ impl FlexServer {
             };
             if !self.eager {
                 for part in deltas.parts.values() {
-                    self.add(part);
+                    self.add(ctx.now(), part);
                 }
                 ctx.serve("apply", self.elems() as f64).await;
             }
@@ -159,7 +163,7 @@ impl FlexServer {
         let seq = self.arrivals;
         self.arrivals += 1;
         if self.eager {
-            self.add(&deltas);
+            self.add(ctx.now(), &deltas);
         }
         let buf = self.pending.entry(clock).or_default();
         if !self.eager {
@@ -232,6 +236,7 @@ impl Server for FlexServer {
         let mut report = std::mem::take(&mut self.report);
         report.reads = self.reads.take_answered();
         report.blocks = self.blocks();
+        report.timed = self.timed.report();
         report.version = self.version;
         Ok(report)
     }

@@ -64,7 +64,7 @@ impl AdPsgdWorker {
     }
 
     /// `x ← (x + other) / 2`.
-    fn average_with(&mut self, other: &Payload) {
+    fn average_with(&mut self, other: &Payload, now: f64) {
         let (Some(params), Some(o)) = (self.model.params(), other.values()) else {
             return;
         };
@@ -79,7 +79,7 @@ impl AdPsgdWorker {
             );
             offset += p.len();
         }
-        self.model.set_params(out);
+        self.model.set_params(out, now);
     }
 
     /// Answers a peer's averaging request, or reports anything else as unexpected.
@@ -97,7 +97,7 @@ impl AdPsgdWorker {
                         data: self.flat(),
                     },
                 );
-                self.average_with(&data);
+                self.average_with(&data, ctx.now());
                 Ok(())
             }
             other => Err(EngineError::protocol(
@@ -164,7 +164,7 @@ impl Worker for AdPsgdWorker {
                         ..
                     } if *o == op => {
                         let data = data.clone();
-                        self.average_with(&data);
+                        self.average_with(&data, ctx.now());
                         break;
                     }
                     _ => self.serve(ctx, env)?,

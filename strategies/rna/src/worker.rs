@@ -456,7 +456,7 @@ impl RnaWorker {
                 values.push(head.to_vec());
                 rest = tail;
             }
-            self.model.set_params(values);
+            self.model.set_params(values, ctx.now());
         }
         ctx.trace_span("ps-average", "comm", t0, ctx.now());
         Ok(())

@@ -162,13 +162,14 @@ impl Row {
     }
 }
 
-/// The first point of a curve that reaches `target`: test accuracy ≥ target accuracy (at an
-/// evaluation), training loss ≤ target loss, or a training loss within the convergence
-/// criterion's relative change of the loss `over` iterations before.
-fn first_at_target<'a>(
-    result: &'a CellResult,
-    target: &Target,
-) -> Option<&'a super::runner::CurvePoint> {
+/// When a cell first reaches `target`, as (virtual time, iterations completed): test accuracy ≥
+/// the target accuracy (at a time-indexed evaluation where the scenario has them, else at an
+/// iteration's), test loss ≤ the target test loss (time-indexed evaluations), training loss ≤ the
+/// target loss, or a training loss within the convergence criterion's relative change of the
+/// loss `over` iterations before.
+fn first_at_target(result: &CellResult, target: &Target) -> Option<(f64, u64)> {
+    let at = |p: &super::runner::CurvePoint| (p.time_s, p.iteration);
+    let at_eval = |p: &super::runner::EvalPoint| (p.time_s, p.iteration);
     if let Some(c) = target.converged {
         let over = c.over as usize;
         // The objective: test loss where both points were evaluated, else training loss.
@@ -188,21 +189,41 @@ fn first_at_target<'a>(
             .find_map(|(i, p)| {
                 let (now, before) = objective(p, &result.curve[i - over])?;
                 ((now - before).abs() <= c.change * before.abs()).then_some(p)
-            });
+            })
+            .map(at);
     }
+    if let Some(l) = target.test_loss {
+        return result
+            .evals
+            .iter()
+            .find(|p| p.test_loss.is_some_and(|x| x <= l))
+            .map(at_eval);
+    }
+    if let Some(a) = target.accuracy {
+        if !result.evals.is_empty() {
+            return result
+                .evals
+                .iter()
+                .find(|p| p.test_accuracy.is_some_and(|x| x >= a))
+                .map(at_eval);
+        }
+        return result
+            .curve
+            .iter()
+            .find(|p| p.test_accuracy.is_some_and(|x| x >= a))
+            .map(at);
+    }
+    let l = target.loss?;
     result
         .curve
         .iter()
-        .find(|p| match (target.accuracy, target.loss) {
-            (Some(a), _) => p.test_accuracy.is_some_and(|x| x >= a),
-            (None, Some(l)) => p.loss.is_some_and(|x| x <= l),
-            (None, None) => false,
-        })
+        .find(|p| p.loss.is_some_and(|x| x <= l))
+        .map(at)
 }
 
-/// The first virtual time a curve reaches `target`.
+/// The first virtual time a cell reaches `target`.
 pub fn time_to_target(result: &CellResult, target: &Target) -> Option<f64> {
-    first_at_target(result, target).map(|p| p.time_s)
+    first_at_target(result, target).map(|(t, _)| t)
 }
 
 /// Mean iteration time in phases ≥ 1 over phase 0, each iteration attributed to the phase its
@@ -231,9 +252,9 @@ pub fn steady_time_per_iteration(result: &CellResult) -> Option<f64> {
     (count > 0).then(|| (b.time_s - a.time_s) / count as f64)
 }
 
-/// Iterations completed when a curve first reaches `target`.
+/// Iterations completed when a cell first reaches `target`.
 pub fn iterations_to_target(result: &CellResult, target: &Target) -> Option<u64> {
-    first_at_target(result, target).map(|p| p.iteration)
+    first_at_target(result, target).map(|(_, i)| i)
 }
 
 /// One CSV row per cell that has a result, in cell order.
@@ -673,23 +694,43 @@ fn write_plots(dir: &Path, input: &ReportInput<'_>, rows: &[Row]) -> anyhow::Res
         };
         let mut loss = Vec::new();
         let mut acc = Vec::new();
+        // Scenarios with time-indexed evaluations plot the model's test loss and accuracy at
+        // fixed times; others the per-iteration training loss and evaluations.
+        let timed = suite
+            .scenario_strategies(&sc.spec)
+            .into_iter()
+            .any(|ti| curve(ti).is_some_and(|r| !r.evals.is_empty()));
         for ti in suite.scenario_strategies(&sc.spec) {
             let label = labels[ti];
             let Some(r) = curve(ti) else { continue };
+            let (points, a): (Vec<(f64, f64)>, Vec<(f64, f64)>) = if timed {
+                (
+                    r.evals
+                        .iter()
+                        .filter_map(|p| p.test_loss.map(|l| (p.time_s, l)))
+                        .collect(),
+                    r.evals
+                        .iter()
+                        .filter_map(|p| p.test_accuracy.map(|a| (p.time_s, a)))
+                        .collect(),
+                )
+            } else {
+                (
+                    r.curve
+                        .iter()
+                        .filter_map(|p| p.loss.map(|l| (p.time_s, l)))
+                        .collect(),
+                    r.curve
+                        .iter()
+                        .filter_map(|p| p.test_accuracy.map(|a| (p.time_s, a)))
+                        .collect(),
+                )
+            };
             loss.push(Line {
                 label: label.to_string(),
-                points: r
-                    .curve
-                    .iter()
-                    .filter_map(|p| p.loss.map(|l| (p.time_s, l)))
-                    .collect(),
+                points,
                 color: Some(ti),
             });
-            let a: Vec<(f64, f64)> = r
-                .curve
-                .iter()
-                .filter_map(|p| p.test_accuracy.map(|a| (p.time_s, a)))
-                .collect();
             if !a.is_empty() {
                 acc.push(Line {
                     label: label.to_string(),
@@ -703,19 +744,25 @@ fn write_plots(dir: &Path, input: &ReportInput<'_>, rows: &[Row]) -> anyhow::Res
         }
         let slug = slug(&sc.label);
         let loss_file = format!("loss-{slug}.svg");
+        let (what, target) = if timed {
+            let target = sc.spec.target.and_then(|t| t.test_loss).map(|l| Reference {
+                y: l,
+                label: format!("target {l}"),
+            });
+            ("Test loss", target)
+        } else {
+            ("Training loss", None)
+        };
         plot::lines(
             &dir.join(&loss_file),
             &Labels {
-                title: format!(
-                    "Training loss vs virtual time: {} (seed {first_seed})",
-                    sc.label
-                ),
+                title: format!("{what} vs virtual time: {} (seed {first_seed})", sc.label),
                 x: "virtual time (s)".into(),
-                y: "training loss".into(),
+                y: what.to_lowercase(),
             },
             &loss,
             false,
-            None,
+            target.as_ref(),
             plotters::prelude::SeriesLabelPosition::UpperRight,
         )?;
         let acc_file = if acc.is_empty() {

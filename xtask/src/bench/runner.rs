@@ -127,6 +127,19 @@ pub struct CurvePoint {
     pub test_loss: Option<f64>,
 }
 
+/// The model evaluated at a fixed run time (scenarios with `eval_every_s`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvalPoint {
+    /// Virtual run time of the evaluation, seconds.
+    pub time_s: f64,
+    /// Iterations every worker had completed by then.
+    pub iteration: u64,
+    /// Test loss (`None` if not finite).
+    pub test_loss: Option<f64>,
+    /// Test accuracy (classifiers only).
+    pub test_accuracy: Option<f64>,
+}
+
 /// A cell's result: its metrics and its curve.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CellResult {
@@ -134,6 +147,9 @@ pub struct CellResult {
     pub metrics: Metrics,
     /// Per-iteration loss and accuracy against virtual time.
     pub curve: Vec<CurvePoint>,
+    /// The model evaluated at fixed run times (empty without `eval_every_s`).
+    #[serde(default)]
+    pub evals: Vec<EvalPoint>,
 }
 
 impl CellResult {
@@ -175,6 +191,16 @@ impl CellResult {
                     loss: finite(r.loss),
                     test_accuracy: r.test_accuracy.and_then(finite),
                     test_loss: r.test_loss.and_then(finite),
+                })
+                .collect(),
+            evals: result
+                .evaluations
+                .iter()
+                .map(|e| EvalPoint {
+                    time_s: e.time_s,
+                    iteration: e.iterations,
+                    test_loss: finite(e.test_loss),
+                    test_accuracy: e.test_accuracy.and_then(finite),
                 })
                 .collect(),
         }

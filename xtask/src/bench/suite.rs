@@ -153,6 +153,12 @@ pub struct Target {
     /// most this.
     #[serde(default)]
     pub loss: Option<f64>,
+    /// Reached at the first time-indexed evaluation (the scenario sets `eval_every_s`) whose test
+    /// loss is at most this: the model itself measured on held-out data at fixed run times, so
+    /// strategies whose iterations mean different things (RNA rounds, asynchronous groups) and
+    /// whose per-iteration training losses average different numbers of batches compare fairly.
+    #[serde(default)]
+    pub test_loss: Option<f64>,
     /// Reached when training has converged by the Harlap thesis's criterion (§3.4.3): the
     /// objective — the test loss where evaluated (set `eval_every = 1`), else the training loss —
     /// changed by less than `change` (relative) over the last `over` iterations.
@@ -402,16 +408,18 @@ impl Suite {
                 ));
             }
             if let Some(t) = &s.target {
-                let ok = match (t.accuracy, t.loss, t.converged) {
-                    (Some(a), None, None) => a.is_finite(),
-                    (None, Some(l), None) => l.is_finite(),
-                    (None, None, Some(c)) => c.change.is_finite() && c.change > 0.0 && c.over >= 1,
+                let ok = match (t.accuracy, t.loss, t.test_loss, t.converged) {
+                    (Some(a), None, None, None) => a.is_finite(),
+                    (None, Some(l), None, None) | (None, None, Some(l), None) => l.is_finite(),
+                    (None, None, None, Some(c)) => {
+                        c.change.is_finite() && c.change > 0.0 && c.over >= 1
+                    }
                     _ => false,
                 };
                 if !ok {
                     return Err(bad(
                         &format!("scenarios[{i}].target"),
-                        "set exactly one of `accuracy` or `loss` (a finite number) or `converged` (`change` > 0, `over` ≥ 1)".into(),
+                        "set exactly one of `accuracy`, `loss` or `test_loss` (a finite number) or `converged` (`change` > 0, `over` ≥ 1)".into(),
                     ));
                 }
             }
@@ -640,6 +648,18 @@ impl Suite {
         config
             .validate()
             .map_err(|e| bad("(config)", e.to_string()))?;
+        if scenario
+            .spec
+            .target
+            .as_ref()
+            .is_some_and(|t| t.test_loss.is_some())
+            && config.eval_every_s.is_none()
+        {
+            return Err(bad(
+                "scenarios.target.test_loss",
+                "a test-loss target reads time-indexed evaluations: set `eval_every_s` in the config".into(),
+            ));
+        }
         Ok(config)
     }
 }

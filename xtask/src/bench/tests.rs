@@ -163,6 +163,14 @@ fn bad_claims_targets_and_labels_are_rejected() {
         .expect_err("two targets")
         .to_string();
     assert!(msg.contains("scenarios[0].target"), "{msg}");
+    let msg = parse(&with("target = { test_loss = 0.5 }"))
+        .and_then(|s| s.cells(&s.scenarios_expanded()))
+        .expect_err("no timed evaluations")
+        .to_string();
+    assert!(
+        msg.contains("target.test_loss") && msg.contains("eval_every_s"),
+        "{msg}"
+    );
     let twice = format!("{MINIMAL}\n[[strategies]]\nlabel = \"bsp\"\nstrategies = [\"bsp\"]\n");
     let msg = parse(&twice).expect_err("duplicate label").to_string();
     assert!(msg.contains("strategies[2].label"), "{msg}");
@@ -398,6 +406,55 @@ fn time_to_target_is_the_first_time_reached() {
         report::iterations_to_target(&r, &c("change = 0.6, over = 1, after = 2")),
         Some(3)
     );
+}
+
+#[test]
+fn time_indexed_evaluations_decide_test_loss_and_accuracy_targets() {
+    use runner::{CellResult, CurvePoint, EvalPoint};
+    let point = |iteration: u64, time_s: f64, acc: Option<f64>| CurvePoint {
+        iteration,
+        time_s,
+        loss: Some(0.1),
+        test_accuracy: acc,
+        test_loss: None,
+    };
+    let eval = |time_s: f64, iteration: u64, loss: f64, acc: f64| EvalPoint {
+        time_s,
+        iteration,
+        test_loss: Some(loss),
+        test_accuracy: Some(acc),
+    };
+    let r: CellResult = serde_json::from_value(serde_json::json!({
+        "metrics": {"iterations": 2, "run_time_s": 2.0, "time_per_iteration_s": 1.0,
+            "throughput_samples_per_s": 1.0, "ideal_time_s": 1.0, "efficiency": 0.5,
+            "wait_share": 0.0, "final_loss": 0.1, "final_accuracy": 0.9, "final_test_loss": null,
+            "bytes_sent": 0, "messages_sent": 0, "peak_worker_memory_bytes": 0,
+            "peak_server_memory_bytes": 0, "figures": {}},
+        "curve": []
+    }))
+    .expect("a result cached before evaluations existed still reads");
+    assert!(r.evals.is_empty());
+    let r = CellResult {
+        curve: vec![point(1, 1.0, None), point(2, 2.0, Some(0.95))],
+        evals: vec![
+            eval(0.0, 0, 2.0, 0.1),
+            eval(0.5, 0, 0.8, 0.5),
+            eval(1.0, 1, 0.4, 0.8),
+            eval(1.5, 1, 0.3, 0.9),
+        ],
+        ..r
+    };
+    let t = |text: &str| toml::from_str::<suite::Target>(text).expect("target");
+    assert_eq!(report::time_to_target(&r, &t("test_loss = 0.5")), Some(1.0));
+    assert_eq!(
+        report::iterations_to_target(&r, &t("test_loss = 0.5")),
+        Some(1)
+    );
+    assert_eq!(report::time_to_target(&r, &t("test_loss = 0.1")), None);
+    // With evaluations, accuracy is read from them, not from the per-iteration ones.
+    assert_eq!(report::time_to_target(&r, &t("accuracy = 0.85")), Some(1.5));
+    // The training-loss target still reads the curve.
+    assert_eq!(report::time_to_target(&r, &t("loss = 0.1")), Some(1.0));
 }
 
 /// Every `<text>` of an SVG file, after checking that it parses as XML with an `<svg>` root.
@@ -730,6 +787,7 @@ fn the_report_of_a_subset_scenario_shows_only_its_strategies() {
                         test_loss: None,
                     },
                 ],
+                evals: Vec::new(),
             })
         })
         .collect();
@@ -1003,6 +1061,7 @@ fn phase_ratio_compares_disturbed_and_calm_iterations() {
         }))
         .unwrap(),
         curve,
+        evals: Vec::new(),
     };
     let phases = Phases {
         period_s: 10.0,
@@ -1049,6 +1108,7 @@ fn steady_time_covers_the_second_half_of_the_run() {
         }))
         .unwrap(),
         curve: curve(n),
+        evals: Vec::new(),
     };
     assert_eq!(steady_time_per_iteration(&result(20)), Some(1.0));
     // 21 iterations: the second half is iterations 11..=21, all 1 s.
