@@ -200,6 +200,23 @@ fn print_summary(r: &RunResult, runtime: RuntimeKind, out: &std::path::Path) {
         ("run folder", out.display().to_string()),
     ];
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let timed = r.evaluations.last().map(|e| {
+        (
+            "model over time",
+            format!(
+                "{} evaluations (evaluations.jsonl); at {:.4} s: test loss {:.4}",
+                r.evaluations.len(),
+                e.time_s,
+                e.test_loss
+            ),
+        )
+    });
+    let width = width.max(timed.as_ref().map_or(0, |(k, _)| k.len()));
+    let mut rows: Vec<(&str, String)> = rows.iter().map(|(k, v)| (*k, v.clone())).collect();
+    if let Some(t) = timed {
+        // Before the run folder, which stays last.
+        rows.insert(rows.len() - 1, t);
+    }
     for (k, v) in rows {
         println!("{k:<width$}  {v}");
     }

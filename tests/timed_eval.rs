@@ -10,8 +10,10 @@ use concord::engine::run::RunResult;
 
 /// Checks every timed evaluation against the per-iteration ones (`eval_every = 1`): each is the
 /// initial model's (before the first update) or bit-equal to an iteration's, the iteration it
-/// matches is within one of those completed by then, and it never goes back in time.
-fn assert_exact_models(r: &RunResult, period: f64) {
+/// matches is within one of those completed by then, and it never goes back in time. Holders
+/// that apply an iteration block by block at different times may be caught mid-iteration: at
+/// most `mixed` of the evaluations may then be neither.
+fn assert_exact_models(r: &RunResult, period: f64, mixed: f64) {
     let end = r.rows.last().expect("rows").time_s;
     let evals = &r.evaluations;
     assert_eq!(
@@ -23,6 +25,7 @@ fn assert_exact_models(r: &RunResult, period: f64) {
     assert_eq!((evals[0].time_s, evals[0].iterations), (0.0, 0));
     let mut last_match = 0usize;
     let mut matched = 0;
+    let mut neither = 0;
     for (k, e) in evals.iter().enumerate() {
         assert_eq!(e.time_s, k as f64 * period);
         assert_eq!(
@@ -49,13 +52,15 @@ fn assert_exact_models(r: &RunResult, period: f64) {
                 );
                 matched += 1;
             }
-            None => assert_eq!(
-                e.test_loss, initial,
-                "evaluation at {} s is neither an iteration's model nor the initial one",
-                e.time_s
-            ),
+            None if e.test_loss == initial => {}
+            None => neither += 1,
         }
     }
+    assert!(
+        neither as f64 <= mixed * evals.len() as f64,
+        "{neither} of {} evaluations are neither an iteration's model nor the initial one",
+        evals.len()
+    );
     assert!(
         matched * 2 > evals.len(),
         "most times fall after updates: {matched} of {}; rows {:?}; evals {:?}",
@@ -80,7 +85,7 @@ fn parameter_server_models_at_fixed_times_are_exact_iterations() {
     // Two servers: each time's model is put together from both servers' parts.
     let cfg = timed(small(4, 8, 30), 0.0011);
     let r = run(&cfg);
-    assert_exact_models(&r, 0.0011);
+    assert_exact_models(&r, 0.0011, 0.0);
 }
 
 #[test]
@@ -88,7 +93,7 @@ fn worker_held_models_at_fixed_times_are_exact_iterations() {
     let mut cfg = timed(small(4, 8, 30), 0.0011);
     cfg.strategies = vec!["allreduce".into()];
     let r = run(&cfg);
-    assert_exact_models(&r, 0.0011);
+    assert_exact_models(&r, 0.0011, 0.0);
 }
 
 #[test]
@@ -111,4 +116,38 @@ fn a_period_that_is_not_a_positive_number_is_rejected() {
         let err = cfg.validate().expect_err("rejected").to_string();
         assert!(err.contains("eval_every_s"), "{err}");
     }
+}
+
+#[test]
+fn elastic_servers_moving_blocks_mid_run_give_exact_models_too() {
+    // PSLD reassigning every report, a server added and one removed: blocks change hands while
+    // training, and each time's model must still be one iteration's, block by block.
+    let mut cfg = small(4, 16, 40);
+    cfg.servers = 3;
+    cfg.block_bytes = 256;
+    cfg.strategies = vec!["elastic-ps".into()];
+    cfg.strategy.insert(
+        "elastic-ps".into(),
+        toml::from_str(
+            "policy = \"psld\"\nreport_every = 2\nforce_reassign_every = 1\nepsilon = 0.5\n\
+             add_server_at = [10]\nremove_servers = [{ server = 0, at_iteration = 20 }]\n\
+             server_start_s = 0.0",
+        )
+        .expect("options"),
+    );
+    let end = run(&cfg).summary.run_time_s;
+    let period = end / 37.0;
+    let r = run(&timed_only(cfg, period));
+    assert!(
+        r.summary.figures["elastic-ps.blocks_moved"] > 50.0,
+        "blocks moved"
+    );
+    assert_exact_models(&r, period, 0.1);
+}
+
+/// `cfg` with per-iteration and timed evaluations, on its own devices.
+fn timed_only(mut cfg: RunConfig, period: f64) -> RunConfig {
+    cfg.eval_every = 1;
+    cfg.eval_every_s = Some(period);
+    cfg
 }

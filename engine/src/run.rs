@@ -85,34 +85,31 @@ fn evaluate_over_time(
             }
         }
     }
+    let holders: Vec<(&[ps::TimedSnapshot], &[BlockPayload])> = timed
+        .iter()
+        .zip(reports)
+        .map(|(t, r)| (t.as_slice(), r.blocks.as_slice()))
+        .collect();
     let end = rows.last().map_or(0.0, |r| r.time_s);
     let mut out: Vec<TimedEvaluation> = Vec::new();
-    // Which record of each holder the last evaluation used (`None`: its final values).
-    let mut last: Option<(Vec<Option<usize>>, Option<f64>, f64)> = None;
+    // The records the last evaluation was built from, and its result.
+    let mut last: Option<(Vec<(usize, usize)>, Option<f64>, f64)> = None;
     let mut k = 0u64;
     while (k as f64) * period <= end {
         let time_s = k as f64 * period;
-        let key: Vec<Option<usize>> = timed.iter().map(|t| ps::record_at(t, k)).collect();
+        k += 1;
+        let (blocks, used) = ps::model_at(&holders, k - 1);
         let iterations = rows.iter().take_while(|r| r.time_s <= time_s).count() as u64;
         let (test_accuracy, test_loss) = match &last {
-            Some((prev, acc, loss)) if *prev == key => (*acc, *loss),
+            Some((prev, acc, loss)) if *prev == used => (*acc, *loss),
             _ => {
-                let blocks: Vec<BlockPayload> = key
-                    .iter()
-                    .zip(&timed)
-                    .zip(reports)
-                    .flat_map(|((i, t), r)| i.map_or(&r.blocks, |i| &t[i].blocks).iter().cloned())
-                    .collect();
-                let covered: std::collections::BTreeSet<_> =
-                    blocks.iter().map(|b| b.block).collect();
-                if covered.len() != job.layout.blocks().len() {
-                    k += 1;
+                if blocks.len() != job.layout.blocks().len() {
                     continue;
                 }
                 let Some(e) = evaluate(blocks)? else {
                     return Ok(Vec::new());
                 };
-                last = Some((key, e.accuracy, e.loss));
+                last = Some((used, e.accuracy, e.loss));
                 (e.accuracy, e.loss)
             }
         };
@@ -122,7 +119,6 @@ fn evaluate_over_time(
             test_accuracy,
             test_loss,
         });
-        k += 1;
     }
     Ok(out)
 }

@@ -37,6 +37,19 @@ impl<T> TimedSnapshots<T> {
         }
     }
 
+    /// Snapshots every `period` seconds from the first due time at or after `since`: for values
+    /// that arrive mid-run (a block migrated here at `since`), whose earlier times the previous
+    /// holder recorded.
+    pub fn starting_at(period: Option<f64>, since: f64) -> TimedSnapshots<T> {
+        let mut t = TimedSnapshots::new(period);
+        if let Some(p) = period {
+            while (t.next as f64) * p < since {
+                t.next += 1;
+            }
+        }
+        t
+    }
+
     /// Whether run times are recorded at all.
     pub fn enabled(&self) -> bool {
         self.period.is_some()
@@ -64,6 +77,19 @@ impl<T> TimedSnapshots<T> {
     }
 }
 
+impl TimedSnapshots<BlockPayload> {
+    /// The records of one block as a server reports them.
+    pub fn report_block(&self) -> Vec<TimedSnapshot> {
+        self.map(Clone::clone)
+            .into_iter()
+            .map(|(indices, block)| TimedSnapshot {
+                indices,
+                blocks: vec![block],
+            })
+            .collect()
+    }
+}
+
 impl TimedSnapshots<Vec<BlockPayload>> {
     /// The records as a server reports them (`None` when no period is set).
     pub fn report(&self) -> Option<Vec<TimedSnapshot>> {
@@ -76,10 +102,33 @@ impl TimedSnapshots<Vec<BlockPayload>> {
     }
 }
 
-/// Which of a holder's records holds its values at time index `k`; `None` when it changed no
-/// more after `k · Δ`, so its final values stand for that time.
-pub fn record_at(timed: &[TimedSnapshot], k: u64) -> Option<usize> {
-    timed.iter().position(|s| s.indices.contains(&k))
+/// The model at time index `k` from every holder's timed records and final blocks: each block
+/// from the record covering `k` (whichever holder made it), else from its final holder's final
+/// values — a holder records before each change, so a block it changed no more after `k · Δ`
+/// still has those values. Returns the blocks and which records (holder, record) were used, so
+/// times built from the same records are evaluated once.
+pub fn model_at(
+    holders: &[(&[TimedSnapshot], &[BlockPayload])],
+    k: u64,
+) -> (Vec<BlockPayload>, Vec<(usize, usize)>) {
+    let mut values: std::collections::BTreeMap<u32, &BlockPayload> = Default::default();
+    let mut used = Vec::new();
+    for (h, (timed, _)) in holders.iter().enumerate() {
+        for (i, rec) in timed.iter().enumerate() {
+            if rec.indices.contains(&k) {
+                used.push((h, i));
+                for b in &rec.blocks {
+                    values.entry(b.block).or_insert(b);
+                }
+            }
+        }
+    }
+    for (_, finals) in holders {
+        for b in finals.iter() {
+            values.entry(b.block).or_insert(b);
+        }
+    }
+    (values.into_values().cloned().collect(), used)
 }
 
 #[cfg(test)]
@@ -116,15 +165,44 @@ mod tests {
         assert!(!t.enabled() && t.map(|v| *v).is_empty());
     }
 
+    fn block(id: u32, v: f32) -> BlockPayload {
+        BlockPayload {
+            block: id,
+            data: crate::payload::Payload::Real(vec![v]),
+        }
+    }
+
     #[test]
-    fn times_after_the_last_change_have_no_record() {
-        let at = |indices| TimedSnapshot {
-            indices,
-            blocks: Vec::new(),
-        };
-        let timed = vec![at(0..2), at(2..5)];
-        assert_eq!(record_at(&timed, 1), Some(0));
-        assert_eq!(record_at(&timed, 4), Some(1));
-        assert_eq!(record_at(&timed, 5), None, "the final values stand for it");
+    fn a_model_at_a_time_takes_each_block_from_its_record_else_its_final_value() {
+        let rec = |indices, blocks| TimedSnapshot { indices, blocks };
+        // Holder 0 recorded blocks 0 and 1 at times 0..2; block 1 then moved to holder 1 (which
+        // recorded it at 2..4 before changing it again) and ends there.
+        let h0 = vec![rec(0..2, vec![block(0, 1.0), block(1, 10.0)])];
+        let h1 = vec![rec(2..4, vec![block(1, 11.0)])];
+        let (f0, f1) = (vec![block(0, 2.0)], vec![block(1, 12.0)]);
+        let holders = [
+            (h0.as_slice(), f0.as_slice()),
+            (h1.as_slice(), f1.as_slice()),
+        ];
+        assert_eq!(
+            model_at(&holders, 1),
+            (vec![block(0, 1.0), block(1, 10.0)], vec![(0, 0)])
+        );
+        assert_eq!(
+            model_at(&holders, 3),
+            (vec![block(0, 2.0), block(1, 11.0)], vec![(1, 0)])
+        );
+        assert_eq!(
+            model_at(&holders, 4),
+            (vec![block(0, 2.0), block(1, 12.0)], vec![]),
+            "after every record: the final values"
+        );
+    }
+
+    #[test]
+    fn values_arriving_mid_run_start_at_the_next_due_time() {
+        let mut t = TimedSnapshots::starting_at(Some(1.0), 2.5);
+        t.before_change(5.5, || 7);
+        assert_eq!(t.map(|v| *v), vec![(3..6, 7)]);
     }
 }

@@ -15,7 +15,7 @@ use concord_engine::job::Job;
 use concord_engine::message::Message;
 use concord_engine::optim::{OptState, OptimizerConfig};
 use concord_engine::payload::{BlockId, BlockPayload, Payload};
-use concord_engine::ps::{ServerReport, Snapshot};
+use concord_engine::ps::{ServerReport, Snapshot, TimedSnapshot, TimedSnapshots};
 use concord_engine::role::RoleCtx;
 use concord_engine::roles::Server;
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,6 +33,8 @@ struct HeldBlock {
 
 /// A block arriving from another server.
 struct Moved {
+    /// When the previous holder sent it (its records cover the times before).
+    sent_at: f64,
     epoch: u64,
     block: BlockId,
     version: i64,
@@ -63,6 +65,11 @@ pub struct ElasticServer {
     /// Blocks of a later epoch that arrived before this server's plan did.
     early: BTreeMap<u64, BTreeSet<BlockId>>,
     snapshots: BTreeMap<u64, Snapshot>,
+    /// Run-time snapshots (`eval_every_s`) of each held block; blocks move, so per block.
+    timed: BTreeMap<BlockId, TimedSnapshots<BlockPayload>>,
+    /// Run-time snapshots of blocks that left this server.
+    timed_departed: Vec<TimedSnapshot>,
+    eval_every_s: Option<f64>,
     max_version: i64,
 }
 
@@ -71,7 +78,7 @@ impl ElasticServer {
     /// standby server).
     pub fn new(job: &Arc<Job>, id: ServerId) -> ElasticServer {
         let optimizer = job.config.optimizer.clone();
-        let blocks = job
+        let blocks: BTreeMap<BlockId, HeldBlock> = job
             .layout
             .slice_for(id, job.init.as_deref())
             .into_iter()
@@ -89,11 +96,18 @@ impl ElasticServer {
                 (bp.block, held)
             })
             .collect();
+        let eval_every_s = job.config.eval_every_s;
         ElasticServer {
             id,
             optimizer,
             workers: job.config.workers,
             snapshot_every: job.config.eval_every.max(1),
+            timed: blocks
+                .keys()
+                .map(|&b| (b, TimedSnapshots::new(eval_every_s)))
+                .collect(),
+            timed_departed: Vec::new(),
+            eval_every_s,
             blocks,
             plan: None,
             early: BTreeMap::new(),
@@ -177,6 +191,13 @@ impl ElasticServer {
             for (samples, g) in parts.values() {
                 sum.axpy(*samples as f32 / total as f32, g);
             }
+            if let Some(t) = self.timed.get_mut(&block) {
+                let value = &held.value;
+                t.before_change(ctx.now(), || BlockPayload {
+                    block,
+                    data: value.clone(),
+                });
+            }
             if let (Payload::Real(p), Payload::Real(g)) = (&mut held.value, &sum) {
                 self.optimizer.step(p, g, &mut held.opt);
             }
@@ -249,6 +270,14 @@ impl ElasticServer {
                 ));
             }
             plan.unacked.insert(block);
+            if let Some(mut t) = self.timed.remove(&block) {
+                // The receiver records from now on: cover every due time before the hand-off.
+                t.before_change(ctx.now(), || BlockPayload {
+                    block,
+                    data: held.value.clone(),
+                });
+                self.timed_departed.extend(t.report_block());
+            }
             ctx.send(
                 RoleId::Server(dst),
                 Message::Migrate {
@@ -315,6 +344,7 @@ impl ElasticServer {
 
     fn on_migrate(&mut self, ctx: &mut RoleCtx, from: RoleId, moved: Moved) -> Result<()> {
         let Moved {
+            sent_at,
             epoch,
             block,
             version,
@@ -327,6 +357,10 @@ impl ElasticServer {
                 format!("block {block} migrated here from {from} but is already held"),
             ));
         }
+        self.timed.insert(
+            block,
+            TimedSnapshots::starting_at(self.eval_every_s, sent_at),
+        );
         self.blocks.insert(
             block,
             HeldBlock {
@@ -384,8 +418,13 @@ impl ElasticServer {
             snapshots: std::mem::take(&mut self.snapshots).into_values().collect(),
             reads: Vec::new(),
             version: self.max_version,
-            // Blocks move between servers mid-run; time-indexed snapshots are not kept.
-            timed: None,
+            timed: self.eval_every_s.map(|_| {
+                let mut all = std::mem::take(&mut self.timed_departed);
+                for t in self.timed.values() {
+                    all.extend(t.report_block());
+                }
+                all
+            }),
         }
     }
 }
@@ -420,6 +459,7 @@ impl Server for ElasticServer {
                     opt,
                 } => {
                     let moved = Moved {
+                        sent_at: env.sent_at,
                         epoch,
                         block,
                         version,
