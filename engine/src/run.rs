@@ -92,8 +92,8 @@ fn evaluate_over_time(
         .collect();
     let end = rows.last().map_or(0.0, |r| r.time_s);
     let mut out: Vec<TimedEvaluation> = Vec::new();
-    // The records the last evaluation was built from, and its result.
-    let mut last: Option<(Vec<(usize, usize)>, Option<f64>, f64)> = None;
+    // The records the last evaluation was built from, and its (accuracy, loss).
+    let mut last: Option<(Vec<(usize, usize)>, (Option<f64>, f64))> = None;
     let mut k = 0u64;
     while (k as f64) * period <= end {
         let time_s = k as f64 * period;
@@ -101,7 +101,7 @@ fn evaluate_over_time(
         let (blocks, used) = ps::model_at(&holders, k - 1);
         let iterations = rows.iter().take_while(|r| r.time_s <= time_s).count() as u64;
         let (test_accuracy, test_loss) = match &last {
-            Some((prev, acc, loss)) if *prev == used => (*acc, *loss),
+            Some((prev, result)) if *prev == used => *result,
             _ => {
                 if blocks.len() != job.layout.blocks().len() {
                     continue;
@@ -109,7 +109,7 @@ fn evaluate_over_time(
                 let Some(e) = evaluate(blocks)? else {
                     return Ok(Vec::new());
                 };
-                last = Some((used, e.accuracy, e.loss));
+                last = Some((used, (e.accuracy, e.loss)));
                 (e.accuracy, e.loss)
             }
         };
