@@ -93,7 +93,7 @@ fn evaluate_over_time(
     let end = rows.last().map_or(0.0, |r| r.time_s);
     let mut out: Vec<TimedEvaluation> = Vec::new();
     // The records the last evaluation was built from, and its (accuracy, loss).
-    let mut last: Option<(Vec<(usize, usize)>, (Option<f64>, f64))> = None;
+    let mut last: Option<(Vec<(usize, usize)>, AccuracyLoss)> = None;
     let mut k = 0u64;
     while (k as f64) * period <= end {
         let time_s = k as f64 * period;
@@ -122,6 +122,9 @@ fn evaluate_over_time(
     }
     Ok(out)
 }
+
+/// Test accuracy (classifiers only) and test loss of one evaluation.
+type AccuracyLoss = (Option<f64>, f64);
 
 type RoleOutput<T> = (RoleId, Result<T>, RoleStats, Vec<TraceEvent>);
 
