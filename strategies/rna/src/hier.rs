@@ -18,6 +18,12 @@
 //!    answers with their mean over the groups that have pushed so far; the initiator broadcasts
 //!    it to its group (binomial tree), whose members overwrite their parameters (optimizer state
 //!    kept). There is no barrier across groups: each group is one "node" of a classic PS.
+//!    With `merge = "delta"` the server instead keeps one global model and adds to it each
+//!    group's change since it last answered that group (the thesis's other phrasing, "each group
+//!    can be regarded as a node in the traditional PS"); the group's first push carries the
+//!    model it started from. Averaging N groups counts each group's step 1/N, so groups then
+//!    scale their learning rate by their own size; a delta enters whole, so they scale by the
+//!    job's worker count (the thesis's γ_k = Σw · γ with the per-worker γ).
 //!
 //! Every message is serializable (custom JSON bodies or [`Message::Collective`] payloads).
 
@@ -25,7 +31,7 @@ use crate::controller::{
     gather_until_shutdown, mismatched_rounds, sample_probes, staleness_figures, trigger_figures,
     ProbeRound, ReplyOutcome,
 };
-use crate::options::{GroupSource, Resolved};
+use crate::options::{GroupSource, Merge, Resolved};
 use crate::protocol::{self, Activate, Groups, Profile, Round, RoundDone, WorkerStats};
 use async_trait::async_trait;
 use concord_engine::data::mix_seed;
@@ -154,16 +160,82 @@ pub fn average(latest: &BTreeMap<u32, Payload>) -> Result<Payload> {
     Ok(Payload::Real(sum))
 }
 
-/// The central model-averaging server of RNA-H (server 0; other servers stay idle).
+/// `part` of a group's first push under [`Merge::Delta`]: the payload is its parameters followed
+/// by the model the group started from (the server's baseline for that group).
+pub const PUSH_WITH_BASE: u32 = 1;
+
+/// The global model after adding a group's change: `global + (pushed − base)`, element-wise.
+pub fn add_delta(global: &[f32], pushed: &[f32], base: &[f32]) -> Vec<f32> {
+    global
+        .iter()
+        .zip(pushed)
+        .zip(base)
+        .map(|((x, p), b)| x + (p - b))
+        .collect()
+}
+
+/// The central parameter server of RNA-H (server 0; other servers stay idle).
 #[derive(Debug, Default)]
 pub struct AveragingServer {
+    merge: Merge,
+    /// Each group's latest pushed parameters ([`Merge::Average`]).
     latest: BTreeMap<u32, Payload>,
+    /// The global model ([`Merge::Delta`]).
+    global: Option<Vec<f32>>,
+    /// What the server last answered each group: the base of its next change ([`Merge::Delta`]).
+    answered: BTreeMap<u32, Vec<f32>>,
 }
 
 impl AveragingServer {
-    /// A server with no group model yet.
-    pub fn new() -> AveragingServer {
-        AveragingServer::default()
+    /// A server with no group model yet, merging pushes by `merge`.
+    pub fn new(merge: Merge) -> AveragingServer {
+        AveragingServer {
+            merge,
+            ..AveragingServer::default()
+        }
+    }
+
+    /// The model to answer group `group`'s push `data` (`part` as sent) with; a malformed push is
+    /// described in the error.
+    pub fn merge_push(
+        &mut self,
+        group: u32,
+        part: u32,
+        data: Payload,
+    ) -> std::result::Result<Payload, String> {
+        match self.merge {
+            Merge::Average => {
+                self.latest.insert(group, data);
+                average(&self.latest).map_err(|e| e.to_string())
+            }
+            Merge::Delta => {
+                let Payload::Real(values) = data else {
+                    return Ok(data);
+                };
+                let (pushed, base) = if part == PUSH_WITH_BASE {
+                    let n = values.len() / 2;
+                    (values[..n].to_vec(), values[n..].to_vec())
+                } else {
+                    let base = self.answered.get(&group).cloned().ok_or_else(|| {
+                        format!("group {group}'s first push came without its base model")
+                    })?;
+                    (values, base)
+                };
+                let size = self.global.as_ref().map_or(base.len(), Vec::len);
+                if pushed.len() != base.len() || base.len() != size {
+                    return Err(format!(
+                        "group {group} pushed a model of {} elements with a base of {} (model: {size})",
+                        pushed.len(),
+                        base.len()
+                    ));
+                }
+                let global = self.global.get_or_insert_with(|| base.clone());
+                let next = add_delta(global, &pushed, &base);
+                *global = next.clone();
+                self.answered.insert(group, next.clone());
+                Ok(Payload::Real(next))
+            }
+        }
     }
 }
 
@@ -174,12 +246,18 @@ impl Server for AveragingServer {
             let env = ctx.recv().await?;
             match env.msg {
                 Message::Shutdown => break,
-                Message::Collective { op, data, .. } if is_sync_op(op) => {
+                Message::Collective { op, part, data, .. } if is_sync_op(op) => {
                     let elems = data.elems() as f64;
-                    self.latest.insert(sync_group(op), data);
-                    let mean = average(&self.latest)?;
-                    // Summation only: one add per element per group.
-                    let secs = ctx.device().work_seconds(elems * self.latest.len() as f64);
+                    let mean = self
+                        .merge_push(sync_group(op), part, data)
+                        .map_err(|e| EngineError::protocol(ctx.id(), e))?;
+                    // Summation only: one add per element per group (averaging), or two
+                    // (subtract the base, add to the global model).
+                    let adds = match self.merge {
+                        Merge::Average => self.latest.len() as f64,
+                        Merge::Delta => 2.0,
+                    };
+                    let secs = ctx.device().work_seconds(elems * adds);
                     ctx.sleep(secs).await;
                     ctx.send(
                         env.from,
@@ -448,6 +526,38 @@ mod tests {
         // Equal speeds never split; one worker is one group.
         assert_eq!(form_groups(&[1.0; 4], 0.01), vec![vec![0, 1, 2, 3]]);
         assert_eq!(form_groups(&[1.0], 0.5), vec![vec![0]]);
+    }
+
+    /// `merge = "delta"`: each group's change since the server last answered it enters the
+    /// global model whole, from any group in any order; nothing is averaged away.
+    #[test]
+    fn delta_merge_adds_each_groups_change_to_the_global_model() {
+        let real = |v: &[f32]| Payload::Real(v.to_vec());
+        let with_base = |p: &[f32], b: &[f32]| real(&[p, b].concat());
+        let mut s = AveragingServer::new(Merge::Delta);
+        // Both groups start from [1, 1]. Group 0 moved to [2, 0]: the global model is its model.
+        let a = s.merge_push(0, PUSH_WITH_BASE, with_base(&[2.0, 0.0], &[1.0, 1.0]));
+        assert_eq!(a, Ok(real(&[2.0, 0.0])));
+        // Group 1 moved by [0, 3] from the same start: both changes, whole.
+        let b = s.merge_push(1, PUSH_WITH_BASE, with_base(&[1.0, 4.0], &[1.0, 1.0]));
+        assert_eq!(b, Ok(real(&[2.0, 3.0])));
+        // Group 0's next push is measured from what it was answered, [2, 0]: +[1, 1].
+        let c = s.merge_push(0, 0, real(&[3.0, 1.0]));
+        assert_eq!(c, Ok(real(&[3.0, 4.0])));
+        // A group that was never answered must send its base; sizes must agree.
+        let err = s.merge_push(2, 0, real(&[1.0, 1.0])).unwrap_err();
+        assert!(err.contains("group 2") && err.contains("base"), "{err}");
+        let err = s
+            .merge_push(1, PUSH_WITH_BASE, with_base(&[1.0], &[1.0]))
+            .unwrap_err();
+        assert!(err.contains("elements"), "{err}");
+        // Averaging instead: the mean of the latest models, [2, 0] and [1, 4].
+        let mut avg = AveragingServer::new(Merge::Average);
+        avg.merge_push(0, 0, real(&[2.0, 0.0])).unwrap();
+        assert_eq!(
+            avg.merge_push(1, 0, real(&[1.0, 4.0])),
+            Ok(real(&[1.5, 2.0]))
+        );
     }
 
     #[test]

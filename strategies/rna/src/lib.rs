@@ -33,6 +33,8 @@
 //! profile_steps = 20          # RNA-H: timed steps per worker before the groups form
 //! sync_period = 1             # RNA-H: group rounds between two averagings
 //! groups = []                 # RNA-H: explicit groups instead of profiling
+//! merge = "average"           # RNA-H: server answers the mean of the groups' models, or
+//!                             # "delta": adds each group's change to one global model
 //! ```
 //!
 //! The hierarchical mode is described in [`hier`].
@@ -84,9 +86,10 @@ fn install_rna(name: &str, o: RnaOptions, config: &RunConfig, asm: &mut Assembly
     asm.worker = Some(Arc::new(move |job, id| {
         Ok(Box::new(RnaWorker::new(job, id, r.clone())?) as Box<dyn Worker>)
     }));
-    if resolved.hierarchy.is_some() {
-        asm.server = Some(Arc::new(|_job, _id| {
-            Ok(Box::new(AveragingServer::new()) as Box<dyn Server>)
+    if let Some(h) = &resolved.hierarchy {
+        let merge = h.merge;
+        asm.server = Some(Arc::new(move |_job, _id| {
+            Ok(Box::new(AveragingServer::new(merge)) as Box<dyn Server>)
         }));
         asm.coordinator = Some(Arc::new(move |job| {
             Ok(Box::new(HierController::new(

@@ -15,6 +15,21 @@ pub enum Accumulate {
     Sum,
 }
 
+/// How RNA-H's parameter server merges a group's push into the model it answers with (§5.2;
+/// spec §2.1.4 [AMBIG]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Merge {
+    /// The mean of every group's latest pushed parameters (the spec's [CHOICE]: "pushed to a
+    /// central PS to be averaged").
+    #[default]
+    Average,
+    /// Each group as a node of a classic parameter server (§5.2: "each group can be regarded as
+    /// a node in the traditional PS"): the server adds the group's change since it last
+    /// answered that group to the global model, and answers with the global model.
+    Delta,
+}
+
 /// Options of `rna` (and `eager-sgd`, which is RNA with one probe).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -50,6 +65,8 @@ pub struct RnaOptions {
     /// Explicit groups (worker ids), instead of profiling: must partition `0..workers`.
     /// Default empty (groups formed from profiled speeds).
     pub groups: Vec<Vec<i64>>,
+    /// How the server merges a group's push: `average` (default) or `delta`.
+    pub merge: Merge,
 }
 
 impl Default for RnaOptions {
@@ -65,6 +82,7 @@ impl Default for RnaOptions {
             profile_steps: 20,
             sync_period: 1,
             groups: Vec::new(),
+            merge: Merge::Average,
         }
     }
 }
@@ -90,6 +108,8 @@ pub struct Hierarchy {
     pub groups: GroupSource,
     /// Group rounds between two averagings through the server (H >= 1).
     pub sync_period: u64,
+    /// How the server merges a group's push.
+    pub merge: Merge,
 }
 
 /// Validated options.
@@ -181,6 +201,13 @@ impl RnaOptions {
                     "groups only apply with hierarchy = true",
                 ));
             }
+            if self.merge != Merge::Average {
+                return Err(EngineError::config(
+                    key("merge"),
+                    format!("{:?}", self.merge).to_lowercase(),
+                    "merge only applies with hierarchy = true",
+                ));
+            }
             return Ok(None);
         }
         let groups = if self.groups.is_empty() {
@@ -238,6 +265,7 @@ impl RnaOptions {
         Ok(Some(Hierarchy {
             groups,
             sync_period: self.sync_period as u64,
+            merge: self.merge,
         }))
     }
 }

@@ -2,8 +2,8 @@
 //! "thread" that answers probes and takes part in every round's ring allreduce, as one event loop.
 
 use crate::buffer::{Entry, GradBuffer};
-use crate::hier::{is_sync_op, sync_op, tree};
-use crate::options::{GroupSource, Resolved};
+use crate::hier::{is_sync_op, sync_op, tree, PUSH_WITH_BASE};
+use crate::options::{GroupSource, Merge, Resolved};
 use crate::protocol::{self, Activate, Groups, Profile, Round, RoundDone, WorkerStats};
 use async_trait::async_trait;
 use concord_engine::collective::{digest, is_hop, Fusion, Group, LocalModel, RingAllreduce};
@@ -96,6 +96,9 @@ pub struct RnaWorker {
     sync_early: Vec<Envelope>,
     /// Bytes sent by this worker for averagings since the last record.
     sync_bytes: u64,
+    /// The group's model when its groups took over, until its first averaging: the base of its
+    /// first change under `merge = "delta"`.
+    group_base: Option<Vec<f32>>,
 }
 
 impl RnaWorker {
@@ -109,7 +112,7 @@ impl RnaWorker {
             (group_id, group) = own_group(groups, id)?;
             averaging = true;
         }
-        Ok(RnaWorker {
+        let mut worker = RnaWorker {
             id,
             replica: Replica::new(&job.model)?,
             model: LocalModel::new(&job),
@@ -140,7 +143,39 @@ impl RnaWorker {
             sync_pending: None,
             sync_early: Vec::new(),
             sync_bytes: 0,
-        })
+            group_base: None,
+        };
+        if worker.averaging {
+            worker.group_base = worker.delta_base();
+        }
+        Ok(worker)
+    }
+
+    /// P of the learning-rate rule γ_k = (Σw / P) · lr. Flat RNA: every worker. RNA-H merging by
+    /// average: the group's size — averaging N groups' models counts each group's step 1/N, so a
+    /// full group round takes the job's whole rate. Merging by delta: every worker — each
+    /// group's change enters the global model whole, so a gradient must move it by lr / P, the
+    /// thesis's per-worker γ (γ_k = Σw · γ).
+    fn lr_workers(&self) -> usize {
+        match &self.opts.hierarchy {
+            Some(h) if h.merge == Merge::Delta => self.job.config.workers as usize,
+            _ => self.group.size(),
+        }
+    }
+
+    /// The model the groups start from, kept for the first push under `merge = "delta"`.
+    fn delta_base(&self) -> Option<Vec<f32>> {
+        let delta = self
+            .opts
+            .hierarchy
+            .as_ref()
+            .is_some_and(|h| h.merge == Merge::Delta);
+        if !delta {
+            return None;
+        }
+        self.model
+            .params()
+            .map(|p| p.iter().flatten().copied().collect())
     }
 
     /// Starts the next local step on a snapshot of the latest parameters, if allowed.
@@ -318,7 +353,7 @@ impl RnaWorker {
         let sum = a.ring.into_result();
         let weight = self
             .model
-            .apply_reduced(&self.fusion, &sum, self.group.size(), now);
+            .apply_reduced(&self.fusion, &sum, self.lr_workers(), now);
         let apply_s = ctx.device().work_seconds(
             self.job.config.optimizer.flops_per_elem() * (self.fusion.len() - 1) as f64,
         );
@@ -410,13 +445,25 @@ impl RnaWorker {
         };
         let from = match parent {
             None => {
-                let mine = match self.model.params() {
-                    Some(params) => Payload::Real(params.iter().flatten().copied().collect()),
-                    None => Payload::Virtual {
-                        elems: self.sizes.iter().sum::<usize>() as u64,
-                    },
+                let elems = self.sizes.iter().sum::<usize>() as u64;
+                let (mine, part) = match (self.model.params(), self.group_base.as_ref()) {
+                    // The group's first push under `delta`: its parameters, then its base.
+                    (Some(params), Some(base)) => {
+                        let mut v: Vec<f32> = params.iter().flatten().copied().collect();
+                        v.extend_from_slice(base);
+                        (Payload::Real(v), PUSH_WITH_BASE)
+                    }
+                    (Some(params), None) => {
+                        (Payload::Real(params.iter().flatten().copied().collect()), 0)
+                    }
+                    (None, _) => (Payload::Virtual { elems }, 0),
                 };
-                let m = msg_of(mine);
+                let m = Message::Collective {
+                    op,
+                    part,
+                    step: 0,
+                    data: mine,
+                };
                 self.sync_bytes += m.wire_bytes();
                 ctx.send(RoleId::Server(0), m);
                 RoleId::Server(0)
@@ -458,6 +505,7 @@ impl RnaWorker {
             }
             self.model.set_params(values, ctx.now());
         }
+        self.group_base = None;
         ctx.trace_span("ps-average", "comm", t0, ctx.now());
         Ok(())
     }
@@ -506,6 +554,7 @@ impl Worker for RnaWorker {
                 if let Some(g) = self.pending_groups.take() {
                     (self.group_id, self.group) = g;
                     self.averaging = true;
+                    self.group_base = self.delta_base();
                 }
                 if let Some(a) = self.pending_activations.pop_front() {
                     self.start_round(ctx, a)?;

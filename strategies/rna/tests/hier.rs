@@ -94,6 +94,48 @@ fn one_group_reduces_to_flat_rna() {
     assert_ne!(bits(&h), bits(&flat));
 }
 
+/// `merge = "delta"` with one group: the server adds the group's change to the global model it
+/// last answered with, so in the wait-for-all limit RNA-H is flat RNA up to the rounding of
+/// `x + (p − x)`; the learning-rate rule uses every worker, here the group.
+#[test]
+fn one_group_merging_deltas_is_flat_rna_up_to_rounding() {
+    let opts = "wait_for_all = true\nhierarchy = true\nmerge = \"delta\"\ngroups = [[0, 1, 2, 3]]";
+    let h = run(&config("rna", opts, 4, 12, &[UNIFORM]));
+    let flat = run(&config("rna", "wait_for_all = true", 4, 12, &[UNIFORM]));
+    let (a, b) = (h.params.as_ref().unwrap(), flat.params.as_ref().unwrap());
+    let diff = a
+        .iter()
+        .zip(b)
+        .flat_map(|((_, x), (_, y))| x.iter().zip(y).map(|(p, q)| (p - q).abs()))
+        .fold(0.0f32, f32::max);
+    assert!(diff < 1e-5, "delta vs flat: {diff}");
+    assert_eq!(figure(&h, "rna.replica_mismatch_rounds"), 0.0);
+}
+
+/// Two explicit groups merging deltas: each group keeps its replicas identical, the run trains
+/// and is deterministic, and it differs from merging by average.
+#[test]
+fn two_groups_merging_deltas_train_deterministically() {
+    let opts = "hierarchy = true\nmerge = \"delta\"\ngroups = [[0, 1, 2], [3, 4, 5]]";
+    let a = run(&config("rna", opts, 6, 60, &[FAST, SLOW]));
+    let b = run(&config("rna", opts, 6, 60, &[FAST, SLOW]));
+    assert_eq!(bits(&a), bits(&b));
+    assert_eq!(figure(&a, "rna.groups"), 2.0);
+    assert_eq!(figure(&a, "rna.replica_mismatch_rounds"), 0.0);
+    let mean = |a: &RunResult, i: usize, j: usize| {
+        a.rows[i..j].iter().map(|x| x.loss).sum::<f64>() / (j - i) as f64
+    };
+    assert!(mean(&a, 50, 60) < mean(&a, 0, 10), "trains");
+    let avg = run(&config(
+        "rna",
+        "hierarchy = true\ngroups = [[0, 1, 2], [3, 4, 5]]",
+        6,
+        60,
+        &[FAST, SLOW],
+    ));
+    assert_ne!(bits(&a), bits(&avg));
+}
+
 /// Two speed classes: profiling during the flat warm-up forms {0, 1, 2} and {3, 4, 5} (fast
 /// first); until then the run is flat RNA round for round; each group keeps its replicas
 /// identical after every round and averaging, and training makes progress.
@@ -187,6 +229,8 @@ fn bad_hierarchy_options_are_start_up_errors_naming_the_key() {
             "strategy.rna.wait_for_all",
         ),
         ("hierarchy = 1", "hierarchy"),
+        ("merge = \"delta\"", "strategy.rna.merge"),
+        ("hierarchy = true\nmerge = \"median\"", "merge"),
     ] {
         let cfg = config("rna", opts, 4, 5, &[UNIFORM]);
         let e = registry
