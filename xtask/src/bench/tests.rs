@@ -345,18 +345,24 @@ fn a_claim_is_checked_on_direction_and_size() {
     assert!(check_claim(&rows, "other", &claim(0.0, None, "less")).is_none());
 }
 
+/// A cell result as the cache stores it, with `iterations` and an empty curve (and, as before
+/// time-indexed evaluations existed, no `evals` key).
+fn cached_result(iterations: u64) -> runner::CellResult {
+    serde_json::from_value(serde_json::json!({
+        "metrics": {"iterations": iterations, "run_time_s": iterations as f64,
+            "time_per_iteration_s": 1.0, "throughput_samples_per_s": 1.0, "ideal_time_s": 1.0,
+            "efficiency": 0.3, "wait_share": 0.0, "final_loss": 0.1, "final_accuracy": 0.9,
+            "final_test_loss": null, "bytes_sent": 0, "messages_sent": 0,
+            "peak_worker_memory_bytes": 0, "peak_server_memory_bytes": 0, "figures": {}},
+        "curve": []
+    }))
+    .expect("cached result")
+}
+
 #[test]
 fn time_to_target_is_the_first_time_reached() {
     use runner::{CellResult, CurvePoint};
-    let r: CellResult = serde_json::from_value(serde_json::json!({
-        "metrics": {"iterations": 3, "run_time_s": 3.0, "time_per_iteration_s": 1.0,
-            "throughput_samples_per_s": 1.0, "ideal_time_s": 1.0, "efficiency": 0.3,
-            "wait_share": 0.0, "final_loss": 0.1, "final_accuracy": 0.9, "final_test_loss": null,
-            "bytes_sent": 0, "messages_sent": 0, "peak_worker_memory_bytes": 0,
-            "peak_server_memory_bytes": 0, "figures": {}},
-        "curve": []
-    }))
-    .expect("result");
+    let r = cached_result(3);
     let r = CellResult {
         curve: vec![
             CurvePoint {
@@ -424,15 +430,8 @@ fn time_indexed_evaluations_decide_test_loss_and_accuracy_targets() {
         test_loss: Some(loss),
         test_accuracy: Some(acc),
     };
-    let r: CellResult = serde_json::from_value(serde_json::json!({
-        "metrics": {"iterations": 2, "run_time_s": 2.0, "time_per_iteration_s": 1.0,
-            "throughput_samples_per_s": 1.0, "ideal_time_s": 1.0, "efficiency": 0.5,
-            "wait_share": 0.0, "final_loss": 0.1, "final_accuracy": 0.9, "final_test_loss": null,
-            "bytes_sent": 0, "messages_sent": 0, "peak_worker_memory_bytes": 0,
-            "peak_server_memory_bytes": 0, "figures": {}},
-        "curve": []
-    }))
-    .expect("a result cached before evaluations existed still reads");
+    // A result cached before evaluations existed still reads.
+    let r = cached_result(2);
     assert!(r.evals.is_empty());
     let r = CellResult {
         curve: vec![point(1, 1.0, None), point(2, 2.0, Some(0.95))],
