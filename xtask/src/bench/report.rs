@@ -14,6 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// One plotted point: virtual time, value.
+type Xy = (f64, f64);
+
 /// Metrics a claim can name (the CSV columns), with what they measure. A claim can also name
 /// `figure:<name>`, a strategy figure of the run summary (the CSV's `figures` column).
 pub const METRICS: &[(&str, &str)] = &[
@@ -703,7 +706,7 @@ fn write_plots(dir: &Path, input: &ReportInput<'_>, rows: &[Row]) -> anyhow::Res
         for ti in suite.scenario_strategies(&sc.spec) {
             let label = labels[ti];
             let Some(r) = curve(ti) else { continue };
-            let (points, a): (Vec<(f64, f64)>, Vec<(f64, f64)>) = if timed {
+            let (points, a): (Vec<Xy>, Vec<Xy>) = if timed {
                 (
                     r.evals
                         .iter()
