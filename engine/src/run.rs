@@ -85,7 +85,7 @@ fn evaluate_over_time(
             }
         }
     }
-    let holders: Vec<(&[ps::TimedSnapshot], &[BlockPayload])> = timed
+    let holders: Vec<ps::Holder<'_>> = timed
         .iter()
         .zip(reports)
         .map(|(t, r)| (t.as_slice(), r.blocks.as_slice()))
@@ -98,11 +98,12 @@ fn evaluate_over_time(
     while (k as f64) * period <= end {
         let time_s = k as f64 * period;
         k += 1;
-        let (blocks, used) = ps::model_at(&holders, k - 1);
+        let used = ps::records_at(&holders, k - 1);
         let iterations = rows.iter().take_while(|r| r.time_s <= time_s).count() as u64;
         let (test_accuracy, test_loss) = match &last {
             Some((prev, result)) if *prev == used => *result,
             _ => {
+                let blocks = ps::model_from(&holders, &used);
                 if blocks.len() != job.layout.blocks().len() {
                     continue;
                 }

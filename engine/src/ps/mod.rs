@@ -11,4 +11,4 @@ pub use consistency::{ApplyMode, Consistency};
 pub use layout::{cut_into_blocks, Block, ParamLayout, Placement, RoundRobinPlacement};
 pub use reads::ReadGate;
 pub use server::{ParamServer, ReadRecord, ServerReport, Snapshot, SnapshotPlan};
-pub use timed::{model_at, TimedSnapshot, TimedSnapshots};
+pub use timed::{model_from, records_at, Holder, TimedSnapshot, TimedSnapshots};

@@ -102,25 +102,33 @@ impl TimedSnapshots<Vec<BlockPayload>> {
     }
 }
 
-/// The model at time index `k` from every holder's timed records and final blocks: each block
-/// from the record covering `k` (whichever holder made it), else from its final holder's final
-/// values — a holder records before each change, so a block it changed no more after `k · Δ`
-/// still has those values. Returns the blocks and which records (holder, record) were used, so
-/// times built from the same records are evaluated once.
-pub fn model_at(
-    holders: &[(&[TimedSnapshot], &[BlockPayload])],
-    k: u64,
-) -> (Vec<BlockPayload>, Vec<(usize, usize)>) {
+/// One holder's timed records and final blocks.
+pub type Holder<'a> = (&'a [TimedSnapshot], &'a [BlockPayload]);
+
+/// Which records (holder, record) cover time index `k`: times with the same records have the
+/// same model, which [`model_from`] puts together.
+pub fn records_at(holders: &[Holder<'_>], k: u64) -> Vec<(usize, usize)> {
+    holders
+        .iter()
+        .enumerate()
+        .flat_map(|(h, (timed, _))| {
+            timed
+                .iter()
+                .enumerate()
+                .filter(move |(_, rec)| rec.indices.contains(&k))
+                .map(move |(i, _)| (h, i))
+        })
+        .collect()
+}
+
+/// The model from the records `used` (from [`records_at`]): each block from the record that
+/// holds it, else from its final holder's final values — a holder records before each change,
+/// so a block it changed no more after the time still has those values.
+pub fn model_from(holders: &[Holder<'_>], used: &[(usize, usize)]) -> Vec<BlockPayload> {
     let mut values: std::collections::BTreeMap<u32, &BlockPayload> = Default::default();
-    let mut used = Vec::new();
-    for (h, (timed, _)) in holders.iter().enumerate() {
-        for (i, rec) in timed.iter().enumerate() {
-            if rec.indices.contains(&k) {
-                used.push((h, i));
-                for b in &rec.blocks {
-                    values.entry(b.block).or_insert(b);
-                }
-            }
+    for &(h, i) in used {
+        for b in &holders[h].0[i].blocks {
+            values.entry(b.block).or_insert(b);
         }
     }
     for (_, finals) in holders {
@@ -128,7 +136,7 @@ pub fn model_at(
             values.entry(b.block).or_insert(b);
         }
     }
-    (values.into_values().cloned().collect(), used)
+    values.into_values().cloned().collect()
 }
 
 #[cfg(test)]
@@ -184,16 +192,20 @@ mod tests {
             (h0.as_slice(), f0.as_slice()),
             (h1.as_slice(), f1.as_slice()),
         ];
+        let model_at = |k| {
+            let used = records_at(&holders, k);
+            (model_from(&holders, &used), used)
+        };
         assert_eq!(
-            model_at(&holders, 1),
+            model_at(1),
             (vec![block(0, 1.0), block(1, 10.0)], vec![(0, 0)])
         );
         assert_eq!(
-            model_at(&holders, 3),
+            model_at(3),
             (vec![block(0, 2.0), block(1, 11.0)], vec![(1, 0)])
         );
         assert_eq!(
-            model_at(&holders, 4),
+            model_at(4),
             (vec![block(0, 2.0), block(1, 12.0)], vec![]),
             "after every record: the final values"
         );
