@@ -2,6 +2,7 @@
 
 use concord::engine::cluster::DeviceProfile;
 use concord::engine::config::RunConfig;
+use concord::engine::role::RuntimeKind;
 use concord::engine::run::{RunOptions, RunResult};
 use concord::engine::stragglers::StragglerConfig;
 
@@ -161,4 +162,28 @@ fn bad_options_are_start_up_errors_naming_the_key() {
     cfg.strategies = vec!["rna".into(), "ssp".into()];
     let e = registry.compose(&cfg).err().unwrap().to_string();
     assert!(e.contains("`rna`") && e.contains("`ssp`"), "{e}");
+}
+
+/// In real time the decentralized strategies keep their guarantees: wait-for-all RNA still
+/// trains allreduce's parameters bit for bit (whatever order the workers finish in), flat RNA's
+/// replicas stay identical round after round, and AD-PSGD, whose pairings depend on timing,
+/// trains.
+#[test]
+fn decentralized_strategies_keep_their_guarantees_in_wall_time() {
+    let wall = |mut cfg: RunConfig| {
+        cfg.runtime = RuntimeKind::Wall;
+        run(&cfg)
+    };
+    let sim = run(&config("allreduce", "", 4, 8));
+    let wait_for_all = wall(config("rna", "wait_for_all = true", 4, 8));
+    assert_eq!(bits(&wait_for_all), bits(&sim));
+    assert_eq!(bits(&wall(config("allreduce", "", 4, 8))), bits(&sim));
+
+    let flat = wall(config("rna", "", 4, 12));
+    assert_eq!(figure(&flat, "rna.checked_rounds"), 12.0);
+    assert_eq!(figure(&flat, "rna.replica_mismatch_rounds"), 0.0);
+
+    let ad = wall(config("ad-psgd", "", 4, 12));
+    let (first, last) = (ad.rows[0].loss, ad.rows.last().unwrap().loss);
+    assert!(last < first, "AD-PSGD loss {first} -> {last}");
 }
