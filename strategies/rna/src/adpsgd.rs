@@ -1,12 +1,16 @@
 //! AD-PSGD (Lian et al., the thesis's §5.5.3 baseline): asynchronous decentralized SGD.
 //!
-//! Each worker, per local step: computes a gradient on a snapshot of its own parameters, picks a
-//! uniformly random peer, averages its parameters with the peer's (`x_i = x_j = (x_i + x_j)/2`),
-//! then applies its own gradient with the configured learning rate. Workers never wait for a
-//! group; they answer their peers' averaging requests while computing. The passive side answers
-//! with its parameters and averages at once; the active side averages when the answer arrives
-//! (the active/passive split of the original; a request crossing another is not serialised, which
-//! the spec's lock-in-rank-order choice would do on threads).
+//! Each worker, per local step: computes a gradient on a snapshot of its own parameters, averages
+//! its parameters with a random peer's (`x_i = x_j = (x_i + x_j)/2`, atomically), then applies its
+//! own gradient with the configured learning rate. Workers never wait for a group.
+//!
+//! Atomicity without deadlock follows the original's bipartite graph: even-numbered workers are
+//! *active*, odd-numbered ones *passive*. An active worker starts every averaging, always with a
+//! uniformly random passive peer, and waits for the answer; nobody ever asks an active worker, so
+//! its parameters cannot change while its request is in flight. A passive worker never starts
+//! one: it answers requests while it computes (its parameters, then it averages at once, in one
+//! event) and applies its own gradients. Each averaging therefore leaves both replicas equal and
+//! keeps the sum of all replicas unchanged, which a request crossing another would not.
 
 use async_trait::async_trait;
 use concord_engine::collective::LocalModel;
@@ -87,7 +91,7 @@ impl AdPsgdWorker {
         match env.msg {
             Message::Collective {
                 op, step: 0, data, ..
-            } if op & OP_TAG == OP_TAG => {
+            } if op & OP_TAG == OP_TAG && !is_active(self.id) => {
                 ctx.send(
                     env.from,
                     Message::Collective {
@@ -106,6 +110,53 @@ impl AdPsgdWorker {
             )),
         }
     }
+
+    /// The active side of one averaging: sends the parameters to `peer`, waits for its answer
+    /// and averages. Returns the bytes sent. Anything else arriving meanwhile is served (an
+    /// active worker is never asked, so that is an error, not a change to the parameters).
+    async fn average_with_peer(&mut self, ctx: &mut RoleCtx, peer: u32, step: u64) -> Result<u64> {
+        let op = OP_TAG | ((self.id as u64) << 32) | step;
+        let request = Message::Collective {
+            op,
+            part: 0,
+            step: 0,
+            data: self.flat(),
+        };
+        let bytes_sent = request.wire_bytes();
+        ctx.send(RoleId::Worker(peer), request);
+        loop {
+            let env = ctx.recv().await?;
+            match &env.msg {
+                Message::Collective {
+                    op: o,
+                    step: 1,
+                    data,
+                    ..
+                } if *o == op => {
+                    let data = data.clone();
+                    self.average_with(&data, ctx.now());
+                    return Ok(bytes_sent);
+                }
+                _ => self.serve(ctx, env)?,
+            }
+        }
+    }
+}
+
+/// Whether worker `id` of `workers` is active: it starts the averagings (the even-numbered
+/// half of the original's bipartite graph).
+pub fn is_active(id: WorkerId) -> bool {
+    id.is_multiple_of(2)
+}
+
+/// The peer an active worker averages with this step, uniformly among the passive workers;
+/// `None` for a passive worker, which only answers.
+pub fn passive_peer(id: WorkerId, workers: u32, rng: &mut impl Rng) -> Option<WorkerId> {
+    if !is_active(id) || workers < 2 {
+        return None;
+    }
+    let passive = workers / 2;
+    Some(2 * rng.gen_range(0..passive) + 1)
 }
 
 #[async_trait]
@@ -137,39 +188,10 @@ impl Worker for AdPsgdWorker {
                 self.serve(ctx, env)?;
             }
             let compute_end = ctx.now();
-            let peer = {
-                let r = rng.gen_range(0..n - 1) as u32;
-                if r >= self.id {
-                    r + 1
-                } else {
-                    r
-                }
+            let bytes_sent = match passive_peer(self.id, job.config.workers, &mut rng) {
+                Some(peer) => self.average_with_peer(ctx, peer, step).await?,
+                None => 0,
             };
-            let op = OP_TAG | ((self.id as u64) << 32) | step;
-            let request = Message::Collective {
-                op,
-                part: 0,
-                step: 0,
-                data: self.flat(),
-            };
-            let bytes_sent = request.wire_bytes();
-            ctx.send(RoleId::Worker(peer), request);
-            loop {
-                let env = ctx.recv().await?;
-                match &env.msg {
-                    Message::Collective {
-                        op: o,
-                        step: 1,
-                        data,
-                        ..
-                    } if *o == op => {
-                        let data = data.clone();
-                        self.average_with(&data, ctx.now());
-                        break;
-                    }
-                    _ => self.serve(ctx, env)?,
-                }
-            }
             let averaged = ctx.now();
             match grads {
                 Some(g) => self.model.apply(&g, 1.0, averaged),
@@ -237,6 +259,34 @@ impl Coordinator for AdPsgdCoordinator {
                         ctx.send(RoleId::Worker(w), stop.clone());
                     }
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Active workers pick only passive peers, every one of them, never themselves; passive
+    /// workers pick none.
+    #[test]
+    fn active_workers_pair_with_every_passive_worker_and_only_those() {
+        for workers in [2u32, 3, 5, 8] {
+            let mut rng = ChaCha8Rng::seed_from_u64(7);
+            for id in 0..workers {
+                let picks: Vec<_> = (0..200)
+                    .map(|_| passive_peer(id, workers, &mut rng))
+                    .collect();
+                if id % 2 == 1 {
+                    assert!(picks.iter().all(Option::is_none), "{id} of {workers}");
+                    continue;
+                }
+                let mut seen: Vec<u32> = picks.into_iter().map(|p| p.unwrap()).collect();
+                seen.sort_unstable();
+                seen.dedup();
+                let passive: Vec<u32> = (0..workers).filter(|w| w % 2 == 1).collect();
+                assert_eq!(seen, passive, "{id} of {workers}");
             }
         }
     }

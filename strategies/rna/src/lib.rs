@@ -41,7 +41,7 @@
 //!
 //! Strategies: `rna`, `eager-sgd` (RNA with q = 1, the majority-collective baseline sharing
 //! RNA's aggregation so the ablation isolates the sampling), `ad-psgd` (random pairwise model
-//! averaging). Figures: `rna.trigger_median_s` / `_mean_s` / `_sd_s` (probe to trigger),
+//! averaging, atomic through an active/passive split). Figures: `rna.trigger_median_s` / `_mean_s` / `_sd_s` (probe to trigger),
 //! `rna.contributors_share` (mean Σw/P), `rna.stale_share`, `rna.dropped`.
 //!
 //! One `iteration` of the config is one round (one model update).

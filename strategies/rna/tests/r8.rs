@@ -133,8 +133,45 @@ fn ad_psgd_trains_without_a_barrier() {
     let first = r.rows[0].loss;
     let last = r.rows.last().unwrap().loss;
     assert!(last < first, "loss {first} -> {last}");
-    // Pairwise averaging sends whole models, nothing else: about two per worker step.
+    // Pairwise averaging sends whole models, nothing else: two per active worker step.
     assert!(r.summary.bytes_sent > 0);
+}
+
+/// AD-PSGD's averaging is atomic for any number of workers, odd ones included: only the active
+/// (even) workers start one and only passive (odd) workers are asked, so an active worker's
+/// parameters never change while its request is in flight (a request reaching an active worker
+/// fails the run). Every active step sends the model once, and every request is answered once,
+/// by a passive worker.
+#[test]
+fn ad_psgd_averages_only_across_the_active_passive_split() {
+    for workers in [2u32, 3, 5] {
+        let steps = 10;
+        let cfg = config("ad-psgd", "", workers, steps);
+        let asm = concord::registry().compose(&cfg).expect("composes");
+        let r = concord::engine::run(&cfg, &asm, RunOptions::default())
+            .unwrap_or_else(|e| panic!("{workers} workers: {e}"));
+        let active = workers.div_ceil(2) as u64;
+        let model_bytes: u64 = r
+            .params
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|(_, v)| 4 * v.len() as u64)
+            .sum();
+        let request = r.rows[0].bytes_sent / active;
+        assert!(request >= model_bytes, "{workers} workers: {request} B");
+        assert!(r.rows.iter().all(|row| row.bytes_sent == active * request));
+        // Passive workers send the answers (plus one small message each at the end).
+        let answered: u64 = (0..workers)
+            .filter(|w| w % 2 == 1)
+            .map(|w| r.summary.bytes_sent_by_role[&format!("worker-{w}")])
+            .sum();
+        let asked = active * steps * request;
+        assert!(
+            (asked..asked + 1024 * workers as u64).contains(&answered),
+            "{workers} workers: {answered} B answered for {asked} B asked"
+        );
+    }
 }
 
 #[test]
