@@ -143,8 +143,8 @@ impl AdPsgdWorker {
     }
 }
 
-/// Whether worker `id` of `workers` is active: it starts the averagings (the even-numbered
-/// half of the original's bipartite graph).
+/// Whether worker `id` is active: it starts the averagings (the even-numbered half of the
+/// original's bipartite graph).
 pub fn is_active(id: WorkerId) -> bool {
     id.is_multiple_of(2)
 }
