@@ -124,6 +124,12 @@ pub(crate) fn staleness_figures(stats: &[WorkerStats]) -> Vec<(String, f64)> {
     ]
 }
 
+/// The worker whose model the run evaluates (`rna.evaluated_worker`), if one reported it.
+pub(crate) fn evaluated_worker_figure(stats: &[WorkerStats]) -> Option<(String, f64)> {
+    let worker = stats.iter().find(|s| s.evaluated)?.worker;
+    Some(("rna.evaluated_worker".into(), worker as f64))
+}
+
 /// Rounds after which some of these replicas differ from the first.
 pub(crate) fn mismatched_rounds(stats: &[&WorkerStats]) -> usize {
     let rounds = stats.iter().map(|s| s.digests.len()).max().unwrap_or(0);
@@ -229,6 +235,7 @@ impl Coordinator for RnaController {
             weights.iter().sum::<f64>() / (weights.len().max(1) as f64 * p as f64),
         ));
         figures.extend(staleness_figures(&stats));
+        figures.extend(evaluated_worker_figure(&stats));
         // Rounds after which some replica differs from another (flat RNA keeps them identical).
         let all: Vec<&WorkerStats> = stats.iter().collect();
         let rounds = stats.iter().map(|s| s.digests.len()).max().unwrap_or(0);

@@ -28,8 +28,8 @@
 //! Every message is serializable (custom JSON bodies or [`Message::Collective`] payloads).
 
 use crate::controller::{
-    gather_until_shutdown, mismatched_rounds, sample_probes, staleness_figures, trigger_figures,
-    ProbeRound, ReplyOutcome,
+    evaluated_worker_figure, gather_until_shutdown, mismatched_rounds, sample_probes,
+    staleness_figures, trigger_figures, ProbeRound, ReplyOutcome,
 };
 use crate::options::{GroupSource, Merge, Resolved};
 use crate::protocol::{self, Activate, Groups, Profile, Round, RoundDone, WorkerStats};
@@ -483,6 +483,7 @@ impl Coordinator for HierController {
             shares.iter().sum::<f64>() / shares.len().max(1) as f64,
         ));
         figures.extend(staleness_figures(&stats));
+        figures.extend(evaluated_worker_figure(&stats));
         figures.push(("rna.groups".into(), groups.len() as f64));
         figures.push(("rna.warmup_rounds".into(), warmup_rounds as f64));
         figures.push((

@@ -76,4 +76,10 @@ pub struct WorkerStats {
     /// The worker's group (0 in flat mode); replicas agree within a group.
     #[serde(default)]
     pub group: u32,
+    /// The worker's id.
+    #[serde(default)]
+    pub worker: u32,
+    /// Whether the run evaluates this worker's model (one worker per run).
+    #[serde(default)]
+    pub evaluated: bool,
 }

@@ -577,6 +577,8 @@ impl Worker for RnaWorker {
             0.0
         };
         self.stats.group = self.group_id;
+        self.stats.worker = self.id;
+        self.stats.evaluated = self.reports_model();
         ctx.send(
             RoleId::Coordinator,
             Message::custom(protocol::WORKER_STATS, &self.stats)?,
@@ -586,8 +588,21 @@ impl Worker for RnaWorker {
         Ok(WorkerReport {
             iterations: std::mem::take(&mut self.records),
             peak_memory: (2 + slots) * param_elems * ELEM_BYTES,
-            model: (self.id == 0).then(|| self.model.report(&self.job.layout)),
+            model: self
+                .reports_model()
+                .then(|| self.model.report(&self.job.layout)),
         })
+    }
+}
+
+impl RnaWorker {
+    /// Whether this worker's model is the one the run evaluates: worker 0's in flat RNA (every
+    /// replica is the same); under RNA-H that of group 0's first member — with profiled groups
+    /// the fastest group (they come fastest first, members ascending), whose model is the most
+    /// trained; with given groups the first listed. Worker 0 may be in a slow group (the
+    /// thesis's testbed puts its K80s first).
+    fn reports_model(&self) -> bool {
+        self.group_id == 0 && self.group.member(0) == RoleId::Worker(self.id)
     }
 }
 

@@ -174,6 +174,27 @@ fn groups_form_from_profiled_speeds_and_train() {
     assert_eq!(figure(&one, "rna.groups"), 1.0);
 }
 
+/// The run evaluates the fastest group's model: group 0's first member, which need not be
+/// worker 0; flat RNA evaluates worker 0's (every replica is the same).
+#[test]
+fn the_fast_groups_model_is_evaluated() {
+    // Workers 0–2 slow, 3–5 fast: profiling puts {3, 4, 5} first.
+    let slow_first = [
+        "pattern = \"uniform-delay\"\nworkers = [0, 1, 2]\nmin_s = 0.03\nmax_s = 0.05",
+        "pattern = \"uniform-delay\"\nworkers = [3, 4, 5]\nmax_s = 0.02",
+    ];
+    let opts = "hierarchy = true\nprofile_steps = 10";
+    let r = run(&config("rna", opts, 6, 60, &slow_first));
+    assert_eq!(figure(&r, "rna.groups"), 2.0);
+    assert_eq!(figure(&r, "rna.evaluated_worker"), 3.0);
+    // Given groups: the first listed group's first member.
+    let given = "hierarchy = true\ngroups = [[4, 5], [0, 1, 2, 3]]";
+    let r = run(&config("rna", given, 6, 20, &[UNIFORM]));
+    assert_eq!(figure(&r, "rna.evaluated_worker"), 4.0);
+    let flat = run(&config("rna", "", 6, 20, &slow_first));
+    assert_eq!(figure(&flat, "rna.evaluated_worker"), 0.0);
+}
+
 /// Same seed, same bits and the same virtual times; another seed, other bits.
 #[test]
 fn hierarchical_runs_are_deterministic() {
