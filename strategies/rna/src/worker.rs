@@ -163,6 +163,15 @@ impl RnaWorker {
         }
     }
 
+    /// Whether this worker's model is the one the run evaluates: worker 0's in flat RNA (every
+    /// replica is the same); under RNA-H that of group 0's first member — with profiled groups
+    /// the fastest group (they come fastest first, members ascending), whose model is the most
+    /// trained; with given groups the first listed. Worker 0 may be in a slow group (the
+    /// thesis's testbed puts its K80s first).
+    fn reports_model(&self) -> bool {
+        self.group_id == 0 && self.group.member(0) == RoleId::Worker(self.id)
+    }
+
     /// The model the groups start from, kept for the first push under `merge = "delta"`.
     fn delta_base(&self) -> Option<Vec<f32>> {
         let delta = self
@@ -592,17 +601,6 @@ impl Worker for RnaWorker {
                 .reports_model()
                 .then(|| self.model.report(&self.job.layout)),
         })
-    }
-}
-
-impl RnaWorker {
-    /// Whether this worker's model is the one the run evaluates: worker 0's in flat RNA (every
-    /// replica is the same); under RNA-H that of group 0's first member — with profiled groups
-    /// the fastest group (they come fastest first, members ascending), whose model is the most
-    /// trained; with given groups the first listed. Worker 0 may be in a slow group (the
-    /// thesis's testbed puts its K80s first).
-    fn reports_model(&self) -> bool {
-        self.group_id == 0 && self.group.member(0) == RoleId::Worker(self.id)
     }
 }
 
