@@ -706,29 +706,26 @@ fn write_plots(dir: &Path, input: &ReportInput<'_>, rows: &[Row]) -> anyhow::Res
         for ti in suite.scenario_strategies(&sc.spec) {
             let label = labels[ti];
             let Some(r) = curve(ti) else { continue };
-            let (points, a): (Vec<Xy>, Vec<Xy>) = if timed {
-                (
-                    r.evals
-                        .iter()
-                        .filter_map(|p| p.test_loss.map(|l| (p.time_s, l)))
-                        .collect(),
-                    r.evals
-                        .iter()
-                        .filter_map(|p| p.test_accuracy.map(|a| (p.time_s, a)))
-                        .collect(),
-                )
+            // (time, loss, accuracy): the test set's at fixed times, else the training curve's.
+            let series: Vec<(f64, Option<f64>, Option<f64>)> = if timed {
+                r.evals
+                    .iter()
+                    .map(|p| (p.time_s, p.test_loss, p.test_accuracy))
+                    .collect()
             } else {
-                (
-                    r.curve
-                        .iter()
-                        .filter_map(|p| p.loss.map(|l| (p.time_s, l)))
-                        .collect(),
-                    r.curve
-                        .iter()
-                        .filter_map(|p| p.test_accuracy.map(|a| (p.time_s, a)))
-                        .collect(),
-                )
+                r.curve
+                    .iter()
+                    .map(|p| (p.time_s, p.loss, p.test_accuracy))
+                    .collect()
             };
+            let points: Vec<Xy> = series
+                .iter()
+                .filter_map(|&(t, l, _)| l.map(|l| (t, l)))
+                .collect();
+            let a: Vec<Xy> = series
+                .iter()
+                .filter_map(|&(t, _, a)| a.map(|a| (t, a)))
+                .collect();
             loss.push(Line {
                 label: label.to_string(),
                 points,
