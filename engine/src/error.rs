@@ -67,6 +67,14 @@ pub enum EngineError {
         /// Serializer error.
         reason: String,
     },
+    /// A strategy message's body does not decode as the type its tag names.
+    #[error("malformed message `{tag}`: {reason}")]
+    Decode {
+        /// Message tag.
+        tag: String,
+        /// Deserializer error.
+        reason: String,
+    },
     /// Tensor math failed.
     #[error("tensor error at {context}: {source}")]
     Tensor {

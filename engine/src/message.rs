@@ -2,12 +2,12 @@
 //!
 //! Every message is serializable (DESIGN rule): the same strategy code can run in one process,
 //! across processes, or over a GPU fabric. Engine-level protocols (parameter server, control)
-//! have typed variants; a strategy's own protocol travels as [`Message::Custom`].
+//! have typed variants; a strategy's own protocol travels as [`Message::Custom`]: a tagged body
+//! and tensor payloads, defined by the strategy as a [`StrategyMessage`].
 
 use crate::error::EngineError;
-use crate::ids::{Clock, WorkerId};
-use crate::optim::OptState;
-use crate::payload::{blocks_bytes, BlockId, BlockPayload, Payload};
+use crate::ids::Clock;
+use crate::payload::{blocks_bytes, BlockPayload, Payload};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -63,27 +63,6 @@ pub enum Message {
         /// Gradient blocks.
         grads: Vec<BlockPayload>,
     },
-    /// Worker → server: additive deltas to blocks (a parameter server's `update_param`, aggregated
-    /// by `+`, as in the LazyTable family), for the work of `owner`'s clock `clock`. The sender may
-    /// be another worker that did part of the owner's work (FlexRR's helpers).
-    Update {
-        /// Clock of the work the deltas come from.
-        clock: Clock,
-        /// The worker whose clock it is.
-        owner: WorkerId,
-        /// Whether this completes the owner's contribution to `clock` (sent by the owner only).
-        completes_clock: bool,
-        /// Whether the sender wants an [`Message::UpdateAck`] once the deltas are received (a
-        /// flush the sender must know has landed before it tells anyone).
-        ack: bool,
-        /// Delta blocks.
-        deltas: Vec<BlockPayload>,
-    },
-    /// Server → worker: an [`Message::Update`] that asked for it has been received and buffered.
-    UpdateAck {
-        /// Clock of the acknowledged update.
-        clock: Clock,
-    },
     /// Worker → server: read the server's blocks once their version is at least `min_version`.
     Pull {
         /// Clock the reader is working on.
@@ -108,20 +87,6 @@ pub enum Message {
     WorkerDone,
     /// The engine asks a role to finish (servers and coordinators run until told).
     Shutdown,
-    /// Server → server: a parameter block moving to a new owner with its optimizer state, as of
-    /// `version` (elastic parameter servers: live migration and scaling).
-    Migrate {
-        /// The reassignment epoch the move belongs to.
-        epoch: u64,
-        /// Which block.
-        block: BlockId,
-        /// Last clock applied to the block.
-        version: i64,
-        /// Its values.
-        value: Payload,
-        /// Its optimizer state.
-        opt: OptState,
-    },
     /// One hop of an engine collective ([`crate::collective`]): a piece of a buffer moving between
     /// two members of a group. Only its payload and the header travel on the wire.
     Collective {
@@ -134,15 +99,9 @@ pub enum Message {
         /// The values.
         data: Payload,
     },
-    /// A strategy's own message: a tag and a serialized body.
-    Custom {
-        /// What kind of message it is (the strategy's own vocabulary).
-        tag: String,
-        /// JSON-encoded body.
-        body: Vec<u8>,
-        /// Bytes this message stands for on the wire, beyond the body (e.g. tensors it models).
-        extra_bytes: u64,
-    },
+    /// A strategy's own message: its tag, an encoded body and tensor payloads (see
+    /// [`StrategyMessage`]).
+    Custom(CustomMessage),
 }
 
 impl Message {
@@ -151,39 +110,136 @@ impl Message {
         HEADER_BYTES
             + match self {
                 Message::Push { grads, .. } => blocks_bytes(grads),
-                Message::Update { deltas, .. } => blocks_bytes(deltas),
                 Message::Params { blocks, .. } => blocks_bytes(blocks),
-                Message::Migrate { value, opt, .. } => value.bytes() + opt.bytes(),
                 Message::Collective { data, .. } => data.bytes(),
-                Message::Custom {
-                    body, extra_bytes, ..
-                } => body.len() as u64 + extra_bytes,
+                Message::Custom(m) => m.bytes(),
                 Message::Directive(_) | Message::Report(_) => 64,
-                Message::Pull { .. }
-                | Message::UpdateAck { .. }
-                | Message::WorkerDone
-                | Message::Shutdown => 0,
+                Message::Pull { .. } | Message::WorkerDone | Message::Shutdown => 0,
             }
     }
 
-    /// Wraps a strategy's serializable value as a [`Message::Custom`].
+    /// Wraps a strategy's value as a [`Message::Custom`] tagged `T::TAG`, with no tensors.
+    pub fn strategy<T: StrategyMessage>(value: &T) -> Result<Message, EngineError> {
+        Message::strategy_with(value, Vec::new())
+    }
+
+    /// Wraps a strategy's value and the tensors it carries as a [`Message::Custom`] tagged
+    /// `T::TAG`; the tensors are charged on the wire by their size.
+    pub fn strategy_with<T: StrategyMessage>(
+        value: &T,
+        payloads: Vec<Payload>,
+    ) -> Result<Message, EngineError> {
+        let mut m = CustomMessage::encode(T::TAG, value, payloads)?;
+        m.body_in_header = T::BODY_IN_HEADER;
+        Ok(Message::Custom(m))
+    }
+
+    /// Wraps a serializable value as a [`Message::Custom`] with the given tag and no tensors: for
+    /// protocols that give one body type several tags.
     pub fn custom<T: Serialize>(tag: &str, value: &T) -> Result<Message, EngineError> {
+        Ok(Message::Custom(CustomMessage::encode(
+            tag,
+            value,
+            Vec::new(),
+        )?))
+    }
+
+    /// The strategy message this is, if its tag is `want`: `Ok(None)` for other messages, an error
+    /// naming the tag if the body does not decode.
+    pub fn decode_custom<T: DeserializeOwned>(&self, want: &str) -> Result<Option<T>, EngineError> {
+        match self {
+            Message::Custom(m) if m.tag == want => m.body().map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// The typed strategy message this is: `Ok(None)` for other messages, an error naming the
+    /// tag if the body does not decode.
+    pub fn decode<T: StrategyMessage>(&self) -> Result<Option<T>, EngineError> {
+        self.decode_custom(T::TAG)
+    }
+
+    /// Whether this is a strategy message tagged `tag`.
+    pub fn has_tag(&self, tag: &str) -> bool {
+        matches!(self, Message::Custom(m) if m.tag == tag)
+    }
+}
+
+/// A strategy's own message type: serializable, with a tag naming it on the wire.
+///
+/// Strategies define their protocols as plain serde types and send them with
+/// [`Message::strategy`] (or [`Message::strategy_with`] to carry tensors beside the body); the
+/// receiver matches with [`Message::decode`]. The engine never looks inside.
+///
+/// ```
+/// use concord_engine::message::{Message, StrategyMessage};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize, PartialEq, Debug)]
+/// struct Hello { round: u64 }
+/// impl StrategyMessage for Hello { const TAG: &'static str = "example.hello"; }
+///
+/// let msg = Message::strategy(&Hello { round: 3 }).unwrap();
+/// assert_eq!(msg.decode::<Hello>().unwrap(), Some(Hello { round: 3 }));
+/// ```
+pub trait StrategyMessage: Serialize + DeserializeOwned {
+    /// The tag on the wire: `<strategy>.<message>`, unique in a build.
+    const TAG: &'static str;
+    /// Whether the body is addressing metadata (clocks, ids, flags) that rides in the fixed
+    /// message header, like the fields of the engine's own `Push` or `Params`, rather than content
+    /// charged by its encoded size. The tensor payloads are charged either way.
+    const BODY_IN_HEADER: bool = false;
+}
+
+/// The wire form of a strategy message: its tag, its body (JSON-encoded bytes, opaque to the
+/// engine) and the tensors it carries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CustomMessage {
+    /// What kind of message it is (the strategy's own vocabulary).
+    pub tag: String,
+    /// The encoded body.
+    pub body: Vec<u8>,
+    /// Whether the body rides in the header (see [`StrategyMessage::BODY_IN_HEADER`]).
+    pub body_in_header: bool,
+    /// Tensors carried beside the body, real or virtual.
+    pub payloads: Vec<Payload>,
+}
+
+impl CustomMessage {
+    /// Encodes `value` under `tag`, with `payloads`.
+    pub fn encode<T: Serialize>(
+        tag: &str,
+        value: &T,
+        payloads: Vec<Payload>,
+    ) -> Result<CustomMessage, EngineError> {
         let body = serde_json::to_vec(value).map_err(|e| EngineError::Encode {
             tag: tag.to_string(),
             reason: e.to_string(),
         })?;
-        Ok(Message::Custom {
+        Ok(CustomMessage {
             tag: tag.to_string(),
             body,
-            extra_bytes: 0,
+            body_in_header: false,
+            payloads,
         })
     }
 
-    /// Decodes a [`Message::Custom`] body with the given tag; `None` for other messages.
-    pub fn decode_custom<T: DeserializeOwned>(&self, want: &str) -> Option<T> {
-        match self {
-            Message::Custom { tag, body, .. } if tag == want => serde_json::from_slice(body).ok(),
-            _ => None,
-        }
+    /// Decodes the body, naming the tag if it does not decode.
+    pub fn body<T: DeserializeOwned>(&self) -> Result<T, EngineError> {
+        serde_json::from_slice(&self.body).map_err(|e| EngineError::Decode {
+            tag: self.tag.clone(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Bytes charged on the wire beyond the header: the body (unless it rides in the header) and
+    /// every payload's true size.
+    pub fn bytes(&self) -> u64 {
+        let body = if self.body_in_header {
+            0
+        } else {
+            self.body.len() as u64
+        };
+        body + self.payloads.iter().map(Payload::bytes).sum::<u64>()
     }
 }

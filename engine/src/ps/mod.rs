@@ -7,7 +7,7 @@ mod reads;
 mod server;
 mod timed;
 
-pub use consistency::{ApplyMode, Consistency};
+pub use consistency::{ApplyMode, Asynchronous, Consistency, StaleSynchronous};
 pub use layout::{cut_into_blocks, Block, ParamLayout, Placement, RoundRobinPlacement};
 pub use reads::ReadGate;
 pub use server::{ParamServer, ReadRecord, ServerReport, Snapshot, SnapshotPlan};

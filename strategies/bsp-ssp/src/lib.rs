@@ -9,57 +9,15 @@
 //!   clocks ahead of the slowest. SSP(0) is BSP.
 //! - **ASP**: reads never wait; updates are applied as they arrive.
 //!
-//! Each fills the `consistency` slot.
+//! Each fills the `consistency` slot. The rules themselves are the engine's
+//! ([`StaleSynchronous`], [`Asynchronous`], re-exported here); this crate is how a config picks one.
 
 use concord_engine::config::RunConfig;
 use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::Clock;
-use concord_engine::ps::{ApplyMode, Consistency};
+pub use concord_engine::ps::{Asynchronous, StaleSynchronous};
 use concord_engine::strategy::{parse_options, Assembly, Registry, Slot, Strategy};
 use serde::Deserialize;
 use std::sync::Arc;
-
-/// Stale synchronous parallel with slack `s` (BSP when `s = 0`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StaleSynchronous {
-    /// Clocks a worker may run ahead of the slowest.
-    pub slack: u64,
-}
-
-impl Consistency for StaleSynchronous {
-    fn name(&self) -> String {
-        if self.slack == 0 {
-            "bsp".into()
-        } else {
-            format!("ssp(s={})", self.slack)
-        }
-    }
-    fn min_version(&self, clock: Clock) -> Option<i64> {
-        Some(clock as i64 - self.slack as i64 - 1)
-    }
-    fn staleness_bound(&self) -> Option<u64> {
-        Some(self.slack)
-    }
-}
-
-/// Asynchronous parallel: no read ever waits; updates apply on arrival.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Asynchronous;
-
-impl Consistency for Asynchronous {
-    fn name(&self) -> String {
-        "asp".into()
-    }
-    fn min_version(&self, _clock: Clock) -> Option<i64> {
-        None
-    }
-    fn apply_mode(&self) -> ApplyMode {
-        ApplyMode::OnArrival
-    }
-    fn staleness_bound(&self) -> Option<u64> {
-        None
-    }
-}
 
 /// The `bsp` strategy.
 #[derive(Debug, Default)]

@@ -57,8 +57,7 @@ pub use worker::ElasticWorker;
 
 use concord_engine::config::RunConfig;
 use concord_engine::error::Result;
-use concord_engine::ids::Clock;
-use concord_engine::ps::Consistency;
+use concord_engine::ps::StaleSynchronous;
 use concord_engine::roles::{Coordinator, Server, Worker};
 use concord_engine::strategy::{parse_options, Assembly, Registry, Slot, Strategy};
 use std::sync::Arc;
@@ -95,7 +94,10 @@ impl Strategy for ElasticPs {
     ) -> Result<()> {
         let o: ElasticOptions = parse_options(self.name(), options)?;
         let resolved = o.resolve(config)?;
-        asm.consistency = Some(Arc::new(Synchronous));
+        // PSLD trains synchronously only (the paper's scope, §1.1): a block's clock-`c` value is
+        // served once every worker's push for `c` is applied. The strategy fills the consistency
+        // slot itself, so combining it with `ssp`, `asp` or `bsp` is a start-up error naming both.
+        asm.consistency = Some(Arc::new(StaleSynchronous { slack: 0 }));
         asm.placement = Some(Arc::new(ElasticPlacement::new(
             resolved.policy,
             resolved.bigarray_bound,
@@ -113,24 +115,6 @@ impl Strategy for ElasticPs {
             Ok(Box::new(Scheduler::new(job, c.clone())) as Box<dyn Coordinator>)
         }));
         Ok(())
-    }
-}
-
-/// PSLD trains synchronously only (the paper's scope, §1.1): a block's clock-`c` value is served
-/// once every worker's push for `c` is applied. The strategy fills the consistency slot with this
-/// rule itself, so combining it with `ssp` or `asp` (or `bsp`) is a start-up error naming both.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Synchronous;
-
-impl Consistency for Synchronous {
-    fn name(&self) -> String {
-        "bsp (elastic-ps)".into()
-    }
-    fn min_version(&self, clock: Clock) -> Option<i64> {
-        Some(clock as i64 - 1)
-    }
-    fn staleness_bound(&self) -> Option<u64> {
-        Some(0)
     }
 }
 

@@ -3,14 +3,16 @@
 //! Data travels in the engine's typed messages: a worker's [`Message::Push`] of one block is also
 //! its pull (the server answers with the block's new value in a [`Message::Params`] once every
 //! worker's push of that clock is applied), and blocks move between servers in
-//! [`Message::Migrate`]. The control plane below travels as [`Message::Custom`]; the paper names
+//! [`Migrate`], which carries the block's values and optimizer state as tensor payloads. The
+//! control plane below travels as [`Message::Custom`] bodies; the paper names
 //! only `ADD_SERVER` and `DEL_SERVER`, the other names follow the spec.
 
 use crate::telemetry::PeriodReport;
 use concord_engine::error::{EngineError, Result};
 use concord_engine::ids::{Clock, RoleId, ServerId};
-use concord_engine::message::Message;
-use concord_engine::payload::BlockId;
+use concord_engine::message::{Message, StrategyMessage};
+use concord_engine::optim::OptState;
+use concord_engine::payload::{BlockId, Payload};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -101,6 +103,64 @@ pub struct MigratePlan {
     pub out: Vec<(BlockId, ServerId)>,
     /// Blocks this server receives, with their source.
     pub inc: Vec<(BlockId, ServerId)>,
+}
+
+/// Server → server: a parameter block moving to a new owner with its optimizer state, as of
+/// `version` (live migration and scaling). Its values and each optimizer state slot travel as the
+/// message's tensor payloads, in that order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Migrate {
+    /// The reassignment epoch the move belongs to.
+    pub epoch: u64,
+    /// Which block.
+    pub block: BlockId,
+    /// Last clock applied to the block.
+    pub version: i64,
+    /// Optimizer updates applied to the block so far.
+    pub step: u64,
+}
+
+impl StrategyMessage for Migrate {
+    const TAG: &'static str = "elastic-ps.migrate";
+    const BODY_IN_HEADER: bool = true;
+}
+
+impl Migrate {
+    /// The message moving `value` and its optimizer state `opt`.
+    pub fn message(self, value: Payload, opt: OptState) -> Result<Message> {
+        let mut payloads = vec![value];
+        payloads.extend(opt.slots.into_iter().map(Payload::Real));
+        Message::strategy_with(&self, payloads)
+    }
+
+    /// The move, the block's values and its optimizer state; an error if `msg` is not a
+    /// migration or carries no values.
+    pub fn unpack(me: RoleId, msg: Message) -> Result<(Migrate, Payload, OptState)> {
+        let bad = || EngineError::protocol(me, "expected a block migration with its values");
+        let moved = msg.decode::<Migrate>()?.ok_or_else(bad)?;
+        let Message::Custom(custom) = msg else {
+            return Err(bad());
+        };
+        let mut payloads = custom.payloads.into_iter();
+        let value = payloads.next().ok_or_else(bad)?;
+        let slots = payloads
+            .map(|p| match p {
+                Payload::Real(v) => Ok(v),
+                Payload::Virtual { .. } => Err(EngineError::protocol(
+                    me,
+                    format!(
+                        "block {} migrated with virtual optimizer state",
+                        moved.block
+                    ),
+                )),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let opt = OptState {
+            step: moved.step,
+            slots,
+        };
+        Ok((moved, value, opt))
+    }
 }
 
 /// Server → server: a migrated block was installed.

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use concord_engine::error::{EngineError, Result};
 use concord_engine::ids::{Clock, RoleId, ServerId, WorkerId};
 use concord_engine::job::Job;
-use concord_engine::message::Message;
+use concord_engine::message::{CustomMessage, Message};
 use concord_engine::payload::BlockId;
 use concord_engine::role::{RoleCtx, Work};
 use concord_engine::roles::{Coordinator, CoordinatorReport};
@@ -522,7 +522,7 @@ impl Coordinator for Scheduler {
             match env.msg {
                 Message::Shutdown => break,
                 Message::WorkerDone => self.workers_done += 1,
-                Message::Custom { tag: t, body, .. } => {
+                Message::Custom(CustomMessage { tag: t, body, .. }) => {
                     let id = ctx.id();
                     match (t.as_str(), from) {
                         (tag::PROGRESS, RoleId::Worker(_)) => {

@@ -7,12 +7,14 @@
 //! also the pull). A block in an epoch's migration plan leaves, with its optimizer state, as soon
 //! as it reaches the agreed version, right after that version's pull responses.
 
-use crate::protocol::{self, tag, Membership, MigrateAck, MigrateDone, MigratePlan, PushAck};
+use crate::protocol::{
+    self, tag, Membership, Migrate, MigrateAck, MigrateDone, MigratePlan, PushAck,
+};
 use async_trait::async_trait;
 use concord_engine::error::{EngineError, Result};
 use concord_engine::ids::{Clock, RoleId, ServerId, WorkerId};
 use concord_engine::job::Job;
-use concord_engine::message::Message;
+use concord_engine::message::{CustomMessage, Message, StrategyMessage};
 use concord_engine::optim::{OptState, OptimizerConfig};
 use concord_engine::payload::{BlockId, BlockPayload, Payload};
 use concord_engine::ps::{ServerReport, Snapshot, TimedSnapshot, TimedSnapshots};
@@ -278,16 +280,14 @@ impl ElasticServer {
                 });
                 self.timed_departed.extend(t.report_block());
             }
-            ctx.send(
-                RoleId::Server(dst),
-                Message::Migrate {
-                    epoch: plan.epoch,
-                    block,
-                    version: held.version,
-                    value: held.value,
-                    opt: held.opt,
-                },
-            );
+            let step = held.opt.step;
+            let moved = Migrate {
+                epoch: plan.epoch,
+                block,
+                version: held.version,
+                step,
+            };
+            ctx.send(RoleId::Server(dst), moved.message(held.value, held.opt)?);
         }
         self.maybe_done(ctx)
     }
@@ -435,6 +435,19 @@ impl Server for ElasticServer {
         loop {
             let env = ctx.recv().await?;
             let from = env.from;
+            if env.msg.has_tag(Migrate::TAG) {
+                let (m, value, opt) = Migrate::unpack(ctx.id(), env.msg)?;
+                let moved = Moved {
+                    sent_at: env.sent_at,
+                    epoch: m.epoch,
+                    block: m.block,
+                    version: m.version,
+                    value,
+                    opt,
+                };
+                self.on_migrate(ctx, from, moved)?;
+                continue;
+            }
             match env.msg {
                 Message::Shutdown => break,
                 Message::Push {
@@ -451,24 +464,7 @@ impl Server for ElasticServer {
                     };
                     self.on_push(ctx, w, clock, samples, grads).await?;
                 }
-                Message::Migrate {
-                    epoch,
-                    block,
-                    version,
-                    value,
-                    opt,
-                } => {
-                    let moved = Moved {
-                        sent_at: env.sent_at,
-                        epoch,
-                        block,
-                        version,
-                        value,
-                        opt,
-                    };
-                    self.on_migrate(ctx, from, moved)?
-                }
-                Message::Custom { tag: t, body, .. } => match t.as_str() {
+                Message::Custom(CustomMessage { tag: t, body, .. }) => match t.as_str() {
                     tag::MIGRATE_PLAN => {
                         let plan: MigratePlan = protocol::decode(ctx.id(), &t, &body)?;
                         self.on_plan(ctx, plan)?;

@@ -21,7 +21,7 @@ use concord_engine::dp::{train_step, StepAt};
 use concord_engine::error::{EngineError, Result};
 use concord_engine::ids::{Clock, RoleId, ServerId, WorkerId};
 use concord_engine::job::Job;
-use concord_engine::message::Message;
+use concord_engine::message::{CustomMessage, Message};
 use concord_engine::metrics::IterRecord;
 use concord_engine::model::Replica;
 use concord_engine::role::{RoleCtx, Work};
@@ -67,9 +67,9 @@ impl ElasticWorker {
     /// Takes any reassignment command that has arrived, without waiting.
     fn poll_command(&self, ctx: &mut RoleCtx, cmd: &mut Option<ReassignCmd>) -> Result<()> {
         while let Some(env) = ctx.try_recv_matching(
-            |e| matches!(&e.msg, Message::Custom { tag: t, .. } if t == tag::REASSIGN_CMD),
+            |e| matches!(&e.msg, Message::Custom(CustomMessage { tag: t, .. }) if t == tag::REASSIGN_CMD),
         ) {
-            if let Message::Custom { tag: t, body, .. } = env.msg {
+            if let Message::Custom(CustomMessage { tag: t, body, .. }) = env.msg {
                 *cmd = Some(protocol::decode(ctx.id(), &t, &body)?);
             }
         }
@@ -93,9 +93,9 @@ impl ElasticWorker {
             protocol::encode(tag::REASSIGN_REQ, &req)?,
         );
         let env = ctx
-            .recv_matching(|e| matches!(&e.msg, Message::Custom { tag: t, .. } if t == tag::RESUME))
+            .recv_matching(|e| matches!(&e.msg, Message::Custom(CustomMessage { tag: t, .. }) if t == tag::RESUME))
             .await?;
-        let Message::Custom { tag: t, body, .. } = env.msg else {
+        let Message::Custom(CustomMessage { tag: t, body, .. }) = env.msg else {
             return Err(EngineError::protocol(ctx.id(), "expected RESUME"));
         };
         let resume: Resume = protocol::decode(ctx.id(), &t, &body)?;
@@ -183,7 +183,7 @@ impl Worker for ElasticWorker {
                 let env = ctx
                     .recv_matching(|e| match &e.msg {
                         Message::Params { .. } => true,
-                        Message::Custom { tag: t, .. } => t == tag::PUSH_ACK,
+                        Message::Custom(CustomMessage { tag: t, .. }) => t == tag::PUSH_ACK,
                         _ => false,
                     })
                     .await?;
@@ -193,7 +193,7 @@ impl Worker for ElasticWorker {
                         "parameters from a non-server",
                     ));
                 };
-                if let Message::Custom { tag: t, body, .. } = &env.msg {
+                if let Message::Custom(CustomMessage { tag: t, body, .. }) = &env.msg {
                     let ack: PushAck = protocol::decode(ctx.id(), t, body)?;
                     let (Some(b), Some(&left)) = (
                         blocks.get(ack.block as usize),

@@ -1,10 +1,85 @@
-//! RapidReassignment's peer-to-peer messages (thesis §3.3.3, spec §4.1.4), and the end-of-run
-//! statistics a worker sends the coordinator.
+//! RapidReassignment's peer-to-peer messages (thesis §3.3.3, spec §4.1.4), the end-of-run
+//! statistics a worker sends the coordinator, and the LazyTable-style updates a worker sends the
+//! servers.
 
 use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::RoleId;
-use concord_engine::message::Message;
+use concord_engine::ids::{Clock, RoleId, WorkerId};
+use concord_engine::message::{Message, StrategyMessage};
+use concord_engine::payload::{BlockId, BlockPayload};
 use serde::{Deserialize, Serialize};
+
+/// Worker → server: additive deltas to blocks (a parameter server's `update_param`, aggregated by
+/// `+`, as in the LazyTable family), for the work of `owner`'s clock `clock`. The sender may be
+/// another worker that did part of the owner's work (a helper). The deltas travel as the
+/// message's tensor payloads, one per block in `blocks`' order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Update {
+    /// Clock of the work the deltas come from.
+    pub clock: Clock,
+    /// The worker whose clock it is.
+    pub owner: WorkerId,
+    /// Whether this completes the owner's contribution to `clock` (sent by the owner only).
+    pub completes_clock: bool,
+    /// Whether the sender wants an [`UpdateAck`] once the deltas are received (a flush the
+    /// sender must know has landed before it tells anyone).
+    pub ack: bool,
+    /// The blocks the payloads belong to.
+    pub blocks: Vec<BlockId>,
+}
+
+impl StrategyMessage for Update {
+    const TAG: &'static str = "flexrr.update";
+    const BODY_IN_HEADER: bool = true;
+}
+
+impl Update {
+    /// The message carrying `deltas` as payloads.
+    pub fn message(mut self, deltas: Vec<BlockPayload>) -> Result<Message> {
+        self.blocks = deltas.iter().map(|d| d.block).collect();
+        let payloads = deltas.into_iter().map(|d| d.data).collect();
+        Message::strategy_with(&self, payloads)
+    }
+
+    /// The update and its deltas; an error if `msg` is not an update or its blocks and payloads
+    /// disagree.
+    pub fn unpack(me: RoleId, msg: Message) -> Result<(Update, Vec<BlockPayload>)> {
+        let update = msg
+            .decode::<Update>()?
+            .ok_or_else(|| EngineError::protocol(me, "expected a flexrr update"))?;
+        let Message::Custom(custom) = msg else {
+            return Err(EngineError::protocol(me, "expected a flexrr update"));
+        };
+        if custom.payloads.len() != update.blocks.len() {
+            return Err(EngineError::protocol(
+                me,
+                format!(
+                    "an update names {} blocks but carries {} payloads",
+                    update.blocks.len(),
+                    custom.payloads.len()
+                ),
+            ));
+        }
+        let deltas = update
+            .blocks
+            .iter()
+            .zip(custom.payloads)
+            .map(|(&block, data)| BlockPayload { block, data })
+            .collect();
+        Ok((update, deltas))
+    }
+}
+
+/// Server → worker: an [`Update`] that asked for it has been received and buffered.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UpdateAck {
+    /// Clock of the acknowledged update.
+    pub clock: Clock,
+}
+
+impl StrategyMessage for UpdateAck {
+    const TAG: &'static str = "flexrr.update-ack";
+    const BODY_IN_HEADER: bool = true;
+}
 
 /// Tag of every FlexRR message on the transport.
 pub const TAG: &str = "flexrr";
@@ -107,13 +182,8 @@ impl RrMsg {
     /// Decodes a FlexRR message; other messages give `None`, a malformed one an error naming
     /// the sender.
     pub fn decode(me: RoleId, from: RoleId, msg: &Message) -> Result<Option<RrMsg>> {
-        match msg {
-            Message::Custom { tag, .. } if tag == TAG => {
-                msg.decode_custom(TAG).map(Some).ok_or_else(|| {
-                    EngineError::protocol(me, format!("malformed flexrr message from {from}"))
-                })
-            }
-            _ => Ok(None),
-        }
+        msg.decode_custom(TAG).map_err(|e| {
+            EngineError::protocol(me, format!("malformed flexrr message from {from}: {e}"))
+        })
     }
 }

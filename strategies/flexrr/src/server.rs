@@ -1,7 +1,7 @@
 //! FlexRR's parameter-server shard (thesis §3.2.2, spec §4.1.6): LazyTable-style additive
 //! updates under SSP.
 //!
-//! Workers send deltas ([`Message::Update`]) tagged with the clock of the work they come from and
+//! Workers send deltas ([`Update`]) tagged with the clock of the work they come from and
 //! that work's owner; a helper sends deltas for its helpee's clock and asks for an acknowledgement
 //! (the flush before `help-completed`). The version is the last clock every owner has completed:
 //! version `v` holds every update of clocks `≤ v`. Under SSP (slack > 0) deltas are added as they
@@ -11,11 +11,12 @@
 //! consistency rule asks for. An update for a clock already complete is an error: it would be an
 //! update missing from the version that claims to include it.
 
+use crate::protocol::{Update, UpdateAck};
 use async_trait::async_trait;
 use concord_engine::error::{EngineError, Result};
 use concord_engine::ids::{Clock, RoleId, ServerId, WorkerId};
 use concord_engine::job::Job;
-use concord_engine::message::Message;
+use concord_engine::message::{Message, StrategyMessage};
 use concord_engine::payload::{BlockId, BlockPayload, Payload};
 use concord_engine::ps::{ReadGate, ServerReport, Snapshot, TimedSnapshots};
 use concord_engine::role::RoleCtx;
@@ -178,7 +179,10 @@ impl FlexServer {
         // Buffering costs one add per element received.
         ctx.serve("aggregate", elems as f64).await;
         if ack {
-            ctx.send(RoleId::Worker(from), Message::UpdateAck { clock });
+            ctx.send(
+                RoleId::Worker(from),
+                Message::strategy(&UpdateAck { clock })?,
+            );
         }
         self.apply_complete_clocks(ctx).await;
         Ok(())
@@ -205,21 +209,14 @@ impl Server for FlexServer {
                 RoleId::Worker(w) => Some(w),
                 _ => None,
             };
+            if let (Some(w), true) = (worker, env.msg.has_tag(Update::TAG)) {
+                let (u, deltas) = Update::unpack(ctx.id(), env.msg)?;
+                self.on_update(ctx, w, u.clock, u.owner, u.completes_clock, u.ack, deltas)
+                    .await?;
+                continue;
+            }
             match (env.msg, worker) {
                 (Message::Shutdown, _) => break,
-                (
-                    Message::Update {
-                        clock,
-                        owner,
-                        completes_clock,
-                        ack,
-                        deltas,
-                    },
-                    Some(w),
-                ) => {
-                    self.on_update(ctx, w, clock, owner, completes_clock, ack, deltas)
-                        .await?
-                }
                 (Message::Pull { clock, min_version }, Some(w)) => {
                     let blocks = || payloads(&self.values);
                     self.reads

@@ -20,13 +20,13 @@
 //! releases everyone.
 
 use crate::options::Resolved;
-use crate::protocol::{Processed, RrMsg, WorkerStats};
+use crate::protocol::{Processed, RrMsg, Update, UpdateAck, WorkerStats};
 use async_trait::async_trait;
 use concord_engine::dp::{train_step_span, StepAt};
 use concord_engine::error::{EngineError, Result};
 use concord_engine::ids::{Clock, RoleId, WorkerId};
 use concord_engine::job::Job;
-use concord_engine::message::Message;
+use concord_engine::message::{Message, StrategyMessage};
 use concord_engine::metrics::IterRecord;
 use concord_engine::model::Replica;
 use concord_engine::payload::BlockPayload;
@@ -272,7 +272,7 @@ impl FlexWorker {
     /// Handles one message from a peer, a server or the coordinator.
     fn handle(&mut self, ctx: &mut RoleCtx, env: Envelope) -> Result<()> {
         let me = ctx.id();
-        if let Message::UpdateAck { .. } = env.msg {
+        if env.msg.has_tag(UpdateAck::TAG) {
             self.acks_pending = self.acks_pending.checked_sub(1).ok_or_else(|| {
                 EngineError::protocol(me, "an update acknowledgement nobody asked for")
             })?;
@@ -583,13 +583,14 @@ impl FlexWorker {
         let ack = !completes;
         for s in 0..layout.servers() {
             let deltas: Vec<BlockPayload> = layout.slice_for(s, delta.as_deref());
-            let msg = Message::Update {
+            let msg = Update {
                 clock,
                 owner,
                 completes_clock: completes,
                 ack,
-                deltas,
-            };
+                blocks: Vec::new(),
+            }
+            .message(deltas)?;
             self.bytes_sent += msg.wire_bytes();
             ctx.send(RoleId::Server(s), msg);
         }

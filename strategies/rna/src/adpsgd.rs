@@ -216,7 +216,7 @@ impl Worker for AdPsgdWorker {
         ctx.send(RoleId::Coordinator, Message::custom(DONE, &self.id)?);
         loop {
             let env = ctx.recv().await?;
-            if env.msg.decode_custom::<u32>(STOP).is_some() {
+            if env.msg.decode_custom::<u32>(STOP)?.is_some() {
                 break;
             }
             self.serve(ctx, env)?;
@@ -251,7 +251,7 @@ impl Coordinator for AdPsgdCoordinator {
             if matches!(env.msg, Message::Shutdown) {
                 return Ok(CoordinatorReport::default());
             }
-            if env.msg.decode_custom::<u32>(DONE).is_some() {
+            if env.msg.decode_custom::<u32>(DONE)?.is_some() {
                 done += 1;
                 if done == self.workers {
                     let stop = Message::custom(STOP, &0u32)?;

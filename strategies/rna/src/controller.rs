@@ -94,7 +94,10 @@ pub(crate) async fn gather_until_shutdown(
     while !shutdown {
         let env = ctx.recv().await?;
         shutdown = matches!(env.msg, Message::Shutdown);
-        if let Some(s) = env.msg.decode_custom::<WorkerStats>(protocol::WORKER_STATS) {
+        if let Some(s) = env
+            .msg
+            .decode_custom::<WorkerStats>(protocol::WORKER_STATS)?
+        {
             stats.push(s);
         }
     }
@@ -187,13 +190,15 @@ impl Coordinator for RnaController {
                     break 'rounds;
                 }
                 if let (Some(r), RoleId::Worker(w)) = (
-                    env.msg.decode_custom::<Round>(protocol::PROBE_REPLY),
+                    env.msg.decode_custom::<Round>(protocol::PROBE_REPLY)?,
                     env.from,
                 ) {
                     if let ReplyOutcome::Trigger(i) = state.on_reply(w, r.round) {
                         break i;
                     }
-                } else if let Some(s) = env.msg.decode_custom::<WorkerStats>(protocol::WORKER_STATS)
+                } else if let Some(s) = env
+                    .msg
+                    .decode_custom::<WorkerStats>(protocol::WORKER_STATS)?
                 {
                     stats.push(s);
                 }
@@ -215,12 +220,14 @@ impl Coordinator for RnaController {
                     shutdown = true;
                     break 'rounds;
                 }
-                if let Some(d) = env.msg.decode_custom::<RoundDone>(protocol::ROUND_DONE) {
+                if let Some(d) = env.msg.decode_custom::<RoundDone>(protocol::ROUND_DONE)? {
                     if d.round.round == k {
                         weights.push(d.weight);
                         break;
                     }
-                } else if let Some(s) = env.msg.decode_custom::<WorkerStats>(protocol::WORKER_STATS)
+                } else if let Some(s) = env
+                    .msg
+                    .decode_custom::<WorkerStats>(protocol::WORKER_STATS)?
                 {
                     stats.push(s);
                 }

@@ -269,7 +269,7 @@ impl Server for AveragingServer {
                         },
                     );
                 }
-                Message::Collective { .. } | Message::Custom { .. } => {
+                Message::Collective { .. } | Message::Custom(_) => {
                     return Err(EngineError::protocol(
                         ctx.id(),
                         format!("unexpected message from {}: {:?}", env.from, env.msg),
@@ -400,14 +400,14 @@ impl Coordinator for HierController {
             if matches!(env.msg, Message::Shutdown) {
                 shutdown = true;
             } else if let (Some(p), RoleId::Worker(w)) = (
-                env.msg.decode_custom::<Profile>(protocol::PROFILE),
+                env.msg.decode_custom::<Profile>(protocol::PROFILE)?,
                 env.from,
             ) {
                 if let Some(t) = times.get_mut(w as usize) {
                     *t = Some(p.mean_step_s);
                 }
             } else if let (Some(r), RoleId::Worker(w)) = (
-                env.msg.decode_custom::<Round>(protocol::PROBE_REPLY),
+                env.msg.decode_custom::<Round>(protocol::PROBE_REPLY)?,
                 env.from,
             ) {
                 let Some(g) = states.get_mut(r.group as usize) else {
@@ -433,7 +433,7 @@ impl Coordinator for HierController {
                         ctx.send(RoleId::Worker(m), msg.clone());
                     }
                 }
-            } else if let Some(d) = env.msg.decode_custom::<RoundDone>(protocol::ROUND_DONE) {
+            } else if let Some(d) = env.msg.decode_custom::<RoundDone>(protocol::ROUND_DONE)? {
                 let gid = d.round.group;
                 let Some(g) = states.get_mut(gid as usize) else {
                     continue;
@@ -471,7 +471,10 @@ impl Coordinator for HierController {
                     continue;
                 }
                 self.probe(ctx, gid, g)?;
-            } else if let Some(s) = env.msg.decode_custom::<WorkerStats>(protocol::WORKER_STATS) {
+            } else if let Some(s) = env
+                .msg
+                .decode_custom::<WorkerStats>(protocol::WORKER_STATS)?
+            {
                 stats.push(s);
             }
         }

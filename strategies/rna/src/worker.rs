@@ -524,15 +524,15 @@ impl RnaWorker {
             self.on_collective(ctx, env)?;
             return self.complete_round_if_done(ctx);
         }
-        if let Some(r) = env.msg.decode_custom::<Round>(protocol::PROBE) {
+        if let Some(r) = env.msg.decode_custom::<Round>(protocol::PROBE)? {
             self.pending_probe = Some(r.round);
             return self.answer_probe(ctx);
         }
-        if let Some(a) = env.msg.decode_custom::<Activate>(protocol::ACTIVATE) {
+        if let Some(a) = env.msg.decode_custom::<Activate>(protocol::ACTIVATE)? {
             self.pending_activations.push_back(a);
             return Ok(());
         }
-        if let Some(g) = env.msg.decode_custom::<Groups>(protocol::GROUPS) {
+        if let Some(g) = env.msg.decode_custom::<Groups>(protocol::GROUPS)? {
             self.pending_groups = Some(own_group(&g.groups, self.id)?);
             return Ok(());
         }
