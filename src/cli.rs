@@ -2,7 +2,7 @@
 
 use crate::config::{self, ConfigError};
 use clap::{Args, Parser, Subcommand};
-use concord_engine::role::RuntimeKind;
+use concord_engine::prelude::*;
 use concord_engine::run::{RunOptions, RunResult};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::ffi::OsString;

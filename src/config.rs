@@ -1,7 +1,7 @@
 //! Loading a run configuration from its layers: built-in defaults < file < `CONCORD_*`
 //! environment < `--set key=value`.
 
-use concord_engine::config::RunConfig;
+use concord_engine::prelude::*;
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use std::path::{Path, PathBuf};

@@ -13,8 +13,7 @@ pub mod cli;
 pub mod config;
 
 pub use concord_engine as engine;
-
-use concord_engine::strategy::{Registry, Slot};
+use concord_engine::prelude::*;
 
 /// Every strategy this build knows, with the defaults for unclaimed slots: consistency `bsp`,
 /// memory `resident`. A new strategy crate adds one line here.

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use concord::engine::role::RuntimeKind;
+use concord::engine::context::RuntimeKind;
 
 fn check(runtime: RuntimeKind) {
     let four = run(&with_runtime(small(4, 8, 20), runtime));

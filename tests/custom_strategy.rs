@@ -18,7 +18,7 @@ fn batch_ramp_directs_every_clock() {
     let asm = registry.compose(&cfg).unwrap();
     assert_eq!(
         asm.owners()
-            .get(&concord::engine::strategy::Slot::Coordinator)
+            .get(&concord::engine::contract::Slot::Coordinator)
             .unwrap(),
         "batch-ramp"
     );

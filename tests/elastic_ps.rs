@@ -5,8 +5,8 @@ mod common;
 
 use common::{max_diff, run, small};
 use concord::engine::config::RunConfig;
+use concord::engine::context::RuntimeKind;
 use concord::engine::ids::RoleId;
-use concord::engine::role::RuntimeKind;
 use concord::engine::run::RunResult;
 
 /// A training run whose parameters are cut into many small blocks (so reassignments move many).

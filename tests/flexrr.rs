@@ -7,8 +7,8 @@ mod common;
 
 use common::{max_diff, run, straggler};
 use concord::engine::config::RunConfig;
+use concord::engine::context::RuntimeKind;
 use concord::engine::optim::OptimizerConfig;
-use concord::engine::role::RuntimeKind;
 use concord::engine::run::RunResult;
 
 /// 8 workers on 4 machines of 2 cores, MLR on the teacher task, 20 units of 2 samples per

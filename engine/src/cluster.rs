@@ -6,6 +6,9 @@ use crate::ids::{MachineId, RoleId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// Host-device link bandwidth of every device profile, bytes/s (PCIe 3.0 x16).
+const HOST_LINK_BYTES_PER_S: f64 = 12e9;
+
 /// A device's performance and memory figures.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -87,6 +90,11 @@ impl DeviceProfile {
     /// Memory budget in bytes.
     pub fn memory_bytes(&self) -> u64 {
         (self.memory_gib * (1u64 << 30) as f64) as u64
+    }
+
+    /// Host-device link bandwidth memory policies move tensors over, bytes/s (PCIe 3.0 x16).
+    pub fn host_link_bytes_per_s(&self) -> f64 {
+        HOST_LINK_BYTES_PER_S
     }
 
     fn validate(&self, key: &str) -> Result<()> {

@@ -1,11 +1,11 @@
 //! The run configuration (`configs/*.toml`), its defaults and its validation.
 
 use crate::cluster::ClusterConfig;
+use crate::context::RuntimeKind;
 use crate::data::DataConfig;
 use crate::error::{EngineError, Result};
 use crate::model::ModelConfig;
 use crate::optim::OptimizerConfig;
-use crate::role::RuntimeKind;
 use crate::stragglers::StragglerConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

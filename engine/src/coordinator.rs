@@ -1,10 +1,10 @@
 //! The engine's default coordinator: workers run their configured batch; it only gathers reports.
 
+use crate::context::RoleContext;
+use crate::contract::{Coordinator, CoordinatorReport};
 use crate::error::Result;
 use crate::ids::RoleId;
 use crate::message::Message;
-use crate::role::RoleCtx;
-use crate::roles::{Coordinator, CoordinatorReport};
 use async_trait::async_trait;
 
 /// Collects worker reports; directs nothing.
@@ -13,7 +13,7 @@ pub struct StaticCoordinator;
 
 #[async_trait]
 impl Coordinator for StaticCoordinator {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<CoordinatorReport> {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
         let mut report = CoordinatorReport::default();
         loop {
             let env = ctx.recv().await?;

@@ -5,21 +5,18 @@
 //! report to the coordinator. Under BSP this is synchronous data parallelism; under SSP/ASP the
 //! same loop runs ahead as far as the rule allows.
 
+use crate::context::{IterSpan, RoleContext, Work};
+use crate::contract::{Worker, WorkerReport};
 use crate::error::{EngineError, Result};
 use crate::ids::{RoleId, WorkerId};
 use crate::job::Job;
-use crate::memory::{MemAction, MemEvent, MemoryLedger, MemoryPolicy, TensorClass};
+use crate::memory::{MemEvent, TensorClass};
 use crate::message::{Directive, Message, Report};
 use crate::metrics::IterRecord;
 use crate::model::Replica;
 use crate::payload::ELEM_BYTES;
-use crate::role::{IterSpan, RoleCtx, Work};
-use crate::roles::{Worker, WorkerReport};
 use async_trait::async_trait;
 use std::sync::Arc;
-
-/// Host-device link bandwidth used to charge memory-policy transfers, bytes/s (PCIe 3.0 x16).
-const HOST_LINK_BYTES_PER_S: f64 = 12e9;
 
 /// A step's mean loss and gradients (`NaN` and `None` in throughput mode).
 pub type StepResult = (f64, Option<Vec<Vec<f32>>>);
@@ -35,67 +32,118 @@ pub struct StepAt {
     pub batch: u64,
 }
 
-/// One training step of a worker, charged as `work`: on a real model, the mean loss and the
-/// gradients of `batch` samples of the run's stream at `params` (an error if the loss is not
-/// finite); in throughput mode, the charge alone (`NaN`, no gradients). Every data-parallel worker
-/// of the engine and of strategies takes its steps this way, so they draw the same samples.
+/// How a training step's compute is charged on the role's clock.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Charge {
+    /// The whole iteration's step, waited for ([`RoleContext::compute`]).
+    Whole,
+    /// The slice `span` of the iteration, waited for ([`RoleContext::compute_span`]): for workers
+    /// that run their iteration in many small units.
+    Span(IterSpan),
+    /// Not waited for: the result counts as ready at the returned time, so the role can keep
+    /// communicating meanwhile (a compute thread beside a communication thread, RNA §5.1.3;
+    /// [`RoleContext::compute_deferred`]).
+    Deferred,
+}
+
+/// One training step of a worker, charged as `work` in the `charge` mode: on a real model, the
+/// mean loss and the gradients of `batch` samples of the run's stream at `params` (an error if the
+/// loss is not finite); in throughput mode, the charge alone (`NaN`, no gradients). Returns the
+/// step's result and the run time at which it is ready (now, unless deferred).
+///
+/// Every data-parallel worker of the engine and of strategies takes its steps this way, so they
+/// draw the same samples; the step's activations are reported to the role's memory policy.
 pub async fn train_step(
-    ctx: &mut RoleCtx,
+    ctx: &mut RoleContext,
     job: &Job,
     replica: Option<&Replica>,
     params: &[Vec<f32>],
     at: StepAt,
     work: Work,
-) -> Result<StepResult> {
-    let (Some(replica), Some(data)) = (replica, &job.data) else {
-        ctx.compute("step", work, || ()).await;
-        return Ok((f64::NAN, None));
-    };
-    let (x, y) = batch_of(job, data, replica, params, at)?;
-    let out = ctx.compute("step", work, || replica.step(x, &y)).await;
-    finite_step(ctx, at, out)
-}
-
-/// [`train_step`] charged as the slice `span` of the role's iteration
-/// ([`RoleCtx::compute_span`]): for workers that run their iteration in many small units.
-pub async fn train_step_span(
-    ctx: &mut RoleCtx,
-    job: &Job,
-    replica: Option<&Replica>,
-    params: &[Vec<f32>],
-    at: StepAt,
-    work: Work,
-    span: IterSpan,
-) -> Result<StepResult> {
-    let (Some(replica), Some(data)) = (replica, &job.data) else {
-        ctx.compute_span("step", work, span, || ()).await;
-        return Ok((f64::NAN, None));
-    };
-    let (x, y) = batch_of(job, data, replica, params, at)?;
-    let out = ctx
-        .compute_span("step", work, span, || replica.step(x, &y))
-        .await;
-    finite_step(ctx, at, out)
-}
-
-/// [`train_step`] without waiting for the charge: the math runs now and its result counts as
-/// ready at the returned run time, so the role can keep communicating meanwhile (a compute thread
-/// beside a communication thread, RNA §5.1.3).
-pub fn train_step_deferred(
-    ctx: &mut RoleCtx,
-    job: &Job,
-    replica: Option<&Replica>,
-    params: &[Vec<f32>],
-    at: StepAt,
-    work: Work,
+    charge: Charge,
 ) -> Result<(StepResult, f64)> {
-    let (Some(replica), Some(data)) = (replica, &job.data) else {
-        let ((), ready_at) = ctx.compute_deferred("step", work, || ());
-        return Ok(((f64::NAN, None), ready_at));
+    activations(ctx, job, at.batch).await?;
+    let math = match (replica, &job.data) {
+        (Some(replica), Some(data)) => Some((replica, batch_of(job, data, replica, params, at)?)),
+        _ => None,
     };
-    let (x, y) = batch_of(job, data, replica, params, at)?;
-    let (out, ready_at) = ctx.compute_deferred("step", work, || replica.step(x, &y));
-    Ok((finite_step(ctx, at, out)?, ready_at))
+    let step = |math: Option<(&Replica, (Vec<f32>, Vec<u32>))>| {
+        math.map(|(replica, (x, y))| replica.step(x, &y))
+    };
+    let (out, ready_at) = match charge {
+        Charge::Whole => {
+            let out = ctx.compute("step", work, || step(math)).await;
+            (out, ctx.now())
+        }
+        Charge::Span(span) => {
+            let out = ctx.compute_span("step", work, span, || step(math)).await;
+            (out, ctx.now())
+        }
+        Charge::Deferred => ctx.compute_deferred("step", work, || step(math)),
+    };
+    let result = match out {
+        Some(out) => finite_step(ctx, at, out)?,
+        None => (f64::NAN, None),
+    };
+    Ok((result, ready_at))
+}
+
+/// Reports a step's activations to the memory policy: every stage's live from its forward to its
+/// backward.
+async fn activations(ctx: &mut RoleContext, job: &Job, batch: u64) -> Result<()> {
+    let stages = job.model.stage_facts();
+    for (i, s) in stages.iter().enumerate() {
+        let bytes = s.activation_bytes * batch;
+        ctx.memory_event(MemEvent::Forward { stage: i, bytes })
+            .await?;
+    }
+    for (i, s) in stages.iter().enumerate().rev() {
+        let bytes = s.activation_bytes * batch;
+        ctx.memory_event(MemEvent::Backward { stage: i, bytes })
+            .await?;
+    }
+    Ok(())
+}
+
+/// Reports a worker's replica to its memory policy: the parameters and their gradients, resident
+/// for the whole run. Every worker that holds the model calls it once before its first step.
+pub async fn hold_replica(ctx: &mut RoleContext, job: &Job) -> Result<()> {
+    let param_bytes: u64 = job
+        .layout
+        .params()
+        .iter()
+        .map(|p| p.elems() as u64 * ELEM_BYTES)
+        .sum();
+    for (class, what) in [
+        (TensorClass::Params, "parameters"),
+        (TensorClass::Grads, "gradients"),
+    ] {
+        let event = MemEvent::Allocate {
+            class,
+            bytes: param_bytes,
+            what: what.into(),
+        };
+        ctx.memory_event(event).await?;
+    }
+    Ok(())
+}
+
+/// Reports the optimizer state a worker keeps beside its replica (allreduce, RNA: workers that
+/// apply updates themselves), resident for the whole run.
+pub async fn hold_optimizer_state(ctx: &mut RoleContext, job: &Job) -> Result<()> {
+    let slots = job.config.optimizer.init_state(0).slots.len() as u64;
+    let param_bytes: u64 = job
+        .layout
+        .params()
+        .iter()
+        .map(|p| p.elems() as u64 * ELEM_BYTES)
+        .sum();
+    let event = MemEvent::Allocate {
+        class: TensorClass::OptimizerState,
+        bytes: slots * param_bytes,
+        what: "optimizer state".into(),
+    };
+    ctx.memory_event(event).await
 }
 
 /// The step's samples, with the replica set to `params`.
@@ -115,7 +163,7 @@ fn batch_of(
 
 /// A step's loss and gradients, or the divergence error naming the role and clock.
 fn finite_step(
-    ctx: &RoleCtx,
+    ctx: &RoleContext,
     at: StepAt,
     out: Result<crate::model::StepOutput>,
 ) -> Result<StepResult> {
@@ -135,43 +183,19 @@ pub struct DataParallelWorker {
     id: WorkerId,
     job: Arc<Job>,
     replica: Option<Replica>,
-    memory: Box<dyn MemoryPolicy>,
-    ledger: MemoryLedger,
 }
 
 impl DataParallelWorker {
     /// Builds worker `id` of `job`.
     pub fn new(job: Arc<Job>, id: WorkerId) -> Result<DataParallelWorker> {
-        let role = RoleId::Worker(id);
-        let device = job.cluster.device_of(role);
-        let ledger = MemoryLedger::new(job.cluster.device_label(role), role, device.memory_bytes());
         Ok(DataParallelWorker {
             id,
             replica: Replica::new(&job.model)?,
-            memory: (job.memory)(),
-            ledger,
             job,
         })
     }
 
-    /// Feeds a memory event to the policy and charges the transfers it asks for.
-    async fn memory_event(&mut self, ctx: &mut RoleCtx, event: MemEvent) -> Result<()> {
-        let actions = self.memory.on_event(&event, &mut self.ledger)?;
-        let bytes: u64 = actions
-            .iter()
-            .map(|a| match a {
-                MemAction::Offload { bytes } | MemAction::Prefetch { bytes } => *bytes,
-            })
-            .sum();
-        if bytes > 0 {
-            let t0 = ctx.now();
-            ctx.sleep(bytes as f64 / HOST_LINK_BYTES_PER_S).await;
-            ctx.trace_span("swap", "memory", t0, ctx.now());
-        }
-        Ok(())
-    }
-
-    async fn directive(&mut self, ctx: &mut RoleCtx, clock: u64) -> Result<Directive> {
+    async fn directive(&mut self, ctx: &mut RoleContext, clock: u64) -> Result<Directive> {
         if !self.job.directed() {
             let b = self.job.config.batch;
             let n = self.job.config.workers as u64;
@@ -194,27 +218,11 @@ impl DataParallelWorker {
 
 #[async_trait]
 impl Worker for DataParallelWorker {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<WorkerReport> {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
         let job = self.job.clone();
         let layout = &job.layout;
         let servers = layout.servers();
-        let param_bytes: u64 = layout
-            .params()
-            .iter()
-            .map(|p| p.elems() as u64 * ELEM_BYTES)
-            .sum();
-        for (class, what) in [
-            (TensorClass::Params, "parameters"),
-            (TensorClass::Grads, "gradients"),
-        ] {
-            let event = MemEvent::Allocate {
-                class,
-                bytes: param_bytes,
-                what: what.into(),
-            };
-            self.memory_event(ctx, event).await?;
-        }
-        let stages = job.model.stage_facts();
+        hold_replica(ctx, &job).await?;
         let flops_per_sample = job.model.training_flops_per_sample();
         let mut params = if job.model.is_real() {
             layout.zeros()
@@ -256,34 +264,18 @@ impl Worker for DataParallelWorker {
             ctx.trace_span("wait", "wait", start, last_served);
             ctx.trace_span("pull", "comm", last_served, read_done);
 
-            // Activations of every stage live until their backward.
-            for (i, s) in stages.iter().enumerate() {
-                let bytes = s.activation_bytes * d.batch;
-                self.memory_event(ctx, MemEvent::Forward { stage: i, bytes })
-                    .await?;
-            }
-            for (i, s) in stages.iter().enumerate().rev() {
-                let bytes = s.activation_bytes * d.batch;
-                self.memory_event(ctx, MemEvent::Backward { stage: i, bytes })
-                    .await?;
-            }
             let work = Work {
                 flops_per_sample,
                 batch: d.batch as f64,
             };
-            let (loss, grads) = train_step(
-                ctx,
-                &job,
-                self.replica.as_ref(),
-                &params,
-                StepAt {
-                    clock,
-                    stream_offset: d.stream_offset,
-                    batch: d.batch,
-                },
-                work,
-            )
-            .await?;
+            let at = StepAt {
+                clock,
+                stream_offset: d.stream_offset,
+                batch: d.batch,
+            };
+            let replica = self.replica.as_ref();
+            let ((loss, grads), _) =
+                train_step(ctx, &job, replica, &params, at, work, Charge::Whole).await?;
             let compute_end = ctx.now();
             let mut bytes_sent = 0;
             for s in 0..servers {
@@ -332,7 +324,6 @@ impl Worker for DataParallelWorker {
         ctx.send(RoleId::Coordinator, Message::WorkerDone);
         Ok(WorkerReport {
             iterations: records,
-            peak_memory: self.ledger.peak,
             model: None,
         })
     }

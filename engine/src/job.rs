@@ -5,11 +5,11 @@
 
 use crate::cluster::Cluster;
 use crate::config::RunConfig;
+use crate::contract::{Consistency, MemoryPolicyFactory};
 use crate::data::{SampleStream, Split};
 use crate::ids::WorkerId;
-use crate::memory::MemoryPolicyFactory;
 use crate::model::ModelSpec;
-use crate::ps::{Consistency, ParamLayout};
+use crate::ps::ParamLayout;
 use std::sync::{Arc, OnceLock};
 
 /// A progress observer: `(worker, clocks completed)`.

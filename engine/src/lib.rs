@@ -1,19 +1,24 @@
 //! # concord-engine
 //!
-//! The engine of concord: the roles a distributed training job is made of ([`roles::Worker`],
-//! [`roles::Server`], [`roles::Coordinator`], [`memory::MemoryPolicy`]), the transport they talk
-//! over, a virtual-time simulator and a wall-clock runtime that run the same role code, the cluster
+//! The engine of concord: the roles a distributed training job is made of ([`contract::Worker`],
+//! [`contract::Server`], [`contract::Coordinator`], [`contract::MemoryPolicy`]), the transport they
+//! talk over, a virtual-time simulator and a wall-clock runtime that run the same role code, the cluster
 //! and cost model, staged candle models and throughput-mode profiles, data, optimizers with
 //! exportable state, straggler injection, metrics, and the slot-based composition of strategies.
 //!
+//! Start with [`contract`]: every trait a strategy implements, the reports roles return and the
+//! assembly a run is built from, in one file. Strategy crates import [`prelude`].
+//!
 //! The engine never names a strategy: strategies are crates that implement
-//! [`strategy::Strategy`] and are listed in a [`strategy::Registry`].
+//! [`contract::Strategy`] and are listed in a [`registry::Registry`].
 
 #![warn(missing_docs)]
 
 pub mod cluster;
 pub mod collective;
 pub mod config;
+pub mod context;
+pub mod contract;
 pub mod coordinator;
 pub mod data;
 pub mod dp;
@@ -27,14 +32,14 @@ pub mod model;
 pub mod optim;
 pub mod output;
 pub mod payload;
+pub mod prelude;
 pub mod profiles;
 pub mod ps;
+pub mod registry;
 pub mod rng;
-pub mod role;
-pub mod roles;
 pub mod run;
+pub mod serve;
 pub mod stragglers;
-pub mod strategy;
 pub mod time;
 pub mod transport;
 

@@ -1,10 +1,14 @@
-//! Device memory: the accounting ledger and the [`MemoryPolicy`] trait.
+//! Device memory: the accounting ledger, the events a [`MemoryPolicy`] sees and the transfers it
+//! asks for.
+//!
+//! [`MemoryPolicy`]: crate::contract::MemoryPolicy
 //!
 //! Every device has a budget. Roles report what they allocate and free (parameters, gradients,
 //! optimizer state, activations) as [`MemEvent`]s; the device's policy decides where each tensor
 //! lives (resident, offloaded, prefetched, dropped) and charges the ledger. Going over the budget
 //! is a clear simulated out-of-memory error.
 
+use crate::contract::MemoryPolicy;
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
 use serde::Serialize;
@@ -132,13 +136,80 @@ pub enum MemAction {
     },
 }
 
-/// Decides where each tensor of one device lives, under the device's budget.
-pub trait MemoryPolicy: Send {
-    /// Short name for reports.
-    fn name(&self) -> String;
-    /// Handles one event: updates the ledger and returns the transfers it requires.
-    fn on_event(&mut self, event: &MemEvent, ledger: &mut MemoryLedger) -> Result<Vec<MemAction>>;
+/// One role's device memory: its policy and the ledger the policy charges. The role reaches it
+/// through its context ([`crate::context::RoleContext::memory_event`]).
+pub struct DeviceMemory {
+    policy: Box<dyn MemoryPolicy>,
+    ledger: MemoryLedger,
 }
 
-/// Builds a policy per device (each role's device gets its own instance).
-pub type MemoryPolicyFactory = std::sync::Arc<dyn Fn() -> Box<dyn MemoryPolicy> + Send + Sync>;
+impl DeviceMemory {
+    /// `policy` over an empty ledger of `budget` bytes on `device`, owned by `role`.
+    pub fn new(
+        policy: Box<dyn MemoryPolicy>,
+        device: String,
+        role: RoleId,
+        budget: u64,
+    ) -> DeviceMemory {
+        DeviceMemory {
+            policy,
+            ledger: MemoryLedger::new(device, role, budget),
+        }
+    }
+
+    /// Feeds `event` to the policy; returns the bytes it moves over the host link.
+    pub fn event(&mut self, event: &MemEvent) -> Result<u64> {
+        let actions = self.policy.on_event(event, &mut self.ledger)?;
+        Ok(actions
+            .iter()
+            .map(|a| match a {
+                MemAction::Offload { bytes } | MemAction::Prefetch { bytes } => *bytes,
+            })
+            .sum())
+    }
+
+    /// The highest total ever resident, in bytes.
+    pub fn peak(&self) -> u64 {
+        self.ledger.peak
+    }
+
+    /// The policy's name.
+    pub fn policy_name(&self) -> String {
+        self.policy.name()
+    }
+}
+
+#[cfg(test)]
+impl DeviceMemory {
+    /// A ledger with no budget and a policy that keeps everything resident: for tests that build
+    /// contexts by hand.
+    pub(crate) fn unbounded(role: RoleId) -> DeviceMemory {
+        #[derive(Debug)]
+        struct KeepAll;
+        impl MemoryPolicy for KeepAll {
+            fn name(&self) -> String {
+                "keep-all".into()
+            }
+            fn on_event(
+                &mut self,
+                event: &MemEvent,
+                ledger: &mut MemoryLedger,
+            ) -> Result<Vec<MemAction>> {
+                match event {
+                    MemEvent::Allocate { class, bytes, what } => {
+                        ledger.alloc(*class, *bytes, what)?
+                    }
+                    MemEvent::Release { class, bytes } => ledger.free(*class, *bytes),
+                    MemEvent::Forward { bytes, .. } => {
+                        ledger.alloc(TensorClass::Activations, *bytes, "activations")?
+                    }
+                    MemEvent::Backward { bytes, .. } => {
+                        ledger.free(TensorClass::Activations, *bytes)
+                    }
+                }
+                Ok(Vec::new())
+            }
+        }
+        DeviceMemory::new(Box::new(KeepAll), "test".into(), role, u64::MAX)
+    }
+}

@@ -5,6 +5,7 @@
 //! have typed variants; a strategy's own protocol travels as [`Message::Custom`]: a tagged body
 //! and tensor payloads, defined by the strategy as a [`StrategyMessage`].
 
+use crate::contract::StrategyMessage;
 use crate::error::EngineError;
 use crate::ids::Clock;
 use crate::payload::{blocks_bytes, BlockPayload, Payload};
@@ -163,32 +164,6 @@ impl Message {
     pub fn has_tag(&self, tag: &str) -> bool {
         matches!(self, Message::Custom(m) if m.tag == tag)
     }
-}
-
-/// A strategy's own message type: serializable, with a tag naming it on the wire.
-///
-/// Strategies define their protocols as plain serde types and send them with
-/// [`Message::strategy`] (or [`Message::strategy_with`] to carry tensors beside the body); the
-/// receiver matches with [`Message::decode`]. The engine never looks inside.
-///
-/// ```
-/// use concord_engine::message::{Message, StrategyMessage};
-/// use serde::{Deserialize, Serialize};
-///
-/// #[derive(Serialize, Deserialize, PartialEq, Debug)]
-/// struct Hello { round: u64 }
-/// impl StrategyMessage for Hello { const TAG: &'static str = "example.hello"; }
-///
-/// let msg = Message::strategy(&Hello { round: 3 }).unwrap();
-/// assert_eq!(msg.decode::<Hello>().unwrap(), Some(Hello { round: 3 }));
-/// ```
-pub trait StrategyMessage: Serialize + DeserializeOwned {
-    /// The tag on the wire: `<strategy>.<message>`, unique in a build.
-    const TAG: &'static str;
-    /// Whether the body is addressing metadata (clocks, ids, flags) that rides in the fixed
-    /// message header, like the fields of the engine's own `Push` or `Params`, rather than content
-    /// charged by its encoded size. The tensor payloads are charged either way.
-    const BODY_IN_HEADER: bool = false;
 }
 
 /// The wire form of a strategy message: its tag, its body (JSON-encoded bytes, opaque to the

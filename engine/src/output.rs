@@ -2,10 +2,11 @@
 //! checkpoint of the parameters with their optimizer state.
 
 use crate::config::RunConfig;
+use crate::contract::ModelState;
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
 use crate::metrics::{self, TraceEvent};
-use crate::ps::{ParamLayout, ServerReport};
+use crate::ps::ParamLayout;
 use crate::run::RunResult;
 use safetensors::tensor::{Dtype, TensorView};
 use std::path::Path;
@@ -17,7 +18,7 @@ pub fn write_run_folder(
     result: &RunResult,
     traces: &[(RoleId, Vec<TraceEvent>)],
     layout: &ParamLayout,
-    servers: &[ServerReport],
+    servers: &[ModelState],
 ) -> Result<()> {
     let resolved = toml::to_string_pretty(config)
         .map_err(|e| EngineError::config("(resolved config)", "", e.to_string()))?;
@@ -42,7 +43,7 @@ pub fn write_run_folder(
 }
 
 /// Saves parameters (`<name>`) and optimizer state (`<name>.opt<k>`, `<name>.step`) as safetensors.
-pub fn write_checkpoint(path: &Path, layout: &ParamLayout, servers: &[ServerReport]) -> Result<()> {
+pub fn write_checkpoint(path: &Path, layout: &ParamLayout, servers: &[ModelState]) -> Result<()> {
     let mut values = layout.zeros();
     let blocks: Vec<_> = servers
         .iter()

@@ -3,20 +3,22 @@
 
 use crate::cluster::Cluster;
 use crate::config::RunConfig;
+use crate::context::{straggler_identity, RoleContext, RoleStats, RuntimeKind};
+use crate::contract::Assembly;
+use crate::contract::{Coordinator, CoordinatorReport, Server, Worker, WorkerReport};
+use crate::contract::{ModelState, ReadRecord, ServerReport};
 use crate::coordinator::StaticCoordinator;
 use crate::data::SampleStream;
 use crate::dp::DataParallelWorker;
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
 use crate::job::{Job, ProgressFn};
+use crate::memory::DeviceMemory;
 use crate::metrics::{self, IterRecord, IterationRow, Summary, TimedEvaluation, TraceEvent};
 use crate::model::{ModelConfig, ModelSpec, Replica};
 use crate::payload::BlockPayload;
-use crate::ps::{self, ParamLayout, ParamServer, ReadRecord, RoundRobinPlacement, ServerReport};
-use crate::role::{straggler_identity, RoleCtx, RoleStats, RuntimeKind};
-use crate::roles::{Coordinator, CoordinatorReport, Server, Worker, WorkerReport};
+use crate::ps::{self, ParamLayout, ParamServer, RoundRobinPlacement};
 use crate::stragglers::{Probe, RoleKind, StragglerSet};
-use crate::strategy::Assembly;
 use crate::time::TimeBase;
 use crate::transport::{LinkTraffic, Network};
 use std::collections::BTreeMap;
@@ -67,7 +69,7 @@ struct Evaluation {
 /// that record no timed snapshots make the series empty, with a warning.
 fn evaluate_over_time(
     job: &Job,
-    reports: &[ServerReport],
+    reports: &[ModelState],
     rows: &[IterationRow],
     period: f64,
     evaluate: &dyn Fn(Vec<BlockPayload>) -> Result<Option<Evaluation>>,
@@ -127,7 +129,9 @@ fn evaluate_over_time(
 /// Test accuracy (classifiers only) and test loss of one evaluation.
 type AccuracyLoss = (Option<f64>, f64);
 
-type RoleOutput<T> = (RoleId, Result<T>, RoleStats, Vec<TraceEvent>);
+/// What one role's task hands back: its id, its report, its compute totals, its timeline and its
+/// peak device memory.
+type RoleOutput<T> = (RoleId, Result<T>, RoleStats, Vec<TraceEvent>, u64);
 
 /// Runs `config` with the parts in `asm` to completion.
 pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<RunResult> {
@@ -304,11 +308,18 @@ async fn launch(
     });
     let (net, mut mailboxes) = Network::new(job.cluster.clone(), time, &roles, shaper);
     let pump = tokio::spawn(net.clone().pump());
-    let mut ctx_for = |role: RoleId| -> Result<RoleCtx> {
+    let mut ctx_for = |role: RoleId| -> Result<RoleContext> {
         let rx = mailboxes
             .remove(&role)
             .ok_or_else(|| EngineError::protocol(role, "no mailbox"))?;
-        Ok(RoleCtx::new(
+        let device = job.cluster.device_of(role);
+        let memory = DeviceMemory::new(
+            (job.memory)(&job, role)?,
+            job.cluster.device_label(role),
+            role,
+            device.memory_bytes(),
+        );
+        Ok(RoleContext::new(
             role,
             cfg.runtime,
             net.clone(),
@@ -316,6 +327,7 @@ async fn launch(
             cfg.workers,
             cfg.progress_points,
             stragglers(role)?,
+            memory,
         ))
     };
 
@@ -324,7 +336,13 @@ async fn launch(
         let mut ctx = ctx_for(RoleId::Worker(w as u32))?;
         worker_set.spawn(async move {
             let r = worker.run(&mut ctx).await;
-            (ctx.id(), r, ctx.stats().clone(), ctx.take_trace())
+            (
+                ctx.id(),
+                r,
+                ctx.stats().clone(),
+                ctx.take_trace(),
+                ctx.peak_memory(),
+            )
         });
     }
     let mut server_set = JoinSet::new();
@@ -332,13 +350,25 @@ async fn launch(
         let mut ctx = ctx_for(RoleId::Server(s as u32))?;
         server_set.spawn(async move {
             let r = server.run(&mut ctx).await;
-            (ctx.id(), r, ctx.stats().clone(), ctx.take_trace())
+            (
+                ctx.id(),
+                r,
+                ctx.stats().clone(),
+                ctx.take_trace(),
+                ctx.peak_memory(),
+            )
         });
     }
     let mut cctx = ctx_for(RoleId::Coordinator)?;
     let coord = tokio::spawn(async move {
         let r = coordinator.run(&mut cctx).await;
-        (cctx.id(), r, cctx.stats().clone(), cctx.take_trace())
+        (
+            cctx.id(),
+            r,
+            cctx.stats().clone(),
+            cctx.take_trace(),
+            cctx.peak_memory(),
+        )
     });
 
     let body = async {
@@ -428,24 +458,24 @@ fn finish(
     let mut worker_records = Vec::new();
     let mut peak_memory = BTreeMap::new();
     let mut capacity = Vec::new();
-    let mut held_model: Option<ServerReport> = None;
-    for (role, r, stats, trace) in w_out {
+    let mut held_model: Option<ModelState> = None;
+    let mut reads: Vec<ReadRecord> = Vec::new();
+    for (role, r, stats, trace, peak) in w_out {
         let mut report = r?;
         if held_model.is_none() {
             held_model = report.model.take();
         }
-        peak_memory.insert(role.label(), report.peak_memory);
+        peak_memory.insert(role.label(), peak);
         capacity.push((stats.flops, stats.compute_s));
         worker_records.push(report.iterations);
         traces.push((role, trace));
     }
     let mut server_reports = Vec::new();
-    for (role, r, _, trace) in s_out {
+    for (role, r, _, trace, _) in s_out {
         let report = r?;
-        let bytes: u64 = report.blocks.iter().map(|b| b.data.bytes()).sum::<u64>()
-            + report.opt_state.values().map(|s| s.bytes()).sum::<u64>();
-        peak_memory.insert(role.label(), bytes);
-        server_reports.push(report);
+        peak_memory.insert(role.label(), report.model.bytes());
+        reads.extend(report.reads);
+        server_reports.push(report.model);
         traces.push((role, trace));
     }
     // Decentralized strategies keep the model on the workers: evaluate theirs.
@@ -453,7 +483,7 @@ fn finish(
         Some(m) => vec![m],
         None => server_reports,
     };
-    let (c_role, c_report, _, c_trace) = c_out;
+    let (c_role, c_report, _, c_trace, _) = c_out;
     let coordinator = c_report?;
     traces.push((c_role, c_trace));
 
@@ -576,10 +606,6 @@ fn finish(
             .zip(values)
             .collect::<Vec<_>>()
     });
-    let reads = server_reports
-        .iter()
-        .flat_map(|r| r.reads.iter().copied())
-        .collect();
     let result = RunResult {
         summary,
         rows,

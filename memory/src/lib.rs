@@ -5,10 +5,8 @@
 //! baseline every swapping policy is compared with, and it is what turns "this model does not fit"
 //! into a clear simulated out-of-memory error.
 
-use concord_engine::config::RunConfig;
-use concord_engine::error::Result;
-use concord_engine::memory::{MemAction, MemEvent, MemoryLedger, MemoryPolicy, TensorClass};
-use concord_engine::strategy::{Assembly, Registry, Slot, Strategy};
+use concord_engine::memory::{MemAction, MemEvent, MemoryLedger, TensorClass};
+use concord_engine::prelude::*;
 use std::sync::Arc;
 
 /// Everything resident, every byte accounted.
@@ -55,7 +53,7 @@ impl Strategy for ResidentStrategy {
         _config: &RunConfig,
         asm: &mut Assembly,
     ) -> Result<()> {
-        asm.memory = Some(Arc::new(|| Box::new(Resident) as Box<dyn MemoryPolicy>));
+        asm.set_memory(|_, _| Ok(Resident));
         Ok(())
     }
 }

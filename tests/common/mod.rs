@@ -3,7 +3,7 @@
 
 use concord::engine::cluster::DeviceProfile;
 use concord::engine::config::RunConfig;
-use concord::engine::role::RuntimeKind;
+use concord::engine::context::RuntimeKind;
 use concord::engine::run::{RunOptions, RunResult};
 
 /// A small, fast config: default model and data, `workers` workers, `batch` each.

@@ -3,10 +3,10 @@
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Module, Optimizer, VarBuilder, VarMap};
-use concord_engine::config::RunConfig;
 use concord_engine::data::SampleStream;
 use concord_engine::model::ModelConfig;
 use concord_engine::optim::OptimizerConfig;
+use concord_engine::prelude::*;
 use std::time::Instant;
 
 /// Timings are the best of this many repeats: the machine is shared and noisy, and the minimum is

@@ -1,18 +1,19 @@
 //! A model replica's parameters and optimizer state, held and updated by a worker.
 
 use super::Fusion;
+use crate::contract::ModelState;
 use crate::job::Job;
 use crate::optim::{OptState, OptimizerConfig};
 use crate::payload::BlockPayload;
 use crate::payload::Payload;
-use crate::ps::{ParamLayout, ServerReport, Snapshot, SnapshotPlan, TimedSnapshot, TimedSnapshots};
+use crate::ps::{ParamLayout, Snapshot, SnapshotPlan, TimedSnapshot, TimedSnapshots};
 
 /// A snapshot kept until the report: updates applied, run time, parameter values.
 type HeldSnapshot = (u64, f64, Option<Vec<Vec<f32>>>);
 
 /// Parameters and optimizer state a worker holds when there is no parameter server (allreduce
 /// data parallelism, RNA). Every member applies the same updates in the same order, so replicas
-/// stay identical; at the end one worker reports the model in a server's form
+/// stay identical; at the end one worker reports the model's state
 /// ([`LocalModel::report`]) for evaluation and the checkpoint.
 #[derive(Clone, Debug)]
 pub struct LocalModel {
@@ -136,17 +137,16 @@ impl LocalModel {
         }
     }
 
-    /// The model in a server's form: every block of `layout`, its optimizer state, the snapshots.
-    pub fn report(&self, layout: &ParamLayout) -> ServerReport {
+    /// The model's state: every block of `layout`, its optimizer state, the snapshots.
+    pub fn report(&self, layout: &ParamLayout) -> ModelState {
         let blocks_of = |values: Option<&[Vec<f32>]>| -> Vec<BlockPayload> {
             (0..layout.servers())
                 .flat_map(|s| layout.slice_for(s, values))
                 .collect()
         };
-        let mut report = ServerReport {
+        let mut report = ModelState {
             blocks: blocks_of(self.params.as_deref()),
-            version: self.updates as i64 - 1,
-            ..ServerReport::default()
+            ..ModelState::default()
         };
         for b in layout.blocks() {
             if let Some(st) = self.states.get(b.param) {

@@ -126,7 +126,7 @@ impl Group {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoServer;
 
-impl crate::ps::Consistency for NoServer {
+impl crate::contract::Consistency for NoServer {
     fn name(&self) -> String {
         "none (no parameter server)".into()
     }

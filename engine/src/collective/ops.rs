@@ -1,16 +1,16 @@
 //! Broadcast (binomial tree) and alltoall (direct pairwise exchange).
 
 use super::{is_hop, Group};
+use crate::context::RoleContext;
 use crate::error::{EngineError, Result};
 use crate::message::Message;
 use crate::payload::Payload;
-use crate::role::RoleCtx;
 
 /// Broadcasts the root's `buf` to every member of `group` along a binomial tree (⌈log₂ P⌉ rounds;
 /// each member receives the whole buffer once). On the root `buf` is sent; elsewhere it is
 /// replaced by the root's value.
 pub async fn broadcast(
-    ctx: &mut RoleCtx,
+    ctx: &mut RoleContext,
     group: &Group,
     root: usize,
     op: u64,
@@ -59,7 +59,7 @@ pub async fn broadcast(
 /// Alltoall: member r sends `parts[j]` to member j and returns what every member sent it, indexed
 /// by source rank (its own part stays local). `parts` must hold one entry per member.
 pub async fn alltoall(
-    ctx: &mut RoleCtx,
+    ctx: &mut RoleContext,
     group: &Group,
     op: u64,
     parts: Vec<Payload>,

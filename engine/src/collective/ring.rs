@@ -1,11 +1,11 @@
 //! Ring allreduce: reduce-scatter then allgather around the group, one bucket after another.
 
 use super::{chunk_bounds, piece, Group};
+use crate::context::RoleContext;
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
 use crate::message::Message;
 use crate::payload::Payload;
-use crate::role::RoleCtx;
 use crate::transport::Envelope;
 use std::collections::BTreeMap;
 
@@ -42,7 +42,7 @@ impl RingAllreduce {
     /// it in order; empty means one bucket) as `ctx`'s role in `group`, under operation id `op`,
     /// which every member must use for this operation and no other in flight between them.
     pub fn start(
-        ctx: &RoleCtx,
+        ctx: &RoleContext,
         group: &Group,
         op: u64,
         buf: Payload,
@@ -129,7 +129,7 @@ impl RingAllreduce {
         (bs + s, bs + e)
     }
 
-    fn send_step(&mut self, ctx: &RoleCtx, step: u32) {
+    fn send_step(&mut self, ctx: &RoleContext, step: u32) {
         let (s, e) = self.chunk_range(self.send_chunk(step));
         let msg = Message::Collective {
             op: self.op,
@@ -142,7 +142,7 @@ impl RingAllreduce {
     }
 
     /// Skips finished (or trivial) buckets and sends the first hop of the next one.
-    fn begin_bucket(&mut self, ctx: &RoleCtx) {
+    fn begin_bucket(&mut self, ctx: &RoleContext) {
         while self.bucket < self.buckets.len() {
             self.step = 0;
             if self.p() > 1 {
@@ -175,7 +175,7 @@ impl RingAllreduce {
     }
 
     /// Consumes a hop (see [`RingAllreduce::wants`]): reduces or stores the chunk and sends the next.
-    pub fn on_message(&mut self, ctx: &RoleCtx, env: Envelope) -> Result<()> {
+    pub fn on_message(&mut self, ctx: &RoleContext, env: Envelope) -> Result<()> {
         let Message::Collective {
             part, step, data, ..
         } = env.msg
@@ -208,7 +208,7 @@ impl RingAllreduce {
         Ok(())
     }
 
-    fn absorb(&mut self, ctx: &RoleCtx, data: Payload) -> Result<()> {
+    fn absorb(&mut self, ctx: &RoleContext, data: Payload) -> Result<()> {
         let step = self.step;
         let (s, e) = self.chunk_range(self.recv_chunk(step));
         if data.elems() as usize != e - s {
@@ -253,7 +253,7 @@ impl RingAllreduce {
 /// `buckets` (empty: one bucket), keeping other messages for later receives. Returns the bytes
 /// this member sent.
 pub async fn allreduce_sum(
-    ctx: &mut RoleCtx,
+    ctx: &mut RoleContext,
     group: &Group,
     op: u64,
     buf: &mut Payload,

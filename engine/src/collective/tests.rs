@@ -1,7 +1,7 @@
 use super::*;
 use crate::cluster::Cluster;
+use crate::context::{RoleContext, RuntimeKind};
 use crate::message::HEADER_BYTES;
-use crate::role::{RoleCtx, RuntimeKind};
 use crate::stragglers::StragglerSet;
 use crate::time::TimeBase;
 use crate::transport::{LinkTraffic, Network};
@@ -24,8 +24,8 @@ type Traffic = std::collections::BTreeMap<(RoleId, RoleId), LinkTraffic>;
 fn simulate<T, F, Fut>(p: u32, body: F) -> (Vec<(T, f64)>, Traffic)
 where
     T: Send + 'static,
-    F: Fn(usize, RoleCtx) -> Fut,
-    Fut: Future<Output = (T, RoleCtx)> + Send + 'static,
+    F: Fn(usize, RoleContext) -> Fut,
+    Fut: Future<Output = (T, RoleContext)> + Send + 'static,
 {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -38,7 +38,7 @@ where
         let pump = tokio::spawn(net.clone().pump());
         let mut tasks = Vec::new();
         for (rank, &role) in roles.iter().enumerate() {
-            let ctx = RoleCtx::new(
+            let ctx = RoleContext::new(
                 role,
                 RuntimeKind::Sim,
                 net.clone(),
@@ -46,6 +46,7 @@ where
                 p,
                 1,
                 StragglerSet::default(),
+                crate::memory::DeviceMemory::unbounded(role),
             );
             let fut = body(rank, ctx);
             tasks.push(tokio::spawn(async move {

@@ -1,11 +1,11 @@
 //! Versioned reads: the part of a parameter server that holds a read until its version is fresh
 //! enough and records every read it answers. Shared by the engine's server and strategies' own.
 
-use super::server::ReadRecord;
+use crate::context::RoleContext;
+use crate::contract::ReadRecord;
 use crate::ids::{Clock, RoleId, WorkerId};
 use crate::message::Message;
 use crate::payload::BlockPayload;
-use crate::role::RoleCtx;
 
 /// Reads waiting for a version, and the record of those answered.
 #[derive(Debug, Default)]
@@ -24,7 +24,7 @@ impl ReadGate {
     /// least `min_version` (`None`: any version), held until [`ReadGate::release`] otherwise.
     pub fn pull(
         &mut self,
-        ctx: &RoleCtx,
+        ctx: &RoleContext,
         worker: WorkerId,
         clock: Clock,
         min_version: Option<i64>,
@@ -39,7 +39,12 @@ impl ReadGate {
     }
 
     /// The version moved to `version`: answers every held read it satisfies, with `blocks()`.
-    pub fn release(&mut self, ctx: &RoleCtx, version: i64, blocks: impl Fn() -> Vec<BlockPayload>) {
+    pub fn release(
+        &mut self,
+        ctx: &RoleContext,
+        version: i64,
+        blocks: impl Fn() -> Vec<BlockPayload>,
+    ) {
         let waiting = std::mem::take(&mut self.waiting);
         for read in waiting {
             if read.2.is_none_or(|v| version >= v) {
@@ -57,7 +62,7 @@ impl ReadGate {
 
     fn answer(
         &mut self,
-        ctx: &RoleCtx,
+        ctx: &RoleContext,
         (worker, clock, min_version): (WorkerId, Clock, Option<i64>),
         version: i64,
         blocks: Vec<BlockPayload>,

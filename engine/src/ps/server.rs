@@ -1,32 +1,21 @@
 //! The sharded parameter server role: holds blocks, applies updates under a consistency rule,
 //! answers reads once they are fresh enough.
 
-use super::{ApplyMode, Consistency, ParamLayout, ReadGate, TimedSnapshot, TimedSnapshots};
+use super::{ParamLayout, ReadGate, TimedSnapshots};
 use crate::config::RunConfig;
+use crate::context::RoleContext;
+use crate::contract::Server;
+use crate::contract::{ApplyMode, Consistency, ModelState, ServerReport};
 use crate::error::{EngineError, Result};
 use crate::ids::{Clock, RoleId, ServerId, WorkerId};
 use crate::message::Message;
 use crate::optim::{OptState, OptimizerConfig};
 use crate::payload::{BlockId, BlockPayload, Payload};
-use crate::role::RoleCtx;
-use crate::roles::Server;
+use crate::serve::{serve, unexpected, ServerHandler};
+use crate::transport::Envelope;
 use async_trait::async_trait;
-use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-
-/// One read the server answered: who, at which clock, and which version it got.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct ReadRecord {
-    /// Reader.
-    pub worker: WorkerId,
-    /// The reader's clock.
-    pub clock: Clock,
-    /// Version required.
-    pub min_version: Option<i64>,
-    /// Version served.
-    pub version: i64,
-}
 
 /// Parameter values of this server's blocks after a number of iterations.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,23 +48,6 @@ impl SnapshotPlan {
     }
 }
 
-/// What a server hands back at the end of a run.
-#[derive(Clone, Debug, Default)]
-pub struct ServerReport {
-    /// Final block values.
-    pub blocks: Vec<BlockPayload>,
-    /// Final optimizer state per block.
-    pub opt_state: BTreeMap<BlockId, OptState>,
-    /// Snapshots taken every `snapshot_every` iterations.
-    pub snapshots: Vec<Snapshot>,
-    /// Snapshots at fixed run times (`eval_every_s`); `None` if this server does not record them.
-    pub timed: Option<Vec<TimedSnapshot>>,
-    /// Every read answered.
-    pub reads: Vec<ReadRecord>,
-    /// Last version applied.
-    pub version: i64,
-}
-
 struct BlockState {
     value: Payload,
     opt: OptState,
@@ -101,7 +73,7 @@ pub struct ParamServer {
     arrivals: u64,
     pending: BTreeMap<Clock, ClockBuffer>,
     reads: ReadGate,
-    report: ServerReport,
+    snapshots: Vec<Snapshot>,
 }
 
 impl ParamServer {
@@ -145,7 +117,7 @@ impl ParamServer {
             arrivals: 0,
             pending: BTreeMap::new(),
             reads: ReadGate::new(),
-            report: ServerReport::default(),
+            snapshots: Vec::new(),
         }
     }
 
@@ -170,10 +142,10 @@ impl ParamServer {
         }
     }
 
-    fn maybe_snapshot(&mut self, ctx: &RoleCtx) {
+    fn maybe_snapshot(&mut self, ctx: &RoleContext) {
         let iterations = (self.version + 1) as u64;
         if iterations > 0 && iterations.is_multiple_of(self.snapshot_every) {
-            self.report.snapshots.push(Snapshot {
+            self.snapshots.push(Snapshot {
                 iterations,
                 time_s: ctx.now(),
                 blocks: self.current_blocks(),
@@ -186,7 +158,7 @@ impl ParamServer {
     }
 
     /// Applies every complete clock in order.
-    async fn apply_complete_clocks(&mut self, ctx: &mut RoleCtx) {
+    async fn apply_complete_clocks(&mut self, ctx: &mut RoleContext) {
         loop {
             let next = (self.version + 1) as Clock;
             let complete = self
@@ -224,7 +196,7 @@ impl ParamServer {
 
     async fn on_push(
         &mut self,
-        ctx: &mut RoleCtx,
+        ctx: &mut RoleContext,
         worker: WorkerId,
         clock: Clock,
         samples: u64,
@@ -302,51 +274,53 @@ fn payloads(blocks: &BTreeMap<BlockId, BlockState>) -> Vec<BlockPayload> {
 }
 
 #[async_trait]
-impl Server for ParamServer {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<ServerReport> {
-        loop {
-            let env = ctx.recv().await?;
-            let worker = match env.from {
-                RoleId::Worker(w) => Some(w),
-                _ => None,
-            };
-            match (env.msg, worker) {
-                (Message::Shutdown, _) => break,
-                (
-                    Message::Push {
-                        clock,
-                        samples,
-                        completes_clock,
-                        grads,
-                    },
-                    Some(w),
-                ) => {
-                    self.on_push(ctx, w, clock, samples, completes_clock, grads)
-                        .await?
-                }
-                (Message::Pull { clock, min_version }, Some(w)) => {
-                    let blocks = || payloads(&self.blocks);
-                    self.reads
-                        .pull(ctx, w, clock, min_version, self.version, blocks);
-                }
-                (other, _) => {
-                    return Err(EngineError::protocol(
-                        ctx.id(),
-                        format!("unexpected message from {}: {other:?}", env.from),
-                    ))
-                }
+impl ServerHandler for ParamServer {
+    async fn handle(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<()> {
+        let RoleId::Worker(w) = env.from else {
+            return Err(unexpected(ctx, &env));
+        };
+        match env.msg {
+            Message::Push {
+                clock,
+                samples,
+                completes_clock,
+                grads,
+            } => {
+                self.on_push(ctx, w, clock, samples, completes_clock, grads)
+                    .await
             }
+            Message::Pull { clock, min_version } => {
+                let blocks = || payloads(&self.blocks);
+                self.reads
+                    .pull(ctx, w, clock, min_version, self.version, blocks);
+                Ok(())
+            }
+            _ => Err(unexpected(ctx, &env)),
         }
-        let mut report = std::mem::take(&mut self.report);
-        report.reads = self.reads.take_answered();
-        report.blocks = self.current_blocks();
-        report.opt_state = self
-            .blocks
-            .iter()
-            .map(|(&b, st)| (b, st.opt.clone()))
-            .collect();
-        report.version = self.version;
-        report.timed = self.timed.report();
-        Ok(report)
+    }
+
+    fn finish(&mut self, _ctx: &mut RoleContext) -> Result<ServerReport> {
+        let model = ModelState {
+            blocks: self.current_blocks(),
+            opt_state: self
+                .blocks
+                .iter()
+                .map(|(&b, st)| (b, st.opt.clone()))
+                .collect(),
+            snapshots: std::mem::take(&mut self.snapshots),
+            timed: self.timed.report(),
+        };
+        Ok(ServerReport {
+            model,
+            reads: self.reads.take_answered(),
+            version: self.version,
+        })
+    }
+}
+
+#[async_trait]
+impl Server for ParamServer {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<ServerReport> {
+        serve(self, ctx).await
     }
 }

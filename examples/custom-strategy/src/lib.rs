@@ -15,14 +15,7 @@
 //! over `ramp_iterations` clocks (a common warm-up for large-batch training), telling each worker
 //! its batch for the next clock as soon as it reports the current one, so it adds no barrier.
 
-use async_trait::async_trait;
-use concord_engine::config::RunConfig;
-use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::RoleId;
-use concord_engine::message::{Directive, Message};
-use concord_engine::role::RoleCtx;
-use concord_engine::roles::{Coordinator, CoordinatorReport};
-use concord_engine::strategy::{parse_options, Assembly, Registry, Slot, Strategy};
+use concord_engine::prelude::*;
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -90,7 +83,7 @@ impl Coordinator for RampCoordinator {
         true
     }
 
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<CoordinatorReport> {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
         let mut report = CoordinatorReport::default();
         for w in 0..self.workers {
             ctx.send(RoleId::Worker(w), self.directive(w, 0));

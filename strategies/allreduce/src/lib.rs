@@ -30,10 +30,7 @@ mod worker;
 pub use worker::AllreduceWorker;
 
 use concord_engine::collective::NoServer;
-use concord_engine::config::RunConfig;
-use concord_engine::error::{EngineError, Result};
-use concord_engine::roles::Worker;
-use concord_engine::strategy::{parse_options, Assembly, Registry, Slot, Strategy};
+use concord_engine::prelude::*;
 use serde::Deserialize;
 use std::sync::Arc;
 

@@ -1,16 +1,8 @@
 //! The allreduce data-parallel worker.
 
-use async_trait::async_trait;
 use concord_engine::collective::{allreduce_sum, Fusion, Group, LocalModel};
-use concord_engine::dp::{train_step, StepAt};
-use concord_engine::error::Result;
-use concord_engine::ids::{RoleId, WorkerId};
-use concord_engine::job::Job;
-use concord_engine::metrics::IterRecord;
 use concord_engine::model::Replica;
-use concord_engine::payload::ELEM_BYTES;
-use concord_engine::role::{RoleCtx, Work};
-use concord_engine::roles::{Worker, WorkerReport};
+use concord_engine::prelude::*;
 use std::sync::Arc;
 
 /// A worker that trains its own replica and sums gradients with its peers by ring allreduce.
@@ -40,8 +32,10 @@ impl AllreduceWorker {
 
 #[async_trait]
 impl Worker for AllreduceWorker {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<WorkerReport> {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
         let job = self.job.clone();
+        hold_replica(ctx, &job).await?;
+        hold_optimizer_state(ctx, &job).await?;
         let (n, b) = (job.config.workers as u64, job.config.batch);
         let flops_per_sample = job.model.training_flops_per_sample();
         let param_elems = (self.fusion.len() - 1) as u64;
@@ -60,8 +54,16 @@ impl Worker for AllreduceWorker {
                 batch: b,
             };
             let params = self.model.params().unwrap_or_default();
-            let (loss, grads) =
-                train_step(ctx, &job, self.replica.as_ref(), params, at, work).await?;
+            let ((loss, grads), _) = train_step(
+                ctx,
+                &job,
+                self.replica.as_ref(),
+                params,
+                at,
+                work,
+                Charge::Whole,
+            )
+            .await?;
             let mut buf = match grads {
                 Some(g) => self.fusion.fuse(&g, &[1.0]),
                 None => self.fusion.fuse_virtual(),
@@ -91,11 +93,8 @@ impl Worker for AllreduceWorker {
             });
             job.observe(self.id, clock + 1);
         }
-        // Parameters, gradients and optimizer state are resident on the device.
-        let slots = job.config.optimizer.init_state(0).slots.len() as u64;
         Ok(WorkerReport {
             iterations: records,
-            peak_memory: (2 + slots) * param_elems * ELEM_BYTES,
             model: (ctx.id() == RoleId::Worker(0)).then(|| self.model.report(&job.layout)),
         })
     }

@@ -12,10 +12,8 @@
 //! Each fills the `consistency` slot. The rules themselves are the engine's
 //! ([`StaleSynchronous`], [`Asynchronous`], re-exported here); this crate is how a config picks one.
 
-use concord_engine::config::RunConfig;
-use concord_engine::error::{EngineError, Result};
+use concord_engine::prelude::*;
 pub use concord_engine::ps::{Asynchronous, StaleSynchronous};
-use concord_engine::strategy::{parse_options, Assembly, Registry, Slot, Strategy};
 use serde::Deserialize;
 use std::sync::Arc;
 

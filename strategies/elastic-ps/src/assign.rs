@@ -7,9 +7,8 @@
 //! speeds. Blocks use the engine's [`Block`] (element ranges of one parameter, fp32), ids `0..` in
 //! parameter order, offsets ascending, and never empty unless the parameter itself is.
 
-use concord_engine::ids::ServerId;
 use concord_engine::model::ParamInfo;
-use concord_engine::payload::BlockId;
+use concord_engine::prelude::*;
 use concord_engine::ps::Block;
 use std::collections::BTreeMap;
 

@@ -55,11 +55,8 @@ pub use scheduler::Scheduler;
 pub use server::ElasticServer;
 pub use worker::ElasticWorker;
 
-use concord_engine::config::RunConfig;
-use concord_engine::error::Result;
+use concord_engine::prelude::*;
 use concord_engine::ps::StaleSynchronous;
-use concord_engine::roles::{Coordinator, Server, Worker};
-use concord_engine::strategy::{parse_options, Assembly, Registry, Slot, Strategy};
 use std::sync::Arc;
 
 /// The `elastic-ps` strategy: fills the consistency (synchronous), placement, worker, server and

@@ -1,9 +1,7 @@
 //! The `[strategy.elastic-ps]` options, their defaults (the paper's, §1.11) and their validation.
 
 use crate::psld::PsldParams;
-use concord_engine::config::RunConfig;
-use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::ServerId;
+use concord_engine::prelude::*;
 use serde::Deserialize;
 
 /// Which placement policy distributes the parameter blocks over the servers.

@@ -3,9 +3,9 @@
 
 use crate::assign;
 use crate::options::PolicyKind;
-use concord_engine::ids::ServerId;
 use concord_engine::model::ParamInfo;
-use concord_engine::ps::{cut_into_blocks, Block, Placement};
+use concord_engine::prelude::*;
+use concord_engine::ps::{cut_into_blocks, Block};
 
 /// Initial partition and assignment of an elastic-ps policy.
 #[derive(Clone, Copy, Debug)]

@@ -10,7 +10,7 @@ use crate::assign;
 use crate::options::{PolicyKind, Resolved};
 use crate::psld::{self, PsldParams};
 use crate::telemetry::{History, PeriodReport, Pred};
-use concord_engine::ids::ServerId;
+use concord_engine::prelude::*;
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;

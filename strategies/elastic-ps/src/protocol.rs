@@ -8,11 +8,8 @@
 //! only `ADD_SERVER` and `DEL_SERVER`, the other names follow the spec.
 
 use crate::telemetry::PeriodReport;
-use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::{Clock, RoleId, ServerId};
-use concord_engine::message::{Message, StrategyMessage};
 use concord_engine::optim::OptState;
-use concord_engine::payload::{BlockId, Payload};
+use concord_engine::prelude::*;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 

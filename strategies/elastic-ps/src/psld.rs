@@ -7,7 +7,7 @@
 //! which fixes every tie.
 
 use crate::telemetry::Pred;
-use concord_engine::ids::ServerId;
+use concord_engine::prelude::*;
 use std::collections::BTreeMap;
 
 /// Floor of ω, the mean predicted time of the superior servers in Alg. 2 (seconds), so the cost

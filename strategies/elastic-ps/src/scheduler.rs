@@ -15,14 +15,7 @@ use crate::protocol::{
     self, tag, Launch, Leave, Membership, MigrateDone, MigratePlan, PerfReport, Progress,
     ReassignCmd, ReassignReq, Resume, ShutdownOk,
 };
-use async_trait::async_trait;
-use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::{Clock, RoleId, ServerId, WorkerId};
-use concord_engine::job::Job;
-use concord_engine::message::{CustomMessage, Message};
-use concord_engine::payload::BlockId;
-use concord_engine::role::{RoleCtx, Work};
-use concord_engine::roles::{Coordinator, CoordinatorReport};
+use concord_engine::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -136,7 +129,7 @@ impl Scheduler {
         self.active.iter().copied().collect()
     }
 
-    fn on_progress(&mut self, ctx: &RoleCtx, p: Progress) {
+    fn on_progress(&mut self, ctx: &RoleContext, p: Progress) {
         let now = ctx.now();
         self.rtt_s = self.rtt_s.max(2.0 * (now - p.sent_at));
         if self.completed.is_none_or(|c| p.completed > c) {
@@ -154,7 +147,7 @@ impl Scheduler {
     }
 
     /// Scheduled launches and departures due at the current progress.
-    fn schedule(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+    fn schedule(&mut self, ctx: &mut RoleContext) -> Result<()> {
         let Some(done) = self.completed else {
             return Ok(());
         };
@@ -174,7 +167,7 @@ impl Scheduler {
     }
 
     /// Starts one standby server; it registers with `ADD_SERVER` once up.
-    fn launch(&mut self, ctx: &mut RoleCtx) -> Result<bool> {
+    fn launch(&mut self, ctx: &mut RoleContext) -> Result<bool> {
         if self.next_standby >= self.opts.max_servers {
             return Ok(false);
         }
@@ -191,7 +184,7 @@ impl Scheduler {
         Ok(true)
     }
 
-    async fn on_report(&mut self, ctx: &mut RoleCtx, r: PerfReport) -> Result<()> {
+    async fn on_report(&mut self, ctx: &mut RoleContext, r: PerfReport) -> Result<()> {
         let period = r.period;
         let list = self.reports.entry(period).or_default();
         list.push(r);
@@ -243,7 +236,7 @@ impl Scheduler {
     /// Opens an epoch moving to `proposal` (with a joining or leaving server).
     async fn begin(
         &mut self,
-        ctx: &mut RoleCtx,
+        ctx: &mut RoleContext,
         proposal: Proposal,
         change: Option<Change>,
     ) -> Result<()> {
@@ -344,7 +337,7 @@ impl Scheduler {
         Ok(())
     }
 
-    fn send_plans(ctx: &mut RoleCtx, open: &mut OpenEpoch) -> Result<()> {
+    fn send_plans(ctx: &mut RoleContext, open: &mut OpenEpoch) -> Result<()> {
         for (&s, plan) in &open.plans {
             ctx.send(
                 RoleId::Server(s),
@@ -355,7 +348,7 @@ impl Scheduler {
         Ok(())
     }
 
-    async fn on_ask(&mut self, ctx: &mut RoleCtx, w: WorkerId, req: ReassignReq) -> Result<()> {
+    async fn on_ask(&mut self, ctx: &mut RoleContext, w: WorkerId, req: ReassignReq) -> Result<()> {
         let Some(open) = &mut self.open else {
             return Err(EngineError::protocol(
                 ctx.id(),
@@ -379,7 +372,7 @@ impl Scheduler {
         self.maybe_resume(ctx).await
     }
 
-    async fn maybe_resume(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+    async fn maybe_resume(&mut self, ctx: &mut RoleContext) -> Result<()> {
         let ready = self.open.as_ref().is_some_and(|o| {
             o.asked.len() as u32 == self.job.config.workers
                 && o.plans.keys().all(|s| o.done.contains(s))
@@ -415,7 +408,7 @@ impl Scheduler {
         Ok(())
     }
 
-    async fn on_change(&mut self, ctx: &mut RoleCtx, change: Change) -> Result<()> {
+    async fn on_change(&mut self, ctx: &mut RoleContext, change: Change) -> Result<()> {
         if self.open.is_some() {
             self.queued.push_back(change);
             return Ok(());
@@ -515,7 +508,7 @@ impl Scheduler {
 
 #[async_trait]
 impl Coordinator for Scheduler {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<CoordinatorReport> {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
         loop {
             let env = ctx.recv().await?;
             let from = env.from;

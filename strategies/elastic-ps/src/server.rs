@@ -10,16 +10,9 @@
 use crate::protocol::{
     self, tag, Membership, Migrate, MigrateAck, MigrateDone, MigratePlan, PushAck,
 };
-use async_trait::async_trait;
-use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::{Clock, RoleId, ServerId, WorkerId};
-use concord_engine::job::Job;
-use concord_engine::message::{CustomMessage, Message, StrategyMessage};
 use concord_engine::optim::{OptState, OptimizerConfig};
-use concord_engine::payload::{BlockId, BlockPayload, Payload};
-use concord_engine::ps::{ServerReport, Snapshot, TimedSnapshot, TimedSnapshots};
-use concord_engine::role::RoleCtx;
-use concord_engine::roles::Server;
+use concord_engine::prelude::*;
+use concord_engine::ps::{Snapshot, TimedSnapshot, TimedSnapshots};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -120,7 +113,7 @@ impl ElasticServer {
 
     async fn on_push(
         &mut self,
-        ctx: &mut RoleCtx,
+        ctx: &mut RoleContext,
         worker: WorkerId,
         clock: Clock,
         samples: u64,
@@ -174,7 +167,7 @@ impl ElasticServer {
 
     /// Applies every complete clock of `block` in order, answers the pulls, and migrates the
     /// block if the plan says so.
-    async fn apply_ready(&mut self, ctx: &mut RoleCtx, block: BlockId) -> Result<()> {
+    async fn apply_ready(&mut self, ctx: &mut RoleContext, block: BlockId) -> Result<()> {
         loop {
             let Some(held) = self.blocks.get_mut(&block) else {
                 return Ok(());
@@ -243,7 +236,7 @@ impl ElasticServer {
     }
 
     /// Sends every planned block that has reached the plan's version.
-    fn migrate_ready(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+    fn migrate_ready(&mut self, ctx: &mut RoleContext) -> Result<()> {
         let Some(plan) = &mut self.plan else {
             return Ok(());
         };
@@ -292,7 +285,7 @@ impl ElasticServer {
         self.maybe_done(ctx)
     }
 
-    fn maybe_done(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+    fn maybe_done(&mut self, ctx: &mut RoleContext) -> Result<()> {
         let finished = self.plan.as_ref().is_some_and(|p| {
             p.to_send.is_empty() && p.unacked.is_empty() && p.to_receive.is_empty()
         });
@@ -305,7 +298,7 @@ impl ElasticServer {
         Ok(())
     }
 
-    fn on_plan(&mut self, ctx: &mut RoleCtx, plan: MigratePlan) -> Result<()> {
+    fn on_plan(&mut self, ctx: &mut RoleContext, plan: MigratePlan) -> Result<()> {
         if let Some(old) = &self.plan {
             return Err(EngineError::protocol(
                 ctx.id(),
@@ -342,7 +335,7 @@ impl ElasticServer {
         self.migrate_ready(ctx)
     }
 
-    fn on_migrate(&mut self, ctx: &mut RoleCtx, from: RoleId, moved: Moved) -> Result<()> {
+    fn on_migrate(&mut self, ctx: &mut RoleContext, from: RoleId, moved: Moved) -> Result<()> {
         let Moved {
             sent_at,
             epoch,
@@ -383,7 +376,7 @@ impl ElasticServer {
         self.maybe_done(ctx)
     }
 
-    fn on_ack(&mut self, ctx: &mut RoleCtx, ack: MigrateAck) -> Result<()> {
+    fn on_ack(&mut self, ctx: &mut RoleContext, ack: MigrateAck) -> Result<()> {
         let expected = match &mut self.plan {
             Some(p) if p.epoch == ack.epoch => p.unacked.remove(&ack.block),
             _ => false,
@@ -401,7 +394,7 @@ impl ElasticServer {
     }
 
     fn report(&mut self) -> ServerReport {
-        ServerReport {
+        let model = ModelState {
             blocks: self
                 .blocks
                 .iter()
@@ -416,8 +409,6 @@ impl ElasticServer {
                 .map(|(&b, h)| (b, h.opt.clone()))
                 .collect(),
             snapshots: std::mem::take(&mut self.snapshots).into_values().collect(),
-            reads: Vec::new(),
-            version: self.max_version,
             timed: self.eval_every_s.map(|_| {
                 let mut all = std::mem::take(&mut self.timed_departed);
                 for t in self.timed.values() {
@@ -425,15 +416,19 @@ impl ElasticServer {
                 }
                 all
             }),
+        };
+        ServerReport {
+            model,
+            reads: Vec::new(),
+            version: self.max_version,
         }
     }
 }
 
 #[async_trait]
-impl Server for ElasticServer {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<ServerReport> {
-        loop {
-            let env = ctx.recv().await?;
+impl ServerHandler for ElasticServer {
+    async fn handle(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<()> {
+        {
             let from = env.from;
             if env.msg.has_tag(Migrate::TAG) {
                 let (m, value, opt) = Migrate::unpack(ctx.id(), env.msg)?;
@@ -445,11 +440,9 @@ impl Server for ElasticServer {
                     value,
                     opt,
                 };
-                self.on_migrate(ctx, from, moved)?;
-                continue;
+                return self.on_migrate(ctx, from, moved);
             }
             match env.msg {
-                Message::Shutdown => break,
                 Message::Push {
                     clock,
                     samples,
@@ -516,6 +509,17 @@ impl Server for ElasticServer {
                 }
             }
         }
+        Ok(())
+    }
+
+    fn finish(&mut self, _ctx: &mut RoleContext) -> Result<ServerReport> {
         Ok(self.report())
+    }
+}
+
+#[async_trait]
+impl Server for ElasticServer {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<ServerReport> {
+        serve(self, ctx).await
     }
 }

@@ -14,7 +14,7 @@
 //! through the origin (β = 0, time proportional to load): more load is never predicted free.
 //! α and β are never negative.
 
-use concord_engine::ids::ServerId;
+use concord_engine::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 

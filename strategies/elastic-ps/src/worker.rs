@@ -16,16 +16,8 @@
 use crate::options::Resolved;
 use crate::protocol::{self, tag, PerfReport, Progress, PushAck, ReassignCmd, ReassignReq, Resume};
 use crate::telemetry::{OlsStats, PeriodReport};
-use async_trait::async_trait;
-use concord_engine::dp::{train_step, StepAt};
-use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::{Clock, RoleId, ServerId, WorkerId};
-use concord_engine::job::Job;
-use concord_engine::message::{CustomMessage, Message};
-use concord_engine::metrics::IterRecord;
 use concord_engine::model::Replica;
-use concord_engine::role::{RoleCtx, Work};
-use concord_engine::roles::{Worker, WorkerReport};
+use concord_engine::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -65,7 +57,7 @@ impl ElasticWorker {
     }
 
     /// Takes any reassignment command that has arrived, without waiting.
-    fn poll_command(&self, ctx: &mut RoleCtx, cmd: &mut Option<ReassignCmd>) -> Result<()> {
+    fn poll_command(&self, ctx: &mut RoleContext, cmd: &mut Option<ReassignCmd>) -> Result<()> {
         while let Some(env) = ctx.try_recv_matching(
             |e| matches!(&e.msg, Message::Custom(CustomMessage { tag: t, .. }) if t == tag::REASSIGN_CMD),
         ) {
@@ -79,7 +71,7 @@ impl ElasticWorker {
     /// At the agreed step: block, ask for the new map, install it.
     async fn switch(
         &mut self,
-        ctx: &mut RoleCtx,
+        ctx: &mut RoleContext,
         cmd: ReassignCmd,
         completed: Clock,
     ) -> Result<()> {
@@ -120,8 +112,9 @@ impl ElasticWorker {
 
 #[async_trait]
 impl Worker for ElasticWorker {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<WorkerReport> {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
         let job = self.job.clone();
+        hold_replica(ctx, &job).await?;
         let layout = &job.layout;
         let blocks = layout.blocks();
         let batch = job.config.batch;
@@ -144,8 +137,9 @@ impl Worker for ElasticWorker {
                 stream_offset: clock * n * batch + self.id as u64 * batch,
                 batch,
             };
-            let (loss, grads) =
-                train_step(ctx, &job, self.replica.as_ref(), &params, at, work).await?;
+            let replica = self.replica.as_ref();
+            let ((loss, grads), _) =
+                train_step(ctx, &job, replica, &params, at, work, Charge::Whole).await?;
             let compute_end = ctx.now();
             // Push every block to its owner, in block order (one request per block, as PS-Lite).
             let mut exchange: BTreeMap<ServerId, Exchange> = BTreeMap::new();
@@ -320,11 +314,8 @@ impl Worker for ElasticWorker {
             }
         }
         ctx.send(RoleId::Coordinator, Message::WorkerDone);
-        // Parameters and gradients resident on the worker.
-        let param_bytes: u64 = blocks.iter().map(|b| b.bytes()).sum();
         Ok(WorkerReport {
             iterations: records,
-            peak_memory: 2 * param_bytes,
             model: None,
         })
     }

@@ -5,8 +5,8 @@
 use concord_elastic_ps::assign::{
     mxnet_default, round_robin, tf_round_robin, unit_blocks, MXNET_BIGARRAY_BOUND,
 };
-use concord_engine::ids::ServerId;
 use concord_engine::model::ParamInfo;
+use concord_engine::prelude::*;
 use concord_engine::profiles::resnet101;
 use concord_engine::ps::Block;
 

@@ -4,12 +4,7 @@
 //! the exactly-once check of every (clock, unit) (spec §4.5 claim 10).
 
 use crate::protocol::{Processed, RrMsg, WorkerStats};
-use async_trait::async_trait;
-use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::RoleId;
-use concord_engine::message::Message;
-use concord_engine::role::RoleCtx;
-use concord_engine::roles::{Coordinator, CoordinatorReport};
+use concord_engine::prelude::*;
 use std::collections::BTreeMap;
 
 /// How many times each unit of each (owner, clock) was processed.
@@ -78,7 +73,7 @@ impl FlexCoordinator {
 
 #[async_trait]
 impl Coordinator for FlexCoordinator {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<CoordinatorReport> {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
         let workers = self.units.len() as u32;
         let mut finished = 0u32;
         let mut stats: BTreeMap<u32, WorkerStats> = BTreeMap::new();

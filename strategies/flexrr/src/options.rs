@@ -1,9 +1,8 @@
 //! `[strategy.flexrr]` options, their defaults (thesis Table 3.1) and their validation.
 
 use crate::groups::HelperGroups;
-use concord_engine::config::RunConfig;
-use concord_engine::error::{EngineError, Result};
 use concord_engine::optim::OptimizerConfig;
+use concord_engine::prelude::*;
 use concord_engine::stragglers::Uneven;
 use serde::Deserialize;
 

@@ -2,10 +2,7 @@
 //! statistics a worker sends the coordinator, and the LazyTable-style updates a worker sends the
 //! servers.
 
-use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::{Clock, RoleId, WorkerId};
-use concord_engine::message::{Message, StrategyMessage};
-use concord_engine::payload::{BlockId, BlockPayload};
+use concord_engine::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// Worker → server: additive deltas to blocks (a parameter server's `update_param`, aggregated by

@@ -12,15 +12,8 @@
 //! update missing from the version that claims to include it.
 
 use crate::protocol::{Update, UpdateAck};
-use async_trait::async_trait;
-use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::{Clock, RoleId, ServerId, WorkerId};
-use concord_engine::job::Job;
-use concord_engine::message::{Message, StrategyMessage};
-use concord_engine::payload::{BlockId, BlockPayload, Payload};
-use concord_engine::ps::{ReadGate, ServerReport, Snapshot, TimedSnapshots};
-use concord_engine::role::RoleCtx;
-use concord_engine::roles::Server;
+use concord_engine::prelude::*;
+use concord_engine::ps::{ReadGate, Snapshot, TimedSnapshots};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -97,7 +90,7 @@ impl FlexServer {
 
     /// Completes every clock all owners have completed, in order (adding its deltas unless they
     /// were added on arrival).
-    async fn apply_complete_clocks(&mut self, ctx: &mut RoleCtx) {
+    async fn apply_complete_clocks(&mut self, ctx: &mut RoleContext) {
         loop {
             let next = (self.version + 1) as Clock;
             let complete = self
@@ -116,7 +109,7 @@ impl FlexServer {
             self.version = next as i64;
             let iterations = next + 1;
             if iterations.is_multiple_of(self.snapshot_every) {
-                self.report.snapshots.push(Snapshot {
+                self.report.model.snapshots.push(Snapshot {
                     iterations,
                     time_s: ctx.now(),
                     blocks: self.blocks(),
@@ -130,7 +123,7 @@ impl FlexServer {
     #[allow(clippy::too_many_arguments)]
     async fn on_update(
         &mut self,
-        ctx: &mut RoleCtx,
+        ctx: &mut RoleContext,
         from: WorkerId,
         clock: Clock,
         owner: WorkerId,
@@ -201,40 +194,41 @@ fn payloads(values: &BTreeMap<BlockId, Payload>) -> Vec<BlockPayload> {
 }
 
 #[async_trait]
-impl Server for FlexServer {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<ServerReport> {
-        loop {
-            let env = ctx.recv().await?;
-            let worker = match env.from {
-                RoleId::Worker(w) => Some(w),
-                _ => None,
-            };
-            if let (Some(w), true) = (worker, env.msg.has_tag(Update::TAG)) {
-                let (u, deltas) = Update::unpack(ctx.id(), env.msg)?;
-                self.on_update(ctx, w, u.clock, u.owner, u.completes_clock, u.ack, deltas)
-                    .await?;
-                continue;
-            }
-            match (env.msg, worker) {
-                (Message::Shutdown, _) => break,
-                (Message::Pull { clock, min_version }, Some(w)) => {
-                    let blocks = || payloads(&self.values);
-                    self.reads
-                        .pull(ctx, w, clock, min_version, self.version, blocks);
-                }
-                (other, _) => {
-                    return Err(EngineError::protocol(
-                        ctx.id(),
-                        format!("unexpected message from {}: {other:?}", env.from),
-                    ))
-                }
-            }
+impl ServerHandler for FlexServer {
+    async fn handle(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<()> {
+        let RoleId::Worker(w) = env.from else {
+            return Err(unexpected(ctx, &env));
+        };
+        if env.msg.has_tag(Update::TAG) {
+            let (u, deltas) = Update::unpack(ctx.id(), env.msg)?;
+            return self
+                .on_update(ctx, w, u.clock, u.owner, u.completes_clock, u.ack, deltas)
+                .await;
         }
+        match env.msg {
+            Message::Pull { clock, min_version } => {
+                let blocks = || payloads(&self.values);
+                self.reads
+                    .pull(ctx, w, clock, min_version, self.version, blocks);
+                Ok(())
+            }
+            _ => Err(unexpected(ctx, &env)),
+        }
+    }
+
+    fn finish(&mut self, _ctx: &mut RoleContext) -> Result<ServerReport> {
         let mut report = std::mem::take(&mut self.report);
         report.reads = self.reads.take_answered();
-        report.blocks = self.blocks();
-        report.timed = self.timed.report();
+        report.model.blocks = self.blocks();
+        report.model.timed = self.timed.report();
         report.version = self.version;
         Ok(report)
+    }
+}
+
+#[async_trait]
+impl Server for FlexServer {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<ServerReport> {
+        serve(self, ctx).await
     }
 }

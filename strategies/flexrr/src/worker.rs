@@ -21,18 +21,8 @@
 
 use crate::options::Resolved;
 use crate::protocol::{Processed, RrMsg, Update, UpdateAck, WorkerStats};
-use async_trait::async_trait;
-use concord_engine::dp::{train_step_span, StepAt};
-use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::{Clock, RoleId, WorkerId};
-use concord_engine::job::Job;
-use concord_engine::message::{Message, StrategyMessage};
-use concord_engine::metrics::IterRecord;
 use concord_engine::model::Replica;
-use concord_engine::payload::BlockPayload;
-use concord_engine::role::{IterSpan, RoleCtx, Work};
-use concord_engine::roles::{Worker, WorkerReport};
-use concord_engine::transport::Envelope;
+use concord_engine::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -166,7 +156,7 @@ impl FlexWorker {
         &self.r.options
     }
 
-    fn send_rr(&mut self, ctx: &RoleCtx, to: RoleId, msg: &RrMsg) -> Result<()> {
+    fn send_rr(&mut self, ctx: &RoleContext, to: RoleId, msg: &RrMsg) -> Result<()> {
         let m = msg.encode()?;
         self.bytes_sent += m.wire_bytes();
         ctx.send(to, m);
@@ -182,7 +172,7 @@ impl FlexWorker {
     }
 
     /// Undelayed seconds of this worker's whole iteration (the injector's T0).
-    fn nominal_iter_s(&self, ctx: &RoleCtx) -> f64 {
+    fn nominal_iter_s(&self, ctx: &RoleContext) -> f64 {
         let w = self.unit_work();
         ctx.device().compute_seconds(w.flops_per_sample, w.batch) * f64::from(self.it.units)
     }
@@ -196,7 +186,7 @@ impl FlexWorker {
     /// Processes one unit of `owner`'s clock `clock`; returns its delta (real models).
     async fn process_unit(
         &mut self,
-        ctx: &mut RoleCtx,
+        ctx: &mut RoleContext,
         owner: WorkerId,
         clock: Clock,
         unit: u32,
@@ -208,16 +198,10 @@ impl FlexWorker {
             batch: self.r.unit_batch,
         };
         let work = self.unit_work();
-        let (loss, grads) = train_step_span(
-            ctx,
-            &self.job,
-            self.replica.as_ref(),
-            &self.params,
-            at,
-            work,
-            span,
-        )
-        .await?;
+        let replica = self.replica.as_ref();
+        let charge = Charge::Span(span);
+        let ((loss, grads), _) =
+            train_step(ctx, &self.job, replica, &self.params, at, work, charge).await?;
         // The modeled cost of the message checks that fall in this unit.
         let per_unit_checks = f64::from(self.opts().checks) / f64::from(self.it.units.max(1));
         let poll = per_unit_checks * self.opts().check_cost_s;
@@ -245,7 +229,7 @@ impl FlexWorker {
 
     /// A message check: handles everything delivered (parameters excepted, which belong to a
     /// read in progress). Help that becomes due is queued; the caller serves it.
-    fn poll(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+    fn poll(&mut self, ctx: &mut RoleContext) -> Result<()> {
         self.stats.polls += 1;
         self.it.units_since_check = 0;
         while let Some(env) = ctx.try_recv_matching(not_params) {
@@ -263,14 +247,14 @@ impl FlexWorker {
 
     /// Waits for the next message (parameters excepted) and handles it, then serves any help
     /// that became due.
-    async fn wait_one(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+    async fn wait_one(&mut self, ctx: &mut RoleContext) -> Result<()> {
         let env = ctx.recv_matching(not_params).await?;
         self.handle(ctx, env)?;
         self.drain_help(ctx).await
     }
 
     /// Handles one message from a peer, a server or the coordinator.
-    fn handle(&mut self, ctx: &mut RoleCtx, env: Envelope) -> Result<()> {
+    fn handle(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<()> {
         let me = ctx.id();
         if env.msg.has_tag(UpdateAck::TAG) {
             self.acks_pending = self.acks_pending.checked_sub(1).ok_or_else(|| {
@@ -339,7 +323,7 @@ impl FlexWorker {
         (avg > 0.0).then(|| rep.iter as f64 + rep.frac - mine + (now - rep.timer) / avg)
     }
 
-    fn on_report(&mut self, ctx: &mut RoleCtx, from: WorkerId, rep: ReportSeen) -> Result<()> {
+    fn on_report(&mut self, ctx: &mut RoleContext, from: WorkerId, rep: ReportSeen) -> Result<()> {
         self.reports.insert(from, rep);
         if !self.opts().reassignment || !self.it.offering || self.it.initial_to.contains(&from) {
             return Ok(());
@@ -365,7 +349,7 @@ impl FlexWorker {
     /// tail). Returns whether an offer went out.
     fn offer(
         &mut self,
-        ctx: &mut RoleCtx,
+        ctx: &mut RoleContext,
         helper: WorkerId,
         fraction: f64,
         follow_up: bool,
@@ -419,7 +403,7 @@ impl FlexWorker {
                 .is_some_and(|d| d > 0.5 * self.opts().trigger)
     }
 
-    fn on_begun(&mut self, ctx: &mut RoleCtx, from: WorkerId, id: u64) -> Result<()> {
+    fn on_begun(&mut self, ctx: &mut RoleContext, from: WorkerId, id: u64) -> Result<()> {
         let me = ctx.id();
         let offer = self
             .it
@@ -465,7 +449,7 @@ impl FlexWorker {
         }
     }
 
-    fn on_cancel(&mut self, ctx: &mut RoleCtx, from: WorkerId, timer: f64) -> Result<()> {
+    fn on_cancel(&mut self, ctx: &mut RoleContext, from: WorkerId, timer: f64) -> Result<()> {
         let last = self.last_cancel.entry(from).or_insert(f64::NEG_INFINITY);
         *last = last.max(timer);
         let before = self.saved.len() + self.help_queue.len();
@@ -502,7 +486,7 @@ impl FlexWorker {
     }
 
     /// Serves the help that is due, unless already helping (help is never nested).
-    async fn drain_help(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+    async fn drain_help(&mut self, ctx: &mut RoleContext) -> Result<()> {
         if self.helping {
             return Ok(());
         }
@@ -520,7 +504,7 @@ impl FlexWorker {
 
     /// Processes a helpee's range, flushes its deltas to the servers (acknowledged), and reports
     /// it completed.
-    async fn help(&mut self, ctx: &mut RoleCtx, r: Request) -> Result<()> {
+    async fn help(&mut self, ctx: &mut RoleContext, r: Request) -> Result<()> {
         let owner_units = self.r.units.get(r.from as usize).copied().unwrap_or(0);
         if r.start >= r.end || r.end > owner_units || r.start < self.r.replicated_from(r.from) {
             return Err(EngineError::protocol(
@@ -573,7 +557,7 @@ impl FlexWorker {
     /// servers' acknowledgements, the owner's completing flush does not need to.
     async fn flush(
         &mut self,
-        ctx: &mut RoleCtx,
+        ctx: &mut RoleContext,
         clock: Clock,
         owner: WorkerId,
         completes: bool,
@@ -610,7 +594,7 @@ impl FlexWorker {
     /// Reads every server's blocks at the freshness the consistency rule asks for at `clock`,
     /// serving peers while waiting, and installs them with this worker's own writes the servers
     /// do not have yet. Returns the lowest version read.
-    async fn read(&mut self, ctx: &mut RoleCtx, clock: Clock) -> Result<i64> {
+    async fn read(&mut self, ctx: &mut RoleContext, clock: Clock) -> Result<i64> {
         let layout = self.job.layout.clone();
         let min_version = self.job.consistency.min_version(clock);
         for s in 0..layout.servers() {
@@ -664,7 +648,7 @@ impl FlexWorker {
     /// Processes own unit `unit` of the current clock, adding its delta to `delta`.
     async fn own_unit(
         &mut self,
-        ctx: &mut RoleCtx,
+        ctx: &mut RoleContext,
         unit: u32,
         delta: &mut [Vec<f32>],
     ) -> Result<()> {
@@ -690,7 +674,7 @@ impl FlexWorker {
     }
 
     /// Sends the progress report to every helpee once the checkpoint is passed.
-    fn maybe_report(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+    fn maybe_report(&mut self, ctx: &mut RoleContext) -> Result<()> {
         if self.it.report_sent || self.frac_done() < self.opts().report_at {
             return Ok(());
         }
@@ -710,7 +694,7 @@ impl FlexWorker {
     }
 
     /// One clock: read, own work with reassignment, reclaim, wait for helpers, flush, clock.
-    async fn run_clock(&mut self, ctx: &mut RoleCtx, clock: Clock) -> Result<IterRecord> {
+    async fn run_clock(&mut self, ctx: &mut RoleContext, clock: Clock) -> Result<IterRecord> {
         self.clock = clock;
         ctx.set_iter(clock);
         let start = ctx.now();
@@ -840,7 +824,9 @@ fn not_params(env: &Envelope) -> bool {
 
 #[async_trait]
 impl Worker for FlexWorker {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<WorkerReport> {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
+        let job = self.job.clone();
+        hold_replica(ctx, &job).await?;
         let iterations = self.job.config.iterations;
         let mut records = Vec::with_capacity(iterations as usize);
         for clock in 0..iterations {
@@ -860,7 +846,6 @@ impl Worker for FlexWorker {
         ctx.send(RoleId::Coordinator, Message::WorkerDone);
         Ok(WorkerReport {
             iterations: records,
-            peak_memory: 0,
             model: None,
         })
     }

@@ -4,14 +4,8 @@
 use crate::alloc::{cpu_rule, gpu_rule, Allocation, GpuProfile};
 use crate::options::{Mode, PredictorKind, Resolved};
 use crate::predictor::{Ema, Memoryless, Narx, NarxConfig, Oracle, Signals, SpeedPredictor};
-use async_trait::async_trait;
-use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::RoleId;
-use concord_engine::job::Job;
-use concord_engine::message::{Directive, Message, Report};
 use concord_engine::payload::ELEM_BYTES;
-use concord_engine::role::{RoleCtx, Work};
-use concord_engine::roles::{Coordinator, CoordinatorReport};
+use concord_engine::prelude::*;
 use concord_engine::stragglers::{RoleKind, StragglerSet};
 use std::collections::BTreeMap;
 
@@ -223,7 +217,7 @@ impl LbBspCoordinator {
     }
 
     /// Sends clock `clock`'s directives from `alloc` and books its figures.
-    fn direct(&mut self, ctx: &RoleCtx, clock: u64, alloc: &Allocation) {
+    fn direct(&mut self, ctx: &RoleContext, clock: u64, alloc: &Allocation) {
         if alloc.relaxed.is_some() {
             self.infeasible += 1;
         }
@@ -245,7 +239,7 @@ impl LbBspCoordinator {
     }
 
     /// Folds complete clocks into the predictors and sizes the clocks they unlock.
-    async fn advance(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+    async fn advance(&mut self, ctx: &mut RoleContext) -> Result<()> {
         while self
             .pending
             .get(&self.next_complete)
@@ -389,7 +383,7 @@ impl Coordinator for LbBspCoordinator {
         true
     }
 
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<CoordinatorReport> {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
         let mut report = CoordinatorReport::default();
         let first = self.initial();
         for clock in 0..self.lag.min(self.iterations) {

@@ -46,10 +46,7 @@ pub mod predictor;
 pub use coordinator::LbBspCoordinator;
 pub use options::{LbBspOptions, Mode, PredictorKind, Resolved};
 
-use concord_engine::config::RunConfig;
-use concord_engine::error::Result;
-use concord_engine::roles::Coordinator;
-use concord_engine::strategy::{parse_options, Assembly, Registry, Slot, Strategy};
+use concord_engine::prelude::*;
 use std::sync::Arc;
 
 /// The `lb-bsp` strategy: fills the coordinator slot with the batch-size manager.

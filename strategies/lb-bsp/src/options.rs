@@ -1,7 +1,6 @@
 //! The `[strategy.lb-bsp]` options, their defaults and their validation.
 
-use concord_engine::config::RunConfig;
-use concord_engine::error::{EngineError, Result};
+use concord_engine::prelude::*;
 use serde::Deserialize;
 
 /// Which speed predictor the batch-size manager uses (CPU mode).

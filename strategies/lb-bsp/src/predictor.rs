@@ -9,7 +9,8 @@
 use candle_core::{Device, Tensor, Var};
 use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
 use concord_engine::cluster::DeviceProfile;
-use concord_engine::error::{Result, TensorContext};
+use concord_engine::error::TensorContext;
+use concord_engine::prelude::*;
 use concord_engine::stragglers::{rng_for, Probe, RoleKind, StragglerSet};
 use rand::Rng;
 use std::collections::VecDeque;
@@ -467,7 +468,7 @@ impl SpeedPredictor for Narx {
 ///
 /// It builds the worker's own [`StragglerSet`] from the run's straggler config with the run's
 /// seed (exactly what the engine gives the worker) and, for clock `k+1`, probes it the way
-/// [`concord_engine::role::RoleCtx::compute`] does: `points` probes at progress `i/points`, the
+/// [`concord_engine::context::RoleContext::compute`] does: `points` probes at progress `i/points`, the
 /// compute factor averaged and the extra delay of the first probe added, on the nominal time of
 /// `batch` samples on the worker's device. Patterns keyed by iteration (persistent, contention,
 /// power-law, sleeps) are reproduced exactly; patterns keyed by run time (trace-like,

@@ -12,20 +12,10 @@
 //! event) and applies its own gradients. Each averaging therefore leaves both replicas equal and
 //! keeps the sum of all replicas unchanged, which a request crossing another would not.
 
-use async_trait::async_trait;
 use concord_engine::collective::LocalModel;
 use concord_engine::data::mix_seed;
-use concord_engine::dp::{train_step_deferred, StepAt};
-use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::{RoleId, WorkerId};
-use concord_engine::job::Job;
-use concord_engine::message::Message;
-use concord_engine::metrics::IterRecord;
 use concord_engine::model::Replica;
-use concord_engine::payload::{Payload, ELEM_BYTES};
-use concord_engine::role::{RoleCtx, Work};
-use concord_engine::roles::{Coordinator, CoordinatorReport, Worker, WorkerReport};
-use concord_engine::transport::Envelope;
+use concord_engine::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
@@ -87,7 +77,7 @@ impl AdPsgdWorker {
     }
 
     /// Answers a peer's averaging request, or reports anything else as unexpected.
-    fn serve(&mut self, ctx: &mut RoleCtx, env: Envelope) -> Result<()> {
+    fn serve(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<()> {
         match env.msg {
             Message::Collective {
                 op, step: 0, data, ..
@@ -114,7 +104,12 @@ impl AdPsgdWorker {
     /// The active side of one averaging: sends the parameters to `peer`, waits for its answer
     /// and averages. Returns the bytes sent. Anything else arriving meanwhile is served (an
     /// active worker is never asked, so that is an error, not a change to the parameters).
-    async fn average_with_peer(&mut self, ctx: &mut RoleCtx, peer: u32, step: u64) -> Result<u64> {
+    async fn average_with_peer(
+        &mut self,
+        ctx: &mut RoleContext,
+        peer: u32,
+        step: u64,
+    ) -> Result<u64> {
         let op = OP_TAG | ((self.id as u64) << 32) | step;
         let request = Message::Collective {
             op,
@@ -161,8 +156,10 @@ pub fn passive_peer(id: WorkerId, workers: u32, rng: &mut impl Rng) -> Option<Wo
 
 #[async_trait]
 impl Worker for AdPsgdWorker {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<WorkerReport> {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
         let job = self.job.clone();
+        hold_replica(ctx, &job).await?;
+        hold_optimizer_state(ctx, &job).await?;
         let (n, b) = (job.config.workers as u64, job.config.batch);
         let apply_flops = job.config.optimizer.flops_per_elem() * self.elems as f64;
         let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(job.config.seed, 0xAD00 + self.id as u64));
@@ -182,8 +179,16 @@ impl Worker for AdPsgdWorker {
                 batch: b,
             };
             let params = self.model.params().unwrap_or_default();
-            let ((loss, grads), ready_at) =
-                train_step_deferred(ctx, &job, self.replica.as_ref(), params, at, work)?;
+            let ((loss, grads), ready_at) = train_step(
+                ctx,
+                &job,
+                self.replica.as_ref(),
+                params,
+                at,
+                work,
+                Charge::Deferred,
+            )
+            .await?;
             while let Some(env) = ctx.recv_until(ready_at).await? {
                 self.serve(ctx, env)?;
             }
@@ -221,10 +226,8 @@ impl Worker for AdPsgdWorker {
             }
             self.serve(ctx, env)?;
         }
-        let slots = job.config.optimizer.init_state(0).slots.len() as u64;
         Ok(WorkerReport {
             iterations: records,
-            peak_memory: (2 + slots) * self.elems * ELEM_BYTES,
             model: (self.id == 0).then(|| self.model.report(&job.layout)),
         })
     }
@@ -244,7 +247,7 @@ impl AdPsgdCoordinator {
 
 #[async_trait]
 impl Coordinator for AdPsgdCoordinator {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<CoordinatorReport> {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
         let mut done = 0;
         loop {
             let env = ctx.recv().await?;

@@ -2,13 +2,8 @@
 
 use crate::options::Resolved;
 use crate::protocol::{self, Activate, Round, RoundDone, WorkerStats};
-use async_trait::async_trait;
 use concord_engine::data::mix_seed;
-use concord_engine::error::Result;
-use concord_engine::ids::RoleId;
-use concord_engine::message::Message;
-use concord_engine::role::RoleCtx;
-use concord_engine::roles::{Coordinator, CoordinatorReport};
+use concord_engine::prelude::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -87,7 +82,7 @@ impl RnaController {
 
 /// Takes workers' end-of-run statistics until the engine's shutdown (unless it came already).
 pub(crate) async fn gather_until_shutdown(
-    ctx: &mut RoleCtx,
+    ctx: &mut RoleContext,
     mut shutdown: bool,
     stats: &mut Vec<WorkerStats>,
 ) -> Result<()> {
@@ -160,7 +155,7 @@ fn median(v: &mut [f64]) -> f64 {
 
 #[async_trait]
 impl Coordinator for RnaController {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<CoordinatorReport> {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
         let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(self.seed, 0x524e_4121));
         let p = self.workers as usize;
         let mut latencies = Vec::new();

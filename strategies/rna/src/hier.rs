@@ -33,15 +33,8 @@ use crate::controller::{
 };
 use crate::options::{GroupSource, Merge, Resolved};
 use crate::protocol::{self, Activate, Groups, Profile, Round, RoundDone, WorkerStats};
-use async_trait::async_trait;
 use concord_engine::data::mix_seed;
-use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::RoleId;
-use concord_engine::message::Message;
-use concord_engine::payload::Payload;
-use concord_engine::ps::ServerReport;
-use concord_engine::role::RoleCtx;
-use concord_engine::roles::{Coordinator, CoordinatorReport, Server};
+use concord_engine::prelude::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
@@ -240,45 +233,47 @@ impl AveragingServer {
 }
 
 #[async_trait]
-impl Server for AveragingServer {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<ServerReport> {
-        loop {
-            let env = ctx.recv().await?;
-            match env.msg {
-                Message::Shutdown => break,
-                Message::Collective { op, part, data, .. } if is_sync_op(op) => {
-                    let elems = data.elems() as f64;
-                    let mean = self
-                        .merge_push(sync_group(op), part, data)
-                        .map_err(|e| EngineError::protocol(ctx.id(), e))?;
-                    // Summation only: one add per element per group (averaging), or two
-                    // (subtract the base, add to the global model).
-                    let adds = match self.merge {
-                        Merge::Average => self.latest.len() as f64,
-                        Merge::Delta => 2.0,
-                    };
-                    let secs = ctx.device().work_seconds(elems * adds);
-                    ctx.sleep(secs).await;
-                    ctx.send(
-                        env.from,
-                        Message::Collective {
-                            op,
-                            part: 0,
-                            step: 0,
-                            data: mean,
-                        },
-                    );
-                }
-                Message::Collective { .. } | Message::Custom(_) => {
-                    return Err(EngineError::protocol(
-                        ctx.id(),
-                        format!("unexpected message from {}: {:?}", env.from, env.msg),
-                    ))
-                }
-                _ => {}
+impl ServerHandler for AveragingServer {
+    async fn handle(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<()> {
+        match env.msg {
+            Message::Collective { op, part, data, .. } if is_sync_op(op) => {
+                let elems = data.elems() as f64;
+                let mean = self
+                    .merge_push(sync_group(op), part, data)
+                    .map_err(|e| EngineError::protocol(ctx.id(), e))?;
+                // Summation only: one add per element per group (averaging), or two (subtract
+                // the base, add to the global model).
+                let adds = match self.merge {
+                    Merge::Average => self.latest.len() as f64,
+                    Merge::Delta => 2.0,
+                };
+                let secs = ctx.device().work_seconds(elems * adds);
+                ctx.sleep(secs).await;
+                ctx.send(
+                    env.from,
+                    Message::Collective {
+                        op,
+                        part: 0,
+                        step: 0,
+                        data: mean,
+                    },
+                );
+                Ok(())
             }
+            Message::Collective { .. } | Message::Custom(_) => Err(unexpected(ctx, &env)),
+            _ => Ok(()),
         }
+    }
+
+    fn finish(&mut self, _ctx: &mut RoleContext) -> Result<ServerReport> {
         Ok(ServerReport::default())
+    }
+}
+
+#[async_trait]
+impl Server for AveragingServer {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<ServerReport> {
+        serve(self, ctx).await
     }
 }
 
@@ -334,7 +329,7 @@ impl HierController {
             .collect()
     }
 
-    fn probe(&self, ctx: &mut RoleCtx, gid: u32, g: &mut GroupState) -> Result<()> {
+    fn probe(&self, ctx: &mut RoleContext, gid: u32, g: &mut GroupState) -> Result<()> {
         let n = g.members.len();
         let ranks: Vec<usize> = if self.opts.wait_for_all {
             (0..n).collect()
@@ -361,7 +356,7 @@ impl HierController {
 
 #[async_trait]
 impl Coordinator for HierController {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<CoordinatorReport> {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
         let mut report = CoordinatorReport::default();
         let mut stats: Vec<WorkerStats> = Vec::new();
         let mut shutdown = false;

@@ -63,10 +63,7 @@ pub use options::{Accumulate, Resolved, RnaOptions};
 pub use worker::RnaWorker;
 
 use concord_engine::collective::NoServer;
-use concord_engine::config::RunConfig;
-use concord_engine::error::{EngineError, Result};
-use concord_engine::roles::{Coordinator, Server, Worker};
-use concord_engine::strategy::{parse_options, Assembly, Registry, Slot, Strategy};
+use concord_engine::prelude::*;
 use serde::Deserialize;
 use std::sync::Arc;
 

@@ -5,19 +5,9 @@ use crate::buffer::{Entry, GradBuffer};
 use crate::hier::{is_sync_op, sync_op, tree, PUSH_WITH_BASE};
 use crate::options::{GroupSource, Merge, Resolved};
 use crate::protocol::{self, Activate, Groups, Profile, Round, RoundDone, WorkerStats};
-use async_trait::async_trait;
 use concord_engine::collective::{digest, is_hop, Fusion, Group, LocalModel, RingAllreduce};
-use concord_engine::dp::{train_step_deferred, StepAt};
-use concord_engine::error::{EngineError, Result};
-use concord_engine::ids::{RoleId, WorkerId};
-use concord_engine::job::Job;
-use concord_engine::message::Message;
-use concord_engine::metrics::IterRecord;
 use concord_engine::model::Replica;
-use concord_engine::payload::{Payload, ELEM_BYTES};
-use concord_engine::role::{RoleCtx, Work};
-use concord_engine::roles::{Worker, WorkerReport};
-use concord_engine::transport::Envelope;
+use concord_engine::prelude::*;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -188,7 +178,7 @@ impl RnaWorker {
     }
 
     /// Starts the next local step on a snapshot of the latest parameters, if allowed.
-    fn maybe_start_compute(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+    async fn maybe_start_compute(&mut self, ctx: &mut RoleContext) -> Result<()> {
         let version = self.model.updates();
         if self.computing.is_some()
             || (self.opts.wait_for_all && self.last_version == Some(version))
@@ -212,8 +202,16 @@ impl RnaWorker {
             batch: b,
         };
         let params = self.model.params().unwrap_or_default();
-        let ((loss, grads), ready_at) =
-            train_step_deferred(ctx, &job, self.replica.as_ref(), params, at, work)?;
+        let ((loss, grads), ready_at) = train_step(
+            ctx,
+            &job,
+            self.replica.as_ref(),
+            params,
+            at,
+            work,
+            Charge::Deferred,
+        )
+        .await?;
         self.local_steps += 1;
         self.last_version = Some(version);
         self.computing = Some(InFlight {
@@ -230,7 +228,7 @@ impl RnaWorker {
     }
 
     /// The in-flight gradient is ready: write it (WriteOp) and answer a waiting probe.
-    fn finish_compute(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+    fn finish_compute(&mut self, ctx: &mut RoleContext) -> Result<()> {
         if let Some(done) = self.computing.take() {
             let took = done.ready_at - done.started_at;
             self.compute_since_round += took;
@@ -243,7 +241,7 @@ impl RnaWorker {
     }
 
     /// RNA-H with profiled groups: reports the mean step time after the profiling warm-up.
-    fn profile(&mut self, ctx: &mut RoleCtx, took: f64) -> Result<()> {
+    fn profile(&mut self, ctx: &mut RoleContext, took: f64) -> Result<()> {
         let Some(GroupSource::Profiled { profile_steps, .. }) =
             self.opts.hierarchy.as_ref().map(|h| &h.groups)
         else {
@@ -266,7 +264,7 @@ impl RnaWorker {
         Ok(())
     }
 
-    fn answer_probe(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+    fn answer_probe(&mut self, ctx: &mut RoleContext) -> Result<()> {
         if let Some(k) = self.pending_probe {
             if self.buffer.ready(k, self.opts.eta) {
                 self.pending_probe = None;
@@ -284,7 +282,7 @@ impl RnaWorker {
     }
 
     /// External activation: contribute (possibly null) and join the ring of round `a.round`.
-    fn start_round(&mut self, ctx: &mut RoleCtx, a: Activate) -> Result<()> {
+    fn start_round(&mut self, ctx: &mut RoleContext, a: Activate) -> Result<()> {
         let k = a.round.round;
         if k != self.model.updates() {
             return Err(EngineError::protocol(
@@ -335,7 +333,7 @@ impl RnaWorker {
         self.complete_round_if_done(ctx)
     }
 
-    fn on_collective(&mut self, ctx: &mut RoleCtx, env: Envelope) -> Result<()> {
+    fn on_collective(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<()> {
         if matches!(&env.msg, Message::Collective { op, .. } if is_sync_op(*op)) {
             self.sync_early.push(env);
             return Ok(());
@@ -349,7 +347,7 @@ impl RnaWorker {
         }
     }
 
-    fn complete_round_if_done(&mut self, ctx: &mut RoleCtx) -> Result<()> {
+    fn complete_round_if_done(&mut self, ctx: &mut RoleContext) -> Result<()> {
         if !self.active.as_ref().is_some_and(|a| a.ring.is_done()) {
             return Ok(());
         }
@@ -387,7 +385,7 @@ impl RnaWorker {
     }
 
     /// Records a round (after its averaging, in RNA-H) and reports it to the controller.
-    fn finish_round(&mut self, ctx: &mut RoleCtx, a: Finished) -> Result<()> {
+    fn finish_round(&mut self, ctx: &mut RoleContext, a: Finished) -> Result<()> {
         let now = ctx.now();
         if let Some(p) = self.model.params() {
             self.stats.digests.push(digest(p));
@@ -428,7 +426,7 @@ impl RnaWorker {
     /// to server 0 and pulls the mean of the groups' latest models, then broadcasts it to the
     /// group along a binomial tree; every member overwrites its parameters (optimizer state kept).
     /// The group's variables are locked meanwhile: no round starts until it is done.
-    async fn sync(&mut self, ctx: &mut RoleCtx, a: &Finished) -> Result<()> {
+    async fn sync(&mut self, ctx: &mut RoleContext, a: &Finished) -> Result<()> {
         let op = sync_op(self.group_id, a.round);
         let t0 = ctx.now();
         let p = self.group.size();
@@ -519,7 +517,7 @@ impl RnaWorker {
         Ok(())
     }
 
-    fn on_message(&mut self, ctx: &mut RoleCtx, env: Envelope) -> Result<()> {
+    fn on_message(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<()> {
         if matches!(env.msg, Message::Collective { .. }) {
             self.on_collective(ctx, env)?;
             return self.complete_round_if_done(ctx);
@@ -545,7 +543,10 @@ impl RnaWorker {
 
 #[async_trait]
 impl Worker for RnaWorker {
-    async fn run(&mut self, ctx: &mut RoleCtx) -> Result<WorkerReport> {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
+        let job = self.job.clone();
+        hold_replica(ctx, &job).await?;
+        hold_optimizer_state(ctx, &job).await?;
         let rounds = self.job.config.iterations;
         while (self.records.len() as u64) < rounds {
             if self.apply_debt > 0.0 {
@@ -570,7 +571,7 @@ impl Worker for RnaWorker {
                     continue;
                 }
             }
-            self.maybe_start_compute(ctx)?;
+            self.maybe_start_compute(ctx).await?;
             let deadline = self
                 .computing
                 .as_ref()
@@ -592,11 +593,8 @@ impl Worker for RnaWorker {
             RoleId::Coordinator,
             Message::custom(protocol::WORKER_STATS, &self.stats)?,
         );
-        let slots = self.job.config.optimizer.init_state(0).slots.len() as u64;
-        let param_elems = (self.fusion.len() - 1) as u64;
         Ok(WorkerReport {
             iterations: std::mem::take(&mut self.records),
-            peak_memory: (2 + slots) * param_elems * ELEM_BYTES,
             model: self
                 .reports_model()
                 .then(|| self.model.report(&self.job.layout)),

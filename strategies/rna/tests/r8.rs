@@ -2,7 +2,7 @@
 
 use concord::engine::cluster::DeviceProfile;
 use concord::engine::config::RunConfig;
-use concord::engine::role::RuntimeKind;
+use concord::engine::context::RuntimeKind;
 use concord::engine::run::{RunOptions, RunResult};
 use concord::engine::stragglers::StragglerConfig;
 

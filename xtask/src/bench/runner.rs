@@ -7,7 +7,7 @@
 
 use super::suite::{Cell, Scenario, Suite};
 use super::BenchError;
-use concord_engine::config::RunConfig;
+use concord_engine::prelude::*;
 use concord_engine::run::{RunOptions, RunResult};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};

@@ -7,7 +7,7 @@
 //! to the registry later is benchmarked by naming it here, with no change to the bench code.
 
 use super::BenchError;
-use concord_engine::config::RunConfig;
+use concord_engine::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -53,7 +53,7 @@ fn every_suite_file_parses_and_resolves() {
             file.display()
         );
         for c in &cells {
-            assert_eq!(c.config.runtime, concord_engine::role::RuntimeKind::Sim);
+            assert_eq!(c.config.runtime, concord_engine::context::RuntimeKind::Sim);
         }
     }
 }

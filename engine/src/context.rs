@@ -1,14 +1,15 @@
 //! What a role sees of the run: its identity, its mailbox, the clock, and compute charging.
 //!
-//! Every role (worker, server, coordinator) runs as one async task with a [`RoleCtx`]. The context
+//! Every role (worker, server, coordinator) runs as one async task with a [`RoleContext`]. The context
 //! is the only door to the outside: messages go through the transport, time through the run's time
-//! base, and compute is charged through [`RoleCtx::compute`], which applies the cost model and the
+//! base, and compute is charged through [`RoleContext::compute`], which applies the cost model and the
 //! straggler injector. The same role code therefore runs in `sim` (virtual time, modeled costs) and
 //! in `wall` (real time, real costs plus injected sleeps).
 
 use crate::cluster::DeviceProfile;
 use crate::error::{EngineError, Result};
 use crate::ids::{MachineId, RoleId};
+use crate::memory::{DeviceMemory, MemEvent};
 use crate::message::Message;
 use crate::metrics::TraceEvent;
 use crate::stragglers::{Effect, Probe, ResourceSignals, RoleKind, StragglerSet};
@@ -106,7 +107,7 @@ pub struct RoleStats {
 }
 
 /// A role's view of the run.
-pub struct RoleCtx {
+pub struct RoleContext {
     id: RoleId,
     kind: RuntimeKind,
     net: Arc<Network>,
@@ -120,9 +121,10 @@ pub struct RoleCtx {
     iter: u64,
     stats: RoleStats,
     trace: Vec<TraceEvent>,
+    memory: DeviceMemory,
 }
 
-impl RoleCtx {
+impl RoleContext {
     /// Builds the context of `id`; the engine does this when it launches a run.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -133,10 +135,11 @@ impl RoleCtx {
         num_workers: u32,
         progress_points: u32,
         stragglers: StragglerSet,
-    ) -> RoleCtx {
+        memory: DeviceMemory,
+    ) -> RoleContext {
         let device = net.cluster().device_of(id).clone();
         let machine = net.cluster().machine_of(id);
-        RoleCtx {
+        RoleContext {
             id,
             kind,
             net,
@@ -150,6 +153,7 @@ impl RoleCtx {
             iter: 0,
             stats: RoleStats::default(),
             trace: Vec::new(),
+            memory,
         }
     }
 
@@ -242,7 +246,7 @@ impl RoleCtx {
     /// The next message, or `None` once run time reaches `deadline` with nothing delivered.
     ///
     /// Lets a role wait for messages and for an event of its own at once (e.g. a gradient that a
-    /// compute step started with [`RoleCtx::compute_deferred`] makes ready at a known time).
+    /// compute step started with [`RoleContext::compute_deferred`] makes ready at a known time).
     pub async fn recv_until(&mut self, deadline: f64) -> Result<Option<Envelope>> {
         if let Some(env) = self.stash.pop_front() {
             return Ok(Some(env));
@@ -417,7 +421,7 @@ impl RoleCtx {
     /// waiting for it: the role may keep handling messages meanwhile (a compute thread beside a
     /// communication thread, RNA §5.1.3) and treats the result as available only from that time.
     ///
-    /// The cost is what [`RoleCtx::compute`] would charge for `work` from now: the cost model and
+    /// The cost is what [`RoleContext::compute`] would charge for `work` from now: the cost model and
     /// the straggler injector probed at `progress_points` points, each probe at the run time its
     /// part of the work would start. The span and the totals are recorded as the work's own.
     pub fn compute_deferred<T>(
@@ -482,6 +486,25 @@ impl RoleCtx {
     /// Waits `s` seconds of run time.
     pub async fn sleep(&mut self, s: f64) {
         self.net.time().sleep(s).await;
+    }
+
+    /// Tells this role's memory policy about `event` and charges the host-link transfers it asks
+    /// for; an error when the device runs out of memory.
+    pub async fn memory_event(&mut self, event: MemEvent) -> Result<()> {
+        let bytes = self.memory.event(&event)?;
+        if bytes > 0 {
+            let t0 = self.now();
+            self.sleep(bytes as f64 / self.device.host_link_bytes_per_s())
+                .await;
+            self.trace_span("swap", "memory", t0, self.now());
+        }
+        Ok(())
+    }
+
+    /// The highest number of bytes ever resident on this role's device, as its memory policy
+    /// accounted them.
+    pub fn peak_memory(&self) -> u64 {
+        self.memory.peak()
     }
 
     /// Records a span on this role's timeline.

@@ -1,121 +1,17 @@
-//! Strategies, the slots they fill, and their composition from config.
+//! The strategies a build knows, and their composition from config.
 //!
-//! A strategy is a named mechanism from a paper (BSP, SSP, FlexRR, LB-BSP, ...). It claims one or
-//! more [`Slot`]s of a run and installs its parts into an [`Assembly`]. A run is assembled from the
+//! A strategy ([`Strategy`]) claims one or more [`Slot`]s of a run and installs its parts into an
+//! [`Assembly`] (all three are defined in [`crate::contract`]). A run is assembled from the
 //! strategies the config names, in order; a slot no strategy claims keeps the engine's default (or
 //! the registry's default strategy for that slot). Two strategies claiming one slot, an unknown
 //! name, or an invalid combination is an error at start-up, before any work.
 
 use crate::config::RunConfig;
+use crate::contract::{Assembly, Slot, Strategy};
 use crate::error::{EngineError, Result};
-use crate::ids::{ServerId, WorkerId};
-use crate::job::Job;
-use crate::memory::MemoryPolicyFactory;
-use crate::ps::{Consistency, Placement};
-use crate::roles::{Coordinator, Server, Worker};
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
-
-/// A part of a run a strategy can provide.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Slot {
-    /// The parameter server's read-freshness rule.
-    Consistency,
-    /// Which server holds each parameter block.
-    Placement,
-    /// The worker role.
-    Worker,
-    /// The server role.
-    Server,
-    /// The coordinator role.
-    Coordinator,
-    /// The per-device memory policy.
-    Memory,
-}
-
-impl fmt::Display for Slot {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = match self {
-            Slot::Consistency => "consistency",
-            Slot::Placement => "placement",
-            Slot::Worker => "worker",
-            Slot::Server => "server",
-            Slot::Coordinator => "coordinator",
-            Slot::Memory => "memory",
-        };
-        f.write_str(s)
-    }
-}
-
-/// Builds worker `id` of a job.
-pub type WorkerFactory = Arc<dyn Fn(Arc<Job>, WorkerId) -> Result<Box<dyn Worker>> + Send + Sync>;
-/// Builds server `id` of a job.
-pub type ServerFactory = Arc<dyn Fn(Arc<Job>, ServerId) -> Result<Box<dyn Server>> + Send + Sync>;
-/// Builds the coordinator of a job.
-pub type CoordinatorFactory = Arc<dyn Fn(Arc<Job>) -> Result<Box<dyn Coordinator>> + Send + Sync>;
-
-/// The parts a run is assembled from; `None` means "engine default".
-#[derive(Default, Clone)]
-pub struct Assembly {
-    /// Read-freshness rule.
-    pub consistency: Option<Arc<dyn Consistency>>,
-    /// Block placement.
-    pub placement: Option<Arc<dyn Placement>>,
-    /// Memory policy.
-    pub memory: Option<MemoryPolicyFactory>,
-    /// Worker role.
-    pub worker: Option<WorkerFactory>,
-    /// Server role.
-    pub server: Option<ServerFactory>,
-    /// Coordinator role.
-    pub coordinator: Option<CoordinatorFactory>,
-    /// Extra server roles started idle beyond `servers`, with ids `servers..`: capacity an elastic
-    /// strategy can bring into the job later (scale-out). Built by the same server factory.
-    pub standby_servers: u32,
-    owners: BTreeMap<Slot, String>,
-    names: Vec<String>,
-}
-
-impl Assembly {
-    /// The strategy that filled each slot.
-    pub fn owners(&self) -> &BTreeMap<Slot, String> {
-        &self.owners
-    }
-
-    /// Strategies composed, in order.
-    pub fn strategies(&self) -> &[String] {
-        &self.names
-    }
-
-    /// Whether `slot` was filled by a strategy (rather than left to the engine's default).
-    pub fn is_claimed(&self, slot: Slot) -> bool {
-        self.owners.contains_key(&slot)
-    }
-}
-
-/// A coordination mechanism that fills slots of a run.
-pub trait Strategy: Send + Sync {
-    /// The name users write in `strategies = [...]`.
-    fn name(&self) -> &'static str;
-    /// One line on what it is and where it comes from.
-    fn summary(&self) -> &'static str;
-    /// The slots it fills.
-    fn slots(&self) -> &'static [Slot];
-    /// Installs its parts. `options` is its `[strategy.<name>]` table, if any.
-    fn install(
-        &self,
-        options: Option<&toml::Value>,
-        config: &RunConfig,
-        asm: &mut Assembly,
-    ) -> Result<()>;
-    /// Checks the finished assembly for combinations this strategy cannot work with; the message
-    /// should name the other strategy.
-    fn check(&self, _asm: &Assembly, _config: &RunConfig) -> Result<()> {
-        Ok(())
-    }
-}
 
 /// Parses a strategy's options table with `serde` (unknown keys rejected by the type), naming the
 /// strategy in errors. Absent options give the type's default.

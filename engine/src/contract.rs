@@ -1,0 +1,510 @@
+//! # The contract: everything a strategy implements
+//!
+//! Read this file first. A concord job is made of **roles** — [`Worker`]s, parameter
+//! [`Server`]s and one [`Coordinator`] — each an actor that runs as one task with a
+//! [`RoleContext`], its only door to the run: messages, time, compute charging and device memory.
+//! Roles never share state; they talk through serializable messages, so the same role code runs in
+//! virtual time (`sim`), on threads in real time (`wall`), and across processes.
+//!
+//! A **strategy** ([`Strategy`]) is a mechanism from a paper. It fills one or more [`Slot`]s of
+//! the [`Assembly`] a run is built from: a role factory, a read-freshness rule ([`Consistency`]), a
+//! block placement ([`Placement`]), a per-device [`MemoryPolicy`]. Slots no strategy claims keep the
+//! engine's default (the data-parallel worker, the sharded parameter server, a coordinator that
+//! directs nothing, resident memory). Slowdowns are injected by [`Straggler`] patterns, which live
+//! in their own crate and are picked in the config, not by strategies.
+//!
+//! A strategy's own protocol is a set of [`StrategyMessage`] types: serde structs with a tag,
+//! sent with [`Message::strategy`](crate::message::Message::strategy), optionally carrying tensors.
+//!
+//! Each role returns its own report: workers their clock records and, where they hold some of the
+//! model, a [`ModelState`]; servers the [`ModelState`] of the blocks they hold; the coordinator
+//! what it gathered. The run assembles the model it evaluates and checkpoints from the holders'
+//! parts.
+//!
+//! Strategy crates import [`crate::prelude`], which re-exports this file and the building blocks
+//! roles are written with.
+
+use crate::config::RunConfig;
+use crate::error::Result;
+use crate::ids::{Clock, RoleId, ServerId, WorkerId};
+use crate::job::Job;
+use crate::memory::{MemAction, MemEvent, MemoryLedger};
+use crate::message::Report;
+use crate::metrics::IterRecord;
+use crate::model::ParamInfo;
+use crate::optim::OptState;
+use crate::payload::{BlockId, BlockPayload};
+use crate::ps::{cut_into_blocks, Block, Snapshot, TimedSnapshot};
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+pub use crate::context::RoleContext;
+pub use crate::stragglers::Straggler;
+
+// ---------------------------------------------------------------------------------------------
+// Roles
+
+/// A worker: holds a model replica (or some stages or a parameter range of it) and a data shard,
+/// and executes the units of work it is given.
+///
+/// ```
+/// use concord_engine::prelude::*;
+///
+/// /// A worker that computes nothing and finishes at once.
+/// struct Idle;
+///
+/// #[async_trait]
+/// impl Worker for Idle {
+///     async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
+///         ctx.send(RoleId::Coordinator, Message::WorkerDone);
+///         Ok(WorkerReport::default())
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait Worker: Send {
+    /// Runs the worker's whole job.
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport>;
+}
+
+/// A server: holds parameter blocks and answers reads and updates until
+/// [`Message::Shutdown`](crate::message::Message::Shutdown).
+///
+/// Most servers are a message handler run by [`crate::serve::serve`], which owns the loop and the
+/// shutdown.
+#[async_trait]
+pub trait Server: Send {
+    /// Serves until told to shut down; returns the blocks it holds then.
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<ServerReport>;
+}
+
+/// The job's control plane: sees worker telemetry and decides what workers do.
+///
+/// ```
+/// use concord_engine::prelude::*;
+///
+/// /// Gathers reports until the engine shuts it down.
+/// struct Listener;
+///
+/// #[async_trait]
+/// impl Coordinator for Listener {
+///     async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
+///         let mut report = CoordinatorReport::default();
+///         loop {
+///             let env = ctx.recv().await?;
+///             match (env.msg, env.from) {
+///                 (Message::Shutdown, _) => return Ok(report),
+///                 (Message::Report(r), RoleId::Worker(w)) => report.reports.push((w, r)),
+///                 _ => {}
+///             }
+///         }
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait Coordinator: Send {
+    /// Whether workers must wait for a [`crate::message::Directive`] before each clock.
+    fn directs_batches(&self) -> bool {
+        false
+    }
+    /// Runs until [`Message::Shutdown`](crate::message::Message::Shutdown).
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport>;
+}
+
+/// Decides where each tensor of one device lives (resident, offloaded, prefetched, dropped),
+/// under the device's budget. Every role has one, reached through its context
+/// ([`RoleContext::memory_event`]); it charges the role's [`MemoryLedger`] and returns the
+/// transfers it needs, which the context charges on the host link.
+///
+/// ```
+/// use concord_engine::prelude::*;
+/// use concord_engine::memory::{MemAction, MemEvent, MemoryLedger, TensorClass};
+///
+/// /// Keeps everything resident and accounts it.
+/// struct Resident;
+///
+/// impl MemoryPolicy for Resident {
+///     fn name(&self) -> String {
+///         "resident".into()
+///     }
+///     fn on_event(&mut self, event: &MemEvent, ledger: &mut MemoryLedger) -> Result<Vec<MemAction>> {
+///         match event {
+///             MemEvent::Allocate { class, bytes, what } => ledger.alloc(*class, *bytes, what)?,
+///             MemEvent::Release { class, bytes } => ledger.free(*class, *bytes),
+///             MemEvent::Forward { bytes, .. } => {
+///                 ledger.alloc(TensorClass::Activations, *bytes, "activations")?
+///             }
+///             MemEvent::Backward { bytes, .. } => ledger.free(TensorClass::Activations, *bytes),
+///         }
+///         Ok(Vec::new())
+///     }
+/// }
+/// ```
+pub trait MemoryPolicy: Send {
+    /// Short name for reports.
+    fn name(&self) -> String;
+    /// Handles one event: updates the ledger and returns the transfers it requires.
+    fn on_event(&mut self, event: &MemEvent, ledger: &mut MemoryLedger) -> Result<Vec<MemAction>>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameter-server rules
+
+/// How a server applies the gradients it receives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApplyMode {
+    /// Buffer each clock's gradients and apply their sample-weighted mean once every worker has
+    /// completed that clock, in clock order. The version is the last clock applied.
+    PerClock,
+    /// Apply each push as it arrives, scaled by 1/workers; versions count applied pushes / workers.
+    OnArrival,
+}
+
+/// A read-freshness rule of the parameter server (BSP, SSP, ASP, ...).
+///
+/// A worker working on clock `c` asks for parameters with version `>= min_version(c)`; the server
+/// holds the read until it can answer. The engine's rules are in [`crate::ps`]
+/// ([`StaleSynchronous`](crate::ps::StaleSynchronous), [`Asynchronous`](crate::ps::Asynchronous)).
+///
+/// ```
+/// use concord_engine::prelude::*;
+///
+/// /// Reads may be up to two clocks stale.
+/// #[derive(Debug)]
+/// struct TwoBehind;
+///
+/// impl Consistency for TwoBehind {
+///     fn name(&self) -> String {
+///         "two-behind".into()
+///     }
+///     fn min_version(&self, clock: Clock) -> Option<i64> {
+///         Some(clock as i64 - 3)
+///     }
+///     fn staleness_bound(&self) -> Option<u64> {
+///         Some(2)
+///     }
+/// }
+/// assert_eq!(TwoBehind.min_version(5), Some(2));
+/// ```
+pub trait Consistency: Send + Sync + fmt::Debug {
+    /// Short name for reports, e.g. `ssp(s=1)`.
+    fn name(&self) -> String;
+    /// Minimum version a read at clock `c` must reflect (`None`: any version will do).
+    fn min_version(&self, clock: Clock) -> Option<i64>;
+    /// How the server applies updates.
+    fn apply_mode(&self) -> ApplyMode {
+        ApplyMode::PerClock
+    }
+    /// The largest number of clocks a worker may run ahead of the slowest (`None`: unbounded).
+    fn staleness_bound(&self) -> Option<u64>;
+}
+
+/// Decides how the parameters are cut into blocks and which server holds each block.
+///
+/// ```
+/// use concord_engine::prelude::*;
+/// use concord_engine::model::ParamInfo;
+/// use concord_engine::ps::Block;
+///
+/// /// Every block on server 0.
+/// #[derive(Debug)]
+/// struct AllOnFirst;
+///
+/// impl Placement for AllOnFirst {
+///     fn name(&self) -> String {
+///         "all-on-first".into()
+///     }
+///     fn assign(&self, _params: &[ParamInfo], blocks: &[Block], _servers: u32) -> Vec<u32> {
+///         vec![0; blocks.len()]
+///     }
+/// }
+/// ```
+pub trait Placement: Send + Sync + fmt::Debug {
+    /// Short name for reports.
+    fn name(&self) -> String;
+    /// Cuts the parameters into blocks (ids `0..`, in order). The default cuts every parameter
+    /// into consecutive blocks of at most `max_block_elems`; placements that follow a framework's
+    /// own partitioning (whole tensors, one slice per server) override it.
+    fn partition(&self, params: &[ParamInfo], max_block_elems: usize, _servers: u32) -> Vec<Block> {
+        cut_into_blocks(params, max_block_elems)
+    }
+    /// Server of each block (indexed by block id).
+    fn assign(&self, params: &[ParamInfo], blocks: &[Block], servers: u32) -> Vec<ServerId>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Strategy messages
+
+/// A strategy's own message type: serializable, with a tag naming it on the wire.
+///
+/// Strategies define their protocols as plain serde types and send them with
+/// [`Message::strategy`](crate::message::Message::strategy) (or
+/// [`Message::strategy_with`](crate::message::Message::strategy_with) to carry tensors beside the
+/// body); the receiver matches with [`Message::decode`](crate::message::Message::decode). The
+/// engine never looks inside.
+///
+/// ```
+/// use concord_engine::prelude::*;
+///
+/// #[derive(Serialize, Deserialize, PartialEq, Debug)]
+/// struct Hello { round: u64 }
+/// impl StrategyMessage for Hello { const TAG: &'static str = "example.hello"; }
+///
+/// let msg = Message::strategy(&Hello { round: 3 }).unwrap();
+/// assert_eq!(msg.decode::<Hello>().unwrap(), Some(Hello { round: 3 }));
+/// ```
+pub trait StrategyMessage: Serialize + DeserializeOwned {
+    /// The tag on the wire: `<strategy>.<message>`, unique in a build.
+    const TAG: &'static str;
+    /// Whether the body is addressing metadata (clocks, ids, flags) that rides in the fixed
+    /// message header, like the fields of the engine's own `Push` or `Params`, rather than content
+    /// charged by its encoded size. The tensor payloads are charged either way.
+    const BODY_IN_HEADER: bool = false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reports
+
+/// The part of the model one role holds at the end of a run: block values, their optimizer
+/// state, and the snapshots the run evaluates offline. A role holding the whole model reports
+/// every block; a pipeline stage or a server shard reports its own.
+#[derive(Clone, Debug, Default)]
+pub struct ModelState {
+    /// Final block values.
+    pub blocks: Vec<BlockPayload>,
+    /// Final optimizer state per block.
+    pub opt_state: BTreeMap<BlockId, OptState>,
+    /// Values after every `eval_every` iterations.
+    pub snapshots: Vec<Snapshot>,
+    /// Values at fixed run times (`eval_every_s`); `None` if this holder does not record them.
+    pub timed: Option<Vec<TimedSnapshot>>,
+}
+
+impl ModelState {
+    /// Bytes held: values plus optimizer state.
+    pub fn bytes(&self) -> u64 {
+        self.blocks.iter().map(|b| b.data.bytes()).sum::<u64>()
+            + self.opt_state.values().map(OptState::bytes).sum::<u64>()
+    }
+}
+
+/// What a worker hands back at the end of a run.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerReport {
+    /// One record per clock.
+    pub iterations: Vec<IterRecord>,
+    /// The part of the model this worker holds, where workers hold it instead of servers
+    /// (allreduce, RNA, pipelines). The run evaluates and checkpoints the union of the workers'
+    /// parts when any worker reports one, the servers' otherwise.
+    pub model: Option<ModelState>,
+}
+
+/// One read a server answered: who, at which clock, and which version it got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadRecord {
+    /// Reader.
+    pub worker: WorkerId,
+    /// The reader's clock.
+    pub clock: Clock,
+    /// Version required.
+    pub min_version: Option<i64>,
+    /// Version served.
+    pub version: i64,
+}
+
+/// What a server hands back at the end of a run.
+#[derive(Clone, Debug, Default)]
+pub struct ServerReport {
+    /// The blocks it holds.
+    pub model: ModelState,
+    /// Every versioned read it answered (for staleness checks).
+    pub reads: Vec<ReadRecord>,
+    /// Last version applied.
+    pub version: i64,
+}
+
+/// What a coordinator hands back at the end of a run.
+#[derive(Clone, Debug, Default)]
+pub struct CoordinatorReport {
+    /// Every report received from workers, in arrival order.
+    pub reports: Vec<(u32, Report)>,
+    /// Free-form per-strategy figures for the summary (e.g. predictor RMSE).
+    pub figures: Vec<(String, f64)>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Strategies and the assembly they fill
+
+/// A part of a run a strategy can provide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Slot {
+    /// The parameter server's read-freshness rule.
+    Consistency,
+    /// Which server holds each parameter block.
+    Placement,
+    /// The worker role.
+    Worker,
+    /// The server role.
+    Server,
+    /// The coordinator role.
+    Coordinator,
+    /// The per-device memory policy.
+    Memory,
+}
+
+impl fmt::Display for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Slot::Consistency => "consistency",
+            Slot::Placement => "placement",
+            Slot::Worker => "worker",
+            Slot::Server => "server",
+            Slot::Coordinator => "coordinator",
+            Slot::Memory => "memory",
+        };
+        f.write_str(s)
+    }
+}
+
+/// Builds worker `id` of a job.
+pub type WorkerFactory = Arc<dyn Fn(Arc<Job>, WorkerId) -> Result<Box<dyn Worker>> + Send + Sync>;
+/// Builds server `id` of a job.
+pub type ServerFactory = Arc<dyn Fn(Arc<Job>, ServerId) -> Result<Box<dyn Server>> + Send + Sync>;
+/// Builds the coordinator of a job.
+pub type CoordinatorFactory = Arc<dyn Fn(Arc<Job>) -> Result<Box<dyn Coordinator>> + Send + Sync>;
+/// Builds the memory policy of one role's device.
+pub type MemoryPolicyFactory =
+    Arc<dyn Fn(&Job, RoleId) -> Result<Box<dyn MemoryPolicy>> + Send + Sync>;
+
+/// The parts a run is assembled from; `None` means "engine default".
+#[derive(Default, Clone)]
+pub struct Assembly {
+    /// Read-freshness rule.
+    pub consistency: Option<Arc<dyn Consistency>>,
+    /// Block placement.
+    pub placement: Option<Arc<dyn Placement>>,
+    /// Memory policy.
+    pub memory: Option<MemoryPolicyFactory>,
+    /// Worker role.
+    pub worker: Option<WorkerFactory>,
+    /// Server role.
+    pub server: Option<ServerFactory>,
+    /// Coordinator role.
+    pub coordinator: Option<CoordinatorFactory>,
+    /// Extra server roles started idle beyond `servers`, with ids `servers..`: capacity an elastic
+    /// strategy can bring into the job later (scale-out). Built by the same server factory.
+    pub standby_servers: u32,
+    pub(crate) owners: BTreeMap<Slot, String>,
+    pub(crate) names: Vec<String>,
+}
+
+impl Assembly {
+    /// The strategy that filled each slot.
+    pub fn owners(&self) -> &BTreeMap<Slot, String> {
+        &self.owners
+    }
+
+    /// Strategies composed, in order.
+    pub fn strategies(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Whether `slot` was filled by a strategy (rather than left to the engine's default).
+    pub fn is_claimed(&self, slot: Slot) -> bool {
+        self.owners.contains_key(&slot)
+    }
+
+    /// Fills the worker slot with `build`, called once per worker.
+    pub fn set_worker<W, F>(&mut self, build: F)
+    where
+        W: Worker + 'static,
+        F: Fn(Arc<Job>, WorkerId) -> Result<W> + Send + Sync + 'static,
+    {
+        self.worker = Some(Arc::new(move |job, id| {
+            Ok(Box::new(build(job, id)?) as Box<dyn Worker>)
+        }));
+    }
+
+    /// Fills the server slot with `build`, called once per server (standby ones included).
+    pub fn set_server<S, F>(&mut self, build: F)
+    where
+        S: Server + 'static,
+        F: Fn(Arc<Job>, ServerId) -> Result<S> + Send + Sync + 'static,
+    {
+        self.server = Some(Arc::new(move |job, id| {
+            Ok(Box::new(build(job, id)?) as Box<dyn Server>)
+        }));
+    }
+
+    /// Fills the coordinator slot with `build`.
+    pub fn set_coordinator<C, F>(&mut self, build: F)
+    where
+        C: Coordinator + 'static,
+        F: Fn(Arc<Job>) -> Result<C> + Send + Sync + 'static,
+    {
+        self.coordinator = Some(Arc::new(move |job| {
+            Ok(Box::new(build(job)?) as Box<dyn Coordinator>)
+        }));
+    }
+
+    /// Fills the memory slot with `build`, called once per role.
+    pub fn set_memory<M, F>(&mut self, build: F)
+    where
+        M: MemoryPolicy + 'static,
+        F: Fn(&Job, RoleId) -> Result<M> + Send + Sync + 'static,
+    {
+        self.memory = Some(Arc::new(move |job, role| {
+            Ok(Box::new(build(job, role)?) as Box<dyn MemoryPolicy>)
+        }));
+    }
+}
+
+/// A coordination mechanism that fills slots of a run.
+///
+/// ```
+/// use concord_engine::prelude::*;
+/// use concord_engine::ps::StaleSynchronous;
+///
+/// /// SSP with a slack of 3, under its own name.
+/// struct Ssp3;
+///
+/// impl Strategy for Ssp3 {
+///     fn name(&self) -> &'static str {
+///         "ssp3"
+///     }
+///     fn summary(&self) -> &'static str {
+///         "Stale synchronous parallel, three clocks of slack"
+///     }
+///     fn slots(&self) -> &'static [Slot] {
+///         &[Slot::Consistency]
+///     }
+///     fn install(&self, _: Option<&toml::Value>, _: &RunConfig, asm: &mut Assembly) -> Result<()> {
+///         asm.consistency = Some(std::sync::Arc::new(StaleSynchronous { slack: 3 }));
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait Strategy: Send + Sync {
+    /// The name users write in `strategies = [...]`.
+    fn name(&self) -> &'static str;
+    /// One line on what it is and where it comes from.
+    fn summary(&self) -> &'static str;
+    /// The slots it fills.
+    fn slots(&self) -> &'static [Slot];
+    /// Installs its parts. `options` is its `[strategy.<name>]` table, if any.
+    fn install(
+        &self,
+        options: Option<&toml::Value>,
+        config: &RunConfig,
+        asm: &mut Assembly,
+    ) -> Result<()>;
+    /// Checks the finished assembly for combinations this strategy cannot work with; the message
+    /// should name the other strategy.
+    fn check(&self, _asm: &Assembly, _config: &RunConfig) -> Result<()> {
+        Ok(())
+    }
+}
