@@ -1,9 +1,11 @@
 //! Loading a run configuration from its layers: built-in defaults < file < `CONCORD_*`
 //! environment < `--set key=value`.
 
-use concord_engine::prelude::*;
+mod layer;
+
+use concord_engine::config::RunConfig;
 use figment::providers::{Env, Format, Serialized, Toml};
-use figment::Figment;
+use layer::Layer;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
@@ -69,13 +71,13 @@ fn sets_as_toml(overrides: Vec<(String, toml::Value)>) -> String {
 /// How figment names the `--set` layer (a TOML string provider).
 const SET_LAYER: &str = "TOML source string";
 
-/// Sections that are tagged by `kind`: a layer that switches the kind replaces the built-in
-/// defaults of that section instead of merging field by field.
+/// Sections that are tagged by `kind`: a layer that switches the kind starts the section afresh
+/// from the new kind's defaults instead of merging into the keys of the old kind.
 const KINDED_SECTIONS: [&str; 3] = ["model", "data", "optimizer"];
 
 /// Builds the layered configuration and validates it.
 pub fn load(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigError> {
-    let mut user = Figment::new();
+    let mut layers = vec![Layer::read(Serialized::defaults(RunConfig::default()))];
     if let Some(path) = file {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
             path: path.to_path_buf(),
@@ -86,9 +88,9 @@ pub fn load(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigErr
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-        user = user.merge(Toml::file(path));
+        layers.push(Layer::read(Toml::file(path)));
     }
-    user = user.merge(Env::prefixed("CONCORD_").split("__"));
+    layers.push(Layer::read(Env::prefixed("CONCORD_").split("__")));
     let mut overrides = Vec::new();
     for arg in sets {
         let (key, value) = arg
@@ -100,23 +102,10 @@ pub fn load(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigErr
         }
         overrides.push((key.to_string(), parse_value(value.trim())));
     }
-    user = user.merge(Toml::string(&sets_as_toml(overrides)));
+    layers.push(Layer::read(Toml::string(&sets_as_toml(overrides))));
 
-    let mut defaults = toml::Table::try_from(RunConfig::default())
-        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    for section in KINDED_SECTIONS {
-        let chosen: Option<String> = user.extract_inner(&format!("{section}.kind")).ok();
-        let default_kind = defaults
-            .get(section)
-            .and_then(|t| t.get("kind"))
-            .and_then(|k| k.as_str())
-            .map(str::to_string);
-        if chosen.is_some() && chosen != default_kind {
-            defaults.remove(section);
-        }
-    }
-    let config: RunConfig = Figment::from(Serialized::defaults(defaults))
-        .merge(user)
+    layer::restart_switched_kinds(&mut layers, &KINDED_SECTIONS);
+    let config: RunConfig = layer::merged(&layers)
         .extract()
         .map_err(|e| ConfigError::Invalid(describe(e)))?;
     config.validate()?;

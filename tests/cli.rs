@@ -194,3 +194,116 @@ fn malformed_set_argument_shows_the_form() {
     let e = train(&["--set", "workers"]);
     assert!(e.contains("key=value"), "{e}");
 }
+
+/// A temporary working directory holding a copy of `configs/default.toml`, which the CLI reads
+/// when no `--config` is given (as `cargo xtask train` does from the repository root).
+fn dir_with_default_config() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("configs")).unwrap();
+    std::fs::copy(
+        "configs/default.toml",
+        dir.path().join("configs/default.toml"),
+    )
+    .unwrap();
+    dir
+}
+
+/// `concord config` in `dir` with the `env` variables set; the resolved config.
+fn resolved(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> toml::Table {
+    let out = Command::new(env!("CARGO_BIN_EXE_concord"))
+        .arg("config")
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?} {env:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).parse().unwrap()
+}
+
+#[test]
+fn an_environment_variable_switches_a_kind_over_the_file() {
+    let dir = dir_with_default_config();
+    let cfg = resolved(
+        dir.path(),
+        &[],
+        &[
+            ("CONCORD_MODEL__KIND", "profile"),
+            ("CONCORD_MODEL__NAME", "vgg16"),
+        ],
+    );
+    let vgg16: toml::Table = "kind = \"profile\"\nname = \"vgg16\"".parse().unwrap();
+    assert_eq!(cfg["model"].as_table(), Some(&vgg16));
+    // The environment's switch, completed by --set above it.
+    let cfg = resolved(
+        dir.path(),
+        &["--set", "optimizer.lr=0.01"],
+        &[("CONCORD_OPTIMIZER__KIND", "adam")],
+    );
+    let opt = cfg["optimizer"].as_table().unwrap();
+    assert_eq!(opt["kind"].as_str(), Some("adam"));
+    assert_eq!(opt["lr"].as_float(), Some(0.01));
+    assert!(opt.get("momentum").is_none(), "{opt:?}");
+}
+
+#[test]
+fn an_unknown_key_for_a_kind_switched_in_the_environment_names_the_variable() {
+    let dir = dir_with_default_config();
+    let out = Command::new(env!("CARGO_BIN_EXE_concord"))
+        .args(["config"])
+        .env("CONCORD_MODEL__KIND", "profile")
+        .env("CONCORD_MODEL__NAME", "vgg16")
+        .env("CONCORD_MODEL__HIDEN", "3")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("hiden") && e.contains("CONCORD_"), "{e}");
+}
+
+#[test]
+fn a_vgg16_throughput_job_runs_from_set_over_the_default_file() {
+    for model in [
+        &["--set", "model={kind=\"profile\",name=\"vgg16\"}"][..],
+        &[
+            "--set",
+            "model.kind=\"profile\"",
+            "--set",
+            "model.name=\"vgg16\"",
+        ][..],
+    ] {
+        let dir = dir_with_default_config();
+        let out_dir = dir.path().join("run");
+        let mut args = vec![
+            "train",
+            "--quiet",
+            "--set",
+            "workers=2",
+            "--set",
+            "iterations=2",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(model);
+        let out = concord(&args, dir.path());
+        assert!(
+            out.status.success(),
+            "{model:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(summary["iterations"], 2, "{model:?}");
+        // VGG16's ~138M fp32 parameters cross the network: far more than the default MLP's.
+        assert!(
+            summary["bytes_sent"].as_u64().unwrap() > 500_000_000,
+            "{model:?}: {summary}"
+        );
+    }
+}

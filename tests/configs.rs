@@ -1,8 +1,9 @@
-//! Every shipped config loads, validates, composes and runs.
+//! Every shipped config loads, validates, composes and runs; a layer that switches a section's
+//! `kind` starts that section from the new kind's defaults.
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn shipped_configs() -> Vec<PathBuf> {
     let mut files = Vec::new();
@@ -59,4 +60,141 @@ fn the_default_run_reaches_ninety_percent_test_accuracy() {
         .filter(|row| row.test_accuracy.is_some())
         .count() as u64;
     assert_eq!(evaluated, cfg.iterations / cfg.eval_every);
+}
+
+/// The default config file with `sets`, as the resolved TOML's `section` table.
+fn section_of(file: &Path, sets: &[&str], section: &str) -> toml::Table {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    let cfg = concord::config::load(Some(file), &sets)
+        .unwrap_or_else(|e| panic!("{}, {sets:?}: {e}", file.display()));
+    let resolved: toml::Table = concord::config::to_toml(&cfg).parse().unwrap();
+    match &resolved[section] {
+        toml::Value::Table(t) => t.clone(),
+        other => panic!("{section} = {other}"),
+    }
+}
+
+/// A temporary config file holding `text`.
+fn config_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+fn table(text: &str) -> toml::Table {
+    text.parse().unwrap()
+}
+
+const DEFAULT: &str = "configs/default.toml";
+
+#[test]
+fn an_inline_table_switches_the_model_kind_over_the_default_file() {
+    let model = section_of(
+        DEFAULT.as_ref(),
+        &["model={kind=\"profile\",name=\"vgg16\"}"],
+        "model",
+    );
+    assert_eq!(model, table("kind = \"profile\"\nname = \"vgg16\""));
+}
+
+#[test]
+fn dotted_keys_switch_the_model_kind_in_any_order() {
+    let vgg16 = table("kind = \"profile\"\nname = \"vgg16\"");
+    for sets in [
+        ["model.kind=\"profile\"", "model.name=\"vgg16\""],
+        ["model.name=\"vgg16\"", "model.kind=\"profile\""],
+        // As a shell passes `--set model.kind="profile"`: the quotes are gone.
+        ["model.kind=profile", "model.name=vgg16"],
+    ] {
+        assert_eq!(
+            section_of(DEFAULT.as_ref(), &sets, "model"),
+            vgg16,
+            "{sets:?}"
+        );
+    }
+}
+
+#[test]
+fn a_file_that_switches_the_kind_starts_from_that_kinds_defaults() {
+    let (_dir, file) = config_file("[model]\nkind = \"cnn\"\nchannels = [4, 8]\n");
+    let model = section_of(&file, &[], "model");
+    assert_eq!(model, table("kind = \"cnn\"\nchannels = [4, 8]"));
+    // A switch over the file's switch drops the file's keys in turn.
+    let model = section_of(&file, &["model.kind=\"vgg-like\""], "model");
+    assert_eq!(
+        model["channels"],
+        toml::Value::Array(vec![8.into(), 16.into()])
+    );
+    assert_eq!(model["kind"].as_str(), Some("vgg-like"));
+}
+
+#[test]
+fn setting_the_same_kind_again_keeps_the_keys_below() {
+    let (_dir, file) = config_file("[model]\nkind = \"mlp\"\nhidden = [128]\n");
+    for set in ["model.kind=\"mlp\"", "model={kind=\"mlp\"}"] {
+        let model = section_of(&file, &[set], "model");
+        assert_eq!(model, table("kind = \"mlp\"\nhidden = [128]"), "{set}");
+    }
+}
+
+#[test]
+fn the_optimizer_switches_from_sgd_to_adam() {
+    let opt = section_of(
+        DEFAULT.as_ref(),
+        &["optimizer.kind=\"adam\"", "optimizer.lr=0.001"],
+        "optimizer",
+    );
+    assert_eq!(opt["kind"].as_str(), Some("adam"));
+    assert_eq!(opt["lr"].as_float(), Some(0.001));
+    assert_eq!(opt["beta1"].as_float(), Some(0.9), "adam's default");
+    assert!(
+        opt.get("momentum").is_none(),
+        "sgd's momentum dropped: {opt:?}"
+    );
+    // Back to sgd over a file's adam: sgd's built-in defaults, none of adam's keys.
+    let (_dir, file) = config_file("[optimizer]\nkind = \"adam\"\nlr = 0.01\nbeta2 = 0.99\n");
+    let opt = section_of(&file, &["optimizer.kind=\"sgd\""], "optimizer");
+    assert_eq!(
+        opt,
+        table("kind = \"sgd\"\nlr = 0.1\nmomentum = 0.9\nweight_decay = 0.0")
+    );
+}
+
+#[test]
+fn the_data_switch_from_teacher_to_blobs_drops_the_teachers_keys() {
+    let (_dir, file) = config_file("[data]\nkind = \"teacher\"\ndim = 16\nmargin = 0.1\n");
+    let data = section_of(&file, &["data.kind=\"blobs\"", "data.classes=4"], "data");
+    assert_eq!(data["kind"].as_str(), Some("blobs"));
+    assert_eq!(data["classes"].as_integer(), Some(4));
+    assert!(
+        data.get("margin").is_none() && data.get("hidden").is_none(),
+        "{data:?}"
+    );
+    assert_ne!(
+        data["dim"].as_integer(),
+        Some(16),
+        "the file's teacher dim is dropped"
+    );
+}
+
+#[test]
+fn an_unknown_key_for_the_new_kind_is_still_named_with_its_layer() {
+    let sets: Vec<String> = [
+        "model.kind=\"profile\"",
+        "model.name=\"vgg16\"",
+        "model.hidden=[3]",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let e = concord::config::load(Some(DEFAULT.as_ref()), &sets)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("hidden") && e.contains("--set"), "{e}");
+    let (_dir, file) = config_file("[model]\nkind = \"profile\"\nname = \"vgg16\"\nhiden = [3]\n");
+    let e = concord::config::load(Some(&file), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("hiden") && e.contains("c.toml"), "{e}");
 }
