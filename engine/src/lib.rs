@@ -33,7 +33,7 @@ pub mod rng;
 pub mod role;
 pub mod roles;
 pub mod run;
-pub mod stragglers;
+pub use concord_stragglers as stragglers;
 pub mod strategy;
 pub mod time;
 pub mod transport;
