@@ -39,7 +39,7 @@ pub mod registry;
 pub mod rng;
 pub mod run;
 pub mod serve;
-pub mod stragglers;
+pub use concord_stragglers as stragglers;
 pub mod time;
 pub mod transport;
 

@@ -1,6 +1,6 @@
 //! Counter-based, version-stable seeding.
 //!
-//! Every random decision in this module is derived from a key such as
+//! Every random decision in this crate is derived from a key such as
 //! `(run seed, stream name, worker, iteration)` through [`key_hash`], a fixed
 //! chain of splitmix64 finalisers. The result does not depend on which role asks
 //! first, on how often the engine probes, or on the Rust version (std's
@@ -38,7 +38,7 @@ pub fn key_hash(seed: u64, stream: &str, keys: &[u64]) -> u64 {
 }
 
 /// A ChaCha8 generator for the key `(seed, stream, a, b)`; the counter-based RNG the
-/// module uses so that e.g. every worker of a machine sees the same disruption draw
+/// crate uses so that e.g. every worker of a machine sees the same disruption draw
 /// without sharing any object.
 pub fn rng_for(seed: u64, stream: &str, a: u64, b: u64) -> ChaCha8Rng {
     rng_for_keys(seed, stream, &[a, b])
@@ -55,7 +55,7 @@ pub fn rng_for_keys(seed: u64, stream: &str, keys: &[u64]) -> ChaCha8Rng {
     ChaCha8Rng::from_seed(bytes)
 }
 
-/// The seed handed to the `i`-th pattern of a [`super::StragglerSet`]: every pattern gets its
+/// The seed handed to the `i`-th pattern of a [`crate::StragglerSet`]: every pattern gets its
 /// own stream, yet all roles building the same config list agree on it.
 pub fn pattern_seed(seed: u64, position: usize) -> u64 {
     key_hash(seed, "pattern-position", &[position as u64])

@@ -2,6 +2,9 @@
 //! sample sizes (k standard errors of the estimator), not tuned to the observed values.
 
 use super::*;
+use crate::patterns::{
+    contention, disrupted_machine, persistent, power_law, server_markov, slow_worker, trace_like,
+};
 
 use std::io::Write;
 
@@ -81,13 +84,13 @@ fn rng_keys_are_stable_and_distinct() {
 // ---------------------------------------------------------------- slow-worker
 
 fn slow_worker_cfg(probability: f64, delay: f64) -> StragglerConfig {
-    StragglerConfig::SlowWorker {
+    StragglerConfig::SlowWorker(SlowWorkerConfig {
         workers: None,
         probability,
         points: 10,
         delay,
         length: SlowLength::Time,
-    }
+    })
 }
 
 /// Drives one worker through `iters` iterations of nominal length 1 s with 10 probe points,
@@ -229,14 +232,14 @@ fn slow_worker_measured_in_work_adds_time_linear_in_delay() {
 
 #[test]
 fn disrupted_machine_shared_schedule_and_rate() {
-    let cfg = StragglerConfig::DisruptedMachine {
+    let cfg = StragglerConfig::DisruptedMachine(DisruptedMachineConfig {
         machines: None,
         probability: 0.2,
         period_s: 20.0,
         duration_s: 20.0,
         delay: 2.0,
         include_servers: false,
-    };
+    });
     let mut a = cfg.build(3, RoleKind::Worker, 0, 3).unwrap();
     let mut b = cfg.build(3, RoleKind::Worker, 5, 3).unwrap();
     let mut other = cfg.build(3, RoleKind::Worker, 1, 4).unwrap();
@@ -294,7 +297,7 @@ fn disrupted_machine_shared_schedule_and_rate() {
 #[test]
 fn disrupted_machine_overlapping_windows() {
     // duration > period: disrupted at t iff some period j with j·P ≤ t < j·P + D fired.
-    let d = disrupted::DisruptedMachine::new(1, 0, 0.3, 5.0, 12.0, 1.0);
+    let d = disrupted_machine::DisruptedMachine::new(1, 0, 0.3, 5.0, 12.0, 1.0);
     for i in 0..2_000 {
         let now = i as f64 * 0.7;
         let expected = (0..=(now / 5.0) as u64).any(|j| {
@@ -340,10 +343,10 @@ fn power_law_means_and_medians() {
     // Spec values.
     assert!((10.0f64 / 9.0 - 1.11).abs() < 0.01);
     // Constant over an iteration, keyed by (seed, worker, iter).
-    let cfg = StragglerConfig::PowerLaw {
+    let cfg = StragglerConfig::PowerLaw(PowerLawConfig {
         workers: None,
         alpha: 4.0,
-    };
+    });
     let mut s = cfg.build(1, RoleKind::Worker, 0, 0).unwrap();
     let e0 = s.effect(&worker(0, 0.0, 42, 0.0));
     assert_eq!(e0, s.effect(&worker(0, 0.5, 42, 0.5)));
@@ -354,12 +357,12 @@ fn power_law_means_and_medians() {
 
 #[test]
 fn persistent_spread_uneven_and_speeds() {
-    let spread = StragglerConfig::Persistent {
+    let spread = StragglerConfig::Persistent(PersistentConfig {
         workers: None,
         speeds: None,
         spread: Some(Span { min: 0.5, max: 1.0 }),
         uneven: None,
-    };
+    });
     let n = 4;
     let f = |i: u32| {
         spread
@@ -373,12 +376,12 @@ fn persistent_spread_uneven_and_speeds() {
     assert!((f(1) - 1.5).abs() < 1e-12); // speed 2/3
     assert_eq!(f(0) / f(3), 2.0); // Hetero-L2: min/max speed = 1/2
 
-    let uneven = StragglerConfig::Persistent {
+    let uneven = StragglerConfig::Persistent(PersistentConfig {
         workers: None,
         speeds: None,
         spread: None,
         uneven: Some(Uneven::default()),
-    };
+    });
     let g = |m: u32| {
         uneven
             .build(0, RoleKind::Worker, 0, m)
@@ -398,12 +401,12 @@ fn persistent_spread_uneven_and_speeds() {
     let heavy10: usize = (0..10).filter(|&m| persistent::is_heavy(m, 0.3)).count();
     assert_eq!(heavy10, 3);
 
-    let speeds = StragglerConfig::Persistent {
+    let speeds = StragglerConfig::Persistent(PersistentConfig {
         workers: None,
         speeds: Some(vec![1.0, 0.25]),
         spread: None,
         uneven: None,
-    };
+    });
     let mut s = speeds.build(0, RoleKind::Worker, 1, 0).unwrap();
     assert_eq!(s.effect(&worker(1, 0.0, 0, 0.0)).compute_factor, 4.0);
     let err = speeds
@@ -420,7 +423,7 @@ fn persistent_spread_uneven_and_speeds() {
 
 #[test]
 fn round_robin_sleep_is_exact() {
-    let cfg = StragglerConfig::RoundRobinSleep { delay_s: 6.0 };
+    let cfg = StragglerConfig::RoundRobinSleep(RoundRobinSleepConfig { delay_s: 6.0 });
     let n = 4u32;
     let mut roles: Vec<_> = (0..n)
         .map(|i| cfg.build(0, RoleKind::Worker, i, i).unwrap())
@@ -453,11 +456,11 @@ fn round_robin_sleep_is_exact() {
 #[test]
 fn probabilistic_sleep_frequency() {
     let p = 0.3;
-    let cfg = StragglerConfig::ProbabilisticSleep {
+    let cfg = StragglerConfig::ProbabilisticSleep(ProbabilisticSleepConfig {
         workers: None,
         probability: p,
         delay_s: 3.0,
-    };
+    });
     let (workers, iters) = (4u32, 10_000u64);
     let mut hits = 0u64;
     for i in 0..workers {
@@ -482,7 +485,7 @@ fn probabilistic_sleep_frequency() {
 // ---------------------------------------------------------------- contention
 
 fn contention_cfg(spike_probability: f64) -> StragglerConfig {
-    StragglerConfig::Contention {
+    StragglerConfig::Contention(ContentionConfig {
         workers: None,
         p_on: 0.1,
         p_off: 0.3,
@@ -492,7 +495,7 @@ fn contention_cfg(spike_probability: f64) -> StragglerConfig {
         spike_probability,
         spike_factor: 2.0,
         signal_noise: 0.02,
-    }
+    })
 }
 
 fn pearson(xs: &[f64], ys: &[f64]) -> f64 {
@@ -596,7 +599,7 @@ fn contention_spikes_do_not_show_in_signals() {
 
 #[test]
 fn contention_load_spread_orders_workers() {
-    let cfg = StragglerConfig::Contention {
+    let cfg = StragglerConfig::Contention(ContentionConfig {
         workers: None,
         p_on: 1.0,
         p_off: 0.0,
@@ -606,7 +609,7 @@ fn contention_load_spread_orders_workers() {
         spike_probability: 0.0,
         spike_factor: 2.0,
         signal_noise: 0.0,
-    };
+    });
     // Always on, no noise: factor = 1/(1 − ℓ), worker 0 has ℓ = max.
     let f = |i: u32| {
         cfg.build(0, RoleKind::Worker, i, 0)
@@ -624,7 +627,7 @@ fn contention_load_spread_orders_workers() {
 #[test]
 fn trace_like_levels_and_segments() {
     let (min, max, mean) = (0.4, 0.9, 30.0);
-    let mut t = trace::TraceLike::new(2, 3, mean, min, max);
+    let mut t = trace_like::TraceLike::new(2, 3, mean, min, max);
     let mut levels = Vec::new();
     for i in 0..200_000 {
         let l = t.level_at(i as f64 * 0.5);
@@ -634,7 +637,7 @@ fn trace_like_levels_and_segments() {
     let shifts = levels.windows(2).filter(|w| w[0] != w[1]).count();
     assert!(shifts > 1_000, "{shifts}");
     // Level mean ≈ (min+max)/2 over segments; segment lengths ~ Exp(mean).
-    let mut t = trace::TraceLike::new(2, 3, mean, min, max);
+    let mut t = trace_like::TraceLike::new(2, 3, mean, min, max);
     let n = 20_000u32;
     let (mut now, mut sum_level) = (0.0, 0.0);
     for _ in 0..n {
@@ -657,14 +660,14 @@ fn trace_like_levels_and_segments() {
         4.0,
     );
     // Effect and signals follow the level.
-    let cfg = StragglerConfig::TraceLike {
+    let cfg = StragglerConfig::TraceLike(TraceLikeConfig {
         workers: None,
         mean_segment_s: mean,
         min,
         max,
-    };
+    });
     let mut s = cfg.build(2, RoleKind::Worker, 3, 0).unwrap();
-    let mut t = trace::TraceLike::new(2, 3, mean, min, max);
+    let mut t = trace_like::TraceLike::new(2, 3, mean, min, max);
     for i in 0..1_000 {
         let now = i as f64 * 3.7;
         let l = t.level_at(now);
@@ -673,10 +676,10 @@ fn trace_like_levels_and_segments() {
         assert!((s.signals(&p).unwrap().cpu - (1.0 - l)).abs() < 1e-12);
     }
     // Going back in time replays the same stream.
-    let mut t2 = trace::TraceLike::new(2, 3, mean, min, max);
+    let mut t2 = trace_like::TraceLike::new(2, 3, mean, min, max);
     let late = t2.level_at(5_000.0);
     let early = t2.level_at(1.0);
-    let mut t3 = trace::TraceLike::new(2, 3, mean, min, max);
+    let mut t3 = trace_like::TraceLike::new(2, 3, mean, min, max);
     assert_eq!(t3.level_at(1.0), early);
     assert_eq!(t3.level_at(5_000.0), late);
 }
@@ -685,14 +688,14 @@ fn trace_like_levels_and_segments() {
 
 #[test]
 fn slow_server_schedule_boundaries() {
-    let cfg = StragglerConfig::SlowServer {
+    let cfg = StragglerConfig::SlowServer(SlowServerConfig {
         servers: Some(vec![1]),
         start_s: 10.0,
         end_s: Some(20.0),
         bandwidth_factor: 0.25,
         cpu_factor: 3.0,
         per_request_s: 0.01,
-    };
+    });
     let on = Effect {
         compute_factor: 3.0,
         extra_delay_s: 0.0,
@@ -710,27 +713,27 @@ fn slow_server_schedule_boundaries() {
     assert_eq!(other.effect(&server(0, 15.0)), Effect::NONE);
     let mut w = cfg.build(0, RoleKind::Worker, 1, 0).unwrap();
     assert_eq!(w.effect(&worker(1, 15.0, 0, 0.0)), Effect::NONE);
-    let forever = StragglerConfig::SlowServer {
+    let forever = StragglerConfig::SlowServer(SlowServerConfig {
         servers: None,
         start_s: 0.0,
         end_s: None,
         bandwidth_factor: 0.1,
         cpu_factor: 1.0,
         per_request_s: 0.0,
-    };
+    });
     let mut f = forever.build(0, RoleKind::Server, 3, 0).unwrap();
     assert_eq!(f.effect(&server(3, 1e9)).bandwidth_factor, 0.1);
 }
 
 fn markov_cfg() -> StragglerConfig {
-    StragglerConfig::ServerMarkov {
+    StragglerConfig::ServerMarkov(ServerMarkovConfig {
         servers: None,
         states: vec![1.0, 0.5, 0.25],
         step_s: 10.0,
         switch_probability: 0.1,
         jitter: 0.01,
         cpu_coupled: false,
-    }
+    })
 }
 
 #[test]
@@ -762,8 +765,10 @@ fn server_markov_determinism_and_variation() {
     assert!(min_var < 0.01, "min variation {min_var}");
     assert!((3.0..3.5).contains(&max_var), "max variation {max_var}");
     // Out-of-order queries agree with in-order ones (counter-based chain).
-    let mut m1 = server::ServerMarkov::new(21, 0, vec![1.0, 0.5, 0.25], 10.0, 0.1, 0.01, false);
-    let mut m2 = server::ServerMarkov::new(21, 0, vec![1.0, 0.5, 0.25], 10.0, 0.1, 0.01, false);
+    let mut m1 =
+        server_markov::ServerMarkov::new(21, 0, vec![1.0, 0.5, 0.25], 10.0, 0.1, 0.01, false);
+    let mut m2 =
+        server_markov::ServerMarkov::new(21, 0, vec![1.0, 0.5, 0.25], 10.0, 0.1, 0.01, false);
     let seq: Vec<usize> = (0..500).map(|j| m1.state_at(j)).collect();
     for j in (0..500).rev() {
         assert_eq!(m2.state_at(j), seq[j as usize]);
@@ -784,13 +789,13 @@ fn server_markov_determinism_and_variation() {
 #[test]
 fn jitter_is_mean_one_and_per_point() {
     let sigma = 0.2;
-    let cfg = StragglerConfig::Jitter {
+    let cfg = StragglerConfig::Jitter(JitterConfig {
         roles: JitterRoles::All,
         workers: None,
         servers: None,
         sigma,
         per_iteration: false,
-    };
+    });
     let mut w = cfg.build(5, RoleKind::Worker, 0, 0).unwrap();
     let n = 20_000u64;
     let mut sum = 0.0;
@@ -815,13 +820,13 @@ fn jitter_is_mean_one_and_per_point() {
     let e = s.effect(&server(0, 1.0));
     assert_eq!(e.compute_factor, 1.0);
     assert_ne!(e.bandwidth_factor, 1.0);
-    let workers_only = StragglerConfig::Jitter {
+    let workers_only = StragglerConfig::Jitter(JitterConfig {
         roles: JitterRoles::Workers,
         workers: None,
         servers: None,
         sigma,
         per_iteration: false,
-    };
+    });
     assert!(!workers_only.applies_to(RoleKind::Server, 0, 0));
 }
 
@@ -844,7 +849,7 @@ fn csv_trace_exact_replay() {
         "trace.csv",
         "time,role,factor\n0,worker:0,2\n5,machine:1,3\n10,worker:0,0.5\n10,server:1,4\n12, worker:1 ,1.25\n",
     );
-    let cfg = StragglerConfig::CsvTrace { path };
+    let cfg = StragglerConfig::CsvTrace(CsvTraceConfig { path });
     let mut w0 = cfg.build(0, RoleKind::Worker, 0, 1).unwrap();
     let at = |s: &mut Box<dyn Straggler>, kind: RoleKind, i: u32, t: f64| {
         s.effect(&probe(kind, i, 1, 2, t, 0, 0.0)).compute_factor
@@ -916,7 +921,7 @@ fn csv_trace_errors_name_path_line_and_column() {
     ];
     for (name, body, line, column) in cases {
         let path = write_csv(&dir, name, body);
-        let cfg = StragglerConfig::CsvTrace { path: path.clone() };
+        let cfg = StragglerConfig::CsvTrace(CsvTraceConfig { path: path.clone() });
         let err = cfg.build(0, RoleKind::Worker, 0, 0).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains(&path.display().to_string()), "{name}: {msg}");
@@ -928,9 +933,9 @@ fn csv_trace_errors_name_path_line_and_column() {
         );
     }
     let missing = dir.path().join("nope.csv");
-    let msg = StragglerConfig::CsvTrace {
+    let msg = StragglerConfig::CsvTrace(CsvTraceConfig {
         path: missing.clone(),
-    }
+    })
     .build(0, RoleKind::Worker, 0, 0)
     .unwrap_err()
     .to_string();
@@ -945,54 +950,54 @@ fn csv_trace_errors_name_path_line_and_column() {
 fn all_patterns(csv: std::path::PathBuf) -> Vec<StragglerConfig> {
     vec![
         slow_worker_cfg(0.05, 1.0),
-        StragglerConfig::DisruptedMachine {
+        StragglerConfig::DisruptedMachine(DisruptedMachineConfig {
             machines: None,
             probability: 0.2,
             period_s: 2.0,
             duration_s: 2.0,
             delay: 1.0,
             include_servers: true,
-        },
-        StragglerConfig::PowerLaw {
+        }),
+        StragglerConfig::PowerLaw(PowerLawConfig {
             workers: None,
             alpha: 7.0,
-        },
-        StragglerConfig::Persistent {
+        }),
+        StragglerConfig::Persistent(PersistentConfig {
             workers: None,
             speeds: None,
             spread: Some(Span { min: 0.5, max: 1.0 }),
             uneven: None,
-        },
-        StragglerConfig::RoundRobinSleep { delay_s: 1.0 },
-        StragglerConfig::ProbabilisticSleep {
+        }),
+        StragglerConfig::RoundRobinSleep(RoundRobinSleepConfig { delay_s: 1.0 }),
+        StragglerConfig::ProbabilisticSleep(ProbabilisticSleepConfig {
             workers: None,
             probability: 0.2,
             delay_s: 0.5,
-        },
+        }),
         contention_cfg(0.05),
-        StragglerConfig::TraceLike {
+        StragglerConfig::TraceLike(TraceLikeConfig {
             workers: None,
             mean_segment_s: 5.0,
             min: 0.5,
             max: 1.0,
-        },
-        StragglerConfig::SlowServer {
+        }),
+        StragglerConfig::SlowServer(SlowServerConfig {
             servers: None,
             start_s: 3.0,
             end_s: Some(9.0),
             bandwidth_factor: 0.5,
             cpu_factor: 2.0,
             per_request_s: 0.001,
-        },
+        }),
         markov_cfg(),
-        StragglerConfig::Jitter {
+        StragglerConfig::Jitter(JitterConfig {
             roles: JitterRoles::All,
             workers: None,
             servers: None,
             sigma: 0.1,
             per_iteration: false,
-        },
-        StragglerConfig::CsvTrace { path: csv },
+        }),
+        StragglerConfig::CsvTrace(CsvTraceConfig { path: csv }),
     ]
 }
 
@@ -1051,14 +1056,14 @@ fn set_agreement_across_roles_does_not_depend_on_probe_order() {
     // frequency of their probes, they agree at equal times.
     let configs = vec![
         slow_worker_cfg(0.0, 1.0),
-        StragglerConfig::DisruptedMachine {
+        StragglerConfig::DisruptedMachine(DisruptedMachineConfig {
             machines: None,
             probability: 0.5,
             period_s: 1.0,
             duration_s: 1.0,
             delay: 1.0,
             include_servers: false,
-        },
+        }),
     ];
     let mut a = StragglerSet::build(&configs, 3, RoleKind::Worker, 0, 1).unwrap();
     let mut b = StragglerSet::build(&configs, 3, RoleKind::Worker, 2, 1).unwrap();
@@ -1205,31 +1210,33 @@ fn toml_with_every_pattern_parses_with_defaults() {
     assert_eq!(w.stragglers[0], slow_worker_cfg(0.01, 1.0));
     assert_eq!(
         w.stragglers[1],
-        StragglerConfig::DisruptedMachine {
+        StragglerConfig::DisruptedMachine(DisruptedMachineConfig {
             machines: Some(vec![0, 1]),
             probability: 0.2,
             period_s: 20.0,
             duration_s: 20.0,
             delay: 2.0,
             include_servers: false,
-        }
+        })
     );
     assert_eq!(w.stragglers[11], markov_cfg());
     match &w.stragglers[8] {
-        StragglerConfig::Contention {
+        StragglerConfig::Contention(ContentionConfig {
             noise,
             spike_probability,
             spike_factor,
             signal_noise,
             ..
-        } => assert_eq!(
+        }) => assert_eq!(
             (*noise, *spike_probability, *spike_factor, *signal_noise),
             (0.05, 0.05, 2.0, 0.02)
         ),
         other => panic!("{other:?}"),
     }
     match &w.stragglers[9] {
-        StragglerConfig::TraceLike { min, max, .. } => assert_eq!((*min, *max), (0.5, 1.0)),
+        StragglerConfig::TraceLike(TraceLikeConfig { min, max, .. }) => {
+            assert_eq!((*min, *max), (0.5, 1.0))
+        }
         other => panic!("{other:?}"),
     }
     // Round trip.
@@ -1264,47 +1271,47 @@ fn validate_rejects_out_of_range_values() {
         (slow_worker_cfg(1.5, 1.0), "slow-worker", "`probability`"),
         (slow_worker_cfg(0.01, -1.0), "slow-worker", "`delay`"),
         (
-            StragglerConfig::DisruptedMachine {
+            StragglerConfig::DisruptedMachine(DisruptedMachineConfig {
                 machines: None,
                 probability: 0.2,
                 period_s: 0.0,
                 duration_s: 20.0,
                 delay: 1.0,
                 include_servers: false,
-            },
+            }),
             "disrupted-machine",
             "`period_s`",
         ),
         (
-            StragglerConfig::PowerLaw {
+            StragglerConfig::PowerLaw(PowerLawConfig {
                 workers: None,
                 alpha: 2.0,
-            },
+            }),
             "power-law",
             "`alpha`",
         ),
         (
-            StragglerConfig::Persistent {
+            StragglerConfig::Persistent(PersistentConfig {
                 workers: None,
                 speeds: None,
                 spread: None,
                 uneven: None,
-            },
+            }),
             "persistent",
             "`speeds/spread/uneven`",
         ),
         (
-            StragglerConfig::Persistent {
+            StragglerConfig::Persistent(PersistentConfig {
                 workers: None,
                 speeds: None,
                 spread: Some(Span { min: 1.0, max: 0.5 }),
                 uneven: None,
-            },
+            }),
             "persistent",
             "`spread`",
         ),
         (
-            StragglerConfig::Persistent {
+            StragglerConfig::Persistent(PersistentConfig {
                 workers: None,
                 speeds: None,
                 spread: None,
@@ -1312,26 +1319,26 @@ fn validate_rejects_out_of_range_values() {
                     fraction_machines: 1.0,
                     share: 0.75,
                 }),
-            },
+            }),
             "persistent",
             "`uneven.fraction_machines`",
         ),
         (
-            StragglerConfig::RoundRobinSleep { delay_s: -2.0 },
+            StragglerConfig::RoundRobinSleep(RoundRobinSleepConfig { delay_s: -2.0 }),
             "round-robin-sleep",
             "`delay_s`",
         ),
         (
-            StragglerConfig::ProbabilisticSleep {
+            StragglerConfig::ProbabilisticSleep(ProbabilisticSleepConfig {
                 workers: None,
                 probability: -0.1,
                 delay_s: 1.0,
-            },
+            }),
             "probabilistic-sleep",
             "`probability`",
         ),
         (
-            StragglerConfig::Contention {
+            StragglerConfig::Contention(ContentionConfig {
                 workers: None,
                 p_on: 0.1,
                 p_off: 0.1,
@@ -1341,12 +1348,12 @@ fn validate_rejects_out_of_range_values() {
                 spike_probability: 0.0,
                 spike_factor: 2.0,
                 signal_noise: 0.0,
-            },
+            }),
             "contention",
             "`load`",
         ),
         (
-            StragglerConfig::Contention {
+            StragglerConfig::Contention(ContentionConfig {
                 workers: None,
                 p_on: 0.1,
                 p_off: 0.1,
@@ -1356,69 +1363,69 @@ fn validate_rejects_out_of_range_values() {
                 spike_probability: 0.0,
                 spike_factor: 2.0,
                 signal_noise: 0.0,
-            },
+            }),
             "contention",
             "`load/load_spread`",
         ),
         (
-            StragglerConfig::TraceLike {
+            StragglerConfig::TraceLike(TraceLikeConfig {
                 workers: None,
                 mean_segment_s: 30.0,
                 min: 0.0,
                 max: 1.0,
-            },
+            }),
             "trace-like",
             "`min`",
         ),
         (
-            StragglerConfig::SlowServer {
+            StragglerConfig::SlowServer(SlowServerConfig {
                 servers: None,
                 start_s: 10.0,
                 end_s: Some(5.0),
                 bandwidth_factor: 1.0,
                 cpu_factor: 1.0,
                 per_request_s: 0.0,
-            },
+            }),
             "slow-server",
             "`end_s`",
         ),
         (
-            StragglerConfig::SlowServer {
+            StragglerConfig::SlowServer(SlowServerConfig {
                 servers: None,
                 start_s: 0.0,
                 end_s: None,
                 bandwidth_factor: 0.0,
                 cpu_factor: 1.0,
                 per_request_s: 0.0,
-            },
+            }),
             "slow-server",
             "`bandwidth_factor`",
         ),
         (
-            StragglerConfig::ServerMarkov {
+            StragglerConfig::ServerMarkov(ServerMarkovConfig {
                 servers: None,
                 states: vec![],
                 step_s: 10.0,
                 switch_probability: 0.1,
                 jitter: 0.0,
                 cpu_coupled: false,
-            },
+            }),
             "server-markov",
             "`states`",
         ),
         (
-            StragglerConfig::Jitter {
+            StragglerConfig::Jitter(JitterConfig {
                 roles: JitterRoles::All,
                 workers: None,
                 servers: None,
                 sigma: f64::NAN,
                 per_iteration: false,
-            },
+            }),
             "jitter",
             "`sigma`",
         ),
         (
-            StragglerConfig::CsvTrace { path: "".into() },
+            StragglerConfig::CsvTrace(CsvTraceConfig { path: "".into() }),
             "csv-trace",
             "`path`",
         ),
@@ -1429,10 +1436,10 @@ fn validate_rejects_out_of_range_values() {
         // build validates too.
         assert!(cfg.build(0, RoleKind::Worker, 0, 0).is_err());
     }
-    let msg = StragglerConfig::PowerLaw {
+    let msg = StragglerConfig::PowerLaw(PowerLawConfig {
         workers: None,
         alpha: 1.5,
-    }
+    })
     .validate()
     .unwrap_err()
     .to_string();
@@ -1571,13 +1578,13 @@ fn rna_injectors_reject_bad_values() {
 
 #[test]
 fn per_iteration_jitter_is_constant_within_an_iteration() {
-    let cfg = StragglerConfig::Jitter {
+    let cfg = StragglerConfig::Jitter(JitterConfig {
         roles: JitterRoles::Workers,
         workers: None,
         servers: None,
         sigma: 0.3,
         per_iteration: true,
-    };
+    });
     let mut w = cfg.build(5, RoleKind::Worker, 0, 0).unwrap();
     let probe = |iter: u64, progress: f64| Probe {
         kind: RoleKind::Worker,

@@ -1,8 +1,56 @@
 //! Replay of a recorded `time,role,factor` CSV trace.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::{Effect, Probe, RoleKind, Straggler, StragglerError};
+use serde::{Deserialize, Serialize};
+
+use crate::common::Check;
+use crate::config::Pattern;
+use crate::{Effect, Probe, RoleKind, Straggler, StragglerError};
+
+/// The pattern's TOML tag.
+const NAME: &str = "csv-trace";
+
+/// Replay of a CSV file with header `time,role,factor`; `role` is `worker:N`, `server:N` or
+/// `machine:N`; `factor` (> 0) multiplies compute/service time. A role's factor at time t is
+/// the last row for it with `time ≤ t` (1 before its first row); a role's machine rows
+/// multiply in. Rows must be sorted by time. Loaded at build time; relative paths are
+/// relative to the process's working directory.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CsvTraceConfig {
+    /// Path of the CSV file.
+    pub path: PathBuf,
+}
+
+impl Pattern for CsvTraceConfig {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn validate(&self) -> Result<(), StragglerError> {
+        if self.path.as_os_str().is_empty() {
+            Err(Check::new(NAME).err("path", "\"\"", "a path to a CSV file"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Always: the file decides which roles it slows.
+    fn applies_to(&self, _kind: RoleKind, _index: u32, _machine: u32) -> bool {
+        true
+    }
+
+    fn build(
+        &self,
+        _seed: u64,
+        kind: RoleKind,
+        index: u32,
+        machine: u32,
+    ) -> Result<Box<dyn Straggler>, StragglerError> {
+        Ok(Box::new(CsvTrace::load(&self.path, kind, index, machine)?))
+    }
+}
 
 /// The expected header.
 const HEADER: [&str; 3] = ["time", "role", "factor"];
@@ -44,7 +92,7 @@ impl Series {
 
 /// One role's view of the trace: its own rows and its machine's rows (factors multiply).
 #[derive(Debug)]
-pub(super) struct CsvTrace {
+pub(crate) struct CsvTrace {
     own: Series,
     machine: Series,
 }
@@ -52,7 +100,7 @@ pub(super) struct CsvTrace {
 impl CsvTrace {
     /// Loads `path`, keeping the rows of role `(kind, index)` and of machine `machine`.
     /// Errors name the path, the 1-based line, the column and the problem.
-    pub(super) fn load(
+    pub(crate) fn load(
         path: &Path,
         kind: RoleKind,
         index: u32,

@@ -1,9 +1,104 @@
-//! FlexRR "Slow Worker" pattern (Harlap thesis §4.3.2 item 1).
+//! FlexRR "Slow Worker" pattern (Harlap thesis §4.3.2 item 1): transient per-worker
+//! slowdowns that start at decision points inside an iteration.
 
 use rand::Rng;
+use serde::{Deserialize, Serialize};
 
-use super::rng::rng_for_keys;
-use super::{Effect, Probe, SlowLength, Straggler};
+use crate::common::{in_filter, Check};
+use crate::config::Pattern;
+use crate::rng::rng_for_keys;
+use crate::{Effect, Probe, RoleKind, Straggler, StragglerError};
+
+/// The pattern's TOML tag.
+const NAME: &str = "slow-worker";
+
+/// FlexRR Slow Worker: at each of `points` decision points per iteration (progress
+/// 1/points, …, 1) an unslowed worker becomes slowed with `probability` for a time
+/// ~ U[0, 2·T0]; while slowed it runs `1 + delay` times slower. About 9 % of time slowed.
+///
+/// The slowdown lasts a span of time, but an [`Effect`] holds until the next probe; for
+/// the interval in which the slowdown ends, the factor is the exact time-average
+/// (`(r + Δ − r/(1+d)) / Δ` for `r` slowed seconds left and `Δ` nominal seconds of work to
+/// the next point), so `points` must match the engine's probe count. Worker-only.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlowWorkerConfig {
+    /// Workers affected (None = all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<Vec<u32>>,
+    /// Probability of starting a slowdown at each decision point. Default 0.01.
+    #[serde(default = "d_slow_probability")]
+    pub probability: f64,
+    /// Decision points per iteration. Default 10.
+    #[serde(default = "d_points")]
+    pub points: u32,
+    /// Delay intensity d (1.0 = 100 % = twice as slow); ≥ 0. Required.
+    pub delay: f64,
+    /// What the drawn length U[0, 2·T0] measures: `time` (run time, the default) or `work`
+    /// (nominal seconds of the worker's own iteration, like the thesis's sleeps inserted at
+    /// progress points: the added time is then `d` × the slowed work, linear in `d`).
+    #[serde(default)]
+    pub length: SlowLength,
+}
+
+fn d_slow_probability() -> f64 {
+    0.01
+}
+
+fn d_points() -> u32 {
+    10
+}
+
+/// What a Slow Worker slowdown's drawn length measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SlowLength {
+    /// Run time: the slowdown ends at a point in time.
+    #[default]
+    Time,
+    /// Nominal work: the slowdown ends once that much of the worker's own iteration is done.
+    Work,
+}
+
+impl Pattern for SlowWorkerConfig {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn validate(&self) -> Result<(), StragglerError> {
+        let c = Check::new(NAME);
+        c.prob("probability", self.probability)?;
+        if self.points == 0 {
+            return Err(c.err(
+                "points",
+                self.points,
+                "at least 1 decision point per iteration",
+            ));
+        }
+        c.nonneg("delay", self.delay)
+    }
+
+    fn applies_to(&self, kind: RoleKind, index: u32, _machine: u32) -> bool {
+        kind == RoleKind::Worker && in_filter(&self.workers, index)
+    }
+
+    fn build(
+        &self,
+        seed: u64,
+        _kind: RoleKind,
+        index: u32,
+        _machine: u32,
+    ) -> Result<Box<dyn Straggler>, StragglerError> {
+        Ok(Box::new(SlowWorker::new(
+            seed,
+            index,
+            self.probability,
+            self.points,
+            self.delay,
+            self.length,
+        )))
+    }
+}
 
 /// Tolerance for recognising a probe as sitting on a decision point.
 const POINT_EPS: f64 = 1e-6;
@@ -11,7 +106,7 @@ const POINT_EPS: f64 = 1e-6;
 /// Transient per-worker slowdowns: decisions at progress 1/points, …, 1 with probability
 /// `probability`, duration ~ U[0, 2·T0], factor `1 + delay` (time-averaged on the last interval).
 #[derive(Debug)]
-pub(super) struct SlowWorker {
+pub(crate) struct SlowWorker {
     seed: u64,
     index: u32,
     probability: f64,
@@ -19,7 +114,7 @@ pub(super) struct SlowWorker {
     delay: f64,
     length: SlowLength,
     /// Time (seconds since start) at which the current slowdown ends; −∞ when never slowed.
-    pub(super) slowed_until: f64,
+    pub(crate) slowed_until: f64,
     /// Under [`SlowLength::Work`]: nominal seconds of work still to be done slowed.
     slowed_work: f64,
     /// Under [`SlowLength::Work`]: the previous probe's (iteration, progress).
@@ -27,9 +122,8 @@ pub(super) struct SlowWorker {
     /// The last decision point taken, so a repeated probe does not decide twice.
     last_decision: Option<(u64, u32)>,
 }
-
 impl SlowWorker {
-    pub(super) fn new(
+    pub(crate) fn new(
         seed: u64,
         index: u32,
         probability: f64,
