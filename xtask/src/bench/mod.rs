@@ -6,7 +6,15 @@
 //! and SVG plots ([`report`], [`plot`]), with each paper claim a scenario carries beside what we
 //! measure. Strategies are named in suite files only, so a strategy registered later is
 //! benchmarked without touching this code.
+//!
+//! Layers, each module using only those above it in this list (and none using this file):
+//! - [`error`] — the error type; [`plot`] — SVG line and bar charts (knows nothing of suites);
+//! - [`suite`] — suite files, their checks, and their expansion into cells;
+//! - [`runner`] — running cells, with the result cache;
+//! - [`report`] — rows, verdicts on claims, `results.csv`, `REPORT.md` and plots;
+//! - this file: the `cargo xtask bench` command, tying them together.
 
+pub mod error;
 pub mod plot;
 pub mod report;
 pub mod runner;
@@ -15,71 +23,13 @@ pub mod suite;
 #[cfg(test)]
 mod tests;
 
+use error::BenchError;
+use report::input::ReportInput;
+use report::row::Row;
+use runner::RunSettings;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use thiserror::Error;
-
-/// What can go wrong in a bench run; each names the file (and key) at fault.
-#[derive(Debug, Error)]
-pub enum BenchError {
-    /// No suite file of that name.
-    #[error("no suite `{name}` (looked for bench/{name}.toml); suites: {known}")]
-    NoSuite {
-        /// The name asked for.
-        name: String,
-        /// The suites there are.
-        known: String,
-    },
-    /// A suite file is malformed, or a cell's config built from it is invalid.
-    #[error("suite {}: key `{key}`: {reason}", file.display())]
-    Suite {
-        /// The suite file.
-        file: PathBuf,
-        /// The key at fault (dotted, with indices).
-        key: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A file could not be read or written.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// An output file could not be written or read back.
-    #[error("{}: {reason}", path.display())]
-    Output {
-        /// The file.
-        path: PathBuf,
-        /// What went wrong.
-        reason: String,
-    },
-    /// `--filter` matched no cell.
-    #[error("--filter {filter:?} matches no cell of suite `{suite}`")]
-    NoMatch {
-        /// The filter.
-        filter: String,
-        /// The suite.
-        suite: String,
-    },
-    /// Some cells failed to run (the report was still written for the others).
-    #[error("{} cell(s) of suite `{suite}` failed: {}", failed.len(), failed.iter().map(|(id, e)| format!("{id}: {e}")).collect::<Vec<_>>().join("; "))]
-    CellsFailed {
-        /// The suite.
-        suite: String,
-        /// Cell id and error of each failure.
-        failed: Vec<(String, String)>,
-    },
-    /// The CSV lacks cells the suite expects.
-    #[error("{}: missing {} expected cell(s): {}", path.display(), missing.len(), missing.join(", "))]
-    MissingCells {
-        /// The CSV.
-        path: PathBuf,
-        /// `scenario / strategy / seed` of each missing cell.
-        missing: Vec<String>,
-    },
-}
+use suite::schema::Suite;
 
 /// Arguments of `cargo xtask bench`.
 #[derive(Clone, Debug, clap::Args)]
@@ -108,9 +58,9 @@ pub struct SuiteRun {
     /// The output folder.
     pub out_dir: PathBuf,
     /// Rows written to `results.csv`.
-    pub rows: Vec<report::Row>,
+    pub rows: Vec<Row>,
     /// The (scenario, strategy, seed) cells the suite expects.
-    pub expected: std::collections::BTreeSet<(String, String, u64)>,
+    pub expected: BTreeSet<(String, String, u64)>,
     /// Cells run now, taken from cache, and wall seconds.
     pub ran: usize,
     /// Cells taken from the cache.
@@ -121,7 +71,7 @@ pub struct SuiteRun {
 
 /// Runs a suite and writes its report; the `cargo xtask bench` entry point.
 pub fn run(args: &BenchArgs) -> anyhow::Result<SuiteRun> {
-    let root = suite::workspace_root();
+    let root = suite::load::workspace_root();
     // Relative paths inside run configs (e.g. a csv-trace file) are relative to the workspace
     // root, as for `cargo xtask train`.
     std::env::set_current_dir(&root).map_err(|source| BenchError::Io {
@@ -133,7 +83,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<SuiteRun> {
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         std::env::set_var("RAYON_NUM_THREADS", "1");
     }
-    let suite = suite::Suite::load_named(&args.suite)?;
+    let suite = Suite::load_named(&args.suite)?;
     let out_dir = args
         .out
         .clone()
@@ -141,7 +91,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<SuiteRun> {
     let jobs = args.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    let settings = runner::RunSettings {
+    let settings = RunSettings {
         jobs,
         force: args.force,
         progress: true,
@@ -152,10 +102,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<SuiteRun> {
 /// Runs `suite` into `out_dir` and writes the report. Fails if a cell failed (after writing
 /// the report for the others).
 pub fn run_suite(
-    suite: &suite::Suite,
+    suite: &Suite,
     filter: Option<&str>,
     out_dir: &Path,
-    settings: &runner::RunSettings,
+    settings: &RunSettings,
     root: &Path,
 ) -> anyhow::Result<SuiteRun> {
     let scenarios = suite.scenarios_expanded();
@@ -173,13 +123,13 @@ pub fn run_suite(
             .into());
         }
     }
-    let version = runner::code_version(root);
+    let version = runner::cache::code_version(root);
     let outcome = runner::run_suite(
         suite, &scenarios, &cells, &selected, &version, out_dir, settings,
     )?;
     let rows = report::write_all(
         out_dir,
-        &report::ReportInput {
+        &ReportInput {
             suite,
             scenarios: &scenarios,
             cells: &cells,
@@ -197,7 +147,7 @@ pub fn run_suite(
     Ok(SuiteRun {
         out_dir: out_dir.to_path_buf(),
         rows,
-        expected: report::expected_cells(suite, &scenarios, &cells),
+        expected: report::csv_file::expected_cells(suite, &scenarios, &cells),
         ran: outcome.ran,
         cached: outcome.cached,
         wall_s: outcome.wall_s,
@@ -207,11 +157,11 @@ pub fn run_suite(
 /// Checks that `results.csv` in `out_dir` has a row for every cell the suite expects.
 pub fn check_csv(
     out_dir: &Path,
-    expected: &std::collections::BTreeSet<(String, String, u64)>,
+    expected: &BTreeSet<(String, String, u64)>,
 ) -> Result<(), BenchError> {
     let path = out_dir.join("results.csv");
-    let rows = report::read_csv(&path)?;
-    let have: std::collections::BTreeSet<(String, String, u64)> = rows
+    let rows = report::csv_file::read_csv(&path)?;
+    let have: BTreeSet<(String, String, u64)> = rows
         .into_iter()
         .map(|r| (r.scenario, r.strategy, r.seed))
         .collect();

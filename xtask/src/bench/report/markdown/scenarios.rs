@@ -1,0 +1,178 @@
+//! One section of `REPORT.md` per scenario: its setup, a table of every strategy's figures with
+//! the best marked and speed-ups against the baseline, its claims, and its curve plots.
+
+use super::verdicts::{describe_check, describe_claim};
+use crate::bench::report::claims::check_claim;
+use crate::bench::report::format::{inline, kib, mb, ms, pct, plain, show};
+use crate::bench::report::input::ReportInput;
+use crate::bench::report::plots::Plots;
+use crate::bench::report::row::Row;
+use crate::bench::report::stats::{cell_rows, stat};
+use crate::bench::suite::expand::Scenario;
+use crate::bench::suite::schema::{StrategySpec, Suite};
+use crate::bench::suite::toml_tables::show_value;
+use std::fmt::Write as _;
+
+/// The strategy marked best in a scenario: lowest mean time to target where the scenario has a
+/// target (among strategies that reached it with every seed), else lowest mean time per
+/// iteration.
+fn best(rows: &[Row], suite: &Suite, scenario: &Scenario) -> Option<String> {
+    let seeds = suite.seeds.len();
+    let pick = |metric: &str, need_all: bool| {
+        suite
+            .scenario_strategies(&scenario.spec)
+            .into_iter()
+            .map(|t| &suite.strategies[t])
+            .filter_map(|s| {
+                let st = stat(rows, &scenario.label, &s.label, metric)?;
+                (!need_all || st.n == seeds).then_some((st.mean, s.label.clone()))
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, l)| l)
+    };
+    if scenario.spec.target.is_some() {
+        if let Some(b) = pick("time_to_target_s", true) {
+            return Some(b);
+        }
+    }
+    pick("time_per_iteration_s", false)
+}
+
+/// The "Scenarios" heading and every scenario's section, in suite order.
+pub fn scenarios_section(md: &mut String, input: &ReportInput<'_>, rows: &[Row], plots: &Plots) {
+    let suite = input.suite;
+    let _ = writeln!(md, "## Scenarios\n");
+    for sc in input.scenarios {
+        let _ = writeln!(md, "### {}\n", sc.label);
+        if !sc.spec.description.is_empty() {
+            let _ = writeln!(md, "{}\n", sc.spec.description.trim());
+        }
+        let mut setup = Vec::new();
+        if let Some(f) = &sc.spec.file {
+            setup.push(format!("from `{f}`"));
+        }
+        if !sc.spec.config.is_empty() {
+            setup.push(format!("overrides `{}`", inline(&sc.spec.config)));
+        }
+        if let Some((k, v)) = &sc.swept {
+            setup.push(format!("swept `{k} = {}`", show_value(v)));
+        }
+        if let Some(t) = &sc.spec.target {
+            setup.push(match (t.accuracy, t.loss) {
+                (Some(a), _) => format!("target test accuracy ≥ {a}"),
+                (_, Some(l)) => format!("target training loss ≤ {l}"),
+                _ => String::new(),
+            });
+        }
+        if let Some(cfg) = input
+            .cells
+            .iter()
+            .find(|c| input.scenarios[c.scenario].label == sc.label)
+            .map(|c| &c.config)
+        {
+            setup.push(format!(
+                "{} workers, {} servers, {} iterations, batch {}",
+                cfg.workers, cfg.servers, cfg.iterations, cfg.batch
+            ));
+        }
+        if !setup.is_empty() {
+            let _ = writeln!(md, "Setup: {}.\n", setup.join("; "));
+        }
+        let best = best(rows, suite, sc);
+        let has_target = sc.spec.target.is_some();
+        let shown: Vec<&StrategySpec> = suite
+            .scenario_strategies(&sc.spec)
+            .into_iter()
+            .map(|t| &suite.strategies[t])
+            .collect();
+        // Speed-ups only where the scenario runs the suite's baseline.
+        let has_base = shown.iter().any(|s| s.label == suite.baseline);
+        let base_tpi = stat(rows, &sc.label, &suite.baseline, "time_per_iteration_s");
+        let base_ttt = stat(rows, &sc.label, &suite.baseline, "time_to_target_s");
+        let _ = write!(md, "| strategy | time/iter (ms) |");
+        if has_base {
+            let _ = write!(md, " speed-up vs {} |", suite.baseline);
+        }
+        if has_target {
+            let _ = write!(md, " time to target (s) |");
+            if has_base {
+                let _ = write!(md, " speed-up to target |");
+            }
+        }
+        let _ = writeln!(
+            md,
+            " efficiency | wait share | final loss | final accuracy | MB moved | peak worker mem (KiB) |"
+        );
+        let cols =
+            8 + usize::from(has_base) + usize::from(has_target) * (1 + usize::from(has_base));
+        let _ = writeln!(md, "|{}", "---|".repeat(cols));
+        for s in shown {
+            let st = |m: &str| stat(rows, &sc.label, &s.label, m);
+            let tpi = st("time_per_iteration_s");
+            let mark = if best.as_deref() == Some(s.label.as_str()) {
+                format!("**{}** ★", s.label)
+            } else {
+                s.label.clone()
+            };
+            let _ = write!(md, "| {mark} | {} |", show(tpi, ms));
+            if has_base {
+                let speedup = match (base_tpi, tpi) {
+                    (Some(b), Some(t)) if t.mean > 0.0 => format!("{:.2}×", b.mean / t.mean),
+                    _ => "–".into(),
+                };
+                let _ = write!(md, " {speedup} |");
+            }
+            if has_target {
+                let ttt = st("time_to_target_s");
+                let n = cell_rows(rows, &sc.label, &s.label).len();
+                let reached = ttt.map_or(0, |t| t.n);
+                let shown = if reached < n {
+                    format!("{} [{reached}/{n} seeds reached]", show(ttt, plain))
+                } else {
+                    show(ttt, plain)
+                };
+                let _ = write!(md, " {shown} |");
+                if has_base {
+                    let sp = match (base_ttt, ttt) {
+                        (Some(b), Some(t)) if t.mean > 0.0 => format!("{:.2}×", b.mean / t.mean),
+                        _ => "–".into(),
+                    };
+                    let _ = write!(md, " {sp} |");
+                }
+            }
+            let _ = writeln!(
+                md,
+                " {} | {} | {} | {} | {} | {} |",
+                show(st("efficiency"), plain),
+                show(st("wait_share"), pct),
+                show(st("final_loss"), plain),
+                show(st("final_accuracy"), plain),
+                show(st("bytes_sent"), mb),
+                show(st("peak_worker_memory_bytes"), kib),
+            );
+        }
+        md.push('\n');
+        for (_, c) in sc.spec.all_claims() {
+            let check = check_claim(rows, &sc.label, c);
+            let (measured, verdict) = describe_check(c, check.as_ref());
+            let source = if c.source.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", c.source)
+            };
+            let _ = writeln!(
+                md,
+                "**Claim{source}:** {} — checked as {}. **Measured:** {measured} {verdict}\n",
+                c.text,
+                describe_claim(c)
+            );
+        }
+        if let Some((_, loss, acc)) = plots.curves.iter().find(|(l, _, _)| *l == sc.label) {
+            let _ = writeln!(md, "![loss](plots/{loss})");
+            if let Some(a) = acc {
+                let _ = writeln!(md, "![accuracy](plots/{a})");
+            }
+            md.push('\n');
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! One row of `results.csv` per cell: the row type, its metrics by name, the `figures` field,
+//! and building the rows from the cells' results.
+
+use super::measure::{
+    iterations_to_target, phase_ratio, steady_time_per_iteration, time_to_target,
+};
+use crate::bench::runner::result::CellResult;
+use crate::bench::suite::expand::{Cell, Scenario};
+use crate::bench::suite::metrics::FIGURE_PREFIX;
+use crate::bench::suite::schema::Suite;
+use crate::bench::suite::toml_tables::show_value;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Strategy figures as one CSV field: `name=value;name=value`, sorted by name, each value as
+/// Rust prints an `f64` (the shortest text that reads back to the same number).
+pub fn format_figures(figures: &BTreeMap<String, f64>) -> String {
+    figures
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// Reads a `figures` field back (entries that do not parse are skipped).
+pub fn parse_figures(field: &str) -> BTreeMap<String, f64> {
+    field
+        .split(';')
+        .filter_map(|entry| {
+            let (k, v) = entry.rsplit_once('=')?;
+            Some((k.trim().to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// One row of `results.csv`: one cell with one seed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// Suite name.
+    pub suite: String,
+    /// Scenario label (with ` key=value` when swept).
+    pub scenario: String,
+    /// Strategy label.
+    pub strategy: String,
+    /// Seed.
+    pub seed: u64,
+    /// Swept key, if the scenario is swept.
+    pub sweep_key: Option<String>,
+    /// Swept value, if the scenario is swept.
+    pub sweep_value: Option<String>,
+    /// Iterations completed.
+    pub iterations: u64,
+    /// Mean virtual seconds per iteration.
+    pub time_per_iteration_s: f64,
+    /// Mean virtual seconds per iteration over the second half of the run: the steady state of
+    /// strategies that adapt (the papers report training speed once settled).
+    pub steady_time_per_iteration_s: Option<f64>,
+    /// First virtual time the scenario's target was reached (empty: no target, or never).
+    pub time_to_target_s: Option<f64>,
+    /// Iterations completed when the target was first reached (statistical efficiency).
+    pub iterations_to_target: Option<u64>,
+    /// Mean iteration time in the disturbed phases over the undisturbed phase (scenarios with
+    /// `phases`).
+    pub phase_ratio: Option<f64>,
+    /// Virtual seconds of the whole run.
+    pub run_time_s: f64,
+    /// Training loss of the last iteration.
+    pub final_loss: Option<f64>,
+    /// Test accuracy at the end.
+    pub final_accuracy: Option<f64>,
+    /// Ideal / achieved time.
+    pub efficiency: f64,
+    /// Share of worker time waiting for parameters.
+    pub wait_share: f64,
+    /// Bytes moved over the transport.
+    pub bytes_sent: u64,
+    /// Largest peak memory of a worker, bytes.
+    pub peak_worker_memory_bytes: u64,
+    /// Largest peak memory of a server, bytes.
+    pub peak_server_memory_bytes: u64,
+    /// Samples per virtual second.
+    pub throughput_samples_per_s: f64,
+    /// Strategy figures of the run summary, `name=value;name=value` (see [`format_figures`]).
+    #[serde(default)]
+    pub figures: String,
+}
+
+impl Row {
+    /// The value of a metric named in [`METRICS`], or of a strategy figure
+    /// (`figure:<name>`).
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        if let Some(figure) = name.strip_prefix(FIGURE_PREFIX) {
+            return self.figure(figure);
+        }
+        match name {
+            "time_per_iteration_s" => Some(self.time_per_iteration_s),
+            "steady_time_per_iteration_s" => self.steady_time_per_iteration_s,
+            "time_to_target_s" => self.time_to_target_s,
+            "iterations_to_target" => self.iterations_to_target.map(|i| i as f64),
+            "phase_ratio" => self.phase_ratio,
+            "run_time_s" => Some(self.run_time_s),
+            "final_loss" => self.final_loss,
+            "final_accuracy" => self.final_accuracy,
+            "efficiency" => Some(self.efficiency),
+            "wait_share" => Some(self.wait_share),
+            "bytes_sent" => Some(self.bytes_sent as f64),
+            "throughput_samples_per_s" => Some(self.throughput_samples_per_s),
+            "peak_worker_memory_bytes" => Some(self.peak_worker_memory_bytes as f64),
+            _ => None,
+        }
+    }
+
+    /// A strategy figure by name, from the `figures` column.
+    pub fn figure(&self, name: &str) -> Option<f64> {
+        parse_figures(&self.figures).get(name).copied()
+    }
+}
+
+/// One CSV row per cell that has a result, in cell order.
+pub fn rows(
+    suite: &Suite,
+    scenarios: &[Scenario],
+    cells: &[Cell],
+    results: &[Option<CellResult>],
+) -> Vec<Row> {
+    cells
+        .iter()
+        .zip(results)
+        .filter_map(|(cell, r)| {
+            let r = r.as_ref()?;
+            let sc = &scenarios[cell.scenario];
+            let m = &r.metrics;
+            Some(Row {
+                suite: suite.name.clone(),
+                scenario: sc.label.clone(),
+                strategy: suite.strategies[cell.strategy].label.clone(),
+                seed: cell.seed,
+                sweep_key: sc.swept.as_ref().map(|(k, _)| k.clone()),
+                sweep_value: sc.swept.as_ref().map(|(_, v)| show_value(v)),
+                iterations: m.iterations,
+                time_per_iteration_s: m.time_per_iteration_s,
+                steady_time_per_iteration_s: steady_time_per_iteration(r),
+                time_to_target_s: sc.spec.target.as_ref().and_then(|t| time_to_target(r, t)),
+                phase_ratio: sc.spec.phases.as_ref().and_then(|p| phase_ratio(r, p)),
+                iterations_to_target: sc
+                    .spec
+                    .target
+                    .as_ref()
+                    .and_then(|t| iterations_to_target(r, t)),
+                run_time_s: m.run_time_s,
+                final_loss: m.final_loss,
+                final_accuracy: m.final_accuracy,
+                efficiency: m.efficiency,
+                wait_share: m.wait_share,
+                bytes_sent: m.bytes_sent,
+                peak_worker_memory_bytes: m.peak_worker_memory_bytes,
+                peak_server_memory_bytes: m.peak_server_memory_bytes,
+                throughput_samples_per_s: m.throughput_samples_per_s,
+                figures: format_figures(&m.figures),
+            })
+        })
+        .collect()
+}

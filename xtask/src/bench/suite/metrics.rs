@@ -1,0 +1,48 @@
+//! The metrics a claim or trend can name: the columns of `results.csv`, and strategy figures.
+//!
+//! Part of the suite-file vocabulary (a claim's `metric`), so suite validation can reject an
+//! unknown name before any cell runs; the report reads the same names back from its rows.
+
+/// Metrics a claim can name (the CSV columns), with what they measure. A claim can also name
+/// `figure:<name>`, a strategy figure of the run summary (the CSV's `figures` column).
+pub const METRICS: &[(&str, &str)] = &[
+    ("time_per_iteration_s", "virtual seconds per iteration"),
+    (
+        "steady_time_per_iteration_s",
+        "virtual seconds per iteration over the second half of the run (after adaptation)",
+    ),
+    (
+        "time_to_target_s",
+        "virtual seconds until the scenario's target",
+    ),
+    (
+        "iterations_to_target",
+        "iterations until the scenario's target",
+    ),
+    (
+        "phase_ratio",
+        "mean iteration time in disturbed phases / undisturbed phase",
+    ),
+    ("run_time_s", "virtual seconds of the whole run"),
+    ("final_loss", "training loss of the last iteration"),
+    ("final_accuracy", "test accuracy at the end"),
+    ("efficiency", "ideal time / achieved time"),
+    ("wait_share", "share of worker time waiting for parameters"),
+    ("bytes_sent", "bytes moved over the transport"),
+    ("throughput_samples_per_s", "samples per virtual second"),
+    (
+        "peak_worker_memory_bytes",
+        "largest peak memory of a worker",
+    ),
+];
+
+/// The prefix of a metric that names a strategy figure (`figure:lb-bsp.rmse_relative`).
+pub const FIGURE_PREFIX: &str = "figure:";
+
+/// Whether a claim can name `metric`: one of [`METRICS`], or `figure:<name>`.
+pub fn known_metric(metric: &str) -> bool {
+    match metric.strip_prefix(FIGURE_PREFIX) {
+        Some(name) => !name.trim().is_empty(),
+        None => METRICS.iter().any(|(m, _)| *m == metric),
+    }
+}

@@ -1,0 +1,37 @@
+//! Running cells: the cache hash, and that a real cell gives the same row twice.
+
+use super::common::{parse, MINIMAL};
+use crate::bench::report::row::rows;
+use crate::bench::runner::cache::{cache_key, fnv1a};
+use crate::bench::runner::run_cell;
+
+#[test]
+fn fnv1a_is_the_reference_hash() {
+    assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+}
+
+#[test]
+fn two_runs_of_the_same_cell_give_the_same_row() {
+    let s = parse(MINIMAL).expect("suite");
+    let scenarios = s.scenarios_expanded();
+    let cells = s.cells(&scenarios).expect("cells");
+    let cell = &cells[1]; // ssp under Slow Worker
+    let a = run_cell(&cell.config).expect("first run");
+    let b = run_cell(&cell.config).expect("second run");
+    assert_eq!(a, b, "metrics and curves differ between two runs");
+    let rows_a = rows(&s, &scenarios, &cells[1..2], &[Some(a)]);
+    let rows_b = rows(&s, &scenarios, &cells[1..2], &[Some(b)]);
+    assert_eq!(rows_a, rows_b);
+    assert_eq!(rows_a.len(), 1);
+    assert_eq!(rows_a[0].iterations, 12);
+    assert!(rows_a[0].time_per_iteration_s > 0.0);
+    // Same config and version, same cache key; another seed, another key.
+    let key = cache_key("v", &cell.config);
+    assert_eq!(key, cache_key("v", &cell.config.clone()));
+    let mut other = cell.config.clone();
+    other.seed += 1;
+    assert_ne!(key, cache_key("v", &other));
+    assert_ne!(key, cache_key("w", &cell.config));
+}
