@@ -1,10 +1,10 @@
 //! End-to-end runs through concord: exactness (L-T1), static heterogeneity (L-T3), bad input,
 //! determinism, GPU mode, and the predictor figures.
 
-use concord::engine::cluster::DeviceProfile;
-use concord::engine::config::RunConfig;
-use concord::engine::run::{RunOptions, RunResult};
-use concord::engine::stragglers::StragglerConfig;
+use concord_engine::cluster::DeviceProfile;
+use concord_engine::config::RunConfig;
+use concord_engine::run::{RunOptions, RunResult};
+use concord_engine::stragglers::StragglerConfig;
 
 /// Compute-bound simulated cores (1 GFLOP/s sustained, no saturation offset), as in
 /// `configs/stragglers/persistent.toml`: compute dominates communication.
@@ -53,12 +53,14 @@ fn lb_bsp(mut cfg: RunConfig, options: &str) -> RunConfig {
 }
 
 fn run(cfg: &RunConfig) -> RunResult {
-    let asm = concord::registry().compose(cfg).expect("composes");
-    concord::engine::run(cfg, &asm, RunOptions::default()).expect("runs")
+    let asm = concord_test_support::registry(&[concord_lb_bsp::register])
+        .compose(cfg)
+        .expect("composes");
+    concord_engine::run(cfg, &asm, RunOptions::default()).expect("runs")
 }
 
 fn compose_err(cfg: &RunConfig) -> String {
-    match concord::registry().compose(cfg) {
+    match concord_test_support::registry(&[concord_lb_bsp::register]).compose(cfg) {
         Ok(_) => panic!("expected a start-up error"),
         Err(e) => e.to_string(),
     }
@@ -330,7 +332,7 @@ fn gpu_mode_on_mixed_devices() {
         batch: 64,
         iterations: 12,
         eval_every: 12,
-        model: concord::engine::model::ModelConfig::Profile {
+        model: concord_engine::model::ModelConfig::Profile {
             name: "resnet-32".into(),
         },
         ..RunConfig::default()

@@ -1,10 +1,10 @@
 //! RNA-H (hierarchical mode, thesis §5.2): group formation from profiled speeds on a real run,
 //! the one-group limit, determinism, option errors.
 
-use concord::engine::cluster::DeviceProfile;
-use concord::engine::config::RunConfig;
-use concord::engine::run::{RunOptions, RunResult};
-use concord::engine::stragglers::StragglerConfig;
+use concord_engine::cluster::DeviceProfile;
+use concord_engine::config::RunConfig;
+use concord_engine::run::{RunOptions, RunResult};
+use concord_engine::stragglers::StragglerConfig;
 
 /// Slow simulated cores (20 MFLOP/s, ~6 ms per step of the default MLP at batch 8) with the
 /// given straggler patterns (TOML tables).
@@ -53,8 +53,10 @@ const FAST: &str = "pattern = \"uniform-delay\"\nworkers = [0, 1, 2]\nmax_s = 0.
 const SLOW: &str = "pattern = \"uniform-delay\"\nworkers = [3, 4, 5]\nmin_s = 0.03\nmax_s = 0.05";
 
 fn run(cfg: &RunConfig) -> RunResult {
-    let asm = concord::registry().compose(cfg).expect("composes");
-    concord::engine::run(cfg, &asm, RunOptions::default()).expect("runs")
+    let asm = concord_test_support::registry(&[concord_rna::register])
+        .compose(cfg)
+        .expect("composes");
+    concord_engine::run(cfg, &asm, RunOptions::default()).expect("runs")
 }
 
 fn bits(r: &RunResult) -> Vec<Vec<u32>> {
@@ -210,7 +212,7 @@ fn hierarchical_runs_are_deterministic() {
 
 #[test]
 fn bad_hierarchy_options_are_start_up_errors_naming_the_key() {
-    let registry = concord::registry();
+    let registry = concord_test_support::registry(&[concord_rna::register]);
     for (opts, key) in [
         (
             "hierarchy = true\nsplit_ratio = 0.0",
