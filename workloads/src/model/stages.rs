@@ -1,7 +1,7 @@
 //! Stage definitions and their candle implementation.
 
 use super::ParamInfo;
-use crate::error::{EngineError, Result};
+use crate::error::{Result, WorkloadError};
 use candle_core::{DType, Device, Tensor, Var};
 
 /// One stage of a real model.
@@ -59,7 +59,7 @@ impl StageSpec {
         key: &str,
     ) -> Result<Vec<StageSpec>> {
         if channels.is_empty() || channels.contains(&0) {
-            return Err(EngineError::config(
+            return Err(WorkloadError::config(
                 key,
                 format!("{channels:?}"),
                 "needs at least one block, each >= 1 channel",
@@ -71,7 +71,7 @@ impl StageSpec {
             for k in 0..convs {
                 let pool = k + 1 == convs;
                 if pool && (shape[1] < 2 || shape[2] < 2) {
-                    return Err(EngineError::config(
+                    return Err(WorkloadError::config(
                         key,
                         format!("{channels:?}"),
                         format!(
@@ -281,8 +281,8 @@ impl StagedModel {
     }
 }
 
-fn tensor_err(context: &str, source: candle_core::Error) -> EngineError {
-    EngineError::Tensor {
+fn tensor_err(context: &str, source: candle_core::Error) -> WorkloadError {
+    WorkloadError::Tensor {
         context: context.to_string(),
         source,
     }
