@@ -19,6 +19,7 @@ use crate::profiles::{self, ModelProfile};
 use crate::rng::{seeded, stable_hash};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
+use std::ops::Range;
 
 /// Model section of the config (`[model]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -383,6 +384,30 @@ impl ModelSpec {
                 })
                 .collect(),
         }
+    }
+
+    /// The parameters each stage owns, as index ranges into [`ModelSpec::params`], one per entry
+    /// of [`ModelSpec::stage_facts`]: consecutive, with no gap or overlap, covering every
+    /// parameter. For a real network they are [`StagedModel::stage_param_range`]'s; MF is one
+    /// stage owning both factors; a profile's layer owns its tensors.
+    pub fn stage_param_ranges(&self) -> Vec<Range<usize>> {
+        let counts: Vec<usize> = match self {
+            ModelSpec::Real { stages, .. } => stages
+                .iter()
+                .enumerate()
+                .map(|(i, s)| s.params(i).len())
+                .collect(),
+            ModelSpec::Mf(m) => vec![m.params().len()],
+            ModelSpec::Profile(p) => p.layers.iter().map(|l| l.tensors.len()).collect(),
+        };
+        let mut start = 0;
+        counts
+            .into_iter()
+            .map(|n| {
+                start += n;
+                start - n..start
+            })
+            .collect()
     }
 
     /// Forward + backward FLOPs per sample (backward counted as twice the forward).

@@ -3,6 +3,7 @@
 use super::ParamInfo;
 use crate::error::{Result, WorkloadError};
 use candle_core::{DType, Device, Tensor, Var};
+use std::ops::Range;
 
 /// One stage of a real model.
 #[derive(Clone, Debug, PartialEq)]
@@ -217,6 +218,42 @@ impl StagedModel {
         [b, w]
     }
 
+    /// The parameters of the whole model in layout order (stage order; per stage bias, then
+    /// weight): names, shapes and fan-ins, index for index like [`StagedModel::vars`] and the
+    /// [`ModelSpec::params`](super::ModelSpec::params) of the spec it was built from.
+    pub fn params(&self) -> Vec<ParamInfo> {
+        (0..self.len()).flat_map(|i| self.stage_params(i)).collect()
+    }
+
+    /// The parameters stage `i` owns: their indices in the model's parameter list
+    /// ([`StagedModel::params`], [`StagedModel::vars`], and the gradients of a step).
+    ///
+    /// The ranges of stages `0..len()` follow one another with no gap or overlap and cover the
+    /// list, so a pipeline strategy can give stage `i` exactly the values `values[range]` and
+    /// put the gradients [`StagedModel::backward_stage`] returns back at the same indices.
+    ///
+    /// # Panics
+    /// If `i >= len()`.
+    pub fn stage_param_range(&self, i: usize) -> Range<usize> {
+        assert!(
+            i < self.len(),
+            "stage {i} out of range for a model of {} stages",
+            self.len()
+        );
+        let start: usize = (0..i).map(|k| self.stage_vars(k).len()).sum();
+        start..start + self.stage_vars(i).len()
+    }
+
+    /// The parameters of stage `i` (bias, then weight, as [`StagedModel::stage_vars`] and
+    /// [`StagedModel::backward_stage`] order them): the entries
+    /// [`StagedModel::stage_param_range`] selects from [`StagedModel::params`].
+    ///
+    /// # Panics
+    /// If `i >= len()`.
+    pub fn stage_params(&self, i: usize) -> Vec<ParamInfo> {
+        self.stages[i].0.params(i)
+    }
+
     /// Turns a flat batch of samples into the first stage's input tensor.
     pub fn input(&self, features: Vec<f32>, batch: usize) -> candle_core::Result<Tensor> {
         let mut shape = vec![batch];
@@ -279,11 +316,254 @@ impl StagedModel {
         let gx = grads.get(x.as_tensor()).ok_or_else(missing)?.clone();
         Ok((vec![gb, gw], gx))
     }
+
+    /// The mean loss of a batch and its gradient with respect to the last stage's output, the
+    /// seed of a stage-by-stage backward pass.
+    ///
+    /// `logits` is the last stage's output (`[batch, classes]`) and `labels` the batch's classes;
+    /// the loss is the mean cross-entropy, the loss a whole training step
+    /// ([`Replica::step`](super::Replica::step)) reports. Feeding the gradient to
+    /// [`StagedModel::backward_stage`] of the last stage, and each stage's input gradient to the
+    /// stage before it, gives the step's parameter gradients; the caller never builds a loss
+    /// graph itself. `logits` is detached first, so calling this leaves no graph behind.
+    pub fn loss_grad(&self, logits: &Tensor, labels: &[u32]) -> candle_core::Result<(f64, Tensor)> {
+        let logits = Var::from_tensor(&logits.detach())?;
+        let y = Tensor::from_slice(labels, labels.len(), &self.device)?;
+        let loss = candle_nn::loss::cross_entropy(logits.as_tensor(), &y)?;
+        let grad = loss
+            .backward()?
+            .get(logits.as_tensor())
+            .ok_or_else(|| candle_core::Error::Msg("no gradient for the logits".into()))?
+            .clone();
+        Ok((loss.to_scalar::<f32>()? as f64, grad))
+    }
+
+    /// A tensor's values as one flat row-major vector: how a parameter gradient from
+    /// [`StagedModel::backward_stage`] becomes the flat vector a step reports for it.
+    pub fn flat_values(t: &Tensor) -> candle_core::Result<Vec<f32>> {
+        t.flatten_all()?.to_vec1::<f32>()
+    }
 }
 
 fn tensor_err(context: &str, source: candle_core::Error) -> WorkloadError {
     WorkloadError::Tensor {
         context: context.to_string(),
         source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ModelConfig, ModelSpec, Replica, StepOutput};
+
+    fn mlp() -> ModelSpec {
+        let cfg = ModelConfig::Mlp {
+            hidden: vec![16, 12],
+        };
+        ModelSpec::resolve(&cfg, &[20], 5).unwrap()
+    }
+
+    fn cnn() -> ModelSpec {
+        let cfg = ModelConfig::Cnn {
+            channels: vec![4, 6],
+            image: Some([1, 8, 8]),
+        };
+        ModelSpec::resolve(&cfg, &[64], 3).unwrap()
+    }
+
+    /// A replica of `spec` with its seeded initial parameters.
+    fn replica(spec: &ModelSpec, seed: u64) -> Replica {
+        let replica = Replica::new(spec).unwrap().unwrap();
+        replica
+            .set_params(&spec.init_values(seed).unwrap())
+            .unwrap();
+        replica
+    }
+
+    /// A deterministic batch of `batch` samples of `sample_len` features over `classes` classes.
+    fn batch_of(batch: usize, sample_len: usize, classes: u32) -> (Vec<f32>, Vec<u32>) {
+        let x = (0..batch * sample_len)
+            .map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0)
+            .collect();
+        let labels = (0..batch as u32).map(|i| (i * 7 + 1) % classes).collect();
+        (x, labels)
+    }
+
+    /// One training step run the way a pipeline strategy runs it: forward stage by stage,
+    /// [`StagedModel::loss_grad`] on the last output, backward stage by stage from it, each
+    /// stage's gradients put at its [`StagedModel::stage_param_range`].
+    fn pipelined_step(model: &StagedModel, features: Vec<f32>, labels: &[u32]) -> StepOutput {
+        let mut acts = vec![model.input(features, labels.len()).unwrap()];
+        for i in 0..model.len() {
+            let y = model.forward_stage(i, &acts[i]).unwrap();
+            acts.push(y);
+        }
+        let logits = acts.pop().unwrap();
+        let (loss, mut grad) = model.loss_grad(&logits, labels).unwrap();
+        let mut grads = vec![Vec::new(); model.params().len()];
+        for i in (0..model.len()).rev() {
+            let (params, grad_in) = model.backward_stage(i, &acts[i], &grad).unwrap();
+            assert_eq!(params.len(), model.stage_param_range(i).len());
+            for (slot, g) in model.stage_param_range(i).zip(params) {
+                grads[slot] = StagedModel::flat_values(&g).unwrap();
+            }
+            grad = grad_in;
+        }
+        StepOutput { loss, grads }
+    }
+
+    /// The pipelined step gives the whole step's loss and parameter gradients.
+    fn assert_pipelined_matches_step(spec: &ModelSpec, batch: usize, sample_len: usize) {
+        let classes = match spec {
+            ModelSpec::Real { classes, .. } => *classes as u32,
+            _ => unreachable!("a staged network"),
+        };
+        for seed in [1, 2] {
+            let replica = replica(spec, seed);
+            let (x, labels) = batch_of(batch, sample_len, classes);
+            let whole = replica.step(x.clone(), &labels).unwrap();
+            let piped = pipelined_step(replica.model().unwrap(), x, &labels);
+            assert!(
+                (whole.loss - piped.loss).abs() < 1e-6,
+                "loss {} vs {}",
+                whole.loss,
+                piped.loss
+            );
+            assert_eq!(whole.grads.len(), piped.grads.len());
+            for (k, (a, b)) in whole.grads.iter().zip(&piped.grads).enumerate() {
+                assert_eq!(a.len(), b.len(), "parameter {k}");
+                let diff = a
+                    .iter()
+                    .zip(b)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0f32, f32::max);
+                assert!(diff < 1e-6, "parameter {k}: gradients differ by {diff}");
+            }
+        }
+    }
+
+    #[test]
+    fn pipelined_step_equals_whole_step_mlp() {
+        assert_pipelined_matches_step(&mlp(), 7, 20);
+    }
+
+    #[test]
+    fn pipelined_step_equals_whole_step_cnn() {
+        assert_pipelined_matches_step(&cnn(), 5, 64);
+    }
+
+    /// The loss and gradient are the mean cross-entropy's: `(softmax − one-hot) / batch`.
+    #[test]
+    fn loss_grad_is_mean_cross_entropy() {
+        let model = replica(&mlp(), 0);
+        let model = model.model().unwrap();
+        let logits =
+            Tensor::from_slice(&[1.0f32, 2.0, 3.0, 0.0, 0.0, 0.0], (2, 3), &Device::Cpu).unwrap();
+        let (loss, grad) = model.loss_grad(&logits, &[2, 1]).unwrap();
+        let z: f64 = [1.0f64, 2.0, 3.0].iter().map(|v| v.exp()).sum();
+        let p0: Vec<f64> = [1.0f64, 2.0, 3.0].iter().map(|v| v.exp() / z).collect();
+        let want_loss = (-p0[2].ln() - (1.0f64 / 3.0).ln()) / 2.0;
+        assert!(
+            (loss - want_loss).abs() < 1e-6,
+            "loss {loss} vs {want_loss}"
+        );
+        let want_grad = [
+            p0[0] / 2.0,
+            p0[1] / 2.0,
+            (p0[2] - 1.0) / 2.0,
+            1.0 / 6.0,
+            (1.0 / 3.0 - 1.0) / 2.0,
+            1.0 / 6.0,
+        ];
+        assert_eq!(grad.dims(), &[2, 3]);
+        for (g, w) in StagedModel::flat_values(&grad)
+            .unwrap()
+            .iter()
+            .zip(want_grad)
+        {
+            assert!((*g as f64 - w).abs() < 1e-6, "gradient {g} vs {w}");
+        }
+        // The input is left as it was: no variable, no graph.
+        assert!(!logits.is_variable());
+    }
+
+    /// Stage parameter ranges partition the parameter list, in order, and name each stage's own.
+    #[test]
+    fn stage_param_ranges_partition_the_parameters() {
+        for spec in [mlp(), cnn()] {
+            let replica = replica(&spec, 0);
+            let model = replica.model().unwrap();
+            let params = spec.params();
+            assert_eq!(model.params(), params);
+            assert_eq!(model.vars().len(), params.len());
+            let mut next = 0;
+            for i in 0..model.len() {
+                let range = model.stage_param_range(i);
+                assert_eq!(range.start, next, "stage {i} starts after a gap or overlap");
+                assert!(!range.is_empty(), "stage {i} owns no parameter");
+                let own = model.stage_params(i);
+                assert_eq!(own, params[range.clone()], "stage {i}");
+                for (p, var) in own.iter().zip(model.stage_vars(i)) {
+                    assert!(p.name.starts_with(&format!("s{i:02}.")), "{}", p.name);
+                    assert_eq!(var.dims(), p.shape.as_slice(), "{}", p.name);
+                }
+                next = range.end;
+            }
+            assert_eq!(next, params.len(), "the ranges leave parameters out");
+            let ranges: Vec<_> = (0..model.len())
+                .map(|i| model.stage_param_range(i))
+                .collect();
+            assert_eq!(spec.stage_param_ranges(), ranges);
+        }
+    }
+
+    /// The spec-level ranges partition every kind of model's parameters, one range per stage.
+    #[test]
+    fn spec_stage_param_ranges_cover_every_kind() {
+        let profile = ModelSpec::resolve(
+            &ModelConfig::Profile {
+                name: "resnet-32".into(),
+            },
+            &[],
+            0,
+        )
+        .unwrap();
+        let mf = ModelSpec::mf(6, 4, 3, 0.1).unwrap();
+        for spec in [mlp(), cnn(), mf, profile] {
+            let ranges = spec.stage_param_ranges();
+            assert_eq!(ranges.len(), spec.stage_facts().len());
+            let mut next = 0;
+            for r in &ranges {
+                assert_eq!(r.start, next);
+                next = r.end;
+            }
+            assert_eq!(next, spec.params().len());
+        }
+        let ModelSpec::Profile(p) = ModelSpec::resolve(
+            &ModelConfig::Profile {
+                name: "vgg16".into(),
+            },
+            &[],
+            0,
+        )
+        .unwrap() else {
+            unreachable!("a profile")
+        };
+        let spec = ModelSpec::Profile(p.clone());
+        let params = spec.params();
+        for (layer, r) in p.layers.iter().zip(spec.stage_param_ranges()) {
+            let names: Vec<_> = params[r].iter().map(|t| t.name.clone()).collect();
+            let want: Vec<_> = layer.tensors.iter().map(|t| t.name.clone()).collect();
+            assert_eq!(names, want, "layer {}", layer.name);
+        }
+    }
+
+    /// A stage index past the end is a caller bug, reported as such.
+    #[test]
+    #[should_panic(expected = "stage 3 out of range")]
+    fn stage_param_range_rejects_a_missing_stage() {
+        let replica = replica(&mlp(), 0);
+        replica.model().unwrap().stage_param_range(3);
     }
 }
