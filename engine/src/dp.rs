@@ -165,7 +165,7 @@ fn batch_of(
 fn finite_step(
     ctx: &RoleContext,
     at: StepAt,
-    out: Result<crate::model::StepOutput>,
+    out: Result<crate::model::StepOutput, concord_workloads::WorkloadError>,
 ) -> Result<StepResult> {
     let out = out?;
     if !out.loss.is_finite() {

@@ -114,6 +114,20 @@ impl EngineError {
     }
 }
 
+impl From<concord_workloads::WorkloadError> for EngineError {
+    /// Each workload error becomes the engine error of the same kind and message, so callers
+    /// that match on [`EngineError::Config`], [`EngineError::Tensor`] or [`EngineError::Data`]
+    /// see models and data sets fail exactly as before they lived in their own crate.
+    fn from(e: concord_workloads::WorkloadError) -> Self {
+        use concord_workloads::WorkloadError as W;
+        match e {
+            W::Config { key, value, reason } => EngineError::Config { key, value, reason },
+            W::Tensor { context, source } => EngineError::Tensor { context, source },
+            W::Data(e) => EngineError::Data(e),
+        }
+    }
+}
+
 /// Attaches context to candle errors.
 pub trait TensorContext<T> {
     /// Converts a candle error into [`EngineError::Tensor`] naming `context`.

@@ -16,7 +16,7 @@
 //! far cheaper than a tensor graph for rank-sized dot products.
 
 use super::{ParamInfo, StageFacts};
-use crate::error::{EngineError, Result};
+use crate::error::{Result, WorkloadError};
 use std::sync::RwLock;
 
 /// Name of the row factor `L` (`rows × rank`) in the parameter layout.
@@ -212,14 +212,14 @@ fn norm2(a: &[f32]) -> f64 {
     a.iter().map(|&x| x as f64 * x as f64).sum()
 }
 
-fn mf_err(context: &str, msg: String) -> EngineError {
-    EngineError::Tensor {
+fn mf_err(context: &str, msg: String) -> WorkloadError {
+    WorkloadError::Tensor {
         context: context.to_string(),
         source: candle_core::Error::Msg(msg),
     }
 }
 
-fn poisoned() -> EngineError {
+fn poisoned() -> WorkloadError {
     mf_err("mf parameters", "parameter lock poisoned".into())
 }
 

@@ -1,7 +1,7 @@
 //! A worker's model replica: load parameters, take a training step, evaluate.
 
 use super::{MfModel, ModelSpec, StagedModel};
-use crate::error::{EngineError, Result, TensorContext};
+use crate::error::{Result, TensorContext, WorkloadError};
 use candle_core::{Device, Tensor};
 
 /// Result of one training step.
@@ -62,7 +62,7 @@ impl Replica {
         };
         let vars = model.vars();
         if vars.len() != values.len() {
-            return Err(EngineError::Tensor {
+            return Err(WorkloadError::Tensor {
                 context: "load parameters".into(),
                 source: candle_core::Error::Msg(format!(
                     "{} values for {} parameters",

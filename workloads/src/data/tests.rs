@@ -1,6 +1,7 @@
 //! Tests of the shared types and the TOML config.
 
 use super::*;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize)]
 struct Root {

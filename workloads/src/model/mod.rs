@@ -14,11 +14,12 @@ pub use replica::{Replica, StepOutput};
 pub use stages::{StageSpec, StagedModel};
 
 use crate::data::{DataConfig, Dataset};
-use crate::error::{EngineError, Result};
+use crate::error::{Result, WorkloadError};
 use crate::profiles::{self, ModelProfile};
 use crate::rng::{seeded, stable_hash};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
+use std::ops::Range;
 
 /// Model section of the config (`[model]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -113,7 +114,7 @@ impl ModelConfig {
         let ratings = matches!(data, DataConfig::Ratings { .. });
         match self {
             ModelConfig::Profile { .. } => Ok(()),
-            ModelConfig::Mf { .. } if !ratings => Err(EngineError::config(
+            ModelConfig::Mf { .. } if !ratings => Err(WorkloadError::config(
                 "model.kind",
                 "\"mf\"",
                 format!(
@@ -122,7 +123,7 @@ impl ModelConfig {
                 ),
             )),
             ModelConfig::Mf { .. } => Ok(()),
-            other if ratings => Err(EngineError::config(
+            other if ratings => Err(WorkloadError::config(
                 "data.kind",
                 "\"ratings\"",
                 format!(
@@ -211,17 +212,17 @@ impl ModelSpec {
     /// An MF model of a `rows × cols` matrix, checking `rank` ≥ 1 and `l2` finite and ≥ 0.
     pub fn mf(rows: usize, cols: usize, rank: usize, l2: f64) -> Result<ModelSpec> {
         if rank == 0 {
-            return Err(EngineError::config("model.rank", rank, "must be >= 1"));
+            return Err(WorkloadError::config("model.rank", rank, "must be >= 1"));
         }
         if !(l2.is_finite() && l2 >= 0.0) {
-            return Err(EngineError::config(
+            return Err(WorkloadError::config(
                 "model.l2",
                 l2,
                 "must be finite and >= 0",
             ));
         }
         if rows.checked_mul(rank).is_none() || cols.checked_mul(rank).is_none() {
-            return Err(EngineError::config(
+            return Err(WorkloadError::config(
                 "model.rank",
                 rank,
                 format!("factors of {rows} x {rank} and {cols} x {rank} do not fit in memory"),
@@ -244,13 +245,13 @@ impl ModelSpec {
         let image_shape = |image: &Option<[usize; 3]>| -> Result<Vec<usize>> {
             match image {
                 Some(s) if s.iter().product::<usize>() == flat => Ok(s.to_vec()),
-                Some(s) => Err(EngineError::config(
+                Some(s) => Err(WorkloadError::config(
                     "model.image",
                     format!("{s:?}"),
                     format!("must have as many elements as a data sample ({flat})"),
                 )),
                 None if sample_shape.len() == 3 => Ok(sample_shape.to_vec()),
-                None => Err(EngineError::config(
+                None => Err(WorkloadError::config(
                     "model.image",
                     "(unset)",
                     format!(
@@ -264,7 +265,7 @@ impl ModelSpec {
                 return profiles::builtin(name)
                     .map(ModelSpec::Profile)
                     .ok_or_else(|| {
-                        EngineError::config(
+                        WorkloadError::config(
                             "model.name",
                             format!("\"{name}\""),
                             format!(
@@ -275,7 +276,7 @@ impl ModelSpec {
                     });
             }
             ModelConfig::Mf { .. } => {
-                return Err(EngineError::config(
+                return Err(WorkloadError::config(
                     "model.kind",
                     "\"mf\"",
                     "matrix factorization takes its sizes from `[data] kind = \"ratings\"`",
@@ -284,7 +285,7 @@ impl ModelSpec {
             ModelConfig::Mlr => StageSpec::mlp(flat, &[], classes),
             ModelConfig::Mlp { hidden } => {
                 if hidden.contains(&0) {
-                    return Err(EngineError::config(
+                    return Err(WorkloadError::config(
                         "model.hidden",
                         format!("{hidden:?}"),
                         "widths must be >= 1",
@@ -383,6 +384,30 @@ impl ModelSpec {
                 })
                 .collect(),
         }
+    }
+
+    /// The parameters each stage owns, as index ranges into [`ModelSpec::params`], one per entry
+    /// of [`ModelSpec::stage_facts`]: consecutive, with no gap or overlap, covering every
+    /// parameter. For a real network they are [`StagedModel::stage_param_range`]'s; MF is one
+    /// stage owning both factors; a profile's layer owns its tensors.
+    pub fn stage_param_ranges(&self) -> Vec<Range<usize>> {
+        let counts: Vec<usize> = match self {
+            ModelSpec::Real { stages, .. } => stages
+                .iter()
+                .enumerate()
+                .map(|(i, s)| s.params(i).len())
+                .collect(),
+            ModelSpec::Mf(m) => vec![m.params().len()],
+            ModelSpec::Profile(p) => p.layers.iter().map(|l| l.tensors.len()).collect(),
+        };
+        let mut start = 0;
+        counts
+            .into_iter()
+            .map(|n| {
+                start += n;
+                start - n..start
+            })
+            .collect()
     }
 
     /// Forward + backward FLOPs per sample (backward counted as twice the forward).

@@ -1,0 +1,569 @@
+//! Stage definitions and their candle implementation.
+
+use super::ParamInfo;
+use crate::error::{Result, WorkloadError};
+use candle_core::{DType, Device, Tensor, Var};
+use std::ops::Range;
+
+/// One stage of a real model.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StageSpec {
+    /// Fully connected layer (flattens its input), optionally followed by ReLU.
+    Dense {
+        /// Input features.
+        inputs: usize,
+        /// Output features.
+        outputs: usize,
+        /// Apply ReLU to the output.
+        relu: bool,
+    },
+    /// 3×3 convolution (padding 1) + ReLU, optionally followed by a 2×2 max-pool.
+    Conv {
+        /// Input shape `[c, h, w]`.
+        input: [usize; 3],
+        /// Output channels.
+        channels: usize,
+        /// Apply a 2×2 max-pool.
+        pool: bool,
+    },
+}
+
+impl StageSpec {
+    /// An MLP: dense ReLU layers of the given widths, then a linear classifier.
+    pub fn mlp(inputs: usize, hidden: &[usize], classes: usize) -> Vec<StageSpec> {
+        let mut stages = Vec::new();
+        let mut width = inputs;
+        for &h in hidden {
+            stages.push(StageSpec::Dense {
+                inputs: width,
+                outputs: h,
+                relu: true,
+            });
+            width = h;
+        }
+        stages.push(StageSpec::Dense {
+            inputs: width,
+            outputs: classes,
+            relu: false,
+        });
+        stages
+    }
+
+    /// A conv net: per entry of `channels`, `convs` conv stages (the last one pooling), then an
+    /// optional hidden dense layer and a linear classifier.
+    pub fn conv_net(
+        image: &[usize],
+        channels: &[usize],
+        convs: usize,
+        dense: Option<usize>,
+        classes: usize,
+        key: &str,
+    ) -> Result<Vec<StageSpec>> {
+        if channels.is_empty() || channels.contains(&0) {
+            return Err(WorkloadError::config(
+                key,
+                format!("{channels:?}"),
+                "needs at least one block, each >= 1 channel",
+            ));
+        }
+        let mut shape = [image[0], image[1], image[2]];
+        let mut stages = Vec::new();
+        for &c in channels {
+            for k in 0..convs {
+                let pool = k + 1 == convs;
+                if pool && (shape[1] < 2 || shape[2] < 2) {
+                    return Err(WorkloadError::config(
+                        key,
+                        format!("{channels:?}"),
+                        format!(
+                            "too many pooling blocks for a {}x{} image",
+                            image[1], image[2]
+                        ),
+                    ));
+                }
+                stages.push(StageSpec::Conv {
+                    input: shape,
+                    channels: c,
+                    pool,
+                });
+                shape = [
+                    c,
+                    if pool { shape[1] / 2 } else { shape[1] },
+                    if pool { shape[2] / 2 } else { shape[2] },
+                ];
+            }
+        }
+        let mut width = shape.iter().product();
+        if let Some(d) = dense {
+            stages.push(StageSpec::Dense {
+                inputs: width,
+                outputs: d,
+                relu: true,
+            });
+            width = d;
+        }
+        stages.push(StageSpec::Dense {
+            inputs: width,
+            outputs: classes,
+            relu: false,
+        });
+        Ok(stages)
+    }
+
+    /// Parameters of stage `index` (weight, then bias).
+    pub fn params(&self, index: usize) -> Vec<ParamInfo> {
+        let (wshape, fan_in, bias) = match *self {
+            StageSpec::Dense {
+                inputs, outputs, ..
+            } => (vec![outputs, inputs], inputs, outputs),
+            StageSpec::Conv {
+                input, channels, ..
+            } => (vec![channels, input[0], 3, 3], input[0] * 9, channels),
+        };
+        vec![
+            ParamInfo {
+                name: format!("s{index:02}.bias"),
+                shape: vec![bias],
+                fan_in: 0,
+            },
+            ParamInfo {
+                name: format!("s{index:02}.weight"),
+                shape: wshape,
+                fan_in,
+            },
+        ]
+    }
+
+    /// Forward FLOPs per sample (a multiply-add counts 2).
+    pub fn forward_flops(&self) -> f64 {
+        match *self {
+            StageSpec::Dense {
+                inputs, outputs, ..
+            } => 2.0 * (inputs * outputs) as f64,
+            StageSpec::Conv {
+                input, channels, ..
+            } => 2.0 * (input[0] * 9 * channels * input[1] * input[2]) as f64,
+        }
+    }
+
+    /// Output elements per sample.
+    pub fn out_elems(&self) -> usize {
+        match *self {
+            StageSpec::Dense { outputs, .. } => outputs,
+            StageSpec::Conv {
+                input,
+                channels,
+                pool,
+            } => {
+                let d = if pool { 2 } else { 1 };
+                channels * (input[1] / d) * (input[2] / d)
+            }
+        }
+    }
+}
+
+/// A staged candle network: each stage's parameters are `Var`s so gradients can be taken per stage.
+pub struct StagedModel {
+    stages: Vec<(StageSpec, Var, Var)>,
+    input_shape: Vec<usize>,
+    device: Device,
+}
+
+impl StagedModel {
+    /// Builds the network with zero parameters (values are loaded from the servers).
+    pub fn new(
+        stages: &[StageSpec],
+        input_shape: &[usize],
+        device: &Device,
+    ) -> Result<StagedModel> {
+        let mut built = Vec::new();
+        for (i, s) in stages.iter().enumerate() {
+            let p = s.params(i);
+            let b = Var::zeros(p[0].shape.as_slice(), DType::F32, device)
+                .map_err(|e| tensor_err("init bias", e))?;
+            let w = Var::zeros(p[1].shape.as_slice(), DType::F32, device)
+                .map_err(|e| tensor_err("init weight", e))?;
+            built.push((s.clone(), w, b));
+        }
+        Ok(StagedModel {
+            stages: built,
+            input_shape: input_shape.to_vec(),
+            device: device.clone(),
+        })
+    }
+
+    /// Number of stages.
+    pub fn len(&self) -> usize {
+        self.stages.len()
+    }
+
+    /// Whether the model has no stages.
+    pub fn is_empty(&self) -> bool {
+        self.stages.is_empty()
+    }
+
+    /// The device tensors live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Parameter variables in layout order (per stage: bias, weight).
+    pub fn vars(&self) -> Vec<&Var> {
+        self.stages.iter().flat_map(|(_, w, b)| [b, w]).collect()
+    }
+
+    /// Parameter variables of one stage (bias, weight).
+    pub fn stage_vars(&self, i: usize) -> [&Var; 2] {
+        let (_, w, b) = &self.stages[i];
+        [b, w]
+    }
+
+    /// The parameters of the whole model in layout order (stage order; per stage bias, then
+    /// weight): names, shapes and fan-ins, index for index like [`StagedModel::vars`] and the
+    /// [`ModelSpec::params`](super::ModelSpec::params) of the spec it was built from.
+    pub fn params(&self) -> Vec<ParamInfo> {
+        (0..self.len()).flat_map(|i| self.stage_params(i)).collect()
+    }
+
+    /// The parameters stage `i` owns: their indices in the model's parameter list
+    /// ([`StagedModel::params`], [`StagedModel::vars`], and the gradients of a step).
+    ///
+    /// The ranges of stages `0..len()` follow one another with no gap or overlap and cover the
+    /// list, so a pipeline strategy can give stage `i` exactly the values `values[range]` and
+    /// put the gradients [`StagedModel::backward_stage`] returns back at the same indices.
+    ///
+    /// # Panics
+    /// If `i >= len()`.
+    pub fn stage_param_range(&self, i: usize) -> Range<usize> {
+        assert!(
+            i < self.len(),
+            "stage {i} out of range for a model of {} stages",
+            self.len()
+        );
+        let start: usize = (0..i).map(|k| self.stage_vars(k).len()).sum();
+        start..start + self.stage_vars(i).len()
+    }
+
+    /// The parameters of stage `i` (bias, then weight, as [`StagedModel::stage_vars`] and
+    /// [`StagedModel::backward_stage`] order them): the entries
+    /// [`StagedModel::stage_param_range`] selects from [`StagedModel::params`].
+    ///
+    /// # Panics
+    /// If `i >= len()`.
+    pub fn stage_params(&self, i: usize) -> Vec<ParamInfo> {
+        self.stages[i].0.params(i)
+    }
+
+    /// Turns a flat batch of samples into the first stage's input tensor.
+    pub fn input(&self, features: Vec<f32>, batch: usize) -> candle_core::Result<Tensor> {
+        let mut shape = vec![batch];
+        shape.extend(&self.input_shape);
+        Tensor::from_vec(features, shape, &self.device)
+    }
+
+    /// Forward of stage `i`.
+    pub fn forward_stage(&self, i: usize, x: &Tensor) -> candle_core::Result<Tensor> {
+        let (spec, w, b) = &self.stages[i];
+        match spec {
+            StageSpec::Dense { relu, .. } => {
+                let x = if x.rank() > 2 {
+                    x.flatten_from(1)?
+                } else {
+                    x.clone()
+                };
+                let y = x.matmul(&w.t()?)?.broadcast_add(b.as_tensor())?;
+                if *relu {
+                    y.relu()
+                } else {
+                    Ok(y)
+                }
+            }
+            StageSpec::Conv { channels, pool, .. } => {
+                let y = x.conv2d(w.as_tensor(), 1, 1, 1, 1)?;
+                let y = y
+                    .broadcast_add(&b.as_tensor().reshape((1, *channels, 1, 1))?)?
+                    .relu()?;
+                if *pool {
+                    y.max_pool2d(2)
+                } else {
+                    Ok(y)
+                }
+            }
+        }
+    }
+
+    /// Forward through every stage.
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        (0..self.len()).try_fold(x.clone(), |h, i| self.forward_stage(i, &h))
+    }
+
+    /// Backward of one stage from the gradient of its output: returns the gradients of the stage's
+    /// parameters (bias, weight) and of its input. Uses the surrogate `sum(y · grad_y)`, whose
+    /// gradient equals the chain rule through the stage.
+    pub fn backward_stage(
+        &self,
+        i: usize,
+        input: &Tensor,
+        grad_out: &Tensor,
+    ) -> candle_core::Result<(Vec<Tensor>, Tensor)> {
+        let x = Var::from_tensor(&input.detach())?;
+        let y = self.forward_stage(i, x.as_tensor())?;
+        let grads = (y * grad_out)?.sum_all()?.backward()?;
+        let [b, w] = self.stage_vars(i);
+        let missing = || candle_core::Error::Msg(format!("no gradient for stage {i}"));
+        let gb = grads.get(b.as_tensor()).ok_or_else(missing)?.clone();
+        let gw = grads.get(w.as_tensor()).ok_or_else(missing)?.clone();
+        let gx = grads.get(x.as_tensor()).ok_or_else(missing)?.clone();
+        Ok((vec![gb, gw], gx))
+    }
+
+    /// The mean loss of a batch and its gradient with respect to the last stage's output, the
+    /// seed of a stage-by-stage backward pass.
+    ///
+    /// `logits` is the last stage's output (`[batch, classes]`) and `labels` the batch's classes;
+    /// the loss is the mean cross-entropy, the loss a whole training step
+    /// ([`Replica::step`](super::Replica::step)) reports. Feeding the gradient to
+    /// [`StagedModel::backward_stage`] of the last stage, and each stage's input gradient to the
+    /// stage before it, gives the step's parameter gradients; the caller never builds a loss
+    /// graph itself. `logits` is detached first, so calling this leaves no graph behind.
+    pub fn loss_grad(&self, logits: &Tensor, labels: &[u32]) -> candle_core::Result<(f64, Tensor)> {
+        let logits = Var::from_tensor(&logits.detach())?;
+        let y = Tensor::from_slice(labels, labels.len(), &self.device)?;
+        let loss = candle_nn::loss::cross_entropy(logits.as_tensor(), &y)?;
+        let grad = loss
+            .backward()?
+            .get(logits.as_tensor())
+            .ok_or_else(|| candle_core::Error::Msg("no gradient for the logits".into()))?
+            .clone();
+        Ok((loss.to_scalar::<f32>()? as f64, grad))
+    }
+
+    /// A tensor's values as one flat row-major vector: how a parameter gradient from
+    /// [`StagedModel::backward_stage`] becomes the flat vector a step reports for it.
+    pub fn flat_values(t: &Tensor) -> candle_core::Result<Vec<f32>> {
+        t.flatten_all()?.to_vec1::<f32>()
+    }
+}
+
+fn tensor_err(context: &str, source: candle_core::Error) -> WorkloadError {
+    WorkloadError::Tensor {
+        context: context.to_string(),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ModelConfig, ModelSpec, Replica, StepOutput};
+
+    fn mlp() -> ModelSpec {
+        let cfg = ModelConfig::Mlp {
+            hidden: vec![16, 12],
+        };
+        ModelSpec::resolve(&cfg, &[20], 5).unwrap()
+    }
+
+    fn cnn() -> ModelSpec {
+        let cfg = ModelConfig::Cnn {
+            channels: vec![4, 6],
+            image: Some([1, 8, 8]),
+        };
+        ModelSpec::resolve(&cfg, &[64], 3).unwrap()
+    }
+
+    /// A replica of `spec` with its seeded initial parameters.
+    fn replica(spec: &ModelSpec, seed: u64) -> Replica {
+        let replica = Replica::new(spec).unwrap().unwrap();
+        replica
+            .set_params(&spec.init_values(seed).unwrap())
+            .unwrap();
+        replica
+    }
+
+    /// A deterministic batch of `batch` samples of `sample_len` features over `classes` classes.
+    fn batch_of(batch: usize, sample_len: usize, classes: u32) -> (Vec<f32>, Vec<u32>) {
+        let x = (0..batch * sample_len)
+            .map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0)
+            .collect();
+        let labels = (0..batch as u32).map(|i| (i * 7 + 1) % classes).collect();
+        (x, labels)
+    }
+
+    /// One training step run the way a pipeline strategy runs it: forward stage by stage,
+    /// [`StagedModel::loss_grad`] on the last output, backward stage by stage from it, each
+    /// stage's gradients put at its [`StagedModel::stage_param_range`].
+    fn pipelined_step(model: &StagedModel, features: Vec<f32>, labels: &[u32]) -> StepOutput {
+        let mut acts = vec![model.input(features, labels.len()).unwrap()];
+        for i in 0..model.len() {
+            let y = model.forward_stage(i, &acts[i]).unwrap();
+            acts.push(y);
+        }
+        let logits = acts.pop().unwrap();
+        let (loss, mut grad) = model.loss_grad(&logits, labels).unwrap();
+        let mut grads = vec![Vec::new(); model.params().len()];
+        for i in (0..model.len()).rev() {
+            let (params, grad_in) = model.backward_stage(i, &acts[i], &grad).unwrap();
+            assert_eq!(params.len(), model.stage_param_range(i).len());
+            for (slot, g) in model.stage_param_range(i).zip(params) {
+                grads[slot] = StagedModel::flat_values(&g).unwrap();
+            }
+            grad = grad_in;
+        }
+        StepOutput { loss, grads }
+    }
+
+    /// The pipelined step gives the whole step's loss and parameter gradients.
+    fn assert_pipelined_matches_step(spec: &ModelSpec, batch: usize, sample_len: usize) {
+        let classes = match spec {
+            ModelSpec::Real { classes, .. } => *classes as u32,
+            _ => unreachable!("a staged network"),
+        };
+        for seed in [1, 2] {
+            let replica = replica(spec, seed);
+            let (x, labels) = batch_of(batch, sample_len, classes);
+            let whole = replica.step(x.clone(), &labels).unwrap();
+            let piped = pipelined_step(replica.model().unwrap(), x, &labels);
+            assert!(
+                (whole.loss - piped.loss).abs() < 1e-6,
+                "loss {} vs {}",
+                whole.loss,
+                piped.loss
+            );
+            assert_eq!(whole.grads.len(), piped.grads.len());
+            for (k, (a, b)) in whole.grads.iter().zip(&piped.grads).enumerate() {
+                assert_eq!(a.len(), b.len(), "parameter {k}");
+                let diff = a
+                    .iter()
+                    .zip(b)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0f32, f32::max);
+                assert!(diff < 1e-6, "parameter {k}: gradients differ by {diff}");
+            }
+        }
+    }
+
+    #[test]
+    fn pipelined_step_equals_whole_step_mlp() {
+        assert_pipelined_matches_step(&mlp(), 7, 20);
+    }
+
+    #[test]
+    fn pipelined_step_equals_whole_step_cnn() {
+        assert_pipelined_matches_step(&cnn(), 5, 64);
+    }
+
+    /// The loss and gradient are the mean cross-entropy's: `(softmax − one-hot) / batch`.
+    #[test]
+    fn loss_grad_is_mean_cross_entropy() {
+        let model = replica(&mlp(), 0);
+        let model = model.model().unwrap();
+        let logits =
+            Tensor::from_slice(&[1.0f32, 2.0, 3.0, 0.0, 0.0, 0.0], (2, 3), &Device::Cpu).unwrap();
+        let (loss, grad) = model.loss_grad(&logits, &[2, 1]).unwrap();
+        let z: f64 = [1.0f64, 2.0, 3.0].iter().map(|v| v.exp()).sum();
+        let p0: Vec<f64> = [1.0f64, 2.0, 3.0].iter().map(|v| v.exp() / z).collect();
+        let want_loss = (-p0[2].ln() - (1.0f64 / 3.0).ln()) / 2.0;
+        assert!(
+            (loss - want_loss).abs() < 1e-6,
+            "loss {loss} vs {want_loss}"
+        );
+        let want_grad = [
+            p0[0] / 2.0,
+            p0[1] / 2.0,
+            (p0[2] - 1.0) / 2.0,
+            1.0 / 6.0,
+            (1.0 / 3.0 - 1.0) / 2.0,
+            1.0 / 6.0,
+        ];
+        assert_eq!(grad.dims(), &[2, 3]);
+        for (g, w) in StagedModel::flat_values(&grad)
+            .unwrap()
+            .iter()
+            .zip(want_grad)
+        {
+            assert!((*g as f64 - w).abs() < 1e-6, "gradient {g} vs {w}");
+        }
+        // The input is left as it was: no variable, no graph.
+        assert!(!logits.is_variable());
+    }
+
+    /// Stage parameter ranges partition the parameter list, in order, and name each stage's own.
+    #[test]
+    fn stage_param_ranges_partition_the_parameters() {
+        for spec in [mlp(), cnn()] {
+            let replica = replica(&spec, 0);
+            let model = replica.model().unwrap();
+            let params = spec.params();
+            assert_eq!(model.params(), params);
+            assert_eq!(model.vars().len(), params.len());
+            let mut next = 0;
+            for i in 0..model.len() {
+                let range = model.stage_param_range(i);
+                assert_eq!(range.start, next, "stage {i} starts after a gap or overlap");
+                assert!(!range.is_empty(), "stage {i} owns no parameter");
+                let own = model.stage_params(i);
+                assert_eq!(own, params[range.clone()], "stage {i}");
+                for (p, var) in own.iter().zip(model.stage_vars(i)) {
+                    assert!(p.name.starts_with(&format!("s{i:02}.")), "{}", p.name);
+                    assert_eq!(var.dims(), p.shape.as_slice(), "{}", p.name);
+                }
+                next = range.end;
+            }
+            assert_eq!(next, params.len(), "the ranges leave parameters out");
+            let ranges: Vec<_> = (0..model.len())
+                .map(|i| model.stage_param_range(i))
+                .collect();
+            assert_eq!(spec.stage_param_ranges(), ranges);
+        }
+    }
+
+    /// The spec-level ranges partition every kind of model's parameters, one range per stage.
+    #[test]
+    fn spec_stage_param_ranges_cover_every_kind() {
+        let profile = ModelSpec::resolve(
+            &ModelConfig::Profile {
+                name: "resnet-32".into(),
+            },
+            &[],
+            0,
+        )
+        .unwrap();
+        let mf = ModelSpec::mf(6, 4, 3, 0.1).unwrap();
+        for spec in [mlp(), cnn(), mf, profile] {
+            let ranges = spec.stage_param_ranges();
+            assert_eq!(ranges.len(), spec.stage_facts().len());
+            let mut next = 0;
+            for r in &ranges {
+                assert_eq!(r.start, next);
+                next = r.end;
+            }
+            assert_eq!(next, spec.params().len());
+        }
+        let ModelSpec::Profile(p) = ModelSpec::resolve(
+            &ModelConfig::Profile {
+                name: "vgg16".into(),
+            },
+            &[],
+            0,
+        )
+        .unwrap() else {
+            unreachable!("a profile")
+        };
+        let spec = ModelSpec::Profile(p.clone());
+        let params = spec.params();
+        for (layer, r) in p.layers.iter().zip(spec.stage_param_ranges()) {
+            let names: Vec<_> = params[r].iter().map(|t| t.name.clone()).collect();
+            let want: Vec<_> = layer.tensors.iter().map(|t| t.name.clone()).collect();
+            assert_eq!(names, want, "layer {}", layer.name);
+        }
+    }
+
+    /// A stage index past the end is a caller bug, reported as such.
+    #[test]
+    #[should_panic(expected = "stage 3 out of range")]
+    fn stage_param_range_rejects_a_missing_stage() {
+        let replica = replica(&mlp(), 0);
+        replica.model().unwrap().stage_param_range(3);
+    }
+}
