@@ -2,6 +2,8 @@
 
 use crate::config::{self, ConfigError};
 use clap::{Args, Parser, Subcommand};
+use concord_engine::context::RuntimeKind;
+use concord_engine::output::write_run_folder;
 use concord_engine::prelude::*;
 use concord_engine::run::{RunOptions, RunResult};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -143,12 +145,12 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     ));
     let tick = bar.clone();
     let options = RunOptions {
-        out_dir: Some(out.clone()),
         progress: Some(Arc::new(move |_, _| tick.inc(1))),
     };
     let result = concord_engine::run(&cfg, &asm, options);
     bar.finish_and_clear();
     let result = result?;
+    write_run_folder(&out, &result)?;
     print_summary(&result, cfg.runtime, &out);
     Ok(())
 }

@@ -84,6 +84,27 @@ pub enum EngineError {
         #[source]
         source: candle_core::Error,
     },
+    /// No holder of the model reports a parameter block: the holders' parts do not cover the
+    /// whole model.
+    #[error("the model misses block {block} of `{param}`: none of its holders ({}) reports it", role_list(.holders))]
+    MissingBlock {
+        /// The block.
+        block: crate::payload::BlockId,
+        /// The parameter it is part of.
+        param: String,
+        /// Every holder of the model.
+        holders: Vec<RoleId>,
+    },
+    /// More than one holder of the model reports a parameter block: the holders' parts overlap.
+    #[error("block {block} of `{param}` is held by more than one of the model's holders: {}", role_list(.holders))]
+    DoubledBlock {
+        /// The block.
+        block: crate::payload::BlockId,
+        /// The parameter it is part of.
+        param: String,
+        /// The holders reporting it.
+        holders: Vec<RoleId>,
+    },
     /// Writing outputs failed.
     #[error("i/o error on {path}: {source}")]
     Io {
@@ -126,6 +147,15 @@ impl From<concord_workloads::WorkloadError> for EngineError {
             W::Data(e) => EngineError::Data(e),
         }
     }
+}
+
+/// `worker-0, worker-1`: roles for an error message.
+fn role_list(roles: &[RoleId]) -> String {
+    roles
+        .iter()
+        .map(RoleId::label)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Attaches context to candle errors.

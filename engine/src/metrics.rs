@@ -44,7 +44,7 @@ pub struct IterationRow {
     pub wall_s: f64,
     /// Sample-weighted mean training loss.
     pub loss: f64,
-    /// Samples processed in this clock over all workers.
+    /// Samples processed in this clock over the workers that took part.
     pub samples: u64,
     /// Per-worker compute seconds.
     pub compute_s: Vec<f64>,
@@ -54,6 +54,10 @@ pub struct IterationRow {
     pub comm_s: Vec<f64>,
     /// Bytes sent by workers in this clock.
     pub bytes_sent: u64,
+    /// The workers the per-worker vectors are of, in order, when some worker did not take part
+    /// in this clock (joined later or left earlier); absent when every worker did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<Vec<u32>>,
     /// Test accuracy of the parameters after this iteration, where evaluated (classifiers only;
     /// regression models such as MF have none).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -77,33 +81,98 @@ pub struct TimedEvaluation {
     pub test_loss: f64,
 }
 
-/// Merges the workers' records into per-iteration rows (clocks every worker completed).
+/// Merges the workers' records into per-iteration rows, matching records by their `clock`; every
+/// worker stays to the end of the job (see [`merge_iterations_with`] for workers that leave).
 pub fn merge_iterations(per_worker: &[Vec<IterRecord>]) -> Vec<IterationRow> {
-    let clocks = per_worker.iter().map(|r| r.len()).min().unwrap_or(0);
-    (0..clocks)
-        .map(|c| {
-            let recs: Vec<&IterRecord> = per_worker.iter().map(|r| &r[c]).collect();
-            let samples: u64 = recs.iter().map(|r| r.samples).sum();
-            let loss = if samples == 0 {
-                f64::NAN
-            } else {
-                recs.iter().map(|r| r.loss * r.samples as f64).sum::<f64>() / samples as f64
-            };
-            IterationRow {
-                iteration: c as u64 + 1,
-                time_s: recs.iter().map(|r| r.end_s).fold(0.0, f64::max),
-                wall_s: recs.iter().map(|r| r.wall_s).fold(0.0, f64::max),
-                loss,
-                samples,
-                compute_s: recs.iter().map(|r| r.compute_s).collect(),
-                wait_s: recs.iter().map(|r| r.wait_s).collect(),
-                comm_s: recs.iter().map(|r| r.comm_s).collect(),
-                bytes_sent: recs.iter().map(|r| r.bytes_sent).sum(),
-                test_accuracy: None,
-                test_loss: None,
+    merge_iterations_with(per_worker, &[])
+}
+
+/// Merges the workers' records into per-iteration rows, matching records by their `clock`.
+///
+/// Which clocks get a row — the clocks the job completed:
+/// - a worker takes part from its first recorded clock (it may join after others) to its last;
+///   a worker with no records takes no part;
+/// - after its last recorded clock a worker is still expected, unless `left[w]` says worker `w`
+///   left the job then (missing entries: it did not): a worker that stops recording without
+///   leaving holds the job's later clocks back, as the slowest worker does;
+/// - rows run over consecutive clocks from the first clock any worker recorded, and stop at the
+///   first clock that some expected worker did not record, or that no worker is expected at.
+///
+/// When every worker records the same clocks `0, 1, …` this is one row per clock up to the
+/// smallest count. A row merges the workers that recorded its clock; its per-worker vectors hold
+/// those workers' values in worker order, and its `workers` field names them when some worker is
+/// absent. A worker's second record of a clock is ignored.
+pub fn merge_iterations_with(per_worker: &[Vec<IterRecord>], left: &[bool]) -> Vec<IterationRow> {
+    let by_clock: Vec<BTreeMap<u64, &IterRecord>> = per_worker
+        .iter()
+        .map(|records| {
+            let mut m = BTreeMap::new();
+            for r in records {
+                m.entry(r.clock).or_insert(r);
             }
+            m
         })
-        .collect()
+        .collect();
+    let firsts = by_clock.iter().filter_map(|m| m.keys().next().copied());
+    let lasts = by_clock
+        .iter()
+        .filter_map(|m| m.keys().next_back().copied());
+    let (Some(first), Some(last)) = (firsts.min(), lasts.max()) else {
+        return Vec::new();
+    };
+    let mut rows = Vec::new();
+    for clock in first..=last {
+        let mut present: Vec<(u32, &IterRecord)> = Vec::new();
+        let mut complete = true;
+        for (w, m) in by_clock.iter().enumerate() {
+            let (Some(&joined), Some(&until)) = (m.keys().next(), m.keys().next_back()) else {
+                continue;
+            };
+            let gone = clock > until && left.get(w).copied().unwrap_or(false);
+            if clock < joined || gone {
+                continue;
+            }
+            match m.get(&clock) {
+                Some(r) => present.push((w as u32, r)),
+                None => {
+                    complete = false;
+                    break;
+                }
+            }
+        }
+        if !complete || present.is_empty() {
+            break;
+        }
+        let all = present.len() == per_worker.len();
+        rows.push(merge_clock(rows.len() as u64 + 1, &present, all));
+    }
+    rows
+}
+
+/// The row of one clock from the records of the workers present (in worker order); `all`: every
+/// worker is present.
+fn merge_clock(iteration: u64, present: &[(u32, &IterRecord)], all: bool) -> IterationRow {
+    let recs: Vec<&IterRecord> = present.iter().map(|(_, r)| *r).collect();
+    let samples: u64 = recs.iter().map(|r| r.samples).sum();
+    let loss = if samples == 0 {
+        f64::NAN
+    } else {
+        recs.iter().map(|r| r.loss * r.samples as f64).sum::<f64>() / samples as f64
+    };
+    IterationRow {
+        iteration,
+        time_s: recs.iter().map(|r| r.end_s).fold(0.0, f64::max),
+        wall_s: recs.iter().map(|r| r.wall_s).fold(0.0, f64::max),
+        loss,
+        samples,
+        compute_s: recs.iter().map(|r| r.compute_s).collect(),
+        wait_s: recs.iter().map(|r| r.wait_s).collect(),
+        comm_s: recs.iter().map(|r| r.comm_s).collect(),
+        bytes_sent: recs.iter().map(|r| r.bytes_sent).sum(),
+        workers: (!all).then(|| present.iter().map(|(w, _)| *w).collect()),
+        test_accuracy: None,
+        test_loss: None,
+    }
 }
 
 /// The ideal time of a run: all the work the workers did, spread perfectly over the cluster's
@@ -240,25 +309,118 @@ mod tests {
         assert_eq!(ideal_time(&[]), 0.0);
     }
 
-    #[test]
-    fn merge_takes_the_last_worker_and_weights_the_loss() {
-        let rec = |end, samples, loss| IterRecord {
-            clock: 0,
-            start_s: 0.0,
+    fn rec(clock: u64, end: f64, samples: u64, loss: f64) -> IterRecord {
+        IterRecord {
+            clock,
+            start_s: end - 1.0,
             end_s: end,
             wall_s: end,
             samples,
-            compute_s: 1.0,
-            wait_s: 0.0,
+            compute_s: clock as f64 + 0.5,
+            wait_s: end / 10.0,
             comm_s: 0.0,
             loss,
-            version_read: -1,
+            version_read: clock as i64 - 1,
             bytes_sent: 10,
-        };
-        let rows = merge_iterations(&[vec![rec(1.0, 1, 1.0)], vec![rec(3.0, 3, 2.0)]]);
+        }
+    }
+
+    #[test]
+    fn merge_takes_the_last_worker_and_weights_the_loss() {
+        let rows = merge_iterations(&[vec![rec(0, 1.0, 1, 1.0)], vec![rec(0, 3.0, 3, 2.0)]]);
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].time_s, 3.0);
         assert!((rows[0].loss - 1.75).abs() < 1e-12);
         assert_eq!(rows[0].bytes_sent, 20);
+        assert_eq!(rows[0].workers, None, "every worker took part");
+    }
+
+    /// Today's rule, by position: row c merges every worker's c-th record, up to the shortest.
+    fn by_position(per_worker: &[Vec<IterRecord>]) -> Vec<(u64, f64, Vec<f64>, Vec<f64>)> {
+        let n = per_worker.iter().map(Vec::len).min().unwrap_or(0);
+        (0..n)
+            .map(|c| {
+                let recs: Vec<&IterRecord> = per_worker.iter().map(|r| &r[c]).collect();
+                (
+                    c as u64 + 1,
+                    recs.iter().map(|r| r.end_s).fold(0.0, f64::max),
+                    recs.iter().map(|r| r.compute_s).collect(),
+                    recs.iter().map(|r| r.wait_s).collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_same_clocks_everywhere_give_one_row_per_clock_up_to_the_shortest() {
+        let worker = |n: u64, speed: f64| -> Vec<IterRecord> {
+            (0..n)
+                .map(|c| rec(c, (c + 1) as f64 * speed, 2, c as f64))
+                .collect()
+        };
+        let per_worker = vec![worker(5, 1.0), worker(4, 3.0), worker(6, 2.0)];
+        let rows = merge_iterations(&per_worker);
+        let got: Vec<_> = rows
+            .iter()
+            .map(|r| (r.iteration, r.time_s, r.compute_s.clone(), r.wait_s.clone()))
+            .collect();
+        assert_eq!(got, by_position(&per_worker));
+        assert!(rows.iter().all(|r| r.workers.is_none()));
+    }
+
+    #[test]
+    fn records_are_matched_by_clock_not_by_position() {
+        let mut late = vec![rec(1, 4.0, 1, 1.0), rec(0, 2.0, 1, 1.0)];
+        late.push(rec(1, 9.0, 1, 1.0)); // a second record of clock 1 is ignored
+        let rows = merge_iterations(&[vec![rec(0, 1.0, 1, 1.0), rec(1, 3.0, 1, 1.0)], late]);
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].time_s, rows[1].time_s), (2.0, 4.0));
+    }
+
+    #[test]
+    fn a_worker_that_joins_later_is_not_expected_before_its_first_clock() {
+        let founder: Vec<IterRecord> = (0..4).map(|c| rec(c, c as f64 + 1.0, 1, 1.0)).collect();
+        let joiner: Vec<IterRecord> = (2..4).map(|c| rec(c, c as f64 + 1.5, 3, 2.0)).collect();
+        let rows = merge_iterations(&[founder, joiner]);
+        assert_eq!(rows.len(), 4);
+        assert_eq!(rows[1].workers, Some(vec![0]));
+        assert_eq!(rows[1].compute_s, vec![1.5]);
+        assert_eq!(rows[1].samples, 1);
+        assert_eq!(rows[2].workers, None);
+        assert_eq!(rows[2].compute_s, vec![2.5, 2.5]);
+        assert_eq!(rows[2].time_s, 3.5);
+        assert!((rows[2].loss - 1.75).abs() < 1e-12);
+        let iterations: Vec<u64> = rows.iter().map(|r| r.iteration).collect();
+        assert_eq!(iterations, vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_worker_that_stops_holds_the_job_back_unless_it_left() {
+        let stays: Vec<IterRecord> = (0..5).map(|c| rec(c, c as f64 + 1.0, 1, 1.0)).collect();
+        let stops: Vec<IterRecord> = (0..2).map(|c| rec(c, c as f64 + 1.0, 1, 1.0)).collect();
+        let both = [stays, stops];
+        assert_eq!(merge_iterations(&both).len(), 2);
+        let rows = merge_iterations_with(&both, &[false, true]);
+        assert_eq!(rows.len(), 5);
+        assert_eq!(rows[1].workers, None);
+        assert_eq!(rows[2].workers, Some(vec![0]));
+        assert_eq!(rows[4].wait_s, vec![0.5]);
+    }
+
+    #[test]
+    fn a_clock_an_expected_worker_missed_ends_the_rows() {
+        let gap = vec![rec(0, 1.0, 1, 1.0), rec(2, 3.0, 1, 1.0)];
+        let full: Vec<IterRecord> = (0..3).map(|c| rec(c, c as f64 + 1.0, 1, 1.0)).collect();
+        assert_eq!(merge_iterations(&[full.clone(), gap.clone()]).len(), 1);
+        assert_eq!(merge_iterations_with(&[full, gap], &[false, true]).len(), 1);
+        assert!(merge_iterations(&[vec![], vec![]]).is_empty());
+    }
+
+    #[test]
+    fn workers_without_records_take_no_part() {
+        let one: Vec<IterRecord> = (0..3).map(|c| rec(c, c as f64 + 1.0, 1, 1.0)).collect();
+        let rows = merge_iterations(&[vec![], one]);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[0].workers, Some(vec![1]));
     }
 }

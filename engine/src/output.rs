@@ -1,26 +1,17 @@
 //! The run folder: resolved config, per-iteration metrics, summary, per-role timelines, and a
 //! checkpoint of the parameters with their optimizer state.
 
-use crate::config::RunConfig;
-use crate::contract::ModelState;
 use crate::error::{EngineError, Result};
-use crate::ids::RoleId;
-use crate::metrics::{self, TraceEvent};
-use crate::ps::ParamLayout;
-use crate::run::RunResult;
+use crate::metrics;
+use crate::run::{FinalModel, RunResult};
 use safetensors::tensor::{Dtype, TensorView};
 use std::path::Path;
 
-/// Writes everything a finished run leaves behind into `dir`.
-pub fn write_run_folder(
-    dir: &Path,
-    config: &RunConfig,
-    result: &RunResult,
-    traces: &[(RoleId, Vec<TraceEvent>)],
-    layout: &ParamLayout,
-    servers: &[ModelState],
-) -> Result<()> {
-    let resolved = toml::to_string_pretty(config)
+/// Writes everything a finished run leaves behind into `dir`: `config.toml` (resolved),
+/// `metrics.jsonl`, `evaluations.jsonl` (with `eval_every_s`), `summary.json`, one Chrome trace
+/// per role under `trace/`, and `checkpoint.safetensors` (real models).
+pub fn write_run_folder(dir: &Path, result: &RunResult) -> Result<()> {
+    let resolved = toml::to_string_pretty(&result.config)
         .map_err(|e| EngineError::config("(resolved config)", "", e.to_string()))?;
     metrics::write_atomic(&dir.join("config.toml"), resolved.as_bytes())?;
     metrics::write_jsonl(&dir.join("metrics.jsonl"), &result.rows)?;
@@ -29,7 +20,7 @@ pub fn write_run_folder(
     }
     let summary = serde_json::to_string_pretty(&result.summary).unwrap_or_default();
     metrics::write_atomic(&dir.join("summary.json"), summary.as_bytes())?;
-    for (role, events) in traces {
+    for (role, events) in &result.traces {
         metrics::write_chrome_trace(
             &dir.join("trace").join(format!("{}.json", role.label())),
             &role.label(),
@@ -37,34 +28,33 @@ pub fn write_run_folder(
         )?;
     }
     if result.params.is_some() {
-        write_checkpoint(&dir.join("checkpoint.safetensors"), layout, servers)?;
+        write_checkpoint(&dir.join("checkpoint.safetensors"), &result.model)?;
     }
     Ok(())
 }
 
-/// Saves parameters (`<name>`) and optimizer state (`<name>.opt<k>`, `<name>.step`) as safetensors.
-pub fn write_checkpoint(path: &Path, layout: &ParamLayout, servers: &[ModelState]) -> Result<()> {
+/// Saves the parameters (`<name>`) and optimizer state (`<name>.opt<k>`, `<name>.step`) of
+/// `model` as safetensors. A parameter's step is the largest of its blocks' steps (they agree
+/// when every block received every update).
+pub fn write_checkpoint(path: &Path, model: &FinalModel) -> Result<()> {
+    let layout = &model.layout;
     let mut values = layout.zeros();
-    let blocks: Vec<_> = servers
-        .iter()
-        .flat_map(|r| r.blocks.iter().cloned())
-        .collect();
-    layout.write_into(&blocks, &mut values);
-    let slots = servers
-        .iter()
-        .flat_map(|r| r.opt_state.values())
+    layout.write_into(&model.blocks, &mut values);
+    let slots = model
+        .opt_state
+        .values()
         .map(|s| s.slots.len())
         .max()
         .unwrap_or(0);
     let mut opt = vec![layout.zeros(); slots];
     let mut steps = vec![0f32; layout.params().len()];
-    for r in servers {
-        for (&block, state) in &r.opt_state {
-            let b = &layout.blocks()[block as usize];
-            steps[b.param] = state.step as f32;
-            for (k, slot) in state.slots.iter().enumerate() {
-                opt[k][b.param][b.offset..b.offset + b.len].copy_from_slice(slot);
-            }
+    for (&block, state) in &model.opt_state {
+        let Some(b) = layout.blocks().get(block as usize) else {
+            continue;
+        };
+        steps[b.param] = steps[b.param].max(state.step as f32);
+        for (k, slot) in state.slots.iter().enumerate() {
+            opt[k][b.param][b.offset..b.offset + b.len].copy_from_slice(slot);
         }
     }
     let mut named: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();

@@ -1,0 +1,127 @@
+//! Building a job from a config and an assembly: the model and data, the cluster, the parameter
+//! layout, the shared [`Job`], and every role (coordinator first, then workers, then servers).
+
+use crate::cluster::Cluster;
+use crate::config::RunConfig;
+use crate::contract::Assembly;
+use crate::contract::{Coordinator, Server, Worker};
+use crate::coordinator::StaticCoordinator;
+use crate::data::SampleStream;
+use crate::dp::DataParallelWorker;
+use crate::error::{EngineError, Result};
+use crate::job::{Job, ProgressFn};
+use crate::model::{ModelConfig, ModelSpec};
+use crate::ps::{ParamLayout, ParamServer, RoundRobinPlacement, SnapshotPlan};
+use std::sync::Arc;
+
+/// A job and its roles, built and ready to launch.
+pub(super) struct Built {
+    /// What every role was built from.
+    pub job: Arc<Job>,
+    /// Worker `w` at index `w`.
+    pub workers: Vec<Box<dyn Worker>>,
+    /// Server `s` at index `s`: the configured servers, then the standby ones.
+    pub servers: Vec<Box<dyn Server>>,
+    /// The coordinator.
+    pub coordinator: Box<dyn Coordinator>,
+}
+
+/// Builds the job `config` describes with the parts in `asm`, and its roles.
+pub(super) fn build(
+    config: &RunConfig,
+    asm: &Assembly,
+    progress: Option<ProgressFn>,
+) -> Result<Built> {
+    let job = Arc::new(job(config, asm, progress)?);
+    // The coordinator is built first: whether it directs batches shapes the workers.
+    let coordinator: Box<dyn Coordinator> = match &asm.coordinator {
+        Some(f) => f(job.clone())?,
+        None => Box::new(StaticCoordinator),
+    };
+    let _ = job.directed.set(coordinator.directs_batches());
+    let mut workers: Vec<Box<dyn Worker>> = Vec::new();
+    for w in 0..config.workers {
+        workers.push(match &asm.worker {
+            Some(f) => f(job.clone(), w)?,
+            None => Box::new(DataParallelWorker::new(job.clone(), w)?),
+        });
+    }
+    let mut servers: Vec<Box<dyn Server>> = Vec::new();
+    for s in 0..total_servers(config, asm) {
+        servers.push(match &asm.server {
+            Some(f) => f(job.clone(), s)?,
+            None => Box::new(ParamServer::new(
+                s,
+                job.layout.clone(),
+                job.init.as_deref(),
+                job.consistency.clone(),
+                config.optimizer.clone(),
+                config.workers,
+                SnapshotPlan::of(config),
+            )),
+        });
+    }
+    Ok(Built {
+        job,
+        workers,
+        servers,
+        coordinator,
+    })
+}
+
+/// Servers started: the configured ones, then the standby ones (elastic strategies), placed like
+/// the others, after them.
+pub(super) fn total_servers(config: &RunConfig, asm: &Assembly) -> u32 {
+    config.servers + asm.standby_servers
+}
+
+/// The job: model and data resolved, cluster placed, parameters cut into blocks.
+fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressFn>) -> Result<Job> {
+    let (model, data) = match &config.model {
+        ModelConfig::Profile { .. } => (ModelSpec::resolve(&config.model, &[], 0)?, None),
+        _ => {
+            // Pairing errors (MF without ratings data, ...) before generating any data.
+            config.model.check_data(&config.data)?;
+            let split = config.data.load(config.seed)?;
+            let spec = ModelSpec::resolve_for_data(&config.model, &config.data, &split.train)?;
+            (spec, Some(split))
+        }
+    };
+    let cluster = Arc::new(Cluster::resolve(
+        &config.cluster,
+        config.workers,
+        total_servers(config, asm),
+    )?);
+    let placement = asm
+        .placement
+        .clone()
+        .unwrap_or_else(|| Arc::new(RoundRobinPlacement));
+    let layout = Arc::new(ParamLayout::new(
+        model.params(),
+        (config.block_bytes / 4) as usize,
+        placement.as_ref(),
+        config.servers,
+    ));
+    let missing =
+        |slot: &str| EngineError::Composition(format!("no strategy fills the {slot} slot"));
+    let consistency = asm
+        .consistency
+        .clone()
+        .ok_or_else(|| missing("consistency"))?;
+    let memory = asm.memory.clone().ok_or_else(|| missing("memory"))?;
+    let stream = SampleStream::new(data.as_ref().map_or(0, |d| d.train.len()), config.seed);
+    let init = model.init_values(config.seed);
+    Ok(Job {
+        config: config.clone(),
+        cluster,
+        model,
+        layout,
+        init,
+        data,
+        stream,
+        consistency,
+        memory,
+        directed: std::sync::OnceLock::new(),
+        progress,
+    })
+}
