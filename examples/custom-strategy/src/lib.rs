@@ -1,8 +1,9 @@
 //! # An example custom strategy: batch-size warm-up
 //!
 //! Shows how a strategy is written against concord's traits from outside the project: a crate
-//! that depends only on `concord-engine`, implements a role ([`Coordinator`]) and a [`Strategy`]
-//! that installs it, and is registered with one call. Name it in a config:
+//! that depends only on `concord-engine` and imports nothing but its prelude, implements a role
+//! ([`Coordinator`]) and a [`Strategy`] that installs it with the assembly's setter
+//! ([`Assembly::set_coordinator`]), and is registered with one call. Name it in a config:
 //!
 //! ```toml
 //! strategies = ["bsp", "batch-ramp"]
@@ -16,7 +17,6 @@
 //! its batch for the next clock as soon as it reports the current one, so it adds no barrier.
 
 use concord_engine::prelude::*;
-use serde::Deserialize;
 use std::sync::Arc;
 
 /// Options: `[strategy.batch-ramp]`.
@@ -132,14 +132,14 @@ impl Strategy for BatchRamp {
                 "must be in (0, 1]",
             ));
         }
-        asm.coordinator = Some(Arc::new(move |job| {
-            Ok(Box::new(RampCoordinator {
+        asm.set_coordinator(move |job| {
+            Ok(RampCoordinator {
                 options: o.clone(),
                 batch: job.config.batch,
                 workers: job.config.workers,
                 iterations: job.config.iterations,
-            }) as Box<dyn Coordinator>)
-        }));
+            })
+        });
         Ok(())
     }
 }

@@ -1,0 +1,111 @@
+//! Every registered strategy's workers report the device memory they measured: a non-zero peak
+//! for each worker, at least the replica's parameters and gradients, more once a step's
+//! activations are resident, and the optimizer state on top where workers apply updates
+//! themselves.
+
+use concord::engine::config::RunConfig;
+use concord::engine::run::{RunOptions, RunResult};
+use std::collections::BTreeSet;
+
+/// A tiny training run of `strategies`: 4 workers, 2 servers, 3 clocks of 8 samples, the default
+/// MLP on a small teacher task, plain SGD (which every strategy accepts) with momentum.
+fn tiny(strategies: &[&str], options: &[(&str, &str)]) -> RunConfig {
+    let mut cfg = RunConfig {
+        workers: 4,
+        servers: 2,
+        batch: 8,
+        iterations: 3,
+        eval_every: 3,
+        strategies: strategies.iter().map(|s| s.to_string()).collect(),
+        ..RunConfig::default()
+    };
+    cfg.data = toml::from_str("kind = \"teacher\"\ntrain = 512\ntest = 64").expect("data");
+    for (name, text) in options {
+        cfg.strategy
+            .insert(name.to_string(), toml::from_str(text).expect("options"));
+    }
+    cfg
+}
+
+/// Optimizer state slots per parameter under the default optimizer (SGD with momentum).
+const MOMENTUM_SLOTS: u64 = 1;
+
+/// One run per strategy, with the smallest valid config, and the resident state its workers hold
+/// beyond parameters and gradients (in multiples of the parameter bytes).
+fn cases() -> Vec<(&'static str, RunConfig, u64)> {
+    let mut resident = tiny(&["bsp"], &[]);
+    resident.memory = Some("resident".into());
+    let mut flexrr = tiny(&["flexrr"], &[("flexrr", "units = 4\ngroup_size = 2")]);
+    flexrr.optimizer = toml::from_str("kind = \"sgd\"\nlr = 0.05\nmomentum = 0.0").expect("sgd");
+    vec![
+        ("bsp", tiny(&["bsp"], &[]), 0),
+        ("ssp", tiny(&["ssp"], &[]), 0),
+        ("asp", tiny(&["asp"], &[]), 0),
+        ("lb-bsp", tiny(&["bsp", "lb-bsp"], &[]), 0),
+        ("resident", resident, 0),
+        ("elastic-ps", tiny(&["elastic-ps"], &[]), 0),
+        // Workers that apply the update themselves keep the optimizer state beside the replica.
+        ("allreduce", tiny(&["allreduce"], &[]), MOMENTUM_SLOTS),
+        ("rna", tiny(&["rna"], &[]), MOMENTUM_SLOTS),
+        ("eager-sgd", tiny(&["eager-sgd"], &[]), MOMENTUM_SLOTS),
+        ("ad-psgd", tiny(&["ad-psgd"], &[]), MOMENTUM_SLOTS),
+        // FlexRR workers apply plain SGD deltas: no optimizer state.
+        ("flexrr", flexrr, 0),
+    ]
+}
+
+fn run(cfg: &RunConfig) -> RunResult {
+    let asm = concord::registry().compose(cfg).expect("composes");
+    concord::engine::run(cfg, &asm, RunOptions::default()).expect("runs")
+}
+
+/// Bytes of the model's parameters, from the run's final values (fp32).
+fn param_bytes(r: &RunResult) -> u64 {
+    let params = r.params.as_ref().expect("a real model");
+    params.iter().map(|(_, v)| 4 * v.len() as u64).sum()
+}
+
+#[test]
+fn the_cases_cover_every_registered_strategy() {
+    let registered: BTreeSet<&str> = concord::registry().strategies().map(|s| s.name()).collect();
+    let covered: BTreeSet<&str> = cases().iter().map(|(name, ..)| *name).collect();
+    assert_eq!(
+        registered, covered,
+        "every registered strategy needs a peak-memory case"
+    );
+    for (name, cfg, _) in cases() {
+        let named = cfg.strategies.iter().chain(&cfg.memory);
+        assert!(named.into_iter().any(|s| s == name), "{name}: {cfg:?}");
+    }
+}
+
+#[test]
+fn every_strategy_reports_each_workers_measured_peak_memory() {
+    for (name, cfg, extra_state) in cases() {
+        let r = run(&cfg);
+        let p = param_bytes(&r);
+        assert!(p > 0, "{name}");
+        let floor = (2 + extra_state) * p;
+        for w in 0..cfg.workers {
+            let role = format!("worker-{w}");
+            let peak = *r
+                .summary
+                .peak_memory
+                .get(&role)
+                .unwrap_or_else(|| panic!("{name}: no peak for {role}: {:?}", r.summary));
+            assert!(peak > 0, "{name}: {role} peak is zero");
+            // Parameters and gradients (and optimizer state where the worker keeps it) are
+            // resident all run; a step's activations come on top.
+            assert!(
+                peak > floor,
+                "{name}: {role} peak {peak} B, parameters {p} B: expected more than {floor} B"
+            );
+        }
+        eprintln!(
+            "{name}: parameters {p} B, worker peaks {:?}",
+            (0..cfg.workers)
+                .map(|w| r.summary.peak_memory[&format!("worker-{w}")])
+                .collect::<Vec<_>>()
+        );
+    }
+}
