@@ -120,7 +120,6 @@ impl PartHolder {
                 blocks: ids.iter().map(|&b| self.block(b, false)).collect(),
             }]),
             blocks,
-            ..ModelState::default()
         }
     }
 

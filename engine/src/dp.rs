@@ -63,23 +63,22 @@ pub async fn train_step(
     charge: Charge,
 ) -> Result<(StepResult, f64)> {
     activations(ctx, job, at.batch).await?;
-    let math = match (replica, &job.data) {
+    // The step's math, run inside the charge (timed there in `wall`); none in throughput mode.
+    let batch = match (replica, &job.data) {
         (Some(replica), Some(data)) => Some((replica, batch_of(job, data, replica, params, at)?)),
         _ => None,
     };
-    let step = |math: Option<(&Replica, (Vec<f32>, Vec<u32>))>| {
-        math.map(|(replica, (x, y))| replica.step(x, &y))
-    };
+    let step = move || batch.map(|(replica, (x, y))| replica.step(x, &y));
     let (out, ready_at) = match charge {
         Charge::Whole => {
-            let out = ctx.compute("step", work, || step(math)).await;
+            let out = ctx.compute("step", work, step).await;
             (out, ctx.now())
         }
         Charge::Span(span) => {
-            let out = ctx.compute_span("step", work, span, || step(math)).await;
+            let out = ctx.compute_span("step", work, span, step).await;
             (out, ctx.now())
         }
-        Charge::Deferred => ctx.compute_deferred("step", work, || step(math)),
+        Charge::Deferred => ctx.compute_deferred("step", work, step),
     };
     let result = match out {
         Some(out) => finite_step(ctx, at, out)?,
