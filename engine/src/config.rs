@@ -1,7 +1,6 @@
 //! The run configuration (`configs/*.toml`), its defaults and its validation.
 
 use crate::cluster::ClusterConfig;
-use crate::context::RuntimeKind;
 use crate::data::DataConfig;
 use crate::error::{EngineError, Result};
 use crate::model::ModelConfig;
@@ -133,4 +132,14 @@ impl RunConfig {
         }
         Ok(())
     }
+}
+
+/// How a run keeps time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RuntimeKind {
+    /// Virtual time on one thread: compute costs come from the cost model; deterministic.
+    Sim,
+    /// Real time on a thread pool: compute costs what it costs; slowdowns are extra sleeps.
+    Wall,
 }

@@ -7,6 +7,7 @@
 //! in `wall` (real time, real costs plus injected sleeps).
 
 use crate::cluster::DeviceProfile;
+pub use crate::config::RuntimeKind;
 use crate::error::{EngineError, Result};
 use crate::ids::{MachineId, RoleId};
 use crate::memory::{DeviceMemory, MemEvent};
@@ -18,16 +19,6 @@ use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use tokio::sync::mpsc;
-
-/// How a run keeps time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RuntimeKind {
-    /// Virtual time on one thread: compute costs come from the cost model; deterministic.
-    Sim,
-    /// Real time on a thread pool: compute costs what it costs; slowdowns are extra sleeps.
-    Wall,
-}
 
 /// How the straggler injector knows a role: its kind and index (`None` for the coordinator, which
 /// no pattern slows).

@@ -21,20 +21,25 @@
 //! what it gathered. The run assembles the model it evaluates and checkpoints from the holders'
 //! parts.
 //!
+//! The roles, the composition types, strategy messages and the reports are defined here. Three
+//! seams are defined beside the code that calls them and re-exported here, so that no file imports
+//! in a circle: [`MemoryPolicy`] (in [`crate::memory`], called by the role context),
+//! [`Consistency`] and [`Placement`] (in [`crate::ps`], called by the job and the parameter
+//! layout). [`Straggler`] comes from the `concord-stragglers` crate.
+//!
 //! Strategy crates import [`crate::prelude`], which re-exports this file and the building blocks
 //! roles are written with.
 
 use crate::config::RunConfig;
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::ids::{Clock, RoleId, ServerId, WorkerId};
 use crate::job::Job;
-use crate::memory::{MemAction, MemEvent, MemoryLedger};
-use crate::message::Report;
+use crate::message::{CustomMessage, Message, Report};
 use crate::metrics::IterRecord;
-use crate::model::ParamInfo;
 use crate::optim::OptState;
+use crate::payload::Payload;
 use crate::payload::{BlockId, BlockPayload};
-use crate::ps::{cut_into_blocks, Block, Snapshot, TimedSnapshot};
+use crate::ps::{Snapshot, TimedSnapshot};
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -43,6 +48,9 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use crate::context::RoleContext;
+pub use crate::job::MemoryPolicyFactory;
+pub use crate::memory::MemoryPolicy;
+pub use crate::ps::{ApplyMode, Consistency, Placement};
 pub use crate::stragglers::Straggler;
 
 // ---------------------------------------------------------------------------------------------
@@ -115,126 +123,8 @@ pub trait Coordinator: Send {
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport>;
 }
 
-/// Decides where each tensor of one device lives (resident, offloaded, prefetched, dropped),
-/// under the device's budget. Every role has one, reached through its context
-/// ([`RoleContext::memory_event`]); it charges the role's [`MemoryLedger`] and returns the
-/// transfers it needs, which the context charges on the host link.
-///
-/// ```
-/// use concord_engine::prelude::*;
-/// use concord_engine::memory::{MemAction, MemEvent, MemoryLedger, TensorClass};
-///
-/// /// Keeps everything resident and accounts it.
-/// struct Resident;
-///
-/// impl MemoryPolicy for Resident {
-///     fn name(&self) -> String {
-///         "resident".into()
-///     }
-///     fn on_event(&mut self, event: &MemEvent, ledger: &mut MemoryLedger) -> Result<Vec<MemAction>> {
-///         match event {
-///             MemEvent::Allocate { class, bytes, what } => ledger.alloc(*class, *bytes, what)?,
-///             MemEvent::Release { class, bytes } => ledger.free(*class, *bytes),
-///             MemEvent::Forward { bytes, .. } => {
-///                 ledger.alloc(TensorClass::Activations, *bytes, "activations")?
-///             }
-///             MemEvent::Backward { bytes, .. } => ledger.free(TensorClass::Activations, *bytes),
-///         }
-///         Ok(Vec::new())
-///     }
-/// }
-/// ```
-pub trait MemoryPolicy: Send {
-    /// Short name for reports.
-    fn name(&self) -> String;
-    /// Handles one event: updates the ledger and returns the transfers it requires.
-    fn on_event(&mut self, event: &MemEvent, ledger: &mut MemoryLedger) -> Result<Vec<MemAction>>;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Parameter-server rules
-
-/// How a server applies the gradients it receives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ApplyMode {
-    /// Buffer each clock's gradients and apply their sample-weighted mean once every worker has
-    /// completed that clock, in clock order. The version is the last clock applied.
-    PerClock,
-    /// Apply each push as it arrives, scaled by 1/workers; versions count applied pushes / workers.
-    OnArrival,
-}
-
-/// A read-freshness rule of the parameter server (BSP, SSP, ASP, ...).
-///
-/// A worker working on clock `c` asks for parameters with version `>= min_version(c)`; the server
-/// holds the read until it can answer. The engine's rules are in [`crate::ps`]
-/// ([`StaleSynchronous`](crate::ps::StaleSynchronous), [`Asynchronous`](crate::ps::Asynchronous)).
-///
-/// ```
-/// use concord_engine::prelude::*;
-///
-/// /// Reads may be up to two clocks stale.
-/// #[derive(Debug)]
-/// struct TwoBehind;
-///
-/// impl Consistency for TwoBehind {
-///     fn name(&self) -> String {
-///         "two-behind".into()
-///     }
-///     fn min_version(&self, clock: Clock) -> Option<i64> {
-///         Some(clock as i64 - 3)
-///     }
-///     fn staleness_bound(&self) -> Option<u64> {
-///         Some(2)
-///     }
-/// }
-/// assert_eq!(TwoBehind.min_version(5), Some(2));
-/// ```
-pub trait Consistency: Send + Sync + fmt::Debug {
-    /// Short name for reports, e.g. `ssp(s=1)`.
-    fn name(&self) -> String;
-    /// Minimum version a read at clock `c` must reflect (`None`: any version will do).
-    fn min_version(&self, clock: Clock) -> Option<i64>;
-    /// How the server applies updates.
-    fn apply_mode(&self) -> ApplyMode {
-        ApplyMode::PerClock
-    }
-    /// The largest number of clocks a worker may run ahead of the slowest (`None`: unbounded).
-    fn staleness_bound(&self) -> Option<u64>;
-}
-
-/// Decides how the parameters are cut into blocks and which server holds each block.
-///
-/// ```
-/// use concord_engine::prelude::*;
-/// use concord_engine::model::ParamInfo;
-/// use concord_engine::ps::Block;
-///
-/// /// Every block on server 0.
-/// #[derive(Debug)]
-/// struct AllOnFirst;
-///
-/// impl Placement for AllOnFirst {
-///     fn name(&self) -> String {
-///         "all-on-first".into()
-///     }
-///     fn assign(&self, _params: &[ParamInfo], blocks: &[Block], _servers: u32) -> Vec<u32> {
-///         vec![0; blocks.len()]
-///     }
-/// }
-/// ```
-pub trait Placement: Send + Sync + fmt::Debug {
-    /// Short name for reports.
-    fn name(&self) -> String;
-    /// Cuts the parameters into blocks (ids `0..`, in order). The default cuts every parameter
-    /// into consecutive blocks of at most `max_block_elems`; placements that follow a framework's
-    /// own partitioning (whole tensors, one slice per server) override it.
-    fn partition(&self, params: &[ParamInfo], max_block_elems: usize, _servers: u32) -> Vec<Block> {
-        cut_into_blocks(params, max_block_elems)
-    }
-    /// Server of each block (indexed by block id).
-    fn assign(&self, params: &[ParamInfo], blocks: &[Block], servers: u32) -> Vec<ServerId>;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Strategy messages
@@ -264,6 +154,31 @@ pub trait StrategyMessage: Serialize + DeserializeOwned {
     /// message header, like the fields of the engine's own `Push` or `Params`, rather than content
     /// charged by its encoded size. The tensor payloads are charged either way.
     const BODY_IN_HEADER: bool = false;
+}
+
+/// Sending and receiving [`StrategyMessage`]s.
+impl Message {
+    /// Wraps a strategy's value as a [`Message::Custom`] tagged `T::TAG`, with no tensors.
+    pub fn strategy<T: StrategyMessage>(value: &T) -> Result<Message, EngineError> {
+        Message::strategy_with(value, Vec::new())
+    }
+
+    /// Wraps a strategy's value and the tensors it carries as a [`Message::Custom`] tagged
+    /// `T::TAG`; the tensors are charged on the wire by their size.
+    pub fn strategy_with<T: StrategyMessage>(
+        value: &T,
+        payloads: Vec<Payload>,
+    ) -> Result<Message, EngineError> {
+        let mut m = CustomMessage::encode(T::TAG, value, payloads)?;
+        m.body_in_header = T::BODY_IN_HEADER;
+        Ok(Message::Custom(m))
+    }
+
+    /// The typed strategy message this is: `Ok(None)` for other messages, an error naming the
+    /// tag if the body does not decode.
+    pub fn decode<T: StrategyMessage>(&self) -> Result<Option<T>, EngineError> {
+        self.decode_custom(T::TAG)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -376,10 +291,6 @@ pub type WorkerFactory = Arc<dyn Fn(Arc<Job>, WorkerId) -> Result<Box<dyn Worker
 pub type ServerFactory = Arc<dyn Fn(Arc<Job>, ServerId) -> Result<Box<dyn Server>> + Send + Sync>;
 /// Builds the coordinator of a job.
 pub type CoordinatorFactory = Arc<dyn Fn(Arc<Job>) -> Result<Box<dyn Coordinator>> + Send + Sync>;
-/// Builds the memory policy of one role's device.
-pub type MemoryPolicyFactory =
-    Arc<dyn Fn(&Job, RoleId) -> Result<Box<dyn MemoryPolicy>> + Send + Sync>;
-
 /// The parts a run is assembled from; `None` means "engine default".
 #[derive(Default, Clone)]
 pub struct Assembly {

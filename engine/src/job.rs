@@ -5,12 +5,19 @@
 
 use crate::cluster::Cluster;
 use crate::config::RunConfig;
-use crate::contract::{Consistency, MemoryPolicyFactory};
 use crate::data::{SampleStream, Split};
+use crate::error::Result;
+use crate::ids::RoleId;
 use crate::ids::WorkerId;
+use crate::memory::MemoryPolicy;
 use crate::model::ModelSpec;
+use crate::ps::Consistency;
 use crate::ps::ParamLayout;
 use std::sync::{Arc, OnceLock};
+
+/// Builds the memory policy of one role's device.
+pub type MemoryPolicyFactory =
+    Arc<dyn Fn(&Job, RoleId) -> Result<Box<dyn MemoryPolicy>> + Send + Sync>;
 
 /// A progress observer: `(worker, clocks completed)`.
 pub type ProgressFn = Arc<dyn Fn(WorkerId, u64) + Send + Sync>;

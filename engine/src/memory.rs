@@ -1,14 +1,11 @@
-//! Device memory: the accounting ledger, the events a [`MemoryPolicy`] sees and the transfers it
-//! asks for.
-//!
-//! [`MemoryPolicy`]: crate::contract::MemoryPolicy
+//! Device memory: the [`MemoryPolicy`] seam, the accounting ledger it charges, the events it sees
+//! and the transfers it asks for. The trait is re-exported by [`crate::contract`].
 //!
 //! Every device has a budget. Roles report what they allocate and free (parameters, gradients,
 //! optimizer state, activations) as [`MemEvent`]s; the device's policy decides where each tensor
 //! lives (resident, offloaded, prefetched, dropped) and charges the ledger. Going over the budget
 //! is a clear simulated out-of-memory error.
 
-use crate::contract::MemoryPolicy;
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
 use serde::Serialize;
@@ -134,6 +131,42 @@ pub enum MemAction {
         /// Bytes moved.
         bytes: u64,
     },
+}
+
+/// Decides where each tensor of one device lives (resident, offloaded, prefetched, dropped),
+/// under the device's budget. Every role has one, reached through its context
+/// ([`RoleContext::memory_event`](crate::context::RoleContext::memory_event)); it charges the role's [`MemoryLedger`] and returns the
+/// transfers it needs, which the context charges on the host link.
+///
+/// ```
+/// use concord_engine::prelude::*;
+/// use concord_engine::memory::{MemAction, MemEvent, MemoryLedger, TensorClass};
+///
+/// /// Keeps everything resident and accounts it.
+/// struct Resident;
+///
+/// impl MemoryPolicy for Resident {
+///     fn name(&self) -> String {
+///         "resident".into()
+///     }
+///     fn on_event(&mut self, event: &MemEvent, ledger: &mut MemoryLedger) -> Result<Vec<MemAction>> {
+///         match event {
+///             MemEvent::Allocate { class, bytes, what } => ledger.alloc(*class, *bytes, what)?,
+///             MemEvent::Release { class, bytes } => ledger.free(*class, *bytes),
+///             MemEvent::Forward { bytes, .. } => {
+///                 ledger.alloc(TensorClass::Activations, *bytes, "activations")?
+///             }
+///             MemEvent::Backward { bytes, .. } => ledger.free(TensorClass::Activations, *bytes),
+///         }
+///         Ok(Vec::new())
+///     }
+/// }
+/// ```
+pub trait MemoryPolicy: Send {
+    /// Short name for reports.
+    fn name(&self) -> String;
+    /// Handles one event: updates the ledger and returns the transfers it requires.
+    fn on_event(&mut self, event: &MemEvent, ledger: &mut MemoryLedger) -> Result<Vec<MemAction>>;
 }
 
 /// One role's device memory: its policy and the ledger the policy charges. The role reaches it

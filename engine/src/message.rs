@@ -3,9 +3,9 @@
 //! Every message is serializable (DESIGN rule): the same strategy code can run in one process,
 //! across processes, or over a GPU fabric. Engine-level protocols (parameter server, control)
 //! have typed variants; a strategy's own protocol travels as [`Message::Custom`]: a tagged body
-//! and tensor payloads, defined by the strategy as a [`StrategyMessage`].
+//! and tensor payloads, defined by the strategy as a
+//! [`StrategyMessage`](crate::contract::StrategyMessage).
 
-use crate::contract::StrategyMessage;
 use crate::error::EngineError;
 use crate::ids::Clock;
 use crate::payload::{blocks_bytes, BlockPayload, Payload};
@@ -101,7 +101,7 @@ pub enum Message {
         data: Payload,
     },
     /// A strategy's own message: its tag, an encoded body and tensor payloads (see
-    /// [`StrategyMessage`]).
+    /// [`StrategyMessage`](crate::contract::StrategyMessage)).
     Custom(CustomMessage),
 }
 
@@ -117,22 +117,6 @@ impl Message {
                 Message::Directive(_) | Message::Report(_) => 64,
                 Message::Pull { .. } | Message::WorkerDone | Message::Shutdown => 0,
             }
-    }
-
-    /// Wraps a strategy's value as a [`Message::Custom`] tagged `T::TAG`, with no tensors.
-    pub fn strategy<T: StrategyMessage>(value: &T) -> Result<Message, EngineError> {
-        Message::strategy_with(value, Vec::new())
-    }
-
-    /// Wraps a strategy's value and the tensors it carries as a [`Message::Custom`] tagged
-    /// `T::TAG`; the tensors are charged on the wire by their size.
-    pub fn strategy_with<T: StrategyMessage>(
-        value: &T,
-        payloads: Vec<Payload>,
-    ) -> Result<Message, EngineError> {
-        let mut m = CustomMessage::encode(T::TAG, value, payloads)?;
-        m.body_in_header = T::BODY_IN_HEADER;
-        Ok(Message::Custom(m))
     }
 
     /// Wraps a serializable value as a [`Message::Custom`] with the given tag and no tensors: for
@@ -154,12 +138,6 @@ impl Message {
         }
     }
 
-    /// The typed strategy message this is: `Ok(None)` for other messages, an error naming the
-    /// tag if the body does not decode.
-    pub fn decode<T: StrategyMessage>(&self) -> Result<Option<T>, EngineError> {
-        self.decode_custom(T::TAG)
-    }
-
     /// Whether this is a strategy message tagged `tag`.
     pub fn has_tag(&self, tag: &str) -> bool {
         matches!(self, Message::Custom(m) if m.tag == tag)
@@ -174,7 +152,8 @@ pub struct CustomMessage {
     pub tag: String,
     /// The encoded body.
     pub body: Vec<u8>,
-    /// Whether the body rides in the header (see [`StrategyMessage::BODY_IN_HEADER`]).
+    /// Whether the body rides in the header (see
+    /// [`StrategyMessage::BODY_IN_HEADER`](crate::contract::StrategyMessage::BODY_IN_HEADER)).
     pub body_in_header: bool,
     /// Tensors carried beside the body, real or virtual.
     pub payloads: Vec<Payload>,

@@ -1,6 +1,5 @@
 //! Parameter blocks: how the model's parameters are cut into blocks and which server holds each.
 
-use crate::contract::Placement;
 use crate::ids::ServerId;
 use crate::model::ParamInfo;
 use crate::payload::{BlockId, BlockPayload, Payload};
@@ -25,6 +24,39 @@ impl Block {
     pub fn bytes(&self) -> u64 {
         self.len as u64 * crate::payload::ELEM_BYTES
     }
+}
+
+/// Decides how the parameters are cut into blocks and which server holds each block.
+///
+/// ```
+/// use concord_engine::prelude::*;
+/// use concord_engine::model::ParamInfo;
+/// use concord_engine::ps::Block;
+///
+/// /// Every block on server 0.
+/// #[derive(Debug)]
+/// struct AllOnFirst;
+///
+/// impl Placement for AllOnFirst {
+///     fn name(&self) -> String {
+///         "all-on-first".into()
+///     }
+///     fn assign(&self, _params: &[ParamInfo], blocks: &[Block], _servers: u32) -> Vec<u32> {
+///         vec![0; blocks.len()]
+///     }
+/// }
+/// ```
+pub trait Placement: Send + Sync + Debug {
+    /// Short name for reports.
+    fn name(&self) -> String;
+    /// Cuts the parameters into blocks (ids `0..`, in order). The default cuts every parameter
+    /// into consecutive blocks of at most `max_block_elems`; placements that follow a framework's
+    /// own partitioning (whole tensors, one slice per server) override it.
+    fn partition(&self, params: &[ParamInfo], max_block_elems: usize, _servers: u32) -> Vec<Block> {
+        cut_into_blocks(params, max_block_elems)
+    }
+    /// Server of each block (indexed by block id).
+    fn assign(&self, params: &[ParamInfo], blocks: &[Block], servers: u32) -> Vec<ServerId>;
 }
 
 /// Every parameter cut into consecutive blocks of at most `max_block_elems` elements (at least one

@@ -7,8 +7,10 @@ mod reads;
 mod server;
 mod timed;
 
-pub use consistency::{Asynchronous, StaleSynchronous};
-pub use layout::{cut_into_blocks, Block, ParamLayout, RoundRobinPlacement};
+pub use consistency::{ApplyMode, Asynchronous, Consistency, StaleSynchronous};
+pub use layout::{cut_into_blocks, Block, ParamLayout, Placement, RoundRobinPlacement};
 pub use reads::ReadGate;
-pub use server::{ParamServer, Snapshot, SnapshotPlan};
-pub use timed::{model_from, records_at, Holder, TimedSnapshot, TimedSnapshots};
+pub use server::ParamServer;
+pub use timed::{
+    model_from, records_at, Holder, Snapshot, SnapshotPlan, TimedSnapshot, TimedSnapshots,
+};

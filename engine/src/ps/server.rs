@@ -1,8 +1,7 @@
 //! The sharded parameter server role: holds blocks, applies updates under a consistency rule,
 //! answers reads once they are fresh enough.
 
-use super::{ParamLayout, ReadGate, TimedSnapshots};
-use crate::config::RunConfig;
+use super::{ParamLayout, ReadGate, Snapshot, SnapshotPlan, TimedSnapshots};
 use crate::context::RoleContext;
 use crate::contract::Server;
 use crate::contract::{ApplyMode, Consistency, ModelState, ServerReport};
@@ -16,37 +15,6 @@ use crate::transport::Envelope;
 use async_trait::async_trait;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-
-/// Parameter values of this server's blocks after a number of iterations.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Snapshot {
-    /// Iterations applied (version + 1).
-    pub iterations: u64,
-    /// Run time when it was taken.
-    pub time_s: f64,
-    /// Block values.
-    pub blocks: Vec<BlockPayload>,
-}
-
-/// When a model holder snapshots its values for offline evaluation: every `every` iterations
-/// (`eval_every`) and, if set, every `every_s` seconds of run time (`eval_every_s`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SnapshotPlan {
-    /// Iterations between snapshots (at least 1).
-    pub every: u64,
-    /// Run-time seconds between timed snapshots.
-    pub every_s: Option<f64>,
-}
-
-impl SnapshotPlan {
-    /// The plan a run's configuration asks for.
-    pub fn of(config: &RunConfig) -> SnapshotPlan {
-        SnapshotPlan {
-            every: config.eval_every.max(1),
-            every_s: config.eval_every_s,
-        }
-    }
-}
 
 struct BlockState {
     value: Payload,

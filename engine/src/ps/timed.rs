@@ -1,4 +1,5 @@
-//! Snapshots of a model at fixed run times (`eval_every_s`), for time-indexed evaluation.
+//! Snapshots of a model for offline evaluation: after every `eval_every` iterations ([`Snapshot`])
+//! and at fixed run times (`eval_every_s`, [`TimedSnapshot`]), for time-indexed evaluation.
 //!
 //! Per-iteration snapshots say what the model was after k updates; strategies whose groups or
 //! workers advance at different rates (RNA-H, asynchronous ones) have no common "iteration k",
@@ -7,8 +8,40 @@
 //! every due time before `now`. Times after its last change need no record — its final values
 //! stand for them.
 
+use crate::config::RunConfig;
 use crate::payload::BlockPayload;
 use std::ops::Range;
+
+/// A holder's block values after a number of iterations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    /// Iterations applied (version + 1).
+    pub iterations: u64,
+    /// Run time when it was taken.
+    pub time_s: f64,
+    /// Block values.
+    pub blocks: Vec<BlockPayload>,
+}
+
+/// When a model holder snapshots its values for offline evaluation: every `every` iterations
+/// (`eval_every`) and, if set, every `every_s` seconds of run time (`eval_every_s`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SnapshotPlan {
+    /// Iterations between snapshots (at least 1).
+    pub every: u64,
+    /// Run-time seconds between timed snapshots.
+    pub every_s: Option<f64>,
+}
+
+impl SnapshotPlan {
+    /// The plan a run's configuration asks for.
+    pub fn of(config: &RunConfig) -> SnapshotPlan {
+        SnapshotPlan {
+            every: config.eval_every.max(1),
+            every_s: config.eval_every_s,
+        }
+    }
+}
 
 /// A holder's values at run times `index · Δ` for every index in `indices`.
 #[derive(Clone, Debug, PartialEq)]
