@@ -2,7 +2,6 @@
 
 use crate::psld::PsldParams;
 use concord_engine::prelude::*;
-use serde::Deserialize;
 
 /// Which placement policy distributes the parameter blocks over the servers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]

@@ -223,7 +223,6 @@ mod tests {
     use super::*;
     use crate::options::ElasticOptions;
     use crate::telemetry::OlsStats;
-    use concord_engine::config::RunConfig;
 
     /// Sixteen 4 MB blocks over four servers, PSLD defaults with `epsilon`.
     fn policy(kind: &str, epsilon: f64) -> LoadPolicy {

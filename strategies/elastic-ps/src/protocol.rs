@@ -11,7 +11,6 @@ use crate::telemetry::PeriodReport;
 use concord_engine::optim::OptState;
 use concord_engine::prelude::*;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 
 /// Worker → scheduler, every report period: the per-server telemetry of the period.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -4,7 +4,6 @@ use crate::groups::HelperGroups;
 use concord_engine::optim::OptimizerConfig;
 use concord_engine::prelude::*;
 use concord_engine::stragglers::Uneven;
-use serde::Deserialize;
 
 /// FlexRR's options as written in the config. Every default is the thesis's (Table 3.1, §3.3).
 ///

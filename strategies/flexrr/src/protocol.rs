@@ -3,7 +3,6 @@
 //! servers.
 
 use concord_engine::prelude::*;
-use serde::{Deserialize, Serialize};
 
 /// Worker → server: additive deltas to blocks (a parameter server's `update_param`, aggregated by
 /// `+`, as in the LazyTable family), for the work of `owner`'s clock `clock`. The sender may be

@@ -64,7 +64,6 @@ pub use worker::RnaWorker;
 
 use concord_engine::collective::NoServer;
 use concord_engine::prelude::*;
-use serde::Deserialize;
 use std::sync::Arc;
 
 const SLOTS: &[Slot] = &[Slot::Worker, Slot::Coordinator, Slot::Consistency];

@@ -1,7 +1,6 @@
 //! The `[strategy.rna]` options, their defaults and their validation.
 
 use concord_engine::prelude::*;
-use serde::Deserialize;
 
 /// How a worker combines the gradients it computed since its last contribution (§5.1.3 vs §5.4).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]

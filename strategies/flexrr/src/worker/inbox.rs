@@ -1,0 +1,102 @@
+//! The FlexRR worker's inbox: message checks during work, waits that serve peers, and the
+//! dispatch of every message (acknowledgements, the coordinator's release, peers' reports,
+//! offers, begun/completed notices, cancels) to the side that handles it.
+
+use super::helping::Request;
+use super::offers::ReportSeen;
+use super::FlexWorker;
+use crate::protocol::{RrMsg, UpdateAck};
+use concord_engine::prelude::*;
+
+impl FlexWorker {
+    /// A message check: handles everything delivered (parameters excepted, which belong to a
+    /// read in progress). Help that becomes due is queued; the caller serves it.
+    pub(super) fn poll(&mut self, ctx: &mut RoleContext) -> Result<()> {
+        self.stats.polls += 1;
+        self.it.units_since_check = 0;
+        while let Some(env) = ctx.try_recv_matching(not_params) {
+            self.handle(ctx, env)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a check is due after one more unit (every `⌈units / checks⌉` units).
+    pub(super) fn check_due(&mut self) -> bool {
+        self.it.units_since_check += 1;
+        let every = self.it.units.div_ceil(self.opts().checks).max(1);
+        self.it.units_since_check >= every
+    }
+
+    /// Waits for the next message (parameters excepted) and handles it, then serves any help
+    /// that became due.
+    pub(super) async fn wait_one(&mut self, ctx: &mut RoleContext) -> Result<()> {
+        let env = ctx.recv_matching(not_params).await?;
+        self.handle(ctx, env)?;
+        self.drain_help(ctx).await
+    }
+
+    /// Handles one message from a peer, a server or the coordinator.
+    pub(super) fn handle(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<()> {
+        let me = ctx.id();
+        if env.msg.has_tag(UpdateAck::TAG) {
+            self.acks_pending = self.acks_pending.checked_sub(1).ok_or_else(|| {
+                EngineError::protocol(me, "an update acknowledgement nobody asked for")
+            })?;
+            return Ok(());
+        }
+        let Some(msg) = RrMsg::decode(me, env.from, &env.msg)? else {
+            return Err(EngineError::protocol(
+                me,
+                format!("unexpected message from {}: {:?}", env.from, env.msg),
+            ));
+        };
+        if let (RoleId::Coordinator, RrMsg::Release) = (env.from, &msg) {
+            self.released = true;
+            return Ok(());
+        }
+        let RoleId::Worker(from) = env.from else {
+            return Err(EngineError::protocol(
+                me,
+                format!("flexrr message from {}", env.from),
+            ));
+        };
+        match msg {
+            RrMsg::ProgressReport { iter, frac, timer } => {
+                self.on_report(ctx, from, ReportSeen { iter, frac, timer })
+            }
+            RrMsg::DoThis {
+                id,
+                iter,
+                start,
+                end,
+                timer,
+            } => {
+                self.on_request(Request {
+                    from,
+                    id,
+                    iter,
+                    start,
+                    end,
+                    timer,
+                });
+                Ok(())
+            }
+            RrMsg::BegunHelping { id } => self.on_begun(ctx, from, id),
+            RrMsg::HelpCompleted { id } => self.on_completed(me, from, id),
+            RrMsg::CancelHelp { timer } => self.on_cancel(ctx, from, timer),
+            RrMsg::CancelAck { timer } => {
+                self.on_cancel_ack(from, timer);
+                Ok(())
+            }
+            other => Err(EngineError::protocol(
+                me,
+                format!("unexpected flexrr message from worker {from}: {other:?}"),
+            )),
+        }
+    }
+}
+
+/// Everything but parameter values, which only a read in progress takes.
+pub(super) fn not_params(env: &Envelope) -> bool {
+    !matches!(env.msg, Message::Params { .. })
+}

@@ -1,0 +1,200 @@
+//! The FlexRR worker: SSP on the parameter server plus RapidReassignment (thesis §3.3, spec
+//! §4.1.7).
+//!
+//! Per clock the worker reads parameters at the freshness SSP asks for, then processes its work
+//! units front to back, updating its cached copy as it goes (read-my-writes) and buffering the
+//! deltas. At 75 % of the iteration it reports its progress to its helpees. It checks its inbox
+//! at the configured frequency (each check has a modeled cost): a helper's report that shows it
+//! ahead by more than the trigger makes the worker offer that helper a range cut from the tail of
+//! its remaining work (2.5 %), and each `begun-helping` earns that helper a follow-up (5 %) while
+//! more help is needed. Offers it receives are handled by Algorithm 2: help now (the offer is for
+//! an earlier clock, or this worker's own work is done), save for the end of the clock, or
+//! discard (cancelled, or from a later clock). When its kept work is done, the worker cancels the
+//! offers nobody began, waits for the helpers' acknowledgements and processes those ranges itself,
+//! waits for every `help-completed` (helping others meanwhile), flushes its deltas and clocks.
+//! Helpers flush their deltas for a helped range to the servers, acknowledged, before they report
+//! it completed, so a clock's version holds every update of that clock.
+//!
+//! Every message wait also serves peers, so a worker blocked by SSP's slack helps the slow
+//! workers it is waiting for. After its last clock a worker keeps serving until the coordinator
+//! releases everyone.
+//!
+//! The worker is split by concern, one module each:
+//!
+//! - `clock`: the per-clock loop (own units front to back, the progress report, the end of the
+//!   clock) and the processing of one unit;
+//! - `offers`: the helpee side, this worker's offers of its work and their cancels (Algorithm 1);
+//! - `helping`: the helper side, the offers received from helpees and the help given
+//!   (Algorithm 2);
+//! - `inbox`: message checks and the dispatch of every message to its side;
+//! - `exchange`: reads from and flushes to the parameter servers.
+
+mod clock;
+mod exchange;
+mod helping;
+mod inbox;
+mod offers;
+
+use crate::options::{FlexrrOptions, Resolved};
+use crate::protocol::{RrMsg, WorkerStats};
+use concord_engine::model::Replica;
+use concord_engine::prelude::*;
+use helping::Request;
+use offers::{Offer, ReportSeen};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+/// State of the current clock's own work.
+#[derive(Default)]
+struct Iteration {
+    start_s: f64,
+    units: u32,
+    /// Front cursor: the next own unit to process.
+    next: u32,
+    /// Back cursor: units from here on have been offered away.
+    tail: u32,
+    /// Own units this worker has processed this clock.
+    processed: u32,
+    /// Units of offers a helper began.
+    accepted: u32,
+    report_sent: bool,
+    /// Offers may be made (kept work not finished yet).
+    offering: bool,
+    /// Kept work finished (Algorithm 2's "finished own work this iteration").
+    own_done: bool,
+    offers: BTreeMap<u64, Offer>,
+    initial_to: BTreeSet<WorkerId>,
+    reclaimed: Vec<(u32, u32)>,
+    units_since_check: u32,
+    loss_sum: f64,
+    loss_units: u32,
+}
+
+/// A FlexRR worker (also BSP, SSP and BSP RR, by its options).
+pub struct FlexWorker {
+    id: WorkerId,
+    job: Arc<Job>,
+    r: Arc<Resolved>,
+    replica: Option<Replica>,
+    /// The cached parameter values (real models), own writes included.
+    params: Vec<Vec<f32>>,
+    /// Own writes, by the clock they are tagged with, until a read shows them at the servers.
+    writes: Vec<(Clock, Vec<Vec<f32>>)>,
+    clock: Clock,
+    avg_iter_s: Option<f64>,
+    last_cancel: BTreeMap<WorkerId, f64>,
+    saved: Vec<Request>,
+    help_queue: VecDeque<Request>,
+    helping: bool,
+    acks_pending: u32,
+    released: bool,
+    reports: BTreeMap<WorkerId, ReportSeen>,
+    it: Iteration,
+    next_id: u64,
+    stats: WorkerStats,
+    bytes_sent: u64,
+}
+
+impl FlexWorker {
+    /// Worker `id` of `job`.
+    pub fn new(job: Arc<Job>, id: WorkerId, r: Arc<Resolved>) -> Result<FlexWorker> {
+        let params = job.init.clone().unwrap_or_default();
+        Ok(FlexWorker {
+            id,
+            replica: Replica::new(&job.model)?,
+            params,
+            writes: Vec::new(),
+            clock: 0,
+            avg_iter_s: None,
+            last_cancel: BTreeMap::new(),
+            saved: Vec::new(),
+            help_queue: VecDeque::new(),
+            helping: false,
+            acks_pending: 0,
+            released: false,
+            reports: BTreeMap::new(),
+            it: Iteration::default(),
+            next_id: 0,
+            stats: WorkerStats::default(),
+            bytes_sent: 0,
+            job,
+            r,
+        })
+    }
+
+    /// Whether the model computes real values (not throughput mode).
+    fn real(&self) -> bool {
+        self.job.model.is_real()
+    }
+
+    /// The strategy's options.
+    fn opts(&self) -> &FlexrrOptions {
+        &self.r.options
+    }
+
+    /// Sends a FlexRR message, counting its bytes.
+    fn send_rr(&mut self, ctx: &RoleContext, to: RoleId, msg: &RrMsg) -> Result<()> {
+        let m = msg.encode()?;
+        self.bytes_sent += m.wire_bytes();
+        ctx.send(to, m);
+        Ok(())
+    }
+
+    /// Undelayed seconds of one unit on this worker's device.
+    fn unit_work(&self) -> Work {
+        Work {
+            flops_per_sample: self.job.model.training_flops_per_sample(),
+            batch: self.r.unit_batch as f64,
+        }
+    }
+
+    /// Undelayed seconds of this worker's whole iteration (the injector's T0).
+    fn nominal_iter_s(&self, ctx: &RoleContext) -> f64 {
+        let w = self.unit_work();
+        ctx.device().compute_seconds(w.flops_per_sample, w.batch) * f64::from(self.it.units)
+    }
+
+    /// Progress through the current clock in the thesis's sense: own units processed plus units
+    /// given away and accepted, as a fraction.
+    fn frac_done(&self) -> f64 {
+        f64::from(self.it.processed + self.it.accepted) / f64::from(self.it.units.max(1))
+    }
+}
+
+#[async_trait]
+impl Worker for FlexWorker {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
+        let job = self.job.clone();
+        hold_replica(ctx, &job).await?;
+        let iterations = self.job.config.iterations;
+        let mut records = Vec::with_capacity(iterations as usize);
+        for clock in 0..iterations {
+            let record = self.run_clock(ctx, clock).await?;
+            records.push(record);
+            self.job.observe(self.id, clock + 1);
+        }
+        // Done: keep serving peers until everyone is.
+        self.clock = iterations;
+        self.it.own_done = true;
+        self.send_rr(ctx, RoleId::Coordinator, &RrMsg::Finished)?;
+        while !self.released {
+            self.wait_one(ctx).await?;
+        }
+        let stats = std::mem::take(&mut self.stats);
+        self.send_rr(ctx, RoleId::Coordinator, &RrMsg::Stats(stats))?;
+        ctx.send(RoleId::Coordinator, Message::WorkerDone);
+        Ok(WorkerReport {
+            iterations: records,
+            model: None,
+        })
+    }
+}
+
+/// Adds `d` into `acc`, element-wise (nothing in throughput mode).
+fn add_into(acc: &mut [Vec<f32>], d: &[Vec<f32>]) {
+    for (a, d) in acc.iter_mut().zip(d) {
+        for (x, y) in a.iter_mut().zip(d) {
+            *x += y;
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! The RNA worker: a compute "thread" that never blocks on communication and a communication
+//! "thread" that answers probes and takes part in every round's ring allreduce, as one event loop.
+//!
+//! Split by concern, one module each:
+//!
+//! - `compute`: the compute side, local steps on the latest parameters, timed without waiting
+//!   for any round (and their profile, for RNA-H's groups);
+//! - `round`: the communication side, probe replies, the round's contribution and ring
+//!   allreduce, and its record;
+//! - `averaging`: RNA-H's model averaging through the parameter server after a group round.
+//!
+//! This module holds the worker's state, its message dispatch and the event loop that drives
+//! both sides.
+
+mod averaging;
+mod compute;
+mod round;
+
+use crate::buffer::GradBuffer;
+use crate::options::{GroupSource, Merge, Resolved};
+use crate::protocol::{self, Activate, Groups, Round, WorkerStats};
+use compute::InFlight;
+use concord_engine::collective::{Fusion, Group, LocalModel};
+use concord_engine::model::Replica;
+use concord_engine::prelude::*;
+use round::{ActiveRound, Finished};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// One RNA worker (also eager-SGD's, with one probe per round; RNA-H's with `hierarchy`).
+pub struct RnaWorker {
+    id: WorkerId,
+    job: Arc<Job>,
+    opts: Resolved,
+    replica: Option<Replica>,
+    model: LocalModel,
+    fusion: Fusion,
+    group: Group,
+    buffer: GradBuffer,
+    computing: Option<InFlight>,
+    local_steps: u64,
+    /// Version the last started gradient was computed on (wait-for-all computes one per version).
+    last_version: Option<u64>,
+    pending_probe: Option<u64>,
+    pending_activations: VecDeque<Activate>,
+    early: Vec<Envelope>,
+    active: Option<ActiveRound>,
+    records: Vec<IterRecord>,
+    round_start: f64,
+    compute_since_round: f64,
+    stats: WorkerStats,
+    step_time_total: f64,
+    /// Seconds of optimizer update to charge before the next event.
+    apply_debt: f64,
+    /// The worker's group id (0 in flat mode).
+    group_id: u32,
+    /// Whether the final groups are in place and rounds end with a model averaging (RNA-H; with
+    /// profiled groups only after the flat warm-up).
+    averaging: bool,
+    /// This worker's group (id, members) formed by the controller, applied once no round is in
+    /// progress; probes of the new group's rounds may arrive before that.
+    pending_groups: Option<(u32, Group)>,
+    /// Local steps finished and their compute seconds, for the profile (RNA-H).
+    profiled_steps: u64,
+    profiled_s: f64,
+    /// Element count of each parameter tensor (unflattening averaged models).
+    sizes: Vec<usize>,
+    /// A round waiting for its model averaging (RNA-H).
+    sync_pending: Option<Finished>,
+    /// Averaging hops that arrived outside an averaging.
+    sync_early: Vec<Envelope>,
+    /// Bytes sent by this worker for averagings since the last record.
+    sync_bytes: u64,
+    /// The group's model when its groups took over, until its first averaging: the base of its
+    /// first change under `merge = "delta"`.
+    group_base: Option<Vec<f32>>,
+}
+
+impl RnaWorker {
+    /// Worker `id` of `job` under `opts`.
+    pub fn new(job: Arc<Job>, id: WorkerId, opts: Resolved) -> Result<RnaWorker> {
+        let sizes: Vec<usize> = job.layout.params().iter().map(|p| p.elems()).collect();
+        let mut group = Group::workers(job.config.workers)?;
+        let mut group_id = 0;
+        let mut averaging = false;
+        if let Some(GroupSource::Explicit(groups)) = opts.hierarchy.as_ref().map(|h| &h.groups) {
+            (group_id, group) = own_group(groups, id)?;
+            averaging = true;
+        }
+        let mut worker = RnaWorker {
+            id,
+            replica: Replica::new(&job.model)?,
+            model: LocalModel::new(&job),
+            fusion: Fusion::new(sizes.clone(), 1, opts.bucket_elems),
+            group,
+            opts,
+            job,
+            buffer: GradBuffer::default(),
+            computing: None,
+            local_steps: 0,
+            last_version: None,
+            pending_probe: None,
+            pending_activations: VecDeque::new(),
+            early: Vec::new(),
+            active: None,
+            records: Vec::new(),
+            round_start: 0.0,
+            compute_since_round: 0.0,
+            stats: WorkerStats::default(),
+            step_time_total: 0.0,
+            apply_debt: 0.0,
+            group_id,
+            averaging,
+            pending_groups: None,
+            profiled_steps: 0,
+            profiled_s: 0.0,
+            sizes,
+            sync_pending: None,
+            sync_early: Vec::new(),
+            sync_bytes: 0,
+            group_base: None,
+        };
+        if worker.averaging {
+            worker.group_base = worker.delta_base();
+        }
+        Ok(worker)
+    }
+
+    /// P of the learning-rate rule γ_k = (Σw / P) · lr. Flat RNA: every worker. RNA-H merging by
+    /// average: the group's size — averaging N groups' models counts each group's step 1/N, so a
+    /// full group round takes the job's whole rate. Merging by delta: every worker — each
+    /// group's change enters the global model whole, so a gradient must move it by lr / P, the
+    /// thesis's per-worker γ (γ_k = Σw · γ).
+    fn lr_workers(&self) -> usize {
+        match &self.opts.hierarchy {
+            Some(h) if h.merge == Merge::Delta => self.job.config.workers as usize,
+            _ => self.group.size(),
+        }
+    }
+
+    /// Whether this worker's model is the one the run evaluates: worker 0's in flat RNA (every
+    /// replica is the same); under RNA-H that of group 0's first member — with profiled groups
+    /// the fastest group (they come fastest first, members ascending), whose model is the most
+    /// trained; with given groups the first listed. Worker 0 may be in a slow group (the
+    /// thesis's testbed puts its K80s first).
+    fn reports_model(&self) -> bool {
+        self.group_id == 0 && self.group.member(0) == RoleId::Worker(self.id)
+    }
+
+    /// The model the groups start from, kept for the first push under `merge = "delta"`.
+    fn delta_base(&self) -> Option<Vec<f32>> {
+        let delta = self
+            .opts
+            .hierarchy
+            .as_ref()
+            .is_some_and(|h| h.merge == Merge::Delta);
+        if !delta {
+            return None;
+        }
+        self.model
+            .params()
+            .map(|p| p.iter().flatten().copied().collect())
+    }
+
+    /// Dispatches one message: a collective hop, a probe, an activation or the new groups.
+    fn on_message(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<()> {
+        if matches!(env.msg, Message::Collective { .. }) {
+            self.on_collective(ctx, env)?;
+            return self.complete_round_if_done(ctx);
+        }
+        if let Some(r) = env.msg.decode_custom::<Round>(protocol::PROBE)? {
+            self.pending_probe = Some(r.round);
+            return self.answer_probe(ctx);
+        }
+        if let Some(a) = env.msg.decode_custom::<Activate>(protocol::ACTIVATE)? {
+            self.pending_activations.push_back(a);
+            return Ok(());
+        }
+        if let Some(g) = env.msg.decode_custom::<Groups>(protocol::GROUPS)? {
+            self.pending_groups = Some(own_group(&g.groups, self.id)?);
+            return Ok(());
+        }
+        Err(EngineError::protocol(
+            ctx.id(),
+            format!("unexpected message from {}: {:?}", env.from, env.msg),
+        ))
+    }
+}
+
+#[async_trait]
+impl Worker for RnaWorker {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
+        let job = self.job.clone();
+        hold_replica(ctx, &job).await?;
+        hold_optimizer_state(ctx, &job).await?;
+        let rounds = self.job.config.iterations;
+        while (self.records.len() as u64) < rounds {
+            if self.apply_debt > 0.0 {
+                let (t, debt) = (ctx.now(), std::mem::take(&mut self.apply_debt));
+                ctx.sleep(debt).await;
+                ctx.trace_span("apply", "compute", t, ctx.now());
+            }
+            if let Some(done) = self.sync_pending.take() {
+                self.sync(ctx, &done).await?;
+                self.finish_round(ctx, done)?;
+                continue;
+            }
+            if self.active.is_none() {
+                // The controller sends the groups before any activation of a group round.
+                if let Some(g) = self.pending_groups.take() {
+                    (self.group_id, self.group) = g;
+                    self.averaging = true;
+                    self.group_base = self.delta_base();
+                }
+                if let Some(a) = self.pending_activations.pop_front() {
+                    self.start_round(ctx, a)?;
+                    continue;
+                }
+            }
+            self.maybe_start_compute(ctx).await?;
+            let deadline = self
+                .computing
+                .as_ref()
+                .map_or(f64::INFINITY, |c| c.ready_at);
+            match ctx.recv_until(deadline).await? {
+                Some(env) => self.on_message(ctx, env)?,
+                None => self.finish_compute(ctx)?,
+            }
+        }
+        self.stats.mean_step_s = if self.local_steps > 0 {
+            self.step_time_total / self.local_steps as f64
+        } else {
+            0.0
+        };
+        self.stats.group = self.group_id;
+        self.stats.worker = self.id;
+        self.stats.evaluated = self.reports_model();
+        ctx.send(
+            RoleId::Coordinator,
+            Message::custom(protocol::WORKER_STATS, &self.stats)?,
+        );
+        Ok(WorkerReport {
+            iterations: std::mem::take(&mut self.records),
+            model: self
+                .reports_model()
+                .then(|| self.model.report(&self.job.layout)),
+        })
+    }
+}
+
+/// The group holding worker `id`: its index and its members as a collective group.
+fn own_group(groups: &[Vec<u32>], id: WorkerId) -> Result<(u32, Group)> {
+    let (gid, members) = groups
+        .iter()
+        .enumerate()
+        .find(|(_, g)| g.contains(&id))
+        .ok_or_else(|| {
+            EngineError::protocol(RoleId::Worker(id), "is in none of the RNA-H groups")
+        })?;
+    let group = Group::new(members.iter().map(|&w| RoleId::Worker(w)).collect())?;
+    Ok((gid as u32, group))
+}
