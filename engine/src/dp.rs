@@ -87,6 +87,52 @@ pub async fn train_step(
     Ok((result, ready_at))
 }
 
+/// What a worker counted in one clock, beside when it started and ended.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ClockTally {
+    /// Samples processed.
+    pub samples: u64,
+    /// Seconds computing.
+    pub compute_s: f64,
+    /// Seconds waiting for fresh-enough parameters.
+    pub wait_s: f64,
+    /// Seconds communicating, not overlapped with compute.
+    pub comm_s: f64,
+    /// Mean training loss (NaN in throughput mode).
+    pub loss: f64,
+    /// Lowest parameter version read.
+    pub version_read: i64,
+    /// Bytes sent.
+    pub bytes_sent: u64,
+}
+
+/// Closes clock `clock` of the worker behind `ctx`, started at `start_s`: its record, ended now,
+/// and the job's progress observer told that the worker has completed `clock + 1` clocks.
+pub fn close_clock(
+    ctx: &RoleContext,
+    job: &Job,
+    clock: u64,
+    start_s: f64,
+    tally: ClockTally,
+) -> IterRecord {
+    if let RoleId::Worker(w) = ctx.id() {
+        job.observe(w, clock + 1);
+    }
+    IterRecord {
+        clock,
+        start_s,
+        end_s: ctx.now(),
+        wall_s: ctx.wall_now(),
+        samples: tally.samples,
+        compute_s: tally.compute_s,
+        wait_s: tally.wait_s,
+        comm_s: tally.comm_s,
+        loss: tally.loss,
+        version_read: tally.version_read,
+        bytes_sent: tally.bytes_sent,
+    }
+}
+
 /// Reports a step's activations to the memory policy: every stage's live from its forward to its
 /// backward.
 async fn activations(ctx: &mut RoleContext, job: &Job, batch: u64) -> Result<()> {
@@ -305,11 +351,7 @@ impl Worker for DataParallelWorker {
                 next_signals,
             };
             ctx.send(RoleId::Coordinator, Message::Report(report));
-            records.push(IterRecord {
-                clock,
-                start_s: start,
-                end_s: ctx.now(),
-                wall_s: ctx.wall_now(),
+            let tally = ClockTally {
                 samples: d.batch,
                 compute_s,
                 wait_s,
@@ -317,8 +359,8 @@ impl Worker for DataParallelWorker {
                 loss,
                 version_read,
                 bytes_sent,
-            });
-            job.observe(self.id, clock + 1);
+            };
+            records.push(close_clock(ctx, &job, clock, start, tally));
         }
         ctx.send(RoleId::Coordinator, Message::WorkerDone);
         Ok(WorkerReport {

@@ -12,7 +12,10 @@ pub use crate::contract::{
     MemoryPolicy, MemoryPolicyFactory, ModelState, Placement, ReadRecord, Server, ServerFactory,
     ServerReport, Slot, Straggler, Strategy, StrategyMessage, Worker, WorkerFactory, WorkerReport,
 };
-pub use crate::dp::{hold_optimizer_state, hold_replica, train_step, Charge, StepAt, StepResult};
+pub use crate::dp::{
+    close_clock, hold_optimizer_state, hold_replica, train_step, Charge, ClockTally, StepAt,
+    StepResult,
+};
 pub use crate::error::{EngineError, Result};
 pub use crate::ids::{Clock, MachineId, RoleId, ServerId, WorkerId};
 pub use crate::job::Job;

@@ -78,11 +78,7 @@ impl Worker for AllreduceWorker {
             let t = ctx.now();
             ctx.sleep(ctx.device().work_seconds(apply_flops)).await;
             ctx.trace_span("apply", "compute", t, ctx.now());
-            records.push(IterRecord {
-                clock,
-                start_s: start,
-                end_s: ctx.now(),
-                wall_s: ctx.wall_now(),
+            let tally = ClockTally {
                 samples: b,
                 compute_s: compute_end - start,
                 wait_s: 0.0,
@@ -90,8 +86,8 @@ impl Worker for AllreduceWorker {
                 loss,
                 version_read: clock as i64 - 1,
                 bytes_sent,
-            });
-            job.observe(self.id, clock + 1);
+            };
+            records.push(close_clock(ctx, &job, clock, start, tally));
         }
         Ok(WorkerReport {
             iterations: records,

@@ -256,11 +256,7 @@ impl Worker for ElasticWorker {
                 .map(|e| e.first_served)
                 .fold(f64::INFINITY, f64::min);
             let wait_s = (first_served - last_push).max(0.0);
-            records.push(IterRecord {
-                clock,
-                start_s: start,
-                end_s: end,
-                wall_s: ctx.wall_now(),
+            let tally = ClockTally {
                 samples: batch,
                 compute_s: compute_end - start,
                 wait_s,
@@ -268,8 +264,8 @@ impl Worker for ElasticWorker {
                 loss,
                 version_read: clock as i64 - 1,
                 bytes_sent,
-            });
-            job.observe(self.id, clock + 1);
+            };
+            records.push(close_clock(ctx, &job, clock, start, tally));
             if (clock + 1).is_multiple_of(self.opts.report_every) {
                 let iters = self.opts.report_every as f64;
                 let report = PerfReport {

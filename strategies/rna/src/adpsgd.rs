@@ -203,11 +203,7 @@ impl Worker for AdPsgdWorker {
                 None => self.model.bump(averaged),
             }
             ctx.sleep(ctx.device().work_seconds(apply_flops)).await;
-            records.push(IterRecord {
-                clock: step,
-                start_s: start,
-                end_s: ctx.now(),
-                wall_s: ctx.wall_now(),
+            let tally = ClockTally {
                 samples: b,
                 compute_s: compute_end - start,
                 wait_s: 0.0,
@@ -215,8 +211,8 @@ impl Worker for AdPsgdWorker {
                 loss,
                 version_read: step as i64 - 1,
                 bytes_sent,
-            });
-            job.observe(self.id, step + 1);
+            };
+            records.push(close_clock(ctx, &job, step, start, tally));
         }
         ctx.send(RoleId::Coordinator, Message::custom(DONE, &self.id)?);
         loop {

@@ -4,7 +4,7 @@
 
 use super::load::workspace_root;
 use super::schema::{ScenarioSpec, StrategySpec, Suite};
-use super::toml_tables::{merge, set_path, show_value};
+use super::toml_tables::{merge, merge_layer, set_path, show_value};
 use crate::bench::error::BenchError;
 use concord_engine::config::RunConfig;
 
@@ -130,7 +130,10 @@ impl Suite {
             key: key.to_string(),
             reason: format!("in {where_}: {reason}"),
         };
-        let mut user = toml::Table::new();
+        // Layers, lowest first: the built-in defaults, the scenario's file, the suite's config,
+        // the scenario's, the swept value, the strategy's.
+        let mut layered = toml::Table::try_from(RunConfig::default())
+            .map_err(|e| bad("(defaults)", e.to_string()))?;
         if let Some(file) = &scenario.spec.file {
             let path = workspace_root().join(file);
             let text = std::fs::read_to_string(&path).map_err(|e| {
@@ -145,15 +148,15 @@ impl Suite {
                     format!("{}: {}", path.display(), e.message()),
                 )
             })?;
-            merge(&mut user, table);
+            merge_layer(&mut layered, table);
         }
-        merge(&mut user, self.config.clone());
-        merge(&mut user, scenario.spec.config.clone());
+        merge_layer(&mut layered, self.config.clone());
+        merge_layer(&mut layered, scenario.spec.config.clone());
         if let Some((key, value)) = &scenario.swept {
-            set_path(&mut user, key, value.clone()).map_err(|r| bad("sweep.key", r))?;
+            set_path(&mut layered, key, value.clone()).map_err(|r| bad("sweep.key", r))?;
         }
-        merge(&mut user, strategy.config.clone());
-        user.insert(
+        merge_layer(&mut layered, strategy.config.clone());
+        layered.insert(
             "strategies".into(),
             toml::Value::Array(
                 strategy
@@ -169,29 +172,12 @@ impl Suite {
                 "strategy".into(),
                 toml::Value::Table(strategy.options.clone()),
             );
-            merge(&mut user, t);
+            merge(&mut layered, t);
         }
-        user.insert("seed".into(), toml::Value::Integer(seed as i64));
-        user.insert("runtime".into(), toml::Value::String("sim".into()));
+        layered.insert("seed".into(), toml::Value::Integer(seed as i64));
+        layered.insert("runtime".into(), toml::Value::String("sim".into()));
 
-        let mut defaults = toml::Table::try_from(RunConfig::default())
-            .map_err(|e| bad("(defaults)", e.to_string()))?;
-        // A layer that picks another `kind` of model/data/optimizer replaces that section's
-        // defaults instead of merging into them (as `concord::config::load` does).
-        for section in ["model", "data", "optimizer"] {
-            let kind = |t: &toml::Table| {
-                t.get(section)
-                    .and_then(|s| s.get("kind"))
-                    .and_then(|k| k.as_str())
-                    .map(str::to_string)
-            };
-            let chosen = kind(&user);
-            if chosen.is_some() && chosen != kind(&defaults) {
-                defaults.remove(section);
-            }
-        }
-        merge(&mut defaults, user);
-        let config: RunConfig = serde_path_to_error::deserialize(toml::Value::Table(defaults))
+        let config: RunConfig = serde_path_to_error::deserialize(toml::Value::Table(layered))
             .map_err(|e| {
                 let key = e.path().to_string();
                 bad(&key, e.into_inner().message().trim().to_string())

@@ -21,6 +21,28 @@ pub fn merge(base: &mut toml::Table, over: toml::Table) {
     }
 }
 
+/// The sections whose `kind` picks a variant with fields of its own.
+const KIND_SECTIONS: [&str; 3] = ["model", "data", "optimizer"];
+
+/// [`merge`]s a config layer over `base`, except that a layer which switches a section's `kind`
+/// (model, data, optimizer) to another one replaces that section: the old kind's keys do not
+/// survive into the new kind (as `concord::config::load` does between its layers).
+pub fn merge_layer(base: &mut toml::Table, over: toml::Table) {
+    let kind = |t: &toml::Table, section: &str| {
+        t.get(section)
+            .and_then(|s| s.get("kind"))
+            .and_then(|k| k.as_str())
+            .map(str::to_string)
+    };
+    for section in KIND_SECTIONS {
+        let switched = kind(&over, section);
+        if switched.is_some() && switched != kind(base, section) {
+            base.remove(section);
+        }
+    }
+    merge(base, over);
+}
+
 /// Sets a dotted key (`a.b.c`; an all-digit part indexes an existing array element) in `root`,
 /// creating missing tables.
 pub fn set_path(root: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {

@@ -360,3 +360,20 @@ fn a_scenario_takes_several_claims_and_a_single_one() {
     .to_string();
     assert!(msg.contains("scenarios[0].claims[1].by_at_most"), "{msg}");
 }
+
+#[test]
+fn a_strategy_that_switches_the_model_kind_drops_the_scenario_models_keys() {
+    use crate::bench::suite::toml_tables::merge_layer;
+    let mut base: toml::Table = "[model]\nkind = \"mlp\"\nhidden = [128]\n".parse().unwrap();
+    let switch: toml::Table = "[model]\nkind = \"profile\"\nname = \"vgg16\"\n"
+        .parse()
+        .unwrap();
+    merge_layer(&mut base, switch);
+    let model = base["model"].as_table().unwrap();
+    assert_eq!(model.get("hidden"), None);
+    assert_eq!(model["name"].as_str(), Some("vgg16"));
+    // The same kind again merges into the section.
+    let same: toml::Table = "[model]\nkind = \"profile\"\n".parse().unwrap();
+    merge_layer(&mut base, same);
+    assert_eq!(base["model"]["name"].as_str(), Some("vgg16"));
+}
