@@ -86,9 +86,7 @@ impl Strategy for Allreduce {
         let o: AllreduceOptions = parse_options(self.name(), options)?;
         let bucket = o.bucket_elems(self.name())?;
         asm.consistency = Some(Arc::new(NoServer));
-        asm.worker = Some(Arc::new(move |job, id| {
-            Ok(Box::new(AllreduceWorker::new(job, id, bucket)?) as Box<dyn Worker>)
-        }));
+        asm.set_worker(move |job, id| AllreduceWorker::new(job, id, bucket));
         Ok(())
     }
     fn check(&self, asm: &Assembly, _config: &RunConfig) -> Result<()> {

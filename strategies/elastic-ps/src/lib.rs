@@ -101,16 +101,10 @@ impl Strategy for ElasticPs {
         )));
         asm.standby_servers = resolved.max_servers - resolved.initial_servers;
         let w = resolved.clone();
-        asm.worker = Some(Arc::new(move |job, id| {
-            Ok(Box::new(ElasticWorker::new(job, id, w.clone())?) as Box<dyn Worker>)
-        }));
-        asm.server = Some(Arc::new(move |job, id| {
-            Ok(Box::new(ElasticServer::new(&job, id)) as Box<dyn Server>)
-        }));
+        asm.set_worker(move |job, id| ElasticWorker::new(job, id, w.clone()));
+        asm.set_server(move |job, id| Ok(ElasticServer::new(&job, id)));
         let c = resolved;
-        asm.coordinator = Some(Arc::new(move |job| {
-            Ok(Box::new(Scheduler::new(job, c.clone())) as Box<dyn Coordinator>)
-        }));
+        asm.set_coordinator(move |job| Ok(Scheduler::new(job, c.clone())));
         Ok(())
     }
 }

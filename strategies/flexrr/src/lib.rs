@@ -91,19 +91,15 @@ impl Strategy for Flexrr {
             slack: resolved.options.slack,
         }));
         let r = resolved.clone();
-        asm.worker = Some(Arc::new(move |job, id| {
-            Ok(Box::new(FlexWorker::new(job, id, r.clone())?) as Box<dyn Worker>)
-        }));
+        asm.set_worker(move |job, id| FlexWorker::new(job, id, r.clone()));
         let eager = resolved.options.slack > 0;
-        asm.server = Some(Arc::new(move |job, id| {
-            Ok(Box::new(FlexServer::new(&job, id, eager)) as Box<dyn Server>)
-        }));
-        asm.coordinator = Some(Arc::new(move |job| {
-            Ok(Box::new(FlexCoordinator::new(
+        asm.set_server(move |job, id| Ok(FlexServer::new(&job, id, eager)));
+        asm.set_coordinator(move |job| {
+            Ok(FlexCoordinator::new(
                 resolved.units.clone(),
                 job.config.iterations,
-            )) as Box<dyn Coordinator>)
-        }));
+            ))
+        });
         Ok(())
     }
 }

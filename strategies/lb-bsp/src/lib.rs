@@ -74,9 +74,7 @@ impl Strategy for LbBsp {
     ) -> Result<()> {
         let o: LbBspOptions = parse_options(self.name(), options)?;
         let resolved = o.resolve(config)?;
-        asm.coordinator = Some(Arc::new(move |job| {
-            Ok(Box::new(LbBspCoordinator::new(&job, resolved.clone())?) as Box<dyn Coordinator>)
-        }));
+        asm.set_coordinator(move |job| LbBspCoordinator::new(&job, resolved.clone()));
         Ok(())
     }
 }

@@ -79,32 +79,28 @@ fn install_rna(name: &str, o: RnaOptions, config: &RunConfig, asm: &mut Assembly
     let resolved = o.resolve(name, config)?;
     asm.consistency = Some(Arc::new(NoServer));
     let r = resolved.clone();
-    asm.worker = Some(Arc::new(move |job, id| {
-        Ok(Box::new(RnaWorker::new(job, id, r.clone())?) as Box<dyn Worker>)
-    }));
+    asm.set_worker(move |job, id| RnaWorker::new(job, id, r.clone()));
     if let Some(h) = &resolved.hierarchy {
         let merge = h.merge;
-        asm.server = Some(Arc::new(move |_job, _id| {
-            Ok(Box::new(AveragingServer::new(merge)) as Box<dyn Server>)
-        }));
-        asm.coordinator = Some(Arc::new(move |job| {
-            Ok(Box::new(HierController::new(
+        asm.set_server(move |_job, _id| Ok(AveragingServer::new(merge)));
+        asm.set_coordinator(move |job| {
+            Ok(HierController::new(
                 job.config.workers,
                 job.config.iterations,
                 job.config.seed,
                 resolved.clone(),
-            )) as Box<dyn Coordinator>)
-        }));
+            ))
+        });
         return Ok(());
     }
-    asm.coordinator = Some(Arc::new(move |job| {
-        Ok(Box::new(RnaController::new(
+    asm.set_coordinator(move |job| {
+        Ok(RnaController::new(
             job.config.workers,
             job.config.iterations,
             job.config.seed,
             resolved.clone(),
-        )) as Box<dyn Coordinator>)
-    }));
+        ))
+    });
     Ok(())
 }
 
@@ -227,12 +223,8 @@ impl Strategy for AdPsgd {
             ));
         }
         asm.consistency = Some(Arc::new(NoServer));
-        asm.worker = Some(Arc::new(|job, id| {
-            Ok(Box::new(AdPsgdWorker::new(job, id)?) as Box<dyn Worker>)
-        }));
-        asm.coordinator = Some(Arc::new(|job| {
-            Ok(Box::new(AdPsgdCoordinator::new(job.config.workers)) as Box<dyn Coordinator>)
-        }));
+        asm.set_worker(AdPsgdWorker::new);
+        asm.set_coordinator(|job| Ok(AdPsgdCoordinator::new(job.config.workers)));
         Ok(())
     }
 }
