@@ -14,7 +14,6 @@ use crate::memory::{MemEvent, TensorClass};
 use crate::message::{Directive, Message, Report};
 use crate::metrics::IterRecord;
 use crate::model::Replica;
-use crate::payload::ELEM_BYTES;
 use async_trait::async_trait;
 use std::sync::Arc;
 
@@ -153,12 +152,7 @@ async fn activations(ctx: &mut RoleContext, job: &Job, batch: u64) -> Result<()>
 /// Reports a worker's replica to its memory policy: the parameters and their gradients, resident
 /// for the whole run. Every worker that holds the model calls it once before its first step.
 pub async fn hold_replica(ctx: &mut RoleContext, job: &Job) -> Result<()> {
-    let param_bytes: u64 = job
-        .layout
-        .params()
-        .iter()
-        .map(|p| p.elems() as u64 * ELEM_BYTES)
-        .sum();
+    let param_bytes = job.layout.param_bytes();
     for (class, what) in [
         (TensorClass::Params, "parameters"),
         (TensorClass::Grads, "gradients"),
@@ -177,12 +171,7 @@ pub async fn hold_replica(ctx: &mut RoleContext, job: &Job) -> Result<()> {
 /// apply updates themselves), resident for the whole run.
 pub async fn hold_optimizer_state(ctx: &mut RoleContext, job: &Job) -> Result<()> {
     let slots = job.config.optimizer.init_state(0).slots.len() as u64;
-    let param_bytes: u64 = job
-        .layout
-        .params()
-        .iter()
-        .map(|p| p.elems() as u64 * ELEM_BYTES)
-        .sum();
+    let param_bytes = job.layout.param_bytes();
     let event = MemEvent::Allocate {
         class: TensorClass::OptimizerState,
         bytes: slots * param_bytes,

@@ -126,6 +126,14 @@ impl ParamLayout {
         &self.params
     }
 
+    /// Bytes of one copy of every parameter (fp32): a replica, or its gradients.
+    pub fn param_bytes(&self) -> u64 {
+        self.params
+            .iter()
+            .map(|p| p.elems() as u64 * crate::payload::ELEM_BYTES)
+            .sum()
+    }
+
     /// All blocks.
     pub fn blocks(&self) -> &[Block] {
         &self.blocks

@@ -4,7 +4,6 @@
 use crate::alloc::{cpu_rule, gpu_rule, Allocation, GpuProfile};
 use crate::options::{Mode, PredictorKind, Resolved};
 use crate::predictor::{Ema, Memoryless, Narx, NarxConfig, Oracle, Signals, SpeedPredictor};
-use concord_engine::payload::ELEM_BYTES;
 use concord_engine::prelude::*;
 use concord_engine::stragglers::{RoleKind, StragglerSet};
 use std::collections::BTreeMap;
@@ -132,12 +131,7 @@ impl LbBspCoordinator {
                 Rule::Cpu(ps)
             }
             Mode::Gpu => {
-                let param_bytes: u64 = job
-                    .layout
-                    .params()
-                    .iter()
-                    .map(|p| p.elems() as u64 * ELEM_BYTES)
-                    .sum();
+                let param_bytes = job.layout.param_bytes();
                 let stages = job.model.stage_facts();
                 let flops = job.model.training_flops_per_sample();
                 Rule::Gpu(

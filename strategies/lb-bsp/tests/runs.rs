@@ -1,27 +1,15 @@
 //! End-to-end runs through concord: exactness (L-T1), static heterogeneity (L-T3), bad input,
 //! determinism, GPU mode, and the predictor figures.
 
-use concord_engine::cluster::DeviceProfile;
 use concord_engine::config::RunConfig;
 use concord_engine::run::{RunOptions, RunResult};
 use concord_engine::stragglers::StragglerConfig;
+use concord_test_support::max_diff;
 
 /// Compute-bound simulated cores (1 GFLOP/s sustained, no saturation offset), as in
 /// `configs/stragglers/persistent.toml`: compute dominates communication.
-fn on_cores(mut cfg: RunConfig) -> RunConfig {
-    cfg.cluster.devices.insert(
-        "core".into(),
-        DeviceProfile {
-            peak_tflops: 0.002,
-            efficiency: 0.5,
-            half_saturation_batch: 0.0,
-            memory_gib: 4.0,
-            nic_gbps: 10.0,
-            latency_us: 50.0,
-        },
-    );
-    cfg.cluster.default_device = "core".into();
-    cfg
+fn on_cores(cfg: RunConfig) -> RunConfig {
+    concord_test_support::on_device(cfg, "core", concord_test_support::slow_device(4.0))
 }
 
 fn base(workers: u32, batch: u64, iterations: u64) -> RunConfig {
@@ -79,17 +67,6 @@ fn figure(r: &RunResult, name: &str) -> f64 {
         .figures
         .get(name)
         .unwrap_or_else(|| panic!("figure {name} missing: {:?}", r.summary.figures))
-}
-
-fn max_diff(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .flat_map(|((na, va), (nb, vb))| {
-            assert_eq!(na, nb);
-            va.iter().zip(vb).map(|(x, y)| (x - y).abs())
-        })
-        .fold(0.0, f32::max)
 }
 
 /// L-T1: an uneven split directed by LB-BSP trains the same parameters as one worker with the
