@@ -122,10 +122,18 @@ impl Message {
     /// Wraps a serializable value as a [`Message::Custom`] with the given tag and no tensors: for
     /// protocols that give one body type several tags.
     pub fn custom<T: Serialize>(tag: &str, value: &T) -> Result<Message, EngineError> {
+        Message::custom_with(tag, value, Vec::new())
+    }
+
+    /// Wraps a serializable value and the tensors it carries as a [`Message::Custom`] with the
+    /// given tag; the tensors are charged on the wire by their size.
+    pub fn custom_with<T: Serialize>(
+        tag: &str,
+        value: &T,
+        payloads: Vec<Payload>,
+    ) -> Result<Message, EngineError> {
         Ok(Message::Custom(CustomMessage::encode(
-            tag,
-            value,
-            Vec::new(),
+            tag, value, payloads,
         )?))
     }
 
@@ -195,5 +203,30 @@ impl CustomMessage {
             self.body.len() as u64
         };
         body + self.payloads.iter().map(Payload::bytes).sum::<u64>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_custom_message_is_charged_its_body_and_payloads() {
+        let payloads = vec![Payload::Real(vec![1.0; 10]), Payload::Virtual { elems: 6 }];
+        let msg = Message::custom_with("t.probe", &7u32, payloads).expect("encodes");
+        // Body "7" (1 byte) + 16 elements of 4 bytes.
+        assert_eq!(msg.wire_bytes(), HEADER_BYTES + 1 + 64);
+        assert_eq!(
+            msg.decode_custom::<u32>("t.probe").expect("decodes"),
+            Some(7)
+        );
+        assert_eq!(
+            msg.decode_custom::<u32>("t.other").expect("other tag"),
+            None
+        );
+        let err = msg
+            .decode_custom::<String>("t.probe")
+            .expect_err("a number is not a string");
+        assert!(err.to_string().contains("t.probe"), "{err}");
     }
 }

@@ -173,11 +173,7 @@ impl FlexWorker {
             None => end - start,
         });
         let compute_s = ctx.stats().compute_s - compute_before;
-        let record = IterRecord {
-            clock,
-            start_s: start,
-            end_s: end,
-            wall_s: ctx.wall_now(),
+        let tally = ClockTally {
             samples: u64::from(units) * self.r.unit_batch,
             compute_s,
             wait_s: (end - start - compute_s).max(0.0),
@@ -191,6 +187,7 @@ impl FlexWorker {
             version_read,
             bytes_sent: self.bytes_sent - bytes_before,
         };
+        let record = close_clock(ctx, &self.job, clock, start, tally);
         // Clocked: saved requests for this clock are now for an earlier one, served at once.
         self.clock = clock + 1;
         let saved = std::mem::take(&mut self.saved);

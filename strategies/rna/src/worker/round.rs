@@ -176,11 +176,7 @@ impl RnaWorker {
                 Message::custom(protocol::ROUND_DONE, &body)?,
             );
         }
-        self.records.push(IterRecord {
-            clock: a.round,
-            start_s: self.round_start,
-            end_s: now,
-            wall_s: ctx.wall_now(),
+        let tally = ClockTally {
             samples: a.samples,
             compute_s: self.compute_since_round,
             wait_s: 0.0,
@@ -188,8 +184,9 @@ impl RnaWorker {
             loss: a.loss,
             version_read: a.oldest,
             bytes_sent: a.bytes_sent + std::mem::take(&mut self.sync_bytes),
-        });
-        self.job.observe(self.id, a.round + 1);
+        };
+        let record = close_clock(ctx, &self.job, a.round, self.round_start, tally);
+        self.records.push(record);
         self.round_start = now;
         self.compute_since_round = 0.0;
         Ok(())
