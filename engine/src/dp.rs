@@ -135,15 +135,14 @@ pub fn close_clock(
 /// Reports a step's activations to the memory policy: every stage's live from its forward to its
 /// backward.
 async fn activations(ctx: &mut RoleContext, job: &Job, batch: u64) -> Result<()> {
-    let stages = job.model.stage_facts();
-    for (i, s) in stages.iter().enumerate() {
-        let bytes = s.activation_bytes * batch;
-        ctx.memory_event(MemEvent::Forward { stage: i, bytes })
-            .await?;
+    let stages = &job.stage_activation_bytes;
+    for (stage, per_sample) in stages.iter().enumerate() {
+        let bytes = per_sample * batch;
+        ctx.memory_event(MemEvent::Forward { stage, bytes }).await?;
     }
-    for (i, s) in stages.iter().enumerate().rev() {
-        let bytes = s.activation_bytes * batch;
-        ctx.memory_event(MemEvent::Backward { stage: i, bytes })
+    for (stage, per_sample) in stages.iter().enumerate().rev() {
+        let bytes = per_sample * batch;
+        ctx.memory_event(MemEvent::Backward { stage, bytes })
             .await?;
     }
     Ok(())

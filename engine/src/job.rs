@@ -30,6 +30,9 @@ pub struct Job {
     pub cluster: Arc<Cluster>,
     /// The model.
     pub model: ModelSpec,
+    /// Activation bytes per sample of each stage, in stage order (what a training step reports to
+    /// the memory policy), computed once from the model.
+    pub stage_activation_bytes: Vec<u64>,
     /// Parameter blocks and their servers.
     pub layout: Arc<ParamLayout>,
     /// Initial parameter values (real models).

@@ -111,10 +111,16 @@ fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressFn>) -> Resu
     let memory = asm.memory.clone().ok_or_else(|| missing("memory"))?;
     let stream = SampleStream::new(data.as_ref().map_or(0, |d| d.train.len()), config.seed);
     let init = model.init_values(config.seed);
+    let stage_activation_bytes = model
+        .stage_facts()
+        .iter()
+        .map(|s| s.activation_bytes)
+        .collect();
     Ok(Job {
         config: config.clone(),
         cluster,
         model,
+        stage_activation_bytes,
         layout,
         init,
         data,
