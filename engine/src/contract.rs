@@ -158,6 +158,15 @@ pub trait StrategyMessage: Serialize + DeserializeOwned {
 
 /// Sending and receiving [`StrategyMessage`]s.
 impl Message {
+    /// The typed strategy message this is and the tensors it carries, taking them out of the
+    /// message: `Ok(None)` for other messages, an error naming the tag if the body does not decode.
+    pub fn into_strategy<T: StrategyMessage>(self) -> Result<Option<(T, Vec<Payload>)>> {
+        match self {
+            Message::Custom(m) if m.tag == T::TAG => Ok(Some((m.body()?, m.payloads))),
+            _ => Ok(None),
+        }
+    }
+
     /// Wraps a strategy's value as a [`Message::Custom`] tagged `T::TAG`, with no tensors.
     pub fn strategy<T: StrategyMessage>(value: &T) -> Result<Message, EngineError> {
         Message::strategy_with(value, Vec::new())

@@ -133,11 +133,8 @@ impl Migrate {
     /// migration or carries no values.
     pub fn unpack(me: RoleId, msg: Message) -> Result<(Migrate, Payload, OptState)> {
         let bad = || EngineError::protocol(me, "expected a block migration with its values");
-        let moved = msg.decode::<Migrate>()?.ok_or_else(bad)?;
-        let Message::Custom(custom) = msg else {
-            return Err(bad());
-        };
-        let mut payloads = custom.payloads.into_iter();
+        let (moved, payloads) = msg.into_strategy::<Migrate>()?.ok_or_else(bad)?;
+        let mut payloads = payloads.into_iter();
         let value = payloads.next().ok_or_else(bad)?;
         let slots = payloads
             .map(|p| match p {

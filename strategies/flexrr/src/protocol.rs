@@ -39,26 +39,23 @@ impl Update {
     /// The update and its deltas; an error if `msg` is not an update or its blocks and payloads
     /// disagree.
     pub fn unpack(me: RoleId, msg: Message) -> Result<(Update, Vec<BlockPayload>)> {
-        let update = msg
-            .decode::<Update>()?
+        let (update, payloads) = msg
+            .into_strategy::<Update>()?
             .ok_or_else(|| EngineError::protocol(me, "expected a flexrr update"))?;
-        let Message::Custom(custom) = msg else {
-            return Err(EngineError::protocol(me, "expected a flexrr update"));
-        };
-        if custom.payloads.len() != update.blocks.len() {
+        if payloads.len() != update.blocks.len() {
             return Err(EngineError::protocol(
                 me,
                 format!(
                     "an update names {} blocks but carries {} payloads",
                     update.blocks.len(),
-                    custom.payloads.len()
+                    payloads.len()
                 ),
             ));
         }
         let deltas = update
             .blocks
             .iter()
-            .zip(custom.payloads)
+            .zip(payloads)
             .map(|(&block, data)| BlockPayload { block, data })
             .collect();
         Ok((update, deltas))
