@@ -428,85 +428,78 @@ impl ElasticServer {
 #[async_trait]
 impl ServerHandler for ElasticServer {
     async fn handle(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<()> {
-        {
-            let from = env.from;
-            if env.msg.has_tag(Migrate::TAG) {
-                let (m, value, opt) = Migrate::unpack(ctx.id(), env.msg)?;
-                let moved = Moved {
-                    sent_at: env.sent_at,
-                    epoch: m.epoch,
-                    block: m.block,
-                    version: m.version,
-                    value,
-                    opt,
+        let from = env.from;
+        if env.msg.has_tag(Migrate::TAG) {
+            let (m, value, opt) = Migrate::unpack(ctx.id(), env.msg)?;
+            let moved = Moved {
+                sent_at: env.sent_at,
+                epoch: m.epoch,
+                block: m.block,
+                version: m.version,
+                value,
+                opt,
+            };
+            return self.on_migrate(ctx, from, moved);
+        }
+        match env.msg {
+            Message::Push {
+                clock,
+                samples,
+                grads,
+                ..
+            } => {
+                let RoleId::Worker(w) = from else {
+                    return Err(EngineError::protocol(
+                        ctx.id(),
+                        format!("push from {from}, not a worker"),
+                    ));
                 };
-                return self.on_migrate(ctx, from, moved);
+                self.on_push(ctx, w, clock, samples, grads).await?;
             }
-            match env.msg {
-                Message::Push {
-                    clock,
-                    samples,
-                    grads,
-                    ..
-                } => {
-                    let RoleId::Worker(w) = from else {
-                        return Err(EngineError::protocol(
-                            ctx.id(),
-                            format!("push from {from}, not a worker"),
-                        ));
-                    };
-                    self.on_push(ctx, w, clock, samples, grads).await?;
+            Message::Custom(CustomMessage { tag: t, body, .. }) => match t.as_str() {
+                tag::MIGRATE_PLAN => {
+                    let plan: MigratePlan = protocol::decode(ctx.id(), &t, &body)?;
+                    self.on_plan(ctx, plan)?;
                 }
-                Message::Custom(CustomMessage { tag: t, body, .. }) => match t.as_str() {
-                    tag::MIGRATE_PLAN => {
-                        let plan: MigratePlan = protocol::decode(ctx.id(), &t, &body)?;
-                        self.on_plan(ctx, plan)?;
-                    }
-                    tag::MIGRATE_ACK => {
-                        let ack: MigrateAck = protocol::decode(ctx.id(), &t, &body)?;
-                        self.on_ack(ctx, ack)?;
-                    }
-                    tag::LAUNCH => {
-                        // A launched server starts up, then registers (ADD_SERVER).
-                        let start = crate::protocol::decode::<crate::protocol::Launch>(
-                            ctx.id(),
-                            &t,
-                            &body,
-                        )?;
-                        ctx.sleep(start.start_s).await;
-                        let msg =
-                            protocol::encode(tag::ADD_SERVER, &Membership { server: self.id })?;
-                        ctx.send(RoleId::Coordinator, msg);
-                    }
-                    tag::LEAVE => {
-                        let msg =
-                            protocol::encode(tag::DEL_SERVER, &Membership { server: self.id })?;
-                        ctx.send(RoleId::Coordinator, msg);
-                    }
-                    tag::SHUTDOWN_OK => {
-                        if !self.blocks.is_empty() {
-                            return Err(EngineError::protocol(
-                                ctx.id(),
-                                format!(
-                                    "told to shut down while holding {} blocks",
-                                    self.blocks.len()
-                                ),
-                            ));
-                        }
-                    }
-                    other => {
+                tag::MIGRATE_ACK => {
+                    let ack: MigrateAck = protocol::decode(ctx.id(), &t, &body)?;
+                    self.on_ack(ctx, ack)?;
+                }
+                tag::LAUNCH => {
+                    // A launched server starts up, then registers (ADD_SERVER).
+                    let start =
+                        crate::protocol::decode::<crate::protocol::Launch>(ctx.id(), &t, &body)?;
+                    ctx.sleep(start.start_s).await;
+                    let msg = protocol::encode(tag::ADD_SERVER, &Membership { server: self.id })?;
+                    ctx.send(RoleId::Coordinator, msg);
+                }
+                tag::LEAVE => {
+                    let msg = protocol::encode(tag::DEL_SERVER, &Membership { server: self.id })?;
+                    ctx.send(RoleId::Coordinator, msg);
+                }
+                tag::SHUTDOWN_OK => {
+                    if !self.blocks.is_empty() {
                         return Err(EngineError::protocol(
                             ctx.id(),
-                            format!("unexpected `{other}` message from {from}"),
-                        ))
+                            format!(
+                                "told to shut down while holding {} blocks",
+                                self.blocks.len()
+                            ),
+                        ));
                     }
-                },
+                }
                 other => {
                     return Err(EngineError::protocol(
                         ctx.id(),
-                        format!("unexpected message from {from}: {other:?}"),
+                        format!("unexpected `{other}` message from {from}"),
                     ))
                 }
+            },
+            other => {
+                return Err(EngineError::protocol(
+                    ctx.id(),
+                    format!("unexpected message from {from}: {other:?}"),
+                ))
             }
         }
         Ok(())
