@@ -212,37 +212,34 @@ impl DeviceMemory {
     }
 }
 
+/// Everything resident, every byte accounted.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Resident;
+
+impl MemoryPolicy for Resident {
+    fn name(&self) -> String {
+        "resident".into()
+    }
+
+    fn on_event(&mut self, event: &MemEvent, ledger: &mut MemoryLedger) -> Result<Vec<MemAction>> {
+        match event {
+            MemEvent::Allocate { class, bytes, what } => ledger.alloc(*class, *bytes, what)?,
+            MemEvent::Release { class, bytes } => ledger.free(*class, *bytes),
+            MemEvent::Forward { stage, bytes } => ledger.alloc(
+                TensorClass::Activations,
+                *bytes,
+                &format!("activations of stage {stage}"),
+            )?,
+            MemEvent::Backward { bytes, .. } => ledger.free(TensorClass::Activations, *bytes),
+        }
+        Ok(Vec::new())
+    }
+}
+
 #[cfg(test)]
 impl DeviceMemory {
-    /// A ledger with no budget and a policy that keeps everything resident: for tests that build
-    /// contexts by hand.
+    /// [`Resident`] over a ledger with no budget: for tests that build contexts by hand.
     pub(crate) fn unbounded(role: RoleId) -> DeviceMemory {
-        #[derive(Debug)]
-        struct KeepAll;
-        impl MemoryPolicy for KeepAll {
-            fn name(&self) -> String {
-                "keep-all".into()
-            }
-            fn on_event(
-                &mut self,
-                event: &MemEvent,
-                ledger: &mut MemoryLedger,
-            ) -> Result<Vec<MemAction>> {
-                match event {
-                    MemEvent::Allocate { class, bytes, what } => {
-                        ledger.alloc(*class, *bytes, what)?
-                    }
-                    MemEvent::Release { class, bytes } => ledger.free(*class, *bytes),
-                    MemEvent::Forward { bytes, .. } => {
-                        ledger.alloc(TensorClass::Activations, *bytes, "activations")?
-                    }
-                    MemEvent::Backward { bytes, .. } => {
-                        ledger.free(TensorClass::Activations, *bytes)
-                    }
-                }
-                Ok(Vec::new())
-            }
-        }
-        DeviceMemory::new(Box::new(KeepAll), "test".into(), role, u64::MAX)
+        DeviceMemory::new(Box::new(Resident), "test".into(), role, u64::MAX)
     }
 }

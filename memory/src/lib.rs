@@ -3,35 +3,13 @@
 //! [`Resident`] keeps every tensor on the device and accounts its bytes against the device's
 //! budget: parameters, gradients, optimizer state and activations. It moves nothing, so it is the
 //! baseline every swapping policy is compared with, and it is what turns "this model does not fit"
-//! into a clear simulated out-of-memory error.
+//! into a clear simulated out-of-memory error. The policy itself is the engine's
+//! ([`concord_engine::memory::Resident`], which tests that build contexts by hand use too); this
+//! crate makes it the `resident` strategy.
 
-use concord_engine::memory::{MemAction, MemEvent, MemoryLedger, TensorClass};
+pub use concord_engine::memory::Resident;
 use concord_engine::prelude::*;
 use std::sync::Arc;
-
-/// Everything resident, every byte accounted.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Resident;
-
-impl MemoryPolicy for Resident {
-    fn name(&self) -> String {
-        "resident".into()
-    }
-
-    fn on_event(&mut self, event: &MemEvent, ledger: &mut MemoryLedger) -> Result<Vec<MemAction>> {
-        match event {
-            MemEvent::Allocate { class, bytes, what } => ledger.alloc(*class, *bytes, what)?,
-            MemEvent::Release { class, bytes } => ledger.free(*class, *bytes),
-            MemEvent::Forward { stage, bytes } => ledger.alloc(
-                TensorClass::Activations,
-                *bytes,
-                &format!("activations of stage {stage}"),
-            )?,
-            MemEvent::Backward { bytes, .. } => ledger.free(TensorClass::Activations, *bytes),
-        }
-        Ok(Vec::new())
-    }
-}
 
 /// The `resident` strategy (memory slot).
 #[derive(Debug, Default)]
@@ -69,6 +47,7 @@ mod tests {
     use super::*;
     use concord_engine::error::EngineError;
     use concord_engine::ids::RoleId;
+    use concord_engine::memory::{MemEvent, MemoryLedger, TensorClass};
 
     #[test]
     fn activations_come_and_go_and_peak_is_kept() {
