@@ -2,13 +2,14 @@
 
 use crate::config::{self, ConfigError};
 use clap::{Args, Parser, Subcommand};
+use concord_engine::checkpoint::{self, Checkpoint};
 use concord_engine::context::RuntimeKind;
 use concord_engine::output::write_run_folder;
 use concord_engine::prelude::*;
 use concord_engine::run::{RunOptions, RunResult};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -52,9 +53,14 @@ pub struct TrainArgs {
     /// Runtime: `sim` (virtual time, deterministic) or `wall` (real time).
     #[arg(long, value_parser = ["sim", "wall"])]
     pub runtime: Option<String>,
-    /// Run folder (default: runs/<timestamp>).
+    /// Run folder (default: runs/<timestamp>; with `--resume`, the folder resumed).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Continue the run in this run folder from its checkpoint, to the `iterations` of its
+    /// config (raise them with `--set iterations=N`). The config is the checkpointed run's;
+    /// only `iterations`, `checkpoint_every` and `time_limit_s` may change.
+    #[arg(long, value_name = "RUN_DIR", conflicts_with = "config")]
+    pub resume: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -118,15 +124,25 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         .iter()
         .map(|r| format!("runtime=\"{r}\""))
         .collect();
-    let cfg = args.config.load(&extra)?;
+    let (cfg, resume) = match &args.resume {
+        Some(dir) => {
+            let (cfg, cp) = resumed_config(dir, &args.config.sets, &extra)?;
+            (cfg, Some(Arc::new(cp.point)))
+        }
+        None => (args.config.load(&extra)?, None),
+    };
     let asm = crate::registry().compose(&cfg)?;
-    let out = args.out.clone().unwrap_or_else(|| {
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        PathBuf::from("runs").join(format!("run-{stamp}"))
-    });
+    let out = args
+        .out
+        .clone()
+        .or_else(|| args.resume.clone())
+        .unwrap_or_else(|| {
+            let stamp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            PathBuf::from("runs").join(format!("run-{stamp}"))
+        });
     let total = cfg.iterations * cfg.workers as u64;
     let bar = if args.quiet {
         ProgressBar::hidden()
@@ -143,9 +159,14 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         "{} workers × {} iterations",
         cfg.workers, cfg.iterations
     ));
+    if let Some(point) = &resume {
+        bar.set_position(point.clock * cfg.workers as u64);
+    }
     let tick = bar.clone();
     let options = RunOptions {
         progress: Some(Arc::new(move |_, _| tick.inc(1))),
+        resume,
+        checkpoint_dir: Some(out.clone()),
     };
     let result = concord_engine::run(&cfg, &asm, options);
     bar.finish_and_clear();
@@ -153,6 +174,36 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     write_run_folder(&out, &result)?;
     print_summary(&result, cfg.runtime, &out);
     Ok(())
+}
+
+/// The configuration and checkpoint of a run resumed from run folder `dir`: the checkpointed
+/// run's configuration with `sets` (and `extra`) applied, which may change only the keys that do
+/// not change the job.
+fn resumed_config(
+    dir: &Path,
+    sets: &[String],
+    extra: &[String],
+) -> anyhow::Result<(concord_engine::RunConfig, Checkpoint)> {
+    let file = dir.join(checkpoint::FILE_NAME);
+    if !file.exists() {
+        anyhow::bail!(
+            "--resume {}: no {} there (is it a run folder?)",
+            dir.display(),
+            checkpoint::FILE_NAME
+        );
+    }
+    let cp = checkpoint::read(&file)?;
+    let mut all = sets.to_vec();
+    all.extend_from_slice(extra);
+    let cfg = config::load_resumed(&cp.config, &all)?;
+    if let Some(change) = config::job_change(&cp.config, &cfg)? {
+        anyhow::bail!(
+            "--resume {}: {change}; a resumed run continues the same job, so only {} may change",
+            dir.display(),
+            config::RESUMABLE_KEYS.map(|k| format!("`{k}`")).join(", ")
+        );
+    }
+    Ok((cfg, cp))
 }
 
 fn print_summary(r: &RunResult, runtime: RuntimeKind, out: &std::path::Path) {

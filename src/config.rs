@@ -90,6 +90,21 @@ pub fn load(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigErr
         })?;
         layers.push(Layer::read(Toml::file(path)));
     }
+    with_overrides(layers, sets)
+}
+
+/// The configuration of a run resumed from a checkpoint: the resolved configuration the run was
+/// written under (`base`, TOML), then the `CONCORD_*` environment and `--set` layers.
+pub fn load_resumed(base: &str, sets: &[String]) -> Result<RunConfig, ConfigError> {
+    let layers = vec![
+        Layer::read(Serialized::defaults(RunConfig::default())),
+        Layer::read(Toml::string(base)),
+    ];
+    with_overrides(layers, sets)
+}
+
+/// Adds the environment and `--set` layers to `layers`, merges and validates.
+fn with_overrides(mut layers: Vec<Layer>, sets: &[String]) -> Result<RunConfig, ConfigError> {
     layers.push(Layer::read(Env::prefixed("CONCORD_").split("__")));
     let mut overrides = Vec::new();
     for arg in sets {
@@ -135,6 +150,55 @@ fn describe(error: figment::Error) -> String {
         .collect();
     lines.dedup();
     lines.join("; ")
+}
+
+/// The keys a resumed run may change: they say how long to run and how often to checkpoint, not
+/// what the job is.
+pub const RESUMABLE_KEYS: [&str; 3] = ["iterations", "checkpoint_every", "time_limit_s"];
+
+/// How `config` differs from the configuration `base` (TOML, as a checkpoint holds it) beyond
+/// [`RESUMABLE_KEYS`]: the first key that differs, with both values; `None` when it is the same
+/// job.
+pub fn job_change(base: &str, config: &RunConfig) -> Result<Option<String>, ConfigError> {
+    let invalid =
+        |e: &dyn std::fmt::Display| ConfigError::Invalid(format!("checkpoint's config: {e}"));
+    let before: toml::Table = base.parse().map_err(|e| invalid(&e))?;
+    let after = toml::Table::try_from(config).map_err(|e| invalid(&e))?;
+    let strip = |mut t: toml::Table| {
+        for key in RESUMABLE_KEYS {
+            t.remove(key);
+        }
+        t
+    };
+    Ok(first_difference(
+        "",
+        &toml::Value::Table(strip(before)),
+        &toml::Value::Table(strip(after)),
+    ))
+}
+
+/// The first key under `path` at which `a` and `b` differ, described with both values.
+fn first_difference(path: &str, a: &toml::Value, b: &toml::Value) -> Option<String> {
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match (a, b) {
+        (toml::Value::Table(x), toml::Value::Table(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|k| match (x.get(k), y.get(k)) {
+                (Some(va), Some(vb)) => first_difference(&join(k), va, vb),
+                (Some(va), None) => Some(format!("`{}` was {va} and is now unset", join(k))),
+                (None, Some(vb)) => Some(format!("`{}` was unset and is now {vb}", join(k))),
+                (None, None) => None,
+            })
+        }
+        _ if a == b => None,
+        _ => Some(format!("`{path}` was {a} and is now {b}")),
+    }
 }
 
 /// The resolved configuration as TOML (what `concord config` prints).

@@ -148,6 +148,7 @@ impl PartHolder {
         }
         let holds = !blocks_of(&self.job, self.split, self.id).is_empty();
         Ok(WorkerReport {
+            state: None,
             iterations: records,
             model: holds.then(|| self.part(clocks, ctx.now())),
         })

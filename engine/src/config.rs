@@ -39,6 +39,12 @@ pub struct RunConfig {
     /// Stop with an error if the run has not finished by this run time (seconds): catches
     /// deadlocked strategies in `sim`, where time jumps straight to it.
     pub time_limit_s: f64,
+    /// Write a checkpoint every this many iterations (and always at the end), from which
+    /// `concord train --resume` continues the run exactly. Each checkpoint is a consistent cut:
+    /// under SSP/ASP, workers ahead wait at a checkpoint clock for the others. Needs strategies
+    /// that can resume. Unset: a checkpoint at the end only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_every: Option<u64>,
     /// Strategies to compose, e.g. `["ssp"]`.
     pub strategies: Vec<String>,
     /// Memory policy (default `resident`).
@@ -74,6 +80,7 @@ impl Default for RunConfig {
             block_bytes: 4 << 20,
             progress_points: 10,
             time_limit_s: 1e7,
+            checkpoint_every: None,
             strategies: vec!["bsp".into()],
             memory: None,
             model: ModelConfig::default(),
@@ -101,6 +108,9 @@ impl RunConfig {
         at_least_one("batch", self.batch)?;
         at_least_one("iterations", self.iterations)?;
         at_least_one("eval_every", self.eval_every)?;
+        if let Some(k) = self.checkpoint_every {
+            at_least_one("checkpoint_every", k)?;
+        }
         at_least_one("progress_points", self.progress_points as u64)?;
         if self.block_bytes < 4 {
             return Err(EngineError::config(

@@ -113,9 +113,28 @@ pub struct RoleContext {
     stats: RoleStats,
     trace: Vec<TraceEvent>,
     memory: DeviceMemory,
+    /// When the role last started waiting before the engine's shutdown reached it: the end of
+    /// its last work, where a resumed run restarts it.
+    stopped_at: Option<f64>,
 }
 
 impl RoleContext {
+    /// The run's time base.
+    pub(crate) fn time(&self) -> crate::time::TimeBase {
+        self.net.time()
+    }
+
+    /// When the role stopped working: the end of its last work before the engine's shutdown
+    /// reached it, or now for a role that returned by itself.
+    pub(crate) fn stopped_at(&self) -> f64 {
+        self.stopped_at.unwrap_or_else(|| self.now())
+    }
+
+    /// The state of this role's straggler patterns, for a checkpoint.
+    pub(crate) fn straggler_state(&self) -> Vec<Option<serde_json::Value>> {
+        self.stragglers.save()
+    }
+
     /// Builds the context of `id`; the engine does this when it launches a run.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -145,6 +164,7 @@ impl RoleContext {
             stats: RoleStats::default(),
             trace: Vec::new(),
             memory,
+            stopped_at: None,
         }
     }
 
@@ -206,13 +226,18 @@ impl RoleContext {
 
     /// The next message, in arrival order (stashed ones first).
     pub async fn recv(&mut self) -> Result<Envelope> {
-        if let Some(env) = self.stash.pop_front() {
-            return Ok(env);
+        let called = self.now();
+        let env =
+            match self.stash.pop_front() {
+                Some(env) => env,
+                None => self.rx.recv().await.ok_or_else(|| {
+                    EngineError::protocol(self.id, "mailbox closed while waiting")
+                })?,
+            };
+        if matches!(env.msg, Message::Shutdown) {
+            self.stopped_at = Some(called);
         }
-        self.rx
-            .recv()
-            .await
-            .ok_or_else(|| EngineError::protocol(self.id, "mailbox closed while waiting"))
+        Ok(env)
     }
 
     /// The next message for which `want` holds; others are kept, in order, for later receives.

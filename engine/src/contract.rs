@@ -40,6 +40,7 @@ use crate::optim::OptState;
 use crate::payload::Payload;
 use crate::payload::{BlockId, BlockPayload};
 use crate::ps::{Snapshot, TimedSnapshot};
+pub use crate::resume::{RoleCheckpoint, RoleState};
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -225,6 +226,9 @@ pub struct WorkerReport {
     /// (allreduce, RNA, pipelines). The run evaluates and checkpoints the union of the workers'
     /// parts when any worker reports one, the servers' otherwise.
     pub model: Option<ModelState>,
+    /// Its own state at the end, for a checkpoint (roles of strategies that can resume; see
+    /// [`Strategy::resumes`]). The model part, if any, is in `model`.
+    pub state: Option<RoleState>,
 }
 
 /// One read a server answered: who, at which clock, and which version it got.
@@ -249,6 +253,8 @@ pub struct ServerReport {
     pub reads: Vec<ReadRecord>,
     /// Last version applied.
     pub version: i64,
+    /// Its own state at the end beyond its blocks, for a checkpoint (see [`Strategy::resumes`]).
+    pub state: Option<RoleState>,
 }
 
 /// What a coordinator hands back at the end of a run.
@@ -258,6 +264,8 @@ pub struct CoordinatorReport {
     pub reports: Vec<(u32, Report)>,
     /// Free-form per-strategy figures for the summary (e.g. predictor RMSE).
     pub figures: Vec<(String, f64)>,
+    /// Its own state at the end, for a checkpoint (see [`Strategy::resumes`]).
+    pub state: Option<RoleState>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -320,6 +328,8 @@ pub struct Assembly {
     pub standby_servers: u32,
     pub(crate) owners: BTreeMap<Slot, String>,
     pub(crate) names: Vec<String>,
+    /// Strategies of the run that cannot resume, with the reason (see [`Strategy::resumes`]).
+    pub(crate) not_resumable: Vec<(String, String)>,
 }
 
 impl Assembly {
@@ -331,6 +341,18 @@ impl Assembly {
     /// Strategies composed, in order.
     pub fn strategies(&self) -> &[String] {
         &self.names
+    }
+
+    /// `Ok` when every strategy of the run can stop at a checkpoint and continue exactly;
+    /// otherwise the first that cannot, and why.
+    pub fn resumable(&self) -> Result<()> {
+        match self.not_resumable.first() {
+            None => Ok(()),
+            Some((strategy, reason)) => Err(EngineError::NotResumable {
+                strategy: strategy.clone(),
+                reason: reason.clone(),
+            }),
+        }
     }
 
     /// Whether `slot` was filled by a strategy (rather than left to the engine's default).
@@ -426,5 +448,23 @@ pub trait Strategy: Send + Sync {
     /// should name the other strategy.
     fn check(&self, _asm: &Assembly, _config: &RunConfig) -> Result<()> {
         Ok(())
+    }
+    /// Whether a run with this strategy can stop at a checkpoint and continue exactly: `Ok` when
+    /// its roles save what they keep in their reports' `state` (and model) and restore it from
+    /// [`Job::resumed`]; otherwise the reason, which a user asking to resume or to checkpoint
+    /// mid-run is told.
+    ///
+    /// By default, strategies that fill only rule slots (consistency, placement, memory) resume:
+    /// rules keep no state of their own. Strategies with roles must opt in.
+    fn resumes(&self) -> std::result::Result<(), String> {
+        let rules_only = self
+            .slots()
+            .iter()
+            .all(|s| matches!(s, Slot::Consistency | Slot::Placement | Slot::Memory));
+        if rules_only {
+            Ok(())
+        } else {
+            Err("its roles keep state that checkpoints do not capture yet".into())
+        }
     }
 }

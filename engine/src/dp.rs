@@ -262,8 +262,9 @@ impl Worker for DataParallelWorker {
         } else {
             Vec::new()
         };
-        let mut records = Vec::with_capacity(job.config.iterations as usize);
-        for clock in 0..job.config.iterations {
+        let clocks = job.clocks();
+        let mut records = Vec::with_capacity((clocks.end - clocks.start) as usize);
+        for clock in clocks {
             ctx.set_iter(clock);
             let start = ctx.now();
             // Read parameters at the version the consistency rule requires; the read is in flight
@@ -351,9 +352,11 @@ impl Worker for DataParallelWorker {
             records.push(close_clock(ctx, &job, clock, start, tally));
         }
         ctx.send(RoleId::Coordinator, Message::WorkerDone);
+        // Stateless between clocks: the clock and the sample stream say where it is.
         Ok(WorkerReport {
             iterations: records,
             model: None,
+            state: None,
         })
     }
 }

@@ -105,6 +105,22 @@ pub enum EngineError {
         /// The holders reporting it.
         holders: Vec<RoleId>,
     },
+    /// A checkpoint cannot be read, or does not fit the run that resumes from it.
+    #[error("checkpoint {path}: {reason}")]
+    Checkpoint {
+        /// The checkpoint file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A strategy of the run cannot stop at a checkpoint and continue exactly.
+    #[error("strategy `{strategy}` cannot resume from a checkpoint: {reason}")]
+    NotResumable {
+        /// The strategy.
+        strategy: String,
+        /// Why: the state its roles keep that a checkpoint does not capture.
+        reason: String,
+    },
     /// Writing outputs failed.
     #[error("i/o error on {path}: {source}")]
     Io {

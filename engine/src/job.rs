@@ -13,7 +13,8 @@ use crate::memory::MemoryPolicy;
 use crate::model::ModelSpec;
 use crate::ps::Consistency;
 use crate::ps::ParamLayout;
-use std::sync::{Arc, OnceLock};
+use crate::resume::{ResumePoint, RoleCheckpoint};
+use std::sync::{Arc, OnceLock, RwLock};
 
 /// Builds the memory policy of one role's device.
 pub type MemoryPolicyFactory =
@@ -50,12 +51,52 @@ pub struct Job {
     pub directed: OnceLock<bool>,
     /// Progress observer (the CLI's progress bar).
     pub progress: Option<ProgressFn>,
+    /// The part of the run the roles built from this job run: its clocks and, when it continues
+    /// from a checkpoint, where it starts. Set by the engine before the roles are built.
+    pub(crate) segment: RwLock<Segment>,
+}
+
+/// The clocks one launch of the roles runs, and the checkpoint it starts from.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Segment {
+    /// Clocks `start..end`.
+    pub clocks: std::ops::Range<u64>,
+    /// The checkpoint the roles continue from (none for a fresh start).
+    pub from: Option<Arc<ResumePoint>>,
 }
 
 impl Job {
     /// Whether workers wait for the coordinator's directive each clock.
     pub fn directed(&self) -> bool {
         self.directed.get().copied().unwrap_or(false)
+    }
+
+    /// The clocks the roles run now: `0..iterations` for a run without checkpoints; between two
+    /// checkpoints otherwise. Every worker loops over these, not over `0..iterations`.
+    pub fn clocks(&self) -> std::ops::Range<u64> {
+        self.segment
+            .read()
+            .map(|s| s.clocks.clone())
+            .unwrap_or(0..self.config.iterations)
+    }
+
+    /// `role`'s checkpoint when the roles continue a run: what it must restore before its first
+    /// clock (the engine has already restarted it at the checkpoint's time). `None` on a fresh
+    /// start.
+    pub fn resumed(&self, role: RoleId) -> Option<RoleCheckpoint> {
+        let segment = self.segment.read().ok()?;
+        segment.from.as_ref()?.roles.get(&role).cloned()
+    }
+
+    /// The checkpoint the roles continue from, if any.
+    pub(crate) fn segment_start(&self) -> Option<Arc<ResumePoint>> {
+        self.segment.read().ok()?.from.clone()
+    }
+
+    /// Sets the clocks the next roles run and the checkpoint they continue from.
+    pub(crate) fn set_segment(&self, segment: Segment) {
+        let mut s = self.segment.write().unwrap_or_else(|p| p.into_inner());
+        *s = segment;
     }
 
     /// Tells the observer a worker finished a clock.

@@ -14,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+pub mod checkpoint;
 pub mod cluster;
 pub mod collective;
 pub mod config;
@@ -33,6 +34,7 @@ pub mod payload;
 pub mod prelude;
 pub mod ps;
 pub mod registry;
+pub mod resume;
 pub mod run;
 pub mod serve;
 pub use concord_stragglers as stragglers;

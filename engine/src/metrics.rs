@@ -2,12 +2,12 @@
 //! folder holds (`metrics.jsonl`, `summary.json`, Chrome-trace timelines).
 
 use crate::error::{EngineError, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
 /// One worker's account of one clock.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IterRecord {
     /// The clock.
     pub clock: u64,
@@ -34,7 +34,7 @@ pub struct IterRecord {
 }
 
 /// One row of `metrics.jsonl`: the job's state after an iteration.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IterationRow {
     /// Iterations completed (1-based).
     pub iteration: u64,
@@ -68,7 +68,7 @@ pub struct IterationRow {
 }
 
 /// One row of `evaluations.jsonl`: the model evaluated at a fixed run time (`eval_every_s`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TimedEvaluation {
     /// Run time (virtual in `sim`) the model is taken at: k · `eval_every_s`.
     pub time_s: f64,

@@ -9,8 +9,9 @@ pub use crate::config::RunConfig;
 pub use crate::context::{IterSpan, RoleContext, RuntimeKind, Work};
 pub use crate::contract::{
     ApplyMode, Assembly, Consistency, Coordinator, CoordinatorFactory, CoordinatorReport,
-    MemoryPolicy, MemoryPolicyFactory, ModelState, Placement, ReadRecord, Server, ServerFactory,
-    ServerReport, Slot, Straggler, Strategy, StrategyMessage, Worker, WorkerFactory, WorkerReport,
+    MemoryPolicy, MemoryPolicyFactory, ModelState, Placement, ReadRecord, RoleCheckpoint,
+    RoleState, Server, ServerFactory, ServerReport, Slot, Straggler, Strategy, StrategyMessage,
+    Worker, WorkerFactory, WorkerReport,
 };
 pub use crate::dp::{
     close_clock, hold_optimizer_state, hold_replica, train_step, Charge, ClockTally, StepAt,

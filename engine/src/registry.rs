@@ -97,6 +97,9 @@ impl Registry {
             asm.owners.insert(slot, s.name().to_string());
         }
         asm.names.push(s.name().to_string());
+        if let Err(reason) = s.resumes() {
+            asm.not_resumable.push((s.name().to_string(), reason));
+        }
         Ok(())
     }
 

@@ -14,25 +14,38 @@ pub const SIM_DILATION: f64 = 10_000.0;
 pub struct TimeBase {
     start: Instant,
     scale: f64,
+    /// Run seconds at `start`: zero for a fresh run, the checkpoint's time for a resumed one.
+    origin: f64,
 }
 
 impl TimeBase {
     /// A time base starting now; `dilated` for simulated runs.
     pub fn new(dilated: bool) -> TimeBase {
+        TimeBase::starting_at(dilated, 0.0)
+    }
+
+    /// A time base whose clock reads `origin` run seconds now: a run resumed from a checkpoint
+    /// continues the run time of the run it resumes.
+    pub fn starting_at(dilated: bool, origin: f64) -> TimeBase {
         TimeBase {
             start: Instant::now(),
             scale: if dilated { SIM_DILATION } else { 1.0 },
+            origin,
         }
     }
 
     /// Seconds since the run started.
     pub fn now(&self) -> f64 {
-        (Instant::now() - self.start).as_secs_f64() / self.scale
+        if self.origin == 0.0 {
+            (Instant::now() - self.start).as_secs_f64() / self.scale
+        } else {
+            self.origin + (Instant::now() - self.start).as_secs_f64() / self.scale
+        }
     }
 
     /// The tokio instant of run time `s`.
     pub fn instant_at(&self, s: f64) -> Instant {
-        self.start + Duration::from_secs_f64(s.max(0.0) * self.scale)
+        self.start + Duration::from_secs_f64((s - self.origin).max(0.0) * self.scale)
     }
 
     /// Waits `s` run seconds.

@@ -34,7 +34,7 @@ pub struct Envelope {
 pub type BandwidthShaper = Box<dyn FnMut(RoleId, f64) -> f64 + Send>;
 
 /// Traffic counters of one directed link between two roles.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct LinkTraffic {
     /// Messages sent.
     pub messages: u64,
@@ -122,6 +122,25 @@ impl Network {
     /// Real seconds since the network (and so the run) was created, in either runtime.
     pub fn wall_now(&self) -> f64 {
         self.wall_start.elapsed().as_secs_f64()
+    }
+
+    /// When each machine's NIC is free again, (egress, ingress) per machine: the queues a
+    /// checkpoint keeps, so a resumed run's first messages wait behind the last ones before it.
+    pub fn queues(&self) -> (Vec<f64>, Vec<f64>) {
+        let st = self.lock();
+        (st.egress_free.clone(), st.ingress_free.clone())
+    }
+
+    /// Restores the NIC queues [`Network::queues`] returned (machines beyond either list stay
+    /// free).
+    pub fn restore_queues(&self, egress: &[f64], ingress: &[f64]) {
+        let mut st = self.lock();
+        for (free, &at) in st.egress_free.iter_mut().zip(egress) {
+            *free = at;
+        }
+        for (free, &at) in st.ingress_free.iter_mut().zip(ingress) {
+            *free = at;
+        }
     }
 
     /// The run's time base.

@@ -36,4 +36,7 @@ pub enum StragglerError {
         /// What went wrong.
         problem: String,
     },
+    /// A checkpoint's straggler state does not fit the patterns of the resumed run.
+    #[error("straggler state in the checkpoint: {0}")]
+    State(String),
 }

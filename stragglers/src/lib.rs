@@ -161,6 +161,17 @@ pub trait Straggler: Send + std::fmt::Debug {
     fn signals(&mut self, _probe: &Probe) -> Option<ResourceSignals> {
         None
     }
+    /// The pattern's own state, for a checkpoint: what a fresh instance cannot recompute from the
+    /// probes alone. `None` (the default) for patterns whose effect is a function of the probe
+    /// (counter-based draws, schedules, replays that regenerate from the seed).
+    fn save(&self) -> Option<serde_json::Value> {
+        None
+    }
+    /// Restores what [`Straggler::save`] returned, so that a run resumed from a checkpoint sees
+    /// the same slowdowns as one that never stopped.
+    fn restore(&mut self, _state: &serde_json::Value) -> Result<(), StragglerError> {
+        Ok(())
+    }
 }
 
 /// A closed range `[min, max]` used for linear spreads (speeds, loads) and level draws.

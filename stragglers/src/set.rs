@@ -55,6 +55,28 @@ impl StragglerSet {
         })
     }
 
+    /// Every pattern's own state, in list order, for a checkpoint (see [`Straggler::save`]).
+    pub fn save(&self) -> Vec<Option<serde_json::Value>> {
+        self.items.iter().map(|s| s.save()).collect()
+    }
+
+    /// Restores what [`StragglerSet::save`] returned from a set built from the same configs.
+    pub fn restore(&mut self, states: &[Option<serde_json::Value>]) -> Result<(), StragglerError> {
+        if states.len() != self.items.len() {
+            return Err(StragglerError::State(format!(
+                "a checkpoint holds {} pattern states for a role with {} patterns",
+                states.len(),
+                self.items.len()
+            )));
+        }
+        for (item, state) in self.items.iter_mut().zip(states) {
+            if let Some(state) = state {
+                item.restore(state)?;
+            }
+        }
+        Ok(())
+    }
+
     /// True when no pattern applies to this role (it is never slowed).
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()

@@ -137,6 +137,26 @@ impl LocalModel {
         }
     }
 
+    /// Continues from a checkpoint: the parameters and optimizer state of `model` (cut into
+    /// `layout`'s blocks, as [`LocalModel::report`] gives them) after `updates` updates.
+    pub fn restore(&mut self, layout: &ParamLayout, model: &ModelState, updates: u64) {
+        if let Some(params) = self.params.as_mut() {
+            layout.write_into(&model.blocks, params);
+        }
+        for b in layout.blocks() {
+            let (Some(state), Some(saved)) =
+                (self.states.get_mut(b.param), model.opt_state.get(&b.id))
+            else {
+                continue;
+            };
+            state.step = saved.step;
+            for (slot, saved) in state.slots.iter_mut().zip(&saved.slots) {
+                slot[b.offset..b.offset + b.len].copy_from_slice(saved);
+            }
+        }
+        self.updates = updates;
+    }
+
     /// The model's state: every block of `layout`, its optimizer state, the snapshots.
     pub fn report(&self, layout: &ParamLayout) -> ModelState {
         let blocks_of = |values: Option<&[Vec<f32>]>| -> Vec<BlockPayload> {

@@ -4,7 +4,9 @@
 use super::{ParamLayout, ReadGate, Snapshot, SnapshotPlan, TimedSnapshots};
 use crate::context::RoleContext;
 use crate::contract::Server;
-use crate::contract::{ApplyMode, Consistency, ModelState, ServerReport};
+use crate::contract::{
+    ApplyMode, Consistency, ModelState, RoleCheckpoint, RoleState, ServerReport,
+};
 use crate::error::{EngineError, Result};
 use crate::ids::{Clock, RoleId, ServerId, WorkerId};
 use crate::message::Message;
@@ -87,6 +89,42 @@ impl ParamServer {
             reads: ReadGate::new(),
             snapshots: Vec::new(),
         }
+    }
+
+    /// Continues from `cp`, this server's checkpoint: its blocks with their optimizer state, its
+    /// version and its count of arrivals.
+    pub fn restore(&mut self, cp: &RoleCheckpoint) -> Result<()> {
+        let bad = |reason: String| EngineError::protocol(RoleId::Server(self.id), reason);
+        let state: ParamServerState = cp
+            .state
+            .as_ref()
+            .ok_or_else(|| bad("its checkpoint holds no server state".into()))?
+            .decode()?;
+        let model = cp
+            .model
+            .as_ref()
+            .ok_or_else(|| bad("its checkpoint holds no blocks".into()))?;
+        if model.blocks.len() != self.blocks.len() {
+            return Err(bad(format!(
+                "its checkpoint holds {} blocks, the layout gives it {}",
+                model.blocks.len(),
+                self.blocks.len()
+            )));
+        }
+        for bp in &model.blocks {
+            let st = self
+                .blocks
+                .get_mut(&bp.block)
+                .ok_or_else(|| bad(format!("block {} is not this server's", bp.block)))?;
+            if bp.data.elems() != st.value.elems() {
+                return Err(bad(format!("block {} changed size", bp.block)));
+            }
+            st.value = bp.data.clone();
+            st.opt = model.opt_state.get(&bp.block).cloned().unwrap_or_default();
+        }
+        self.version = state.version;
+        self.arrivals = state.arrivals;
+        Ok(())
     }
 
     /// This server's index.
@@ -230,6 +268,15 @@ impl ParamServer {
     }
 }
 
+/// What a parameter server keeps beside its blocks, for a checkpoint.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ParamServerState {
+    /// Clocks applied, minus one.
+    version: i64,
+    /// Pushes received.
+    arrivals: u64,
+}
+
 /// Block values as payloads, in block order.
 fn payloads(blocks: &BTreeMap<BlockId, BlockState>) -> Vec<BlockPayload> {
     blocks
@@ -267,7 +314,21 @@ impl ServerHandler for ParamServer {
         }
     }
 
-    fn finish(&mut self, _ctx: &mut RoleContext) -> Result<ServerReport> {
+    fn finish(&mut self, ctx: &mut RoleContext) -> Result<ServerReport> {
+        // A checkpoint is a consistent cut: every clock pushed has been applied.
+        let state = if self.pending.is_empty() {
+            Some(RoleState::encode(&ParamServerState {
+                version: self.version,
+                arrivals: self.arrivals,
+            })?)
+        } else {
+            tracing::debug!(
+                "{}: {} clocks not yet applied at the end; no resumable state",
+                ctx.id(),
+                self.pending.len()
+            );
+            None
+        };
         let model = ModelState {
             blocks: self.current_blocks(),
             opt_state: self
@@ -282,6 +343,7 @@ impl ServerHandler for ParamServer {
             model,
             reads: self.reads.take_answered(),
             version: self.version,
+            state,
         })
     }
 }

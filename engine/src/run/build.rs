@@ -9,10 +9,11 @@ use crate::coordinator::StaticCoordinator;
 use crate::data::SampleStream;
 use crate::dp::DataParallelWorker;
 use crate::error::{EngineError, Result};
-use crate::job::{Job, ProgressFn};
+use crate::ids::RoleId;
+use crate::job::{Job, ProgressFn, Segment};
 use crate::model::{ModelConfig, ModelSpec};
 use crate::ps::{ParamLayout, ParamServer, RoundRobinPlacement, SnapshotPlan};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 /// A job and its roles, built and ready to launch.
 pub(super) struct Built {
@@ -26,17 +27,15 @@ pub(super) struct Built {
     pub coordinator: Box<dyn Coordinator>,
 }
 
-/// Builds the job `config` describes with the parts in `asm`, and its roles.
-pub(super) fn build(
-    config: &RunConfig,
-    asm: &Assembly,
-    progress: Option<ProgressFn>,
-) -> Result<Built> {
-    let job = Arc::new(job(config, asm, progress)?);
+/// Builds the roles of `job` with the parts in `asm`, for the clocks and checkpoint its segment
+/// names: each role restores its checkpoint, if any, as it is built.
+pub(super) fn roles(job: &Arc<Job>, asm: &Assembly) -> Result<Built> {
+    let job = job.clone();
+    let config = &job.config;
     // The coordinator is built first: whether it directs batches shapes the workers.
     let coordinator: Box<dyn Coordinator> = match &asm.coordinator {
         Some(f) => f(job.clone())?,
-        None => Box::new(StaticCoordinator),
+        None => Box::new(StaticCoordinator::new(&job)?),
     };
     let _ = job.directed.set(coordinator.directs_batches());
     let mut workers: Vec<Box<dyn Worker>> = Vec::new();
@@ -50,15 +49,21 @@ pub(super) fn build(
     for s in 0..total_servers(config, asm) {
         servers.push(match &asm.server {
             Some(f) => f(job.clone(), s)?,
-            None => Box::new(ParamServer::new(
-                s,
-                job.layout.clone(),
-                job.init.as_deref(),
-                job.consistency.clone(),
-                config.optimizer.clone(),
-                config.workers,
-                SnapshotPlan::of(config),
-            )),
+            None => {
+                let mut server = ParamServer::new(
+                    s,
+                    job.layout.clone(),
+                    job.init.as_deref(),
+                    job.consistency.clone(),
+                    config.optimizer.clone(),
+                    config.workers,
+                    SnapshotPlan::of(config),
+                );
+                if let Some(cp) = job.resumed(RoleId::Server(s)) {
+                    server.restore(&cp)?;
+                }
+                Box::new(server)
+            }
         });
     }
     Ok(Built {
@@ -75,8 +80,9 @@ pub(super) fn total_servers(config: &RunConfig, asm: &Assembly) -> u32 {
     config.servers + asm.standby_servers
 }
 
-/// The job: model and data resolved, cluster placed, parameters cut into blocks.
-fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressFn>) -> Result<Job> {
+/// The job: model and data resolved, cluster placed, parameters cut into blocks; its segment is
+/// the whole run until the engine sets another.
+pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressFn>) -> Result<Job> {
     let (model, data) = match &config.model {
         ModelConfig::Profile { .. } => (ModelSpec::resolve(&config.model, &[], 0)?, None),
         _ => {
@@ -129,5 +135,9 @@ fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressFn>) -> Resu
         memory,
         directed: std::sync::OnceLock::new(),
         progress,
+        segment: RwLock::new(Segment {
+            clocks: 0..config.iterations,
+            from: None,
+        }),
     })
 }

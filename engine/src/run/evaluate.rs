@@ -83,7 +83,8 @@ impl<'a> Evaluator<'a> {
         Ok(())
     }
 
-    /// Evaluates the model at run times 0, Δ, 2Δ, … up to the run's end (Δ = `period`) from the
+    /// Evaluates the model at run times 0, Δ, 2Δ, … up to the run's end (Δ = `period`; only those
+    /// after `after`, the checkpoint a resumed run started from) from the
     /// parts' timed snapshots; consecutive times with the same values are evaluated once, and
     /// times whose records do not cover every block are skipped. Parts that record no timed
     /// snapshots make the series empty, with a warning.
@@ -92,6 +93,7 @@ impl<'a> Evaluator<'a> {
         parts: &[Part],
         rows: &[IterationRow],
         period: f64,
+        after: Option<f64>,
     ) -> Result<Vec<TimedEvaluation>> {
         let mut timed = Vec::with_capacity(parts.len());
         for p in parts {
@@ -115,10 +117,15 @@ impl<'a> Evaluator<'a> {
         let mut out: Vec<TimedEvaluation> = Vec::new();
         // The records the last evaluation was built from, and its (accuracy, loss).
         let mut last: Option<(Vec<(usize, usize)>, AccuracyLoss)> = None;
-        let mut k = 0u64;
+        // A resumed run evaluates only the times after its checkpoint: those before are in the
+        // run's history.
+        let mut k = after.map_or(0, |a| (a / period).floor().max(0.0) as u64);
         while (k as f64) * period <= end {
             let time_s = k as f64 * period;
             k += 1;
+            if after.is_some_and(|a| time_s <= a) {
+                continue;
+            }
             let used = ps::records_at(&holders, k - 1);
             let iterations = rows.iter().take_while(|r| r.time_s <= time_s).count() as u64;
             let (test_accuracy, test_loss) = match &last {

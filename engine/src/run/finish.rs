@@ -2,25 +2,28 @@
 //! model as the union of its holders' parts, its offline evaluation, and the summary.
 
 use super::evaluate::Evaluator;
-use super::launch::{Launched, RoleOutput};
+use super::launch::Launched;
 use super::parts::{self, FinalModel};
 use super::RunResult;
 use crate::context::RuntimeKind;
 use crate::contract::Assembly;
-use crate::contract::CoordinatorReport;
+use crate::contract::{CoordinatorReport, ModelState, RoleCheckpoint, RoleState};
 use crate::error::Result;
 use crate::ids::RoleId;
 use crate::job::Job;
 use crate::metrics::{self, IterRecord, IterationRow, Summary, TraceEvent};
+use crate::resume::{History, ResumePoint};
 use crate::transport::LinkTraffic;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-/// Turns the roles' outputs into the run's result; `wall_start` is when the run began.
+/// Turns the roles' outputs into the run's result; `wall_start` is when the run began, `from` the
+/// checkpoint the roles continued from (its history comes first in every figure).
 pub(super) fn finish(
     asm: &Assembly,
     job: &Job,
     launched: Launched,
+    from: Option<&ResumePoint>,
     wall_start: Instant,
 ) -> Result<RunResult> {
     let Launched {
@@ -28,54 +31,99 @@ pub(super) fn finish(
         servers,
         coordinator,
         traffic,
+        network,
     } = launched;
+    let history = from.map(|p| p.history.clone()).unwrap_or_default();
+    // The cut at the end of these clocks, when the strategies can continue from one.
+    let mut cut = asm.resumable().is_ok().then(BTreeMap::new);
     let mut traces: Vec<(RoleId, Vec<TraceEvent>)> = Vec::new();
-    let mut worker_records = Vec::new();
-    let mut peak_memory = BTreeMap::new();
-    let mut capacity = Vec::new();
+    let mut worker_records = history.worker_records;
+    worker_records.resize(job.config.workers as usize, Vec::new());
+    let mut peak_memory = history.peak_memory;
+    let mut capacity = history.capacity;
+    capacity.resize(job.config.workers as usize, (0.0, 0.0));
     let mut worker_parts = Vec::new();
-    for RoleOutput {
-        role,
-        result,
-        stats,
-        trace,
-        peak_memory: peak,
-    } in workers
-    {
-        let report = result?;
-        peak_memory.insert(role.label(), peak);
-        capacity.push((stats.flops, stats.compute_s));
-        worker_parts.push((role, report.model));
-        worker_records.push(report.iterations);
-        traces.push((role, trace));
+    for (w, out) in workers.into_iter().enumerate() {
+        let report = out.result?;
+        let peak = peak_memory.entry(out.role.label()).or_default();
+        *peak = (*peak).max(out.peak_memory);
+        capacity[w].0 += out.stats.flops;
+        capacity[w].1 += out.stats.compute_s;
+        if let Some(cut) = cut.as_mut() {
+            let checkpoint = role_checkpoint(
+                out.end_s,
+                report.model.as_ref(),
+                report.state,
+                out.stragglers,
+            );
+            cut.insert(out.role, checkpoint);
+        }
+        worker_parts.push((out.role, report.model));
+        worker_records[w].extend(report.iterations);
+        traces.push((out.role, out.trace));
     }
     let mut server_parts = Vec::new();
-    let mut reads = Vec::new();
-    for RoleOutput {
-        role,
-        result,
-        trace,
-        ..
-    } in servers
-    {
-        let report = result?;
-        peak_memory.insert(role.label(), report.model.bytes());
+    let mut reads = history.reads;
+    for out in servers {
+        let report = out.result?;
+        let peak = peak_memory.entry(out.role.label()).or_default();
+        *peak = (*peak).max(report.model.bytes());
         reads.extend(report.reads);
-        server_parts.push((role, report.model));
-        traces.push((role, trace));
+        if let Some(cut) = cut.as_mut() {
+            let checkpoint =
+                role_checkpoint(out.end_s, Some(&report.model), report.state, out.stragglers);
+            cut.insert(out.role, checkpoint);
+        }
+        server_parts.push((out.role, report.model));
+        traces.push((out.role, out.trace));
     }
     let holders = parts::holders(worker_parts, server_parts);
-    let coordinator_report = coordinator.result?;
+    let mut coordinator_report = coordinator.result?;
+    if let Some(cut) = cut.as_mut() {
+        let state = coordinator_report.state.take();
+        let checkpoint = role_checkpoint(coordinator.end_s, None, state, coordinator.stragglers);
+        cut.insert(coordinator.role, checkpoint);
+    }
     traces.push((coordinator.role, coordinator.trace));
+    let mut traffic_total = traffic;
+    for (from_role, to_role, t) in history.traffic {
+        let link = traffic_total.entry((from_role, to_role)).or_default();
+        link.messages += t.messages;
+        link.bytes += t.bytes;
+    }
+    let traffic = traffic_total;
 
     let model = FinalModel::union(&job.layout, &holders)?;
     let mut rows = metrics::merge_iterations(&worker_records);
+    // Rows before the checkpoint keep the evaluations made then.
+    for (row, before) in rows.iter_mut().zip(&history.rows) {
+        row.test_accuracy = before.test_accuracy;
+        row.test_loss = before.test_loss;
+    }
     let evaluator = Evaluator::new(job)?;
     evaluator.snapshots_onto(&holders, &mut rows)?;
-    let evaluations = match job.config.eval_every_s {
-        Some(period) => evaluator.over_time(&holders, &rows, period)?,
-        None => Vec::new(),
-    };
+    let mut evaluations = history.evaluations;
+    if let Some(period) = job.config.eval_every_s {
+        let after = from.and(history.rows.last().map(|r| r.time_s));
+        evaluations.extend(evaluator.over_time(&holders, &rows, period, after)?);
+    }
+    let resume = cut.map(|roles| ResumePoint {
+        clock: job.clocks().end,
+        roles,
+        history: History {
+            rows: rows.clone(),
+            worker_records: worker_records.clone(),
+            capacity: capacity.clone(),
+            traffic: traffic
+                .iter()
+                .map(|(&(from, to), &t)| (from, to, t))
+                .collect(),
+            peak_memory: peak_memory.clone(),
+            reads: reads.clone(),
+            evaluations: evaluations.clone(),
+            network,
+        },
+    });
     let final_eval = evaluator.evaluate(&model.blocks)?;
     if let (Some(row), Some(e)) = (rows.last_mut(), &final_eval) {
         row.test_accuracy = e.accuracy;
@@ -115,7 +163,29 @@ pub(super) fn finish(
         config: job.config.clone(),
         traces,
         model,
+        resume,
     })
+}
+
+/// One role's checkpoint from what it returned: its model part without snapshots (the
+/// evaluations made from them are in the history).
+fn role_checkpoint(
+    at_s: f64,
+    model: Option<&ModelState>,
+    state: Option<RoleState>,
+    stragglers: Vec<Option<serde_json::Value>>,
+) -> RoleCheckpoint {
+    RoleCheckpoint {
+        at_s,
+        model: model.map(|m| ModelState {
+            blocks: m.blocks.clone(),
+            opt_state: m.opt_state.clone(),
+            snapshots: Vec::new(),
+            timed: None,
+        }),
+        state,
+        stragglers,
+    }
 }
 
 /// What the summary is computed from, besides the job.

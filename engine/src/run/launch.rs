@@ -12,10 +12,12 @@ use crate::job::Job;
 use crate::memory::DeviceMemory;
 use crate::message::Message;
 use crate::metrics::TraceEvent;
+use crate::resume::NetworkState;
 use crate::stragglers::{Probe, RoleKind, StragglerSet};
 use crate::time::TimeBase;
 use crate::transport::{BandwidthShaper, LinkTraffic, Network};
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use tokio::task::JoinSet;
 
 /// What one role's task returned: its result, its compute totals and its timeline.
@@ -30,6 +32,10 @@ pub(super) struct RoleOutput<T> {
     pub trace: Vec<TraceEvent>,
     /// The highest number of bytes its memory policy accounted on its device.
     pub peak_memory: u64,
+    /// Run time at which it returned.
+    pub end_s: f64,
+    /// Its straggler patterns' state when it returned.
+    pub stragglers: Vec<Option<serde_json::Value>>,
 }
 
 /// Everything the roles of a finished run returned, each kind in role order.
@@ -42,6 +48,8 @@ pub(super) struct Launched {
     pub coordinator: RoleOutput<CoordinatorReport>,
     /// Traffic per directed role pair.
     pub traffic: BTreeMap<(RoleId, RoleId), LinkTraffic>,
+    /// The network's queues at the end.
+    pub network: NetworkState,
 }
 
 /// Runs every role of `built` to completion on the runtime its config names.
@@ -76,9 +84,17 @@ fn stragglers_of(job: &Job, role: RoleId) -> Result<StragglerSet> {
     })
 }
 
+/// Transfers made so far per role, shared between the wire's shaper and the launch (which saves
+/// and restores them at checkpoints).
+type TransferCounts = Arc<Mutex<BTreeMap<RoleId, u64>>>;
+
 /// The wire's own view of NIC slowdowns (bandwidth caps), per role; `None` when no role has a
-/// straggler pattern.
-fn bandwidth_shaper(job: &Job, roles: &[RoleId]) -> Result<Option<BandwidthShaper>> {
+/// straggler pattern. `transfers` counts each role's transfers (restored at a resume).
+fn bandwidth_shaper(
+    job: &Job,
+    roles: &[RoleId],
+    transfers: TransferCounts,
+) -> Result<Option<BandwidthShaper>> {
     let mut shapers = BTreeMap::new();
     for &r in roles {
         let set = stragglers_of(job, r)?;
@@ -90,7 +106,6 @@ fn bandwidth_shaper(job: &Job, roles: &[RoleId]) -> Result<Option<BandwidthShape
     let workers_n = job.config.workers;
     // Each role's transfers are counted, so per-transfer patterns (server jitter) draw anew for
     // every message.
-    let mut transfers: BTreeMap<RoleId, u64> = BTreeMap::new();
     Ok((!shapers.is_empty()).then(|| {
         Box::new(move |role: RoleId, now: f64| {
             let (Some(set), Some((kind, index))) =
@@ -98,9 +113,11 @@ fn bandwidth_shaper(job: &Job, roles: &[RoleId]) -> Result<Option<BandwidthShape
             else {
                 return 1.0;
             };
-            let count = transfers.entry(role).or_insert(0);
+            let mut counts = transfers.lock().unwrap_or_else(|p| p.into_inner());
+            let count = counts.entry(role).or_insert(0);
             let transfer = *count;
             *count += 1;
+            drop(counts);
             let probe = Probe {
                 kind,
                 index,
@@ -128,18 +145,37 @@ async fn run_roles(built: Built) -> Result<Launched> {
     } = built;
     let cfg = &job.config;
     let total_servers = servers.len() as u32;
-    let time = TimeBase::new(cfg.runtime == RuntimeKind::Sim);
+    let from = job.segment_start();
+    let origin = from.as_ref().map_or(0.0, |p| p.earliest_s());
+    let time = TimeBase::starting_at(cfg.runtime == RuntimeKind::Sim, origin);
     let mut roles = vec![RoleId::Coordinator];
     roles.extend((0..total_servers).map(RoleId::Server));
     roles.extend((0..cfg.workers).map(RoleId::Worker));
-    let shaper = bandwidth_shaper(&job, &roles)?;
+    let restored = from.as_ref().map(|p| &p.history.network);
+    let transfers: TransferCounts = Arc::new(Mutex::new(
+        restored.map(|n| n.transfers.clone()).unwrap_or_default(),
+    ));
+    let shaper = bandwidth_shaper(&job, &roles, transfers.clone())?;
     let (net, mut mailboxes) = Network::new(job.cluster.clone(), time, &roles, shaper);
+    if let Some(n) = restored {
+        net.restore_queues(&n.egress_free, &n.ingress_free);
+    }
+    // Each role restarts at the run time it stopped at.
+    let start_of = |role: RoleId| {
+        from.as_ref()
+            .and_then(|p| p.roles.get(&role))
+            .map(|c| c.at_s)
+    };
     let pump = tokio::spawn(net.clone().pump());
     let mut ctx_for = |role: RoleId| -> Result<RoleContext> {
         let rx = mailboxes
             .remove(&role)
             .ok_or_else(|| EngineError::protocol(role, "no mailbox"))?;
         let device = job.cluster.device_of(role);
+        let mut stragglers = stragglers_of(&job, role)?;
+        if let Some(cp) = from.as_ref().and_then(|p| p.roles.get(&role)) {
+            stragglers.restore(&cp.stragglers)?;
+        }
         let memory = DeviceMemory::new(
             (job.memory)(&job, role)?,
             job.cluster.device_label(role),
@@ -153,20 +189,26 @@ async fn run_roles(built: Built) -> Result<Launched> {
             rx,
             cfg.workers,
             cfg.progress_points,
-            stragglers_of(&job, role)?,
+            stragglers,
             memory,
         ))
     };
 
     let mut worker_set = JoinSet::new();
     for (w, worker) in workers.into_iter().enumerate() {
-        worker_set.spawn(run_worker(worker, ctx_for(RoleId::Worker(w as u32))?));
+        let role = RoleId::Worker(w as u32);
+        worker_set.spawn(run_worker(worker, ctx_for(role)?, start_of(role)));
     }
     let mut server_set = JoinSet::new();
     for (s, server) in servers.into_iter().enumerate() {
-        server_set.spawn(run_server(server, ctx_for(RoleId::Server(s as u32))?));
+        let role = RoleId::Server(s as u32);
+        server_set.spawn(run_server(server, ctx_for(role)?, start_of(role)));
     }
-    let coord = tokio::spawn(run_coordinator(coordinator, ctx_for(RoleId::Coordinator)?));
+    let coord = tokio::spawn(run_coordinator(
+        coordinator,
+        ctx_for(RoleId::Coordinator)?,
+        start_of(RoleId::Coordinator),
+    ));
 
     let body = async {
         let mut w_out = Vec::new();
@@ -235,33 +277,59 @@ async fn run_roles(built: Built) -> Result<Launched> {
     }
     w_out.sort_by_key(|o| o.role);
     s_out.sort_by_key(|o| o.role);
+    let (egress_free, ingress_free) = net.queues();
+    let transfers = transfers.lock().unwrap_or_else(|p| p.into_inner()).clone();
     Ok(Launched {
         workers: w_out,
         servers: s_out,
         coordinator: c_out,
         traffic: net.traffic(),
+        network: NetworkState {
+            egress_free,
+            ingress_free,
+            transfers,
+        },
     })
 }
 
-/// One worker's task.
-async fn run_worker(mut worker: Box<dyn Worker>, mut ctx: RoleContext) -> RoleOutput<WorkerReport> {
+/// One worker's task; `start_at`: the run time it restarts at when resuming.
+async fn run_worker(
+    mut worker: Box<dyn Worker>,
+    mut ctx: RoleContext,
+    start_at: Option<f64>,
+) -> RoleOutput<WorkerReport> {
+    wait_until(ctx.time(), start_at).await;
     let result = worker.run(&mut ctx).await;
     output_of(ctx, result)
 }
 
-/// One server's task.
-async fn run_server(mut server: Box<dyn Server>, mut ctx: RoleContext) -> RoleOutput<ServerReport> {
+/// One server's task; `start_at`: the run time it restarts at when resuming.
+async fn run_server(
+    mut server: Box<dyn Server>,
+    mut ctx: RoleContext,
+    start_at: Option<f64>,
+) -> RoleOutput<ServerReport> {
+    wait_until(ctx.time(), start_at).await;
     let result = server.run(&mut ctx).await;
     output_of(ctx, result)
 }
 
-/// The coordinator's task.
+/// The coordinator's task; `start_at`: the run time it restarts at when resuming.
 async fn run_coordinator(
     mut coordinator: Box<dyn Coordinator>,
     mut ctx: RoleContext,
+    start_at: Option<f64>,
 ) -> RoleOutput<CoordinatorReport> {
+    wait_until(ctx.time(), start_at).await;
     let result = coordinator.run(&mut ctx).await;
     output_of(ctx, result)
+}
+
+/// Waits until run time `at` (a resumed role restarting where it stopped).
+async fn wait_until(time: TimeBase, at: Option<f64>) {
+    if let Some(at) = at {
+        time.sleep_until(at).await;
+    }
 }
 
 /// A finished role's output, with the totals and timeline its context kept.
@@ -272,5 +340,7 @@ fn output_of<T>(mut ctx: RoleContext, result: Result<T>) -> RoleOutput<T> {
         stats: ctx.stats().clone(),
         trace: ctx.take_trace(),
         peak_memory: ctx.peak_memory(),
+        end_s: ctx.stopped_at(),
+        stragglers: ctx.straggler_state(),
     }
 }

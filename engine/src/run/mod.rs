@@ -18,22 +18,34 @@ mod parts;
 
 pub use parts::FinalModel;
 
+use crate::checkpoint::{self, Resumable};
 use crate::config::RunConfig;
 use crate::contract::Assembly;
 use crate::contract::CoordinatorReport;
 use crate::contract::ReadRecord;
+use crate::error::EngineError;
 use crate::error::Result;
 use crate::ids::RoleId;
 use crate::job::ProgressFn;
+use crate::job::Segment;
 use crate::metrics::{IterRecord, IterationRow, Summary, TimedEvaluation, TraceEvent};
+use crate::resume::ResumePoint;
 use crate::transport::LinkTraffic;
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// How to run, beyond the config.
 #[derive(Default, Clone)]
 pub struct RunOptions {
     /// Called as workers finish clocks.
     pub progress: Option<ProgressFn>,
+    /// Continue from this checkpoint (read with [`crate::checkpoint::read`]) instead of starting
+    /// afresh: the run picks up at its clock and runs to the config's `iterations`.
+    pub resume: Option<Arc<ResumePoint>>,
+    /// Where the checkpoints written every `checkpoint_every` iterations go (the run folder);
+    /// none: mid-run checkpoints are still cut, but not written.
+    pub checkpoint_dir: Option<PathBuf>,
 }
 
 /// Everything a finished run produced: what the run folder holds and more.
@@ -62,14 +74,100 @@ pub struct RunResult {
     /// The final model (the union of its holders' parts) with its optimizer state: what the
     /// checkpoint holds.
     pub model: FinalModel,
+    /// Where the run stopped, to continue from (when its strategies can resume).
+    pub resume: Option<ResumePoint>,
 }
 
-/// Runs `config` with the parts in `asm` to completion.
+/// Runs `config` with the parts in `asm` to completion: from the start, or from
+/// `options.resume`; cutting a checkpoint every `checkpoint_every` iterations.
 pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<RunResult> {
     config.validate()?;
+    if config.checkpoint_every.is_some() || options.resume.is_some() {
+        asm.resumable()?;
+    }
     let wall_start = std::time::Instant::now();
-    let built = build::build(config, asm, options.progress)?;
-    let job = built.job.clone();
-    let launched = launch::launch(built)?;
-    finish::finish(asm, &job, launched, wall_start)
+    let job = Arc::new(build::job(config, asm, options.progress.clone())?);
+    let mut from = options.resume.clone();
+    if let Some(point) = &from {
+        fits(point, config)?;
+    }
+    let mut traces: BTreeMap<RoleId, Vec<TraceEvent>> = BTreeMap::new();
+    loop {
+        let start = from.as_ref().map_or(0, |p| p.clock);
+        let end = match config.checkpoint_every {
+            Some(k) => ((start / k + 1) * k).min(config.iterations),
+            None => config.iterations,
+        };
+        job.set_segment(Segment {
+            clocks: start..end,
+            from: from.clone(),
+        });
+        let built = build::roles(&job, asm)?;
+        let launched = launch::launch(built)?;
+        let mut result = finish::finish(asm, &job, launched, from.as_deref(), wall_start)?;
+        for (role, events) in std::mem::take(&mut result.traces) {
+            traces.entry(role).or_default().extend(events);
+        }
+        if end >= config.iterations {
+            result.traces = ordered(traces);
+            return Ok(result);
+        }
+        let point = result.resume.take().ok_or_else(|| {
+            EngineError::Composition("a checkpoint was due but the run cannot cut one".into())
+        })?;
+        if let Some(dir) = &options.checkpoint_dir {
+            write_checkpoint(dir, &result, &point)?;
+        }
+        from = Some(Arc::new(point));
+    }
+}
+
+/// Writes the checkpoint at `point` into `dir`, with the model of `result`.
+fn write_checkpoint(dir: &Path, result: &RunResult, point: &ResumePoint) -> Result<()> {
+    let config = toml::to_string_pretty(&result.config)
+        .map_err(|e| EngineError::config("(resolved config)", "", e.to_string()))?;
+    let model = result.params.is_some().then_some(&result.model);
+    let resume = Resumable {
+        point,
+        config: &config,
+        strategies: &result.summary.strategies,
+    };
+    checkpoint::write(&dir.join(checkpoint::FILE_NAME), model, Some(resume))
+}
+
+/// Checks that `point` can continue under `config`: clocks left to run, and the same roles.
+fn fits(point: &ResumePoint, config: &RunConfig) -> Result<()> {
+    let bad = |key: &str, value: u64, reason: String| Err(EngineError::config(key, value, reason));
+    if point.clock >= config.iterations {
+        return bad(
+            "iterations",
+            config.iterations,
+            format!(
+                "the checkpoint is at iteration {}: nothing is left to run (raise `iterations` to \
+                 continue training)",
+                point.clock
+            ),
+        );
+    }
+    let workers = point.history.worker_records.len() as u64;
+    if workers != u64::from(config.workers) {
+        return bad(
+            "workers",
+            u64::from(config.workers),
+            format!("the checkpoint was cut with {workers} workers"),
+        );
+    }
+    Ok(())
+}
+
+/// Traces by role in the run's order: workers, then servers, then the coordinator.
+fn ordered(traces: BTreeMap<RoleId, Vec<TraceEvent>>) -> Vec<(RoleId, Vec<TraceEvent>)> {
+    let rank = |r: &RoleId| match r {
+        RoleId::Worker(i) => (0, *i),
+        RoleId::Server(i) => (1, *i),
+        RoleId::Coordinator => (2, 0),
+    };
+    let mut v: Vec<_> = traces.into_iter().collect();
+    v.sort_by_key(|(r, _)| rank(r));
+    v
 }

@@ -164,7 +164,37 @@ impl SlowWorker {
     }
 }
 
+/// What a slow-worker pattern carries from one probe to the next (its checkpoint).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SlowWorkerState {
+    /// `None` when never slowed (−∞ has no JSON form).
+    slowed_until: Option<f64>,
+    slowed_work: f64,
+    last_probe: Option<(u64, f64)>,
+    last_decision: Option<(u64, u32)>,
+}
+
 impl Straggler for SlowWorker {
+    fn save(&self) -> Option<serde_json::Value> {
+        let state = SlowWorkerState {
+            slowed_until: self.slowed_until.is_finite().then_some(self.slowed_until),
+            slowed_work: self.slowed_work,
+            last_probe: self.last_probe,
+            last_decision: self.last_decision,
+        };
+        serde_json::to_value(state).ok()
+    }
+
+    fn restore(&mut self, state: &serde_json::Value) -> Result<(), StragglerError> {
+        let s: SlowWorkerState = serde_json::from_value(state.clone())
+            .map_err(|e| StragglerError::State(format!("slow-worker: {e}")))?;
+        self.slowed_until = s.slowed_until.unwrap_or(f64::NEG_INFINITY);
+        self.slowed_work = s.slowed_work;
+        self.last_probe = s.last_probe;
+        self.last_decision = s.last_decision;
+        Ok(())
+    }
+
     fn effect(&mut self, p: &Probe) -> Effect {
         if self.length == SlowLength::Work {
             // Work done since the previous probe runs the slowed work down.

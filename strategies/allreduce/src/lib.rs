@@ -77,6 +77,9 @@ impl Strategy for Allreduce {
     fn slots(&self) -> &'static [Slot] {
         &[Slot::Worker, Slot::Consistency]
     }
+    fn resumes(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
     fn install(
         &self,
         options: Option<&toml::Value>,

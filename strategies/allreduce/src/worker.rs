@@ -19,14 +19,50 @@ impl AllreduceWorker {
     /// Worker `id` of `job`, fusing gradients into buckets of `bucket_elems` elements.
     pub fn new(job: Arc<Job>, id: WorkerId, bucket_elems: usize) -> Result<AllreduceWorker> {
         let sizes = job.layout.params().iter().map(|p| p.elems()).collect();
+        let mut model = LocalModel::new(&job);
+        if let Some(cp) = job.resumed(RoleId::Worker(id)) {
+            restore(&job, id, &cp, &mut model)?;
+        }
         Ok(AllreduceWorker {
             id,
             replica: Replica::new(&job.model)?,
-            model: LocalModel::new(&job),
+            model,
             fusion: Fusion::new(sizes, 1, bucket_elems),
             group: Group::workers(job.config.workers)?,
             job,
         })
+    }
+}
+
+/// What an allreduce worker keeps beside its replica, for a checkpoint.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct AllreduceState {
+    /// Updates its replica has applied.
+    updates: u64,
+}
+
+/// Restores worker `id`'s replica from its checkpoint `cp`. Replicas are identical after every
+/// clock (each applies the same reduced sum), so only worker 0's checkpoint holds the model and
+/// every worker restores it from there.
+fn restore(job: &Job, id: WorkerId, cp: &RoleCheckpoint, model: &mut LocalModel) -> Result<()> {
+    let bad = |reason: &str| EngineError::protocol(RoleId::Worker(id), reason.to_string());
+    let state: AllreduceState = cp
+        .state
+        .as_ref()
+        .ok_or_else(|| bad("its checkpoint holds no allreduce state"))?
+        .decode()?;
+    let held = job
+        .resumed(RoleId::Worker(0))
+        .and_then(|c| c.model)
+        .ok_or_else(|| bad("the checkpoint holds no replica (worker 0's)"))?;
+    model.restore(&job.layout, &held, state.updates);
+    Ok(())
+}
+
+impl AllreduceWorker {
+    /// This worker's index.
+    pub fn id(&self) -> WorkerId {
+        self.id
     }
 }
 
@@ -40,8 +76,9 @@ impl Worker for AllreduceWorker {
         let flops_per_sample = job.model.training_flops_per_sample();
         let param_elems = (self.fusion.len() - 1) as u64;
         let apply_flops = job.config.optimizer.flops_per_elem() * param_elems as f64;
-        let mut records = Vec::with_capacity(job.config.iterations as usize);
-        for clock in 0..job.config.iterations {
+        let clocks = job.clocks();
+        let mut records = Vec::with_capacity((clocks.end - clocks.start) as usize);
+        for clock in clocks {
             ctx.set_iter(clock);
             let start = ctx.now();
             let work = Work {
@@ -92,6 +129,9 @@ impl Worker for AllreduceWorker {
         Ok(WorkerReport {
             iterations: records,
             model: (ctx.id() == RoleId::Worker(0)).then(|| self.model.report(&job.layout)),
+            state: Some(RoleState::encode(&AllreduceState {
+                updates: self.model.updates(),
+            })?),
         })
     }
 }

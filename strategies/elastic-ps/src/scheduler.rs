@@ -574,6 +574,7 @@ impl Coordinator for Scheduler {
             }
         }
         Ok(CoordinatorReport {
+            state: None,
             reports: Vec::new(),
             figures: self.figures(),
         })

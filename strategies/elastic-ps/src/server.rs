@@ -418,6 +418,7 @@ impl ElasticServer {
             }),
         };
         ServerReport {
+            state: None,
             model,
             reads: Vec::new(),
             version: self.max_version,

@@ -311,6 +311,7 @@ impl Worker for ElasticWorker {
         }
         ctx.send(RoleId::Coordinator, Message::WorkerDone);
         Ok(WorkerReport {
+            state: None,
             iterations: records,
             model: None,
         })

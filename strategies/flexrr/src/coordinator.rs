@@ -134,6 +134,7 @@ impl Coordinator for FlexCoordinator {
         };
         let iters = (self.clocks.max(1) * u64::from(workers.max(1))) as f64;
         Ok(CoordinatorReport {
+            state: None,
             reports: Vec::new(),
             figures: vec![
                 ("flexrr.reassigned_share".into(), share),

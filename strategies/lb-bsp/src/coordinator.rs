@@ -61,6 +61,32 @@ pub struct LbBspCoordinator {
     secs_per_flop: f64,
     batch_sums: Vec<f64>,
     clocks_sized: u64,
+    /// Every worker report so far, in arrival order.
+    reports: Vec<(u32, Report)>,
+    /// The first clock it runs: 0, or the clock of the checkpoint it continues from.
+    first_clock: u64,
+}
+
+/// What the batch-size manager learned and counted, for a checkpoint.
+#[derive(Serialize, Deserialize)]
+struct ManagerState {
+    predictors: Vec<RoleState>,
+    comm: Vec<Ema>,
+    signals: Vec<Option<Signals>>,
+    pending: BTreeMap<u64, Vec<Option<Report>>>,
+    next_complete: u64,
+    predicted: BTreeMap<u64, Vec<f64>>,
+    rmse_from: u64,
+    sq_err: f64,
+    err_count: u64,
+    err_speed_sum: f64,
+    infeasible: u64,
+    overhead_s: f64,
+    train_s: f64,
+    trainer_free_at: f64,
+    batch_sums: Vec<f64>,
+    clocks_sized: u64,
+    reports: Vec<(u32, Report)>,
 }
 
 impl std::fmt::Debug for LbBspCoordinator {
@@ -157,9 +183,10 @@ impl LbBspCoordinator {
         } else {
             lag
         };
-        Ok(LbBspCoordinator {
+        let clocks = job.clocks();
+        let mut manager = LbBspCoordinator {
             n,
-            iterations: config.iterations,
+            iterations: clocks.end,
             global: config.batch * u64::from(config.workers),
             lag,
             rule,
@@ -183,8 +210,77 @@ impl LbBspCoordinator {
             },
             batch_sums: vec![0.0; n],
             clocks_sized: 0,
+            reports: Vec::new(),
+            first_clock: clocks.start,
             cfg,
+        };
+        if let Some(state) = job.resumed(RoleId::Coordinator).and_then(|cp| cp.state) {
+            manager.restore(&state.decode()?)?;
+        }
+        Ok(manager)
+    }
+
+    /// Everything it learned and counted, for a checkpoint.
+    fn save(&self) -> Result<ManagerState> {
+        let predictors = match &self.rule {
+            Rule::Cpu(ps) => ps.iter().map(|p| p.save()).collect::<Result<_>>()?,
+            Rule::Gpu(_) => Vec::new(),
+        };
+        Ok(ManagerState {
+            predictors,
+            comm: self.comm.clone(),
+            signals: self.signals.clone(),
+            pending: self.pending.clone(),
+            next_complete: self.next_complete,
+            predicted: self.predicted.clone(),
+            rmse_from: self.rmse_from,
+            sq_err: self.sq_err,
+            err_count: self.err_count,
+            err_speed_sum: self.err_speed_sum,
+            infeasible: self.infeasible,
+            overhead_s: self.overhead_s,
+            train_s: self.train_s,
+            trainer_free_at: self.trainer_free_at,
+            batch_sums: self.batch_sums.clone(),
+            clocks_sized: self.clocks_sized,
+            reports: self.reports.clone(),
         })
+    }
+
+    /// Continues from what [`LbBspCoordinator::save`] returned.
+    fn restore(&mut self, s: &ManagerState) -> Result<()> {
+        if let Rule::Cpu(ps) = &mut self.rule {
+            if s.predictors.len() != ps.len() {
+                return Err(EngineError::protocol(
+                    RoleId::Coordinator,
+                    format!(
+                        "the checkpoint holds {} speed predictors for {} workers",
+                        s.predictors.len(),
+                        ps.len()
+                    ),
+                ));
+            }
+            for (p, state) in ps.iter_mut().zip(&s.predictors) {
+                p.restore(state)?;
+            }
+        }
+        self.comm = s.comm.clone();
+        self.signals = s.signals.clone();
+        self.pending = s.pending.clone();
+        self.next_complete = s.next_complete;
+        self.predicted = s.predicted.clone();
+        self.rmse_from = s.rmse_from;
+        self.sq_err = s.sq_err;
+        self.err_count = s.err_count;
+        self.err_speed_sum = s.err_speed_sum;
+        self.infeasible = s.infeasible;
+        self.overhead_s = s.overhead_s;
+        self.train_s = s.train_s;
+        self.trainer_free_at = s.trainer_free_at;
+        self.batch_sums = s.batch_sums.clone();
+        self.clocks_sized = s.clocks_sized;
+        self.reports = s.reports.clone();
+        Ok(())
     }
 
     /// Communication-time estimates `t^m_i` (EMA of reported pull time × [`COMM_ROUND_TRIP`]).
@@ -265,50 +361,7 @@ impl LbBspCoordinator {
             self.next_complete += 1;
             let target = c + self.lag;
             if target < self.iterations {
-                let now = ctx.now();
-                let comm = self.comm_times();
-                let min_batch = self.cfg.options.min_batch;
-                let comm_aware = self.cfg.options.comm_aware;
-                let global = self.global;
-                let n = self.n;
-                let signals = self.signals.clone();
-                let (alloc, speeds, flops) = match &mut self.rule {
-                    Rule::Cpu(ps) => {
-                        let mut flops = SOLVE_FLOPS_PER_WORKER * n as f64;
-                        let speeds: Vec<f64> = ps
-                            .iter_mut()
-                            .zip(&signals)
-                            .map(|(p, s)| {
-                                flops += p.predict_flops();
-                                p.predict(*s, now)
-                            })
-                            .collect();
-                        let alloc =
-                            cpu_rule(&speeds, comm_aware.then_some(&comm[..]), global, min_batch);
-                        (alloc, Some(speeds), flops)
-                    }
-                    Rule::Gpu(p) => (
-                        gpu_rule(p, &comm, global, min_batch),
-                        None,
-                        SOLVE_FLOPS_PER_WORKER * n as f64,
-                    ),
-                };
-                // The decision is on the critical path: charge it before the directives leave.
-                let t0 = ctx.now();
-                ctx.compute(
-                    "lb-bsp.batch-sizes",
-                    Work {
-                        flops_per_sample: flops,
-                        batch: 0.0,
-                    },
-                    || (),
-                )
-                .await;
-                self.overhead_s += ctx.now() - t0;
-                if let Some(s) = speeds {
-                    self.predicted.insert(target, s);
-                }
-                self.direct(ctx, target, &alloc);
+                self.decide(ctx, target).await;
             }
             // Background retraining (the paper's low-priority trainer threads, round-robin over
             // workers): the work is queued on one trainer and models take effect when it is done.
@@ -324,6 +377,53 @@ impl LbBspCoordinator {
             }
         }
         Ok(())
+    }
+
+    /// Sizes clock `target`'s batches from the predictions and directs it.
+    async fn decide(&mut self, ctx: &mut RoleContext, target: u64) {
+        let now = ctx.now();
+        let comm = self.comm_times();
+        let min_batch = self.cfg.options.min_batch;
+        let comm_aware = self.cfg.options.comm_aware;
+        let global = self.global;
+        let n = self.n;
+        let signals = self.signals.clone();
+        let (alloc, speeds, flops) = match &mut self.rule {
+            Rule::Cpu(ps) => {
+                let mut flops = SOLVE_FLOPS_PER_WORKER * n as f64;
+                let speeds: Vec<f64> = ps
+                    .iter_mut()
+                    .zip(&signals)
+                    .map(|(p, s)| {
+                        flops += p.predict_flops();
+                        p.predict(*s, now)
+                    })
+                    .collect();
+                let alloc = cpu_rule(&speeds, comm_aware.then_some(&comm[..]), global, min_batch);
+                (alloc, Some(speeds), flops)
+            }
+            Rule::Gpu(p) => (
+                gpu_rule(p, &comm, global, min_batch),
+                None,
+                SOLVE_FLOPS_PER_WORKER * n as f64,
+            ),
+        };
+        // The decision is on the critical path: charge it before the directives leave.
+        let t0 = ctx.now();
+        ctx.compute(
+            "lb-bsp.batch-sizes",
+            Work {
+                flops_per_sample: flops,
+                batch: 0.0,
+            },
+            || (),
+        )
+        .await;
+        self.overhead_s += ctx.now() - t0;
+        if let Some(s) = speeds {
+            self.predicted.insert(target, s);
+        }
+        self.direct(ctx, target, &alloc);
     }
 
     fn figures(&self, end: f64) -> Vec<(String, f64)> {
@@ -378,17 +478,27 @@ impl Coordinator for LbBspCoordinator {
     }
 
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
-        let mut report = CoordinatorReport::default();
-        let first = self.initial();
-        for clock in 0..self.lag.min(self.iterations) {
-            self.direct(ctx, clock, &first);
+        let first_clocks = self.first_clock..(self.first_clock + self.lag).min(self.iterations);
+        if self.first_clock == 0 {
+            let first = self.initial();
+            for clock in first_clocks {
+                self.direct(ctx, clock, &first);
+            }
+        } else {
+            // Continuing from a checkpoint: the clocks the last reports before it would have sized.
+            for clock in first_clocks {
+                self.decide(ctx, clock).await;
+            }
         }
         loop {
             let env = ctx.recv().await?;
             match (env.msg, env.from) {
                 (Message::Shutdown, _) => {
-                    report.figures = self.figures(ctx.now());
-                    return Ok(report);
+                    return Ok(CoordinatorReport {
+                        reports: self.reports.clone(),
+                        figures: self.figures(ctx.now()),
+                        state: Some(RoleState::encode(&self.save()?)?),
+                    });
                 }
                 (Message::Report(r), RoleId::Worker(w)) => {
                     let slot = self
@@ -404,7 +514,7 @@ impl Coordinator for LbBspCoordinator {
                             ))
                         }
                     }
-                    report.reports.push((w, r));
+                    self.reports.push((w, r));
                     self.advance(ctx).await?;
                 }
                 _ => {}

@@ -65,6 +65,9 @@ impl Strategy for LbBsp {
     fn slots(&self) -> &'static [Slot] {
         &[Slot::Coordinator]
     }
+    fn resumes(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
 
     fn install(
         &self,

@@ -223,6 +223,7 @@ impl Worker for AdPsgdWorker {
             self.serve(ctx, env)?;
         }
         Ok(WorkerReport {
+            state: None,
             iterations: records,
             model: (self.id == 0).then(|| self.model.report(&job.layout)),
         })

@@ -183,6 +183,7 @@ impl Worker for FlexWorker {
         self.send_rr(ctx, RoleId::Coordinator, &RrMsg::Stats(stats))?;
         ctx.send(RoleId::Coordinator, Message::WorkerDone);
         Ok(WorkerReport {
+            state: None,
             iterations: records,
             model: None,
         })

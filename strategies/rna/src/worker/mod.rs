@@ -240,6 +240,7 @@ impl Worker for RnaWorker {
             Message::custom(protocol::WORKER_STATS, &self.stats)?,
         );
         Ok(WorkerReport {
+            state: None,
             iterations: std::mem::take(&mut self.records),
             model: self
                 .reports_model()

@@ -1,116 +1,14 @@
-//! Speed predictors behind one trait (B1.3): Memoryless, EMA(α), NARX and an Oracle.
-//!
-//! Time indexing: for clock `k`, a predictor is told the observed speed `v^k` and the resource
-//! signals `(c^k, m^k)` read at the *start* of clock `k` ([`SpeedPredictor::observe`]), then asked
-//! for `v̂^{k+1}` given the signals read at the start of clock `k+1`
-//! ([`SpeedPredictor::predict`]); the engine's worker reports carry exactly those
-//! (`Report::next_signals`).
+//! The NARX speed predictor: a small tanh network over past speeds and resource signals,
+//! trained online in candle.
 
+use super::adam::Adam;
+use super::{Ema, Signals, SpeedPredictor};
 use candle_core::{Device, Tensor, Var};
-use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
-use concord_engine::cluster::DeviceProfile;
 use concord_engine::error::TensorContext;
 use concord_engine::prelude::*;
-use concord_engine::stragglers::{rng_for, Probe, RoleKind, StragglerSet};
+use concord_engine::stragglers::rng_for;
 use rand::Rng;
 use std::collections::VecDeque;
-
-/// Exogenous resource signals of one clock: competing CPU share and memory pressure, in [0, 1].
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Signals {
-    /// CPU share taken by competing work.
-    pub cpu: f64,
-    /// Memory-pressure proxy.
-    pub mem: f64,
-}
-
-/// A per-worker sample-processing-speed predictor.
-pub trait SpeedPredictor: Send {
-    /// Records clock `k`'s observed speed `v^k` and the signals read at the start of clock `k`
-    /// (`None` when unknown, e.g. clock 0, or when no straggler pattern exposes any).
-    fn observe(&mut self, speed: f64, signals: Option<Signals>);
-
-    /// Predicts the speed of the next clock, given the signals read at its start. `now` is the
-    /// run time of the decision (background-trained models take effect only once ready).
-    fn predict(&mut self, next: Option<Signals>, now: f64) -> f64;
-
-    /// Background model maintenance after an observation: may retrain. The work starts at
-    /// `start_at` (run seconds) and costs `secs_per_flop` per FLOP; returns the seconds of
-    /// background work done (0 when nothing was due).
-    fn maintain(&mut self, _start_at: f64, _secs_per_flop: f64) -> Result<f64> {
-        Ok(0.0)
-    }
-
-    /// Modeled FLOPs of one prediction (charged on the coordinator's critical path).
-    fn predict_flops(&self) -> f64 {
-        4.0
-    }
-}
-
-/// `v̂^{k+1} = v^k`: the last observed speed (Table 3's "Memoryless").
-#[derive(Clone, Debug, Default)]
-pub struct Memoryless {
-    last: Option<f64>,
-}
-
-impl Memoryless {
-    /// A predictor that has seen nothing (predicts 0 until the first observation).
-    pub fn new() -> Memoryless {
-        Memoryless::default()
-    }
-}
-
-impl SpeedPredictor for Memoryless {
-    fn observe(&mut self, speed: f64, _signals: Option<Signals>) {
-        if speed.is_finite() && speed > 0.0 {
-            self.last = Some(speed);
-        }
-    }
-    fn predict(&mut self, _next: Option<Signals>, _now: f64) -> f64 {
-        self.last.unwrap_or(0.0)
-    }
-}
-
-/// `v̂^{k+1} = α v^k + (1 − α) v̂^k`, started at the first observation (Table 3's "EMA").
-#[derive(Clone, Debug)]
-pub struct Ema {
-    alpha: f64,
-    value: Option<f64>,
-}
-
-impl Ema {
-    /// An EMA with weight `alpha` on the newest observation.
-    pub fn new(alpha: f64) -> Ema {
-        Ema { alpha, value: None }
-    }
-
-    /// The current average (`None` before the first observation).
-    pub fn value(&self) -> Option<f64> {
-        self.value
-    }
-
-    /// Folds in one observation.
-    pub fn update(&mut self, x: f64) {
-        if !x.is_finite() {
-            return;
-        }
-        self.value = Some(match self.value {
-            None => x,
-            Some(v) => self.alpha * x + (1.0 - self.alpha) * v,
-        });
-    }
-}
-
-impl SpeedPredictor for Ema {
-    fn observe(&mut self, speed: f64, _signals: Option<Signals>) {
-        if speed > 0.0 {
-            self.update(speed);
-        }
-    }
-    fn predict(&mut self, _next: Option<Signals>, _now: f64) -> f64 {
-        self.value.unwrap_or(0.0)
-    }
-}
 
 /// NARX settings (see [`crate::LbBspOptions`] for the meaning and defaults).
 #[derive(Clone, Debug, PartialEq)]
@@ -175,7 +73,7 @@ impl NarxConfig {
 }
 
 /// A trained network's weights, frozen with the speed scale it was trained at.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 struct Snapshot {
     w1: Vec<f64>, // inputs × hidden, row-major
     b1: Vec<f64>,
@@ -221,7 +119,7 @@ pub struct Narx {
     speed_sum: f64,
     speed_count: u64,
     vars: Vec<Var>,
-    opt: AdamW,
+    opt: Adam,
     active: Option<Snapshot>,
     pending: Option<(f64, Snapshot)>,
     /// Adam steps taken in all retrains.
@@ -261,15 +159,7 @@ impl Narx {
             mk(w2, &[h, 1])?,
             mk(vec![1.0], &[1])?,
         ];
-        let opt = AdamW::new(
-            vars.clone(),
-            ParamsAdamW {
-                lr: cfg.lr,
-                weight_decay: 0.0,
-                ..ParamsAdamW::default()
-            },
-        )
-        .ctx("narx optimizer")?;
+        let opt = Adam::new(vars.clone(), cfg.lr, 0.0).ctx("narx optimizer")?;
         Ok(Narx {
             ema: Ema::new(cfg.alpha),
             cfg,
@@ -462,105 +352,72 @@ impl SpeedPredictor for Narx {
     fn predict_flops(&self) -> f64 {
         self.cfg.forward_flops() + 4.0
     }
-}
 
-/// The true next speed, for tests and as an upper bound on what prediction can achieve.
-///
-/// It builds the worker's own [`StragglerSet`] from the run's straggler config with the run's
-/// seed (exactly what the engine gives the worker) and, for clock `k+1`, probes it the way
-/// [`concord_engine::context::RoleContext::compute`] does: `points` probes at progress `i/points`, the
-/// compute factor averaged and the extra delay of the first probe added, on the nominal time of
-/// `batch` samples on the worker's device. Patterns keyed by iteration (persistent, contention,
-/// power-law, sleeps) are reproduced exactly; patterns keyed by run time (trace-like,
-/// disrupted-machine) are probed at the decision time, an approximation.
-pub struct Oracle {
-    set: StragglerSet,
-    device: DeviceProfile,
-    flops_per_sample: f64,
-    batch: f64,
-    index: u32,
-    machine: u32,
-    num_workers: u32,
-    points: u32,
-    ahead: u64,
-    next_clock: u64,
-}
-
-impl std::fmt::Debug for Oracle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Oracle")
-            .field("index", &self.index)
-            .field("next_clock", &self.next_clock)
-            .finish()
-    }
-}
-
-impl Oracle {
-    /// An oracle for worker `index` on `machine`, whose speeds are measured at `batch` samples.
-    /// `ahead` is how many clocks past the next one its predictions are used for (1 in the
-    /// non-blocking mode, which sizes clock `k+2` after clock `k`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        set: StragglerSet,
-        device: DeviceProfile,
-        flops_per_sample: f64,
-        batch: f64,
-        index: u32,
-        machine: u32,
-        num_workers: u32,
-        points: u32,
-        ahead: u64,
-    ) -> Oracle {
-        Oracle {
-            ahead,
-            set,
-            device,
-            flops_per_sample,
-            batch,
-            index,
-            machine,
-            num_workers,
-            points: points.max(1),
-            next_clock: 0,
-        }
+    fn save(&self) -> Result<RoleState> {
+        let weights = self
+            .vars
+            .iter()
+            .map(|v| v.as_tensor().flatten_all()?.to_vec1::<f64>())
+            .collect::<candle_core::Result<_>>()
+            .ctx("narx checkpoint")?;
+        RoleState::encode(&NarxState {
+            ema: self.ema.clone(),
+            history: self.history.iter().copied().collect(),
+            observed: self.observed,
+            speed_sum: self.speed_sum,
+            speed_count: self.speed_count,
+            weights,
+            opt: self.opt.state().ctx("narx checkpoint")?,
+            active: self.active.clone(),
+            pending: self.pending.clone(),
+            steps: self.steps,
+            retrains: self.retrains,
+        })
     }
 
-    /// The speed the worker will have in `clock`, probed at run time `now`.
-    pub fn speed_at(&mut self, clock: u64, now: f64) -> f64 {
-        let nominal = self
-            .device
-            .compute_seconds(self.flops_per_sample, self.batch);
-        let parts = if self.set.is_empty() { 1 } else { self.points };
-        let mut t = 0.0;
-        for i in 0..parts {
-            let e = self.set.effect(&Probe {
-                kind: RoleKind::Worker,
-                index: self.index,
-                machine: self.machine,
-                num_workers: self.num_workers,
-                now,
-                iter: clock,
-                progress: f64::from(i) / f64::from(parts),
-                nominal_iter_s: nominal,
+    fn restore(&mut self, state: &RoleState) -> Result<()> {
+        let s: NarxState = state.decode()?;
+        if s.weights.len() != self.vars.len() {
+            return Err(EngineError::Decode {
+                tag: "narx state".into(),
+                reason: format!(
+                    "{} weight tensors, the network has {}",
+                    s.weights.len(),
+                    self.vars.len()
+                ),
             });
-            t += nominal / f64::from(parts) * e.compute_factor;
-            if i == 0 {
-                t += e.extra_delay_s;
-            }
         }
-        if t > 0.0 {
-            self.batch / t
-        } else {
-            0.0
+        for (var, w) in self.vars.iter().zip(s.weights) {
+            let shape = var.shape().clone();
+            let t = Tensor::from_vec(w, shape, var.device()).ctx("narx restore")?;
+            var.set(&t).ctx("narx restore")?;
         }
+        self.opt.restore(&s.opt).ctx("narx restore")?;
+        self.ema = s.ema;
+        self.history = s.history.into();
+        self.observed = s.observed;
+        self.speed_sum = s.speed_sum;
+        self.speed_count = s.speed_count;
+        self.active = s.active;
+        self.pending = s.pending;
+        self.steps = s.steps;
+        self.retrains = s.retrains;
+        Ok(())
     }
 }
 
-impl SpeedPredictor for Oracle {
-    fn observe(&mut self, _speed: f64, _signals: Option<Signals>) {
-        self.next_clock += 1;
-    }
-    fn predict(&mut self, _next: Option<Signals>, now: f64) -> f64 {
-        self.speed_at(self.next_clock + self.ahead, now)
-    }
+/// Everything a NARX predictor learned, for a checkpoint.
+#[derive(Serialize, Deserialize)]
+struct NarxState {
+    ema: Ema,
+    history: Vec<(f64, Signals)>,
+    observed: u64,
+    speed_sum: f64,
+    speed_count: u64,
+    weights: Vec<Vec<f64>>,
+    opt: super::adam::AdamState,
+    active: Option<Snapshot>,
+    pending: Option<(f64, Snapshot)>,
+    steps: u64,
+    retrains: u64,
 }

@@ -1,0 +1,267 @@
+//! Checkpoint and resume: a run stopped at a checkpoint and resumed from the file continues
+//! exactly where it stopped — 100 iterations in one run equal 50 and a resume of 50, bit for bit
+//! (parameters, optimizer state, metrics rows, reads), for BSP, SSP, allreduce and LB-BSP; and
+//! what cannot resume says so.
+
+mod common;
+
+use common::*;
+use concord::engine::checkpoint;
+use concord::engine::config::RunConfig;
+use concord::engine::optim::OptimizerConfig;
+use concord::engine::output::write_run_folder;
+use concord::engine::run::{RunOptions, RunResult};
+use concord::engine::EngineError;
+use std::sync::Arc;
+
+/// Four workers on slow devices with transient slowdowns (whose state the checkpoint keeps) and
+/// server jitter, momentum SGD (whose state the checkpoint keeps), evaluated every 10 clocks.
+fn config(strategies: &[&str], iterations: u64) -> RunConfig {
+    let mut cfg = on_slow_devices(small(4, 16, iterations));
+    cfg.eval_every = 10;
+    cfg.strategies = strategies.iter().map(|s| s.to_string()).collect();
+    cfg.optimizer = OptimizerConfig::Sgd {
+        lr: 0.05,
+        momentum: 0.9,
+        weight_decay: 0.0,
+    };
+    cfg.stragglers = vec![
+        straggler("pattern = \"slow-worker\"\ndelay = 2.0\nprobability = 0.2"),
+        straggler("pattern = \"jitter\"\nsigma = 0.2"),
+    ];
+    cfg
+}
+
+/// FlexRR, whose workers keep state a checkpoint does not capture.
+fn flexrr(iterations: u64) -> RunConfig {
+    let mut cfg = config(&["flexrr"], iterations);
+    cfg.optimizer = OptimizerConfig::Sgd {
+        lr: 0.05,
+        momentum: 0.0,
+        weight_decay: 0.0,
+    };
+    cfg.strategy.insert(
+        "flexrr".into(),
+        toml::from_str("units = 4\ngroup_size = 2").unwrap(),
+    );
+    cfg
+}
+
+fn run_opts(cfg: &RunConfig, options: RunOptions) -> Result<RunResult, EngineError> {
+    let asm = concord::registry().compose(cfg)?;
+    concord::engine::run(cfg, &asm, options)
+}
+
+/// Everything that must match bit for bit, one line per item: parameters, optimizer state,
+/// metrics rows (but their wall-clock readings), reads, evaluations over time, run time, traffic.
+fn fingerprint(r: &RunResult) -> Vec<String> {
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    let mut lines = Vec::new();
+    for (name, v) in r.params.iter().flatten() {
+        lines.push(format!("param {name} {:?}", bits(v)));
+    }
+    for (b, s) in &r.model.opt_state {
+        let slots: Vec<Vec<u32>> = s.slots.iter().map(|v| bits(v)).collect();
+        lines.push(format!("opt {b} step {} {slots:?}", s.step));
+    }
+    for row in &r.rows {
+        let mut row = row.clone();
+        row.wall_s = 0.0;
+        lines.push(format!("row {}", serde_json::to_string(&row).unwrap()));
+    }
+    lines.extend(r.reads.iter().map(|x| format!("read {x:?}")));
+    lines.extend(r.evaluations.iter().map(|e| format!("evaluation {e:?}")));
+    lines.push(format!("time {}", r.summary.run_time_s.to_bits()));
+    lines.push(format!("bytes {}", r.summary.bytes_sent));
+    lines.push(format!("loss {}", r.summary.final_loss.to_bits()));
+    lines
+}
+
+/// Asserts two fingerprints are equal, showing the first line that differs.
+fn assert_same(a: &[String], b: &[String]) {
+    let cut = |s: &str| s.chars().take(400).collect::<String>();
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(x == y, "line {i} differs:\n  {}\n  {}", cut(x), cut(y));
+    }
+    assert_eq!(a.len(), b.len(), "different number of lines");
+}
+
+/// 100 iterations with a checkpoint every 50, against 50 iterations written to a run folder and
+/// resumed from its checkpoint file to 100.
+fn resumed_run_equals_one_run(strategies: &[&str]) {
+    let mut whole = config(strategies, 100);
+    whole.checkpoint_every = Some(50);
+    let one = run_opts(&whole, RunOptions::default()).expect("runs");
+
+    let dir = tempfile::tempdir().unwrap();
+    let first = run_opts(&config(strategies, 50), RunOptions::default()).expect("runs");
+    write_run_folder(dir.path(), &first).unwrap();
+    let cp = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).expect("reads");
+    assert_eq!(cp.point.clock, 50);
+    let options = RunOptions {
+        resume: Some(Arc::new(cp.point)),
+        ..RunOptions::default()
+    };
+    let resumed = run_opts(&config(strategies, 100), options).expect("resumes");
+
+    assert_eq!(resumed.rows.len(), 100);
+    assert!(
+        resumed.rows[59].test_accuracy.is_some(),
+        "evaluated after the resume"
+    );
+    assert!(
+        resumed.rows[29].test_accuracy.is_some(),
+        "evaluations before it kept"
+    );
+    assert_same(&fingerprint(&one), &fingerprint(&resumed));
+}
+
+#[test]
+fn bsp_resumes_bit_for_bit() {
+    resumed_run_equals_one_run(&["bsp"]);
+}
+
+#[test]
+fn ssp_resumes_bit_for_bit() {
+    resumed_run_equals_one_run(&["ssp"]);
+}
+
+#[test]
+fn allreduce_resumes_bit_for_bit() {
+    resumed_run_equals_one_run(&["allreduce"]);
+}
+
+#[test]
+fn lb_bsp_resumes_bit_for_bit() {
+    resumed_run_equals_one_run(&["lb-bsp"]);
+}
+
+/// LB-BSP's NARX predictors trained before the checkpoint (weights, Adam moments, history, a
+/// model still being trained in the background) continue exactly after it.
+#[test]
+fn lb_bsp_narx_resumes_bit_for_bit() {
+    let narx = |iterations: u64| {
+        let mut cfg = config(&["lb-bsp"], iterations);
+        cfg.stragglers.push(straggler(
+            "pattern = \"contention\"\np_on = 0.3\np_off = 0.3\nload = [0.5, 0.4, 0.6, 0.3]",
+        ));
+        cfg.strategy.insert(
+            "lb-bsp".into(),
+            toml::from_str("predictor = \"narx\"\nwarmup = 20\nretrain_every = 15\nmax_steps = 50")
+                .unwrap(),
+        );
+        cfg
+    };
+    let mut whole = narx(100);
+    whole.checkpoint_every = Some(50);
+    let one = run_opts(&whole, RunOptions::default()).expect("runs");
+    let retrained = one
+        .summary
+        .figures
+        .iter()
+        .any(|(k, v)| k == "lb-bsp.train_s" && *v > 0.0);
+    assert!(
+        retrained,
+        "the NARX predictors trained: {:?}",
+        one.summary.figures
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let first = run_opts(&narx(50), RunOptions::default()).expect("runs");
+    write_run_folder(dir.path(), &first).unwrap();
+    let cp = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).expect("reads");
+    let options = RunOptions {
+        resume: Some(Arc::new(cp.point)),
+        ..RunOptions::default()
+    };
+    let resumed = run_opts(&narx(100), options).expect("resumes");
+    assert_same(&fingerprint(&one), &fingerprint(&resumed));
+    assert_eq!(
+        format!("{:?}", one.summary.figures),
+        format!("{:?}", resumed.summary.figures)
+    );
+}
+
+/// Under BSP every clock ends at a barrier, so cutting checkpoints does not change the run's
+/// trajectory: with checkpoints every 25 iterations, the same parameters, optimizer state,
+/// losses and evaluations as with none. (Run times agree to rounding only: times after a cut are
+/// counted from the checkpoint's time, which moves their last bits, and a straggler's decision
+/// at a time boundary can move with them.)
+#[test]
+fn checkpoints_do_not_change_a_bsp_run() {
+    let plain = run_opts(&config(&["bsp"], 100), RunOptions::default()).unwrap();
+    let mut cut = config(&["bsp"], 100);
+    cut.checkpoint_every = Some(25);
+    let cut = run_opts(&cut, RunOptions::default()).unwrap();
+    let trajectory = |r: &RunResult| -> Vec<String> {
+        let mut lines: Vec<String> = fingerprint(r)
+            .into_iter()
+            .filter(|l| l.starts_with("param") || l.starts_with("opt"))
+            .collect();
+        lines.extend(r.rows.iter().map(|row| {
+            format!(
+                "row {} {} {:?}",
+                row.iteration,
+                row.loss.to_bits(),
+                row.test_accuracy
+            )
+        }));
+        lines
+    };
+    assert_same(&trajectory(&plain), &trajectory(&cut));
+}
+
+/// Mid-run checkpoints are written where the run asks, and hold the clock they were cut at.
+#[test]
+fn mid_run_checkpoints_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&["bsp"], 30);
+    cfg.checkpoint_every = Some(20);
+    let options = RunOptions {
+        checkpoint_dir: Some(dir.path().to_path_buf()),
+        ..RunOptions::default()
+    };
+    run_opts(&cfg, options).unwrap();
+    let cp = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).unwrap();
+    assert_eq!(cp.point.clock, 20);
+    assert_eq!(cp.point.history.rows.len(), 20);
+    assert_eq!(
+        cp.strategies,
+        vec!["bsp".to_string(), "resident".to_string()]
+    );
+}
+
+#[test]
+fn a_strategy_that_cannot_resume_says_so() {
+    let mut cfg = flexrr(20);
+    cfg.checkpoint_every = Some(10);
+    let err = run_opts(&cfg, RunOptions::default()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("flexrr") && text.contains("cannot resume"),
+        "{text}"
+    );
+}
+
+#[test]
+fn resuming_a_finished_run_asks_for_more_iterations() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = run_opts(&config(&["bsp"], 20), RunOptions::default()).unwrap();
+    write_run_folder(dir.path(), &first).unwrap();
+    let cp = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).unwrap();
+    let options = RunOptions {
+        resume: Some(Arc::new(cp.point)),
+        ..RunOptions::default()
+    };
+    let err = run_opts(&config(&["bsp"], 20), options).unwrap_err();
+    assert!(err.to_string().contains("iterations"), "{err}");
+}
+
+#[test]
+fn a_model_only_checkpoint_is_not_resumable() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = run_opts(&flexrr(10), RunOptions::default()).unwrap();
+    write_run_folder(dir.path(), &first).unwrap();
+    let err = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).unwrap_err();
+    assert!(err.to_string().contains("model only"), "{err}");
+}
