@@ -189,8 +189,18 @@ fn lb_bsp_narx_resumes_bit_for_bit() {
 /// at a time boundary can move with them.)
 #[test]
 fn checkpoints_do_not_change_a_bsp_run() {
-    let plain = run_opts(&config(&["bsp"], 100), RunOptions::default()).unwrap();
-    let mut cut = config(&["bsp"], 100);
+    checkpoints_do_not_change(&["bsp"]);
+}
+
+/// The same for allreduce, whose clocks end at the ring's barrier.
+#[test]
+fn checkpoints_do_not_change_an_allreduce_run() {
+    checkpoints_do_not_change(&["allreduce"]);
+}
+
+fn checkpoints_do_not_change(strategies: &[&str]) {
+    let plain = run_opts(&config(strategies, 100), RunOptions::default()).unwrap();
+    let mut cut = config(strategies, 100);
     cut.checkpoint_every = Some(25);
     let cut = run_opts(&cut, RunOptions::default()).unwrap();
     let trajectory = |r: &RunResult| -> Vec<String> {
