@@ -7,6 +7,7 @@ use crate::cluster::Cluster;
 use crate::config::RunConfig;
 use crate::data::{SampleStream, Split};
 use crate::error::Result;
+use crate::guard::RunGuard;
 use crate::ids::RoleId;
 use crate::ids::WorkerId;
 use crate::memory::MemoryPolicy;
@@ -50,6 +51,9 @@ pub struct Job {
     pub directed: OnceLock<bool>,
     /// Progress observer (the CLI's progress bar).
     pub progress: Option<ProgressFn>,
+    /// The divergence guard: every clock record passes through it, and it can stop the run.
+    /// Roles never read from it.
+    pub guard: RunGuard,
 }
 
 impl Job {

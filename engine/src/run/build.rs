@@ -9,6 +9,7 @@ use crate::coordinator::StaticCoordinator;
 use crate::data::SampleStream;
 use crate::dp::DataParallelWorker;
 use crate::error::{EngineError, Result};
+use crate::guard::RunGuard;
 use crate::job::{Job, ProgressFn};
 use crate::model::{ModelConfig, ModelSpec};
 use crate::ps::{ParamLayout, ParamServer, RoundRobinPlacement, SnapshotPlan};
@@ -116,6 +117,7 @@ fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressFn>) -> Resu
         .iter()
         .map(|s| s.activation_bytes)
         .collect();
+    let guard = RunGuard::new(config, data.is_some());
     Ok(Job {
         config: config.clone(),
         cluster,
@@ -129,5 +131,6 @@ fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressFn>) -> Resu
         memory,
         directed: std::sync::OnceLock::new(),
         progress,
+        guard,
     })
 }

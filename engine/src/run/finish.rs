@@ -4,11 +4,12 @@
 use super::evaluate::Evaluator;
 use super::launch::{Launched, RoleOutput};
 use super::parts::{self, FinalModel};
-use super::RunResult;
+use super::{RunResult, StoppedRun};
 use crate::context::RuntimeKind;
 use crate::contract::Assembly;
 use crate::contract::CoordinatorReport;
 use crate::error::Result;
+use crate::guard::StopReason;
 use crate::ids::RoleId;
 use crate::job::Job;
 use crate::metrics::{self, IterRecord, IterationRow, Summary, TraceEvent};
@@ -196,5 +197,56 @@ fn summarise(
             }),
         peak_memory,
         figures: t.coordinator.figures.iter().cloned().collect(),
+        stopped: None,
     }
+}
+
+/// The result of a run the divergence guard stopped for `reason`: the rows of the clocks every
+/// worker closed before the guard tripped, and a summary of them that records the reason. The
+/// roles were ended mid-run, so there is no final model, evaluation, timeline, memory or traffic
+/// account.
+pub(super) fn stopped(
+    asm: &Assembly,
+    job: &Job,
+    reason: StopReason,
+    wall_start: Instant,
+) -> StoppedRun {
+    let worker_records = job.guard.records();
+    let rows = metrics::merge_iterations(&worker_records);
+    let coordinator = CoordinatorReport::default();
+    let traffic = BTreeMap::new();
+    let capacity = vec![(0.0, 0.0); worker_records.len()];
+    let mut summary = summarise(
+        asm,
+        job,
+        &Totals {
+            rows: &rows,
+            worker_records: &worker_records,
+            capacity: &capacity,
+            traffic: &traffic,
+            coordinator: &coordinator,
+        },
+        BTreeMap::new(),
+        None,
+        wall_start,
+    );
+    summary.stopped = Some(reason.clone());
+    let result = RunResult {
+        summary,
+        rows,
+        params: None,
+        reads: Vec::new(),
+        worker_records,
+        evaluations: Vec::new(),
+        coordinator,
+        traffic,
+        config: job.config.clone(),
+        traces: Vec::new(),
+        model: FinalModel {
+            layout: job.layout.clone(),
+            blocks: Vec::new(),
+            opt_state: BTreeMap::new(),
+        },
+    };
+    StoppedRun { reason, result }
 }

@@ -22,12 +22,14 @@ use crate::config::RunConfig;
 use crate::contract::Assembly;
 use crate::contract::CoordinatorReport;
 use crate::contract::ReadRecord;
-use crate::error::Result;
+use crate::error::{EngineError, Result};
+use crate::guard::StopReason;
 use crate::ids::RoleId;
 use crate::job::ProgressFn;
 use crate::metrics::{IterRecord, IterationRow, Summary, TimedEvaluation, TraceEvent};
 use crate::transport::LinkTraffic;
 use std::collections::BTreeMap;
+use std::fmt;
 
 /// How to run, beyond the config.
 #[derive(Default, Clone)]
@@ -70,6 +72,41 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
     let wall_start = std::time::Instant::now();
     let built = build::build(config, asm, options.progress)?;
     let job = built.job.clone();
-    let launched = launch::launch(built)?;
-    finish::finish(asm, &job, launched, wall_start)
+    let launched = launch::launch(built);
+    if let Some(reason) = job.guard.stop_reason() {
+        let stopped = finish::stopped(asm, &job, reason, wall_start);
+        return Err(EngineError::Stopped(Box::new(stopped)));
+    }
+    finish::finish(asm, &job, launched?, wall_start)
+}
+
+/// A run its divergence guard stopped: why, and what it did until then (the rows of the clocks
+/// every worker completed, a summary of them with `stopped` set; no model or evaluation).
+/// [`crate::output::write_run_folder`] writes its `result` like a completed run's.
+#[derive(Clone)]
+pub struct StoppedRun {
+    /// Why it stopped.
+    pub reason: StopReason,
+    /// What it did until then.
+    pub result: RunResult,
+}
+
+impl fmt::Display for StoppedRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}; stopped after {} complete iterations",
+            self.reason,
+            self.result.rows.len()
+        )
+    }
+}
+
+impl fmt::Debug for StoppedRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoppedRun")
+            .field("reason", &self.reason)
+            .field("rows", &self.result.rows.len())
+            .finish_non_exhaustive()
+    }
 }
