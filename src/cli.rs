@@ -81,6 +81,7 @@ impl ConfigArgs {
 
 /// Parses `args` and runs the command; the process exit code.
 pub fn main_with(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    init_logging();
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
@@ -99,6 +100,18 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Warnings (e.g. a strategy's advice on its settings) go to stderr; `RUST_LOG` tunes the level.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Already set (main_with called twice in one process): keep the first.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
 }
 
 fn execute(cli: Cli) -> anyhow::Result<()> {
@@ -170,7 +183,15 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     };
     let result = concord_engine::run(&cfg, &asm, options);
     bar.finish_and_clear();
-    let result = result?;
+    let result = match result {
+        // A stopped run keeps what it did: its folder is written, then the error is named.
+        Err(EngineError::Stopped(stopped)) => {
+            write_run_folder(&out, &stopped.result)?;
+            print_summary(&stopped.result, cfg.runtime, &out);
+            return Err(EngineError::Stopped(stopped).into());
+        }
+        result => result?,
+    };
     write_run_folder(&out, &result)?;
     print_summary(&result, cfg.runtime, &out);
     Ok(())

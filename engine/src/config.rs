@@ -3,6 +3,7 @@
 use crate::cluster::ClusterConfig;
 use crate::data::DataConfig;
 use crate::error::{EngineError, Result};
+use crate::guard::GuardConfig;
 use crate::model::ModelConfig;
 use crate::optim::OptimizerConfig;
 use crate::stragglers::StragglerConfig;
@@ -64,6 +65,9 @@ pub struct RunConfig {
     /// Options of each strategy, by name: `[strategy.ssp] slack = 2`.
     #[serde(default)]
     pub strategy: BTreeMap<String, toml::Value>,
+    /// When a run counts as diverged and is stopped early (`[guard]`).
+    #[serde(default)]
+    pub guard: GuardConfig,
 }
 
 impl Default for RunConfig {
@@ -89,6 +93,7 @@ impl Default for RunConfig {
             cluster: ClusterConfig::default(),
             stragglers: Vec::new(),
             strategy: BTreeMap::new(),
+            guard: GuardConfig::default(),
         }
     }
 }
@@ -135,6 +140,7 @@ impl RunConfig {
                 "must be a positive number of seconds",
             ));
         }
+        self.guard.validate()?;
         self.optimizer.validate()?;
         self.data.validate()?;
         for s in &self.stragglers {

@@ -80,7 +80,7 @@ pub async fn train_step(
         Charge::Deferred => ctx.compute_deferred("step", work, step),
     };
     let result = match out {
-        Some(out) => finite_step(ctx, at, out)?,
+        Some(out) => finite_step(ctx, job, at, out)?,
         None => (f64::NAN, None),
     };
     Ok((result, ready_at))
@@ -106,7 +106,8 @@ pub struct ClockTally {
 }
 
 /// Closes clock `clock` of the worker behind `ctx`, started at `start_s`: its record, ended now,
-/// and the job's progress observer told that the worker has completed `clock + 1` clocks.
+/// kept by the job's divergence guard (which checks its loss and may stop the run), and the
+/// job's progress observer told that the worker has completed `clock + 1` clocks.
 pub fn close_clock(
     ctx: &RoleContext,
     job: &Job,
@@ -114,10 +115,7 @@ pub fn close_clock(
     start_s: f64,
     tally: ClockTally,
 ) -> IterRecord {
-    if let RoleId::Worker(w) = ctx.id() {
-        job.observe(w, clock + 1);
-    }
-    IterRecord {
+    let record = IterRecord {
         clock,
         start_s,
         end_s: ctx.now(),
@@ -129,7 +127,12 @@ pub fn close_clock(
         loss: tally.loss,
         version_read: tally.version_read,
         bytes_sent: tally.bytes_sent,
+    };
+    if let RoleId::Worker(w) = ctx.id() {
+        job.guard.record(w, &record);
+        job.observe(w, clock + 1);
     }
+    record
 }
 
 /// Reports a step's activations to the memory policy: every stage's live from its forward to its
@@ -194,14 +197,17 @@ fn batch_of(
     Ok(data.train.gather(&idx))
 }
 
-/// A step's loss and gradients, or the divergence error naming the role and clock.
+/// A step's loss and gradients, or the divergence error naming the role and clock (the job's
+/// guard stops the run).
 fn finite_step(
     ctx: &RoleContext,
+    job: &Job,
     at: StepAt,
     out: Result<crate::model::StepOutput, concord_workloads::WorkloadError>,
 ) -> Result<StepResult> {
     let out = out?;
     if !out.loss.is_finite() {
+        job.guard.non_finite(ctx.id(), at.clock, out.loss);
         return Err(EngineError::Diverged {
             role: ctx.id(),
             clock: at.clock,

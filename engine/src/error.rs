@@ -51,6 +51,10 @@ pub enum EngineError {
         /// The non-finite loss value.
         loss: f64,
     },
+    /// The run was stopped early (its divergence guard tripped); what it did so far is attached,
+    /// so the caller can still write the run folder.
+    #[error("{0}")]
+    Stopped(Box<crate::run::StoppedRun>),
     /// A protocol violation between roles (a bug in a strategy, or a role that vanished).
     #[error("protocol error at {role}: {reason}")]
     Protocol {

@@ -7,6 +7,7 @@ use crate::cluster::Cluster;
 use crate::config::RunConfig;
 use crate::data::{SampleStream, Split};
 use crate::error::Result;
+use crate::guard::RunGuard;
 use crate::ids::RoleId;
 use crate::ids::WorkerId;
 use crate::memory::MemoryPolicy;
@@ -54,6 +55,9 @@ pub struct Job {
     /// The part of the run the roles built from this job run: its clocks and, when it continues
     /// from a checkpoint, where it starts. Set by the engine before the roles are built.
     pub(crate) segment: RwLock<Segment>,
+    /// The divergence guard: every clock record passes through it, and it can stop the run.
+    /// Roles never read from it.
+    pub guard: RunGuard,
 }
 
 /// The clocks one launch of the roles runs, and the checkpoint it starts from.

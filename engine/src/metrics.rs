@@ -2,6 +2,7 @@
 //! folder holds (`metrics.jsonl`, `summary.json`, Chrome-trace timelines).
 
 use crate::error::{EngineError, Result};
+use crate::guard::StopReason;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -239,6 +240,9 @@ pub struct Summary {
     pub peak_memory: BTreeMap<String, u64>,
     /// Strategy-specific figures.
     pub figures: BTreeMap<String, f64>,
+    /// Why the run stopped before completing; absent when it completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<StopReason>,
 }
 
 /// One span on a role's timeline.

@@ -9,6 +9,7 @@ use crate::coordinator::StaticCoordinator;
 use crate::data::SampleStream;
 use crate::dp::DataParallelWorker;
 use crate::error::{EngineError, Result};
+use crate::guard::RunGuard;
 use crate::ids::RoleId;
 use crate::job::{Job, ProgressFn, Segment};
 use crate::model::{ModelConfig, ModelSpec};
@@ -122,6 +123,7 @@ pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressF
         .iter()
         .map(|s| s.activation_bytes)
         .collect();
+    let guard = RunGuard::new(config, data.is_some());
     Ok(Job {
         config: config.clone(),
         cluster,
@@ -135,6 +137,7 @@ pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressF
         memory,
         directed: std::sync::OnceLock::new(),
         progress,
+        guard,
         segment: RwLock::new(Segment {
             clocks: 0..config.iterations,
             from: None,

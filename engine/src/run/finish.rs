@@ -4,11 +4,12 @@
 use super::evaluate::Evaluator;
 use super::launch::Launched;
 use super::parts::{self, FinalModel};
-use super::RunResult;
+use super::{RunResult, StoppedRun};
 use crate::context::RuntimeKind;
 use crate::contract::Assembly;
 use crate::contract::{CoordinatorReport, ModelState, RoleCheckpoint, RoleState};
 use crate::error::Result;
+use crate::guard::StopReason;
 use crate::ids::RoleId;
 use crate::job::Job;
 use crate::metrics::{self, IterRecord, IterationRow, Summary, TraceEvent};
@@ -266,5 +267,68 @@ fn summarise(
             }),
         peak_memory,
         figures: t.coordinator.figures.iter().cloned().collect(),
+        stopped: None,
     }
+}
+
+/// The result of a run the divergence guard stopped for `reason`: the rows of the clocks every
+/// worker closed before the guard tripped, and a summary of them that records the reason. The
+/// roles were ended mid-run, so there is no final model, evaluation, timeline, memory or traffic
+/// account.
+pub(super) fn stopped(
+    asm: &Assembly,
+    job: &Job,
+    reason: StopReason,
+    resumed: Option<&ResumePoint>,
+    wall_start: Instant,
+) -> StoppedRun {
+    // A resumed run's records start at its checkpoint; the history holds those before.
+    let history = resumed.map(|p| p.history.clone()).unwrap_or_default();
+    let mut worker_records = history.worker_records;
+    worker_records.resize(job.config.workers as usize, Vec::new());
+    for (all, since) in worker_records.iter_mut().zip(job.guard.records()) {
+        all.extend(since);
+    }
+    let mut rows = metrics::merge_iterations(&worker_records);
+    for (row, before) in rows.iter_mut().zip(&history.rows) {
+        row.test_accuracy = before.test_accuracy;
+        row.test_loss = before.test_loss;
+    }
+    let coordinator = CoordinatorReport::default();
+    let traffic = BTreeMap::new();
+    let capacity = vec![(0.0, 0.0); worker_records.len()];
+    let mut summary = summarise(
+        asm,
+        job,
+        &Totals {
+            rows: &rows,
+            worker_records: &worker_records,
+            capacity: &capacity,
+            traffic: &traffic,
+            coordinator: &coordinator,
+        },
+        BTreeMap::new(),
+        None,
+        wall_start,
+    );
+    summary.stopped = Some(reason.clone());
+    let result = RunResult {
+        summary,
+        rows,
+        params: None,
+        reads: Vec::new(),
+        worker_records,
+        evaluations: Vec::new(),
+        coordinator,
+        traffic,
+        config: job.config.clone(),
+        traces: Vec::new(),
+        model: FinalModel {
+            layout: job.layout.clone(),
+            blocks: Vec::new(),
+            opt_state: BTreeMap::new(),
+        },
+        resume: None,
+    };
+    StoppedRun { reason, result }
 }

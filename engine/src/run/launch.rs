@@ -244,8 +244,13 @@ async fn run_roles(built: Built) -> Result<Launched> {
         Ok::<_, EngineError>((w_out, s_out, c_out))
     };
     let limit = cfg.time_limit_s;
+    // A tripped divergence guard ends the run at once, whatever the roles are waiting for.
     let outcome = tokio::select! {
         biased;
+        _ = job.guard.tripped() => Err(EngineError::protocol(
+            RoleId::Coordinator,
+            "stopped by the divergence guard",
+        )),
         r = body => r,
         _ = time.sleep(limit) => Err(EngineError::protocol(
             RoleId::Coordinator,

@@ -23,8 +23,8 @@ use crate::config::RunConfig;
 use crate::contract::Assembly;
 use crate::contract::CoordinatorReport;
 use crate::contract::ReadRecord;
-use crate::error::EngineError;
-use crate::error::Result;
+use crate::error::{EngineError, Result};
+use crate::guard::StopReason;
 use crate::ids::RoleId;
 use crate::job::ProgressFn;
 use crate::job::Segment;
@@ -32,6 +32,7 @@ use crate::metrics::{IterRecord, IterationRow, Summary, TimedEvaluation, TraceEv
 use crate::resume::ResumePoint;
 use crate::transport::LinkTraffic;
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -103,8 +104,13 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
             from: from.clone(),
         });
         let built = build::roles(&job, asm)?;
-        let launched = launch::launch(built)?;
-        let mut result = finish::finish(asm, &job, launched, from.as_deref(), wall_start)?;
+        let launched = launch::launch(built);
+        if let Some(reason) = job.guard.stop_reason() {
+            let resumed = options.resume.as_deref();
+            let stopped = finish::stopped(asm, &job, reason, resumed, wall_start);
+            return Err(EngineError::Stopped(Box::new(stopped)));
+        }
+        let mut result = finish::finish(asm, &job, launched?, from.as_deref(), wall_start)?;
         for (role, events) in std::mem::take(&mut result.traces) {
             traces.entry(role).or_default().extend(events);
         }
@@ -170,4 +176,35 @@ fn ordered(traces: BTreeMap<RoleId, Vec<TraceEvent>>) -> Vec<(RoleId, Vec<TraceE
     let mut v: Vec<_> = traces.into_iter().collect();
     v.sort_by_key(|(r, _)| rank(r));
     v
+}
+
+/// A run its divergence guard stopped: why, and what it did until then (the rows of the clocks
+/// every worker completed, a summary of them with `stopped` set; no model or evaluation).
+/// [`crate::output::write_run_folder`] writes its `result` like a completed run's.
+#[derive(Clone)]
+pub struct StoppedRun {
+    /// Why it stopped.
+    pub reason: StopReason,
+    /// What it did until then.
+    pub result: RunResult,
+}
+
+impl fmt::Display for StoppedRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}; stopped after {} complete iterations",
+            self.reason,
+            self.result.rows.len()
+        )
+    }
+}
+
+impl fmt::Debug for StoppedRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoppedRun")
+            .field("reason", &self.reason)
+            .field("rows", &self.result.rows.len())
+            .finish_non_exhaustive()
+    }
 }

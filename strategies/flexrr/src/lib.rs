@@ -36,7 +36,8 @@
 //!
 //! Workers apply plain SGD deltas (`-lr · (g + weight_decay · w)` per unit) to their cached
 //! copy and send them to the servers, which add them up: the optimizer must be SGD without
-//! momentum. Figures: `flexrr.reassigned_share`, `flexrr.units_verified`, offers, follow-ups,
+//! momentum, and its rate acts as `lr × workers × units` does for the engine's strategies (see
+//! [`rate`]: a rate tuned for them stalls or diverges here, and a warning says so at start-up). Figures: `flexrr.reassigned_share`, `flexrr.units_verified`, offers, follow-ups,
 //! cancels, discards and inbox polls per worker-clock.
 
 #![warn(missing_docs)]
@@ -45,6 +46,7 @@ pub mod coordinator;
 pub mod groups;
 pub mod options;
 pub mod protocol;
+pub mod rate;
 pub mod server;
 pub mod worker;
 
@@ -87,6 +89,9 @@ impl Strategy for Flexrr {
         let o: FlexrrOptions = parse_options(self.name(), options)?;
         let cluster = Cluster::resolve(&config.cluster, config.workers, config.servers)?;
         let resolved = Arc::new(o.resolve(config, &cluster.worker_machine)?);
+        if let Some(warning) = rate::rate_warning(config, &resolved) {
+            tracing::warn!("{warning}");
+        }
         asm.consistency = Some(Arc::new(StaleSynchronous {
             slack: resolved.options.slack,
         }));
