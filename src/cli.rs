@@ -144,8 +144,10 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         cfg.workers, cfg.iterations
     ));
     let tick = bar.clone();
+    // Timelines go straight to the run folder while the run goes; it does not rewrite them.
     let options = RunOptions {
         progress: Some(Arc::new(move |_, _| tick.inc(1))),
+        trace_dir: Some(out.join("trace")),
     };
     let result = concord_engine::run(&cfg, &asm, options);
     bar.finish_and_clear();

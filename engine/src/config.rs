@@ -6,6 +6,7 @@ use crate::error::{EngineError, Result};
 use crate::model::ModelConfig;
 use crate::optim::OptimizerConfig;
 use crate::stragglers::StragglerConfig;
+use crate::trace::TraceMode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -58,6 +59,9 @@ pub struct RunConfig {
     /// Options of each strategy, by name: `[strategy.ssp] slack = 2`.
     #[serde(default)]
     pub strategy: BTreeMap<String, toml::Value>,
+    /// How much of each role's timeline the run keeps: `full`, `sampled` or `off`.
+    #[serde(default)]
+    pub trace: TraceMode,
 }
 
 impl Default for RunConfig {
@@ -82,6 +86,7 @@ impl Default for RunConfig {
             cluster: ClusterConfig::default(),
             stragglers: Vec::new(),
             strategy: BTreeMap::new(),
+            trace: TraceMode::Full,
         }
     }
 }

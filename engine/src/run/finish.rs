@@ -47,7 +47,7 @@ pub(super) fn finish(
         capacity.push((stats.flops, stats.compute_s));
         worker_parts.push((role, report.model));
         worker_records.push(report.iterations);
-        traces.push((role, trace));
+        traces.extend(trace.map(|t| (role, t)));
     }
     let mut server_parts = Vec::new();
     let mut reads = Vec::new();
@@ -62,11 +62,11 @@ pub(super) fn finish(
         peak_memory.insert(role.label(), report.model.bytes());
         reads.extend(report.reads);
         server_parts.push((role, report.model));
-        traces.push((role, trace));
+        traces.extend(trace.map(|t| (role, t)));
     }
     let holders = parts::holders(worker_parts, server_parts);
     let coordinator_report = coordinator.result?;
-    traces.push((coordinator.role, coordinator.trace));
+    traces.extend(coordinator.trace.map(|t| (coordinator.role, t)));
 
     let model = FinalModel::union(&job.layout, &holders)?;
     let mut rows = metrics::merge_iterations(&worker_records);

@@ -28,12 +28,16 @@ use crate::job::ProgressFn;
 use crate::metrics::{IterRecord, IterationRow, Summary, TimedEvaluation, TraceEvent};
 use crate::transport::LinkTraffic;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// How to run, beyond the config.
 #[derive(Default, Clone)]
 pub struct RunOptions {
     /// Called as workers finish clocks.
     pub progress: Option<ProgressFn>,
+    /// Where each role streams its timeline while the run goes (`<dir>/<role>.json`); `None`
+    /// keeps the timelines in memory, in [`RunResult::traces`].
+    pub trace_dir: Option<PathBuf>,
 }
 
 /// Everything a finished run produced: what the run folder holds and more.
@@ -57,7 +61,9 @@ pub struct RunResult {
     pub traffic: BTreeMap<(RoleId, RoleId), LinkTraffic>,
     /// The configuration the run ran, fully resolved.
     pub config: RunConfig,
-    /// Each role's timeline: workers, then servers, then the coordinator.
+    /// Each role's timeline kept in memory: workers, then servers, then the coordinator (none
+    /// with `trace = "off"` or streamed to [`RunOptions::trace_dir`]; `sampled`: the sampled
+    /// roles only).
     pub traces: Vec<(RoleId, Vec<TraceEvent>)>,
     /// The final model (the union of its holders' parts) with its optimizer state: what the
     /// checkpoint holds.
@@ -70,6 +76,6 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
     let wall_start = std::time::Instant::now();
     let built = build::build(config, asm, options.progress)?;
     let job = built.job.clone();
-    let launched = launch::launch(built)?;
+    let launched = launch::launch(built, options.trace_dir.as_deref())?;
     finish::finish(asm, &job, launched, wall_start)
 }
