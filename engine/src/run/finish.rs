@@ -50,7 +50,14 @@ pub(super) fn finish(
         traces.extend(trace.map(|t| (role, t)));
     }
     let mut server_parts = Vec::new();
-    let mut reads = Vec::new();
+    // Sized once: at a thousand workers the reads are the largest thing a run hands back, and a
+    // growing vector would hold up to twice them while it reallocates.
+    let read_count = servers
+        .iter()
+        .filter_map(|s| s.result.as_ref().ok())
+        .map(|r| r.reads.len())
+        .sum();
+    let mut reads = Vec::with_capacity(read_count);
     for RoleOutput {
         role,
         result,
