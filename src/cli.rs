@@ -176,10 +176,12 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         bar.set_position(point.clock * cfg.workers as u64);
     }
     let tick = bar.clone();
+    // Timelines go straight to the run folder while the run goes; it does not rewrite them.
     let options = RunOptions {
         progress: Some(Arc::new(move |_, _| tick.inc(1))),
         resume,
         checkpoint_dir: Some(out.clone()),
+        trace_dir: Some(out.join("trace")),
     };
     let result = concord_engine::run(&cfg, &asm, options);
     bar.finish_and_clear();

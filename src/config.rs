@@ -152,9 +152,15 @@ fn describe(error: figment::Error) -> String {
     lines.join("; ")
 }
 
-/// The keys a resumed run may change: they say how long to run, how often to checkpoint and when
-/// to stop, not what the job is.
-pub const RESUMABLE_KEYS: [&str; 4] = ["iterations", "checkpoint_every", "time_limit_s", "guard"];
+/// The keys a resumed run may change: they say how long to run, how often to checkpoint, when to
+/// stop and how much timeline to keep, not what the job is.
+pub const RESUMABLE_KEYS: [&str; 5] = [
+    "iterations",
+    "checkpoint_every",
+    "time_limit_s",
+    "guard",
+    "trace",
+];
 
 /// How `config` differs from the configuration `base` (TOML, as a checkpoint holds it) beyond
 /// [`RESUMABLE_KEYS`]: the first key that differs, with both values; `None` when it is the same

@@ -67,6 +67,9 @@ fn resume_continues_the_run_folder_to_more_iterations() {
     ];
     ok(&concord(&more, dir.path()));
     assert_eq!(rows(&run).len(), 16);
+    // The timelines of both stretches are kept.
+    assert!(run.join("trace/worker-0.json").exists());
+    assert!(run.join("trace/worker-0.from-8.json").exists());
 
     // The same job in one go, with a checkpoint where the first run stopped.
     let whole = dir.path().join("whole");

@@ -7,6 +7,7 @@ use crate::guard::GuardConfig;
 use crate::model::ModelConfig;
 use crate::optim::OptimizerConfig;
 use crate::stragglers::StragglerConfig;
+use crate::trace::TraceMode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -68,6 +69,9 @@ pub struct RunConfig {
     /// When a run counts as diverged and is stopped early (`[guard]`).
     #[serde(default)]
     pub guard: GuardConfig,
+    /// How much of each role's timeline the run keeps: `full`, `sampled` or `off`.
+    #[serde(default)]
+    pub trace: TraceMode,
 }
 
 impl Default for RunConfig {
@@ -94,6 +98,7 @@ impl Default for RunConfig {
             stragglers: Vec::new(),
             strategy: BTreeMap::new(),
             guard: GuardConfig::default(),
+            trace: TraceMode::Full,
         }
     }
 }

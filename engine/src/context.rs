@@ -14,6 +14,7 @@ use crate::memory::{DeviceMemory, MemEvent};
 use crate::message::Message;
 use crate::metrics::TraceEvent;
 use crate::stragglers::{Effect, Probe, ResourceSignals, RoleKind, StragglerSet};
+use crate::trace::Recorder;
 use crate::transport::{Envelope, Network};
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -111,7 +112,7 @@ pub struct RoleContext {
     stragglers: StragglerSet,
     iter: u64,
     stats: RoleStats,
-    trace: Vec<TraceEvent>,
+    trace: Recorder,
     memory: DeviceMemory,
     /// When the role last started waiting before the engine's shutdown reached it: the end of
     /// its last work, where a resumed run restarts it.
@@ -162,10 +163,17 @@ impl RoleContext {
             stragglers,
             iter: 0,
             stats: RoleStats::default(),
-            trace: Vec::new(),
+            trace: Recorder::default(),
             memory,
             stopped_at: None,
         }
+    }
+
+    /// The same context recording its timeline with `recorder` instead of keeping every event
+    /// in memory (what the run does for its `trace` mode and trace folder).
+    pub fn with_trace(mut self, recorder: Recorder) -> RoleContext {
+        self.trace = recorder;
+        self
     }
 
     /// This role.
@@ -206,6 +214,7 @@ impl RoleContext {
     /// Sets the iteration (clock) the role works on; straggler patterns key on it.
     pub fn set_iter(&mut self, iter: u64) {
         self.iter = iter;
+        self.trace.set_clock(iter);
     }
 
     /// Accumulated compute totals.
@@ -237,14 +246,20 @@ impl RoleContext {
         if matches!(env.msg, Message::Shutdown) {
             self.stopped_at = Some(called);
         }
-        Ok(env)
+        Ok(self.delivered(env))
+    }
+
+    /// A message handed to the role; the timeline follows the clock it carries.
+    fn delivered(&mut self, env: Envelope) -> Envelope {
+        self.trace.saw(&env.msg);
+        env
     }
 
     /// The next message for which `want` holds; others are kept, in order, for later receives.
     pub async fn recv_matching(&mut self, want: impl Fn(&Envelope) -> bool) -> Result<Envelope> {
         if let Some(pos) = self.stash.iter().position(&want) {
             if let Some(env) = self.stash.remove(pos) {
-                return Ok(env);
+                return Ok(self.delivered(env));
             }
         }
         loop {
@@ -253,7 +268,7 @@ impl RoleContext {
                     EngineError::protocol(self.id, "mailbox closed while waiting")
                 })?;
             if want(&env) {
-                return Ok(env);
+                return Ok(self.delivered(env));
             }
             self.stash.push_back(env);
         }
@@ -264,6 +279,12 @@ impl RoleContext {
     /// Lets a role wait for messages and for an event of its own at once (e.g. a gradient that a
     /// compute step started with [`RoleContext::compute_deferred`] makes ready at a known time).
     pub async fn recv_until(&mut self, deadline: f64) -> Result<Option<Envelope>> {
+        let env = self.recv_until_inner(deadline).await?;
+        Ok(env.map(|env| self.delivered(env)))
+    }
+
+    /// [`RoleContext::recv_until`] before the timeline sees the message.
+    async fn recv_until_inner(&mut self, deadline: f64) -> Result<Option<Envelope>> {
         if let Some(env) = self.stash.pop_front() {
             return Ok(Some(env));
         }
@@ -294,7 +315,8 @@ impl RoleContext {
             self.stash.push_back(env);
         }
         let pos = self.stash.iter().position(want)?;
-        self.stash.remove(pos)
+        let env = self.stash.remove(pos)?;
+        Some(self.delivered(env))
     }
 
     fn probe(&self, progress: f64, nominal_iter_s: f64) -> Probe {
@@ -525,16 +547,14 @@ impl RoleContext {
 
     /// Records a span on this role's timeline.
     pub fn trace_span(&mut self, name: &str, category: &str, start_s: f64, end_s: f64) {
-        self.trace.push(TraceEvent {
-            name: name.to_string(),
-            category: category.to_string(),
-            start_s,
-            end_s,
-        });
+        self.trace.record(name, category, start_s, end_s);
     }
 
-    /// Takes the recorded timeline (the engine writes it out at the end).
-    pub fn take_trace(&mut self) -> Vec<TraceEvent> {
-        std::mem::take(&mut self.trace)
+    /// Ends the recorded timeline (the engine does this when the role is done): its events when
+    /// they were kept in memory, `None` when there are none to hand over (trace off, a role the
+    /// sample leaves out, or a timeline already streamed to its file); an error when its file
+    /// could not be written.
+    pub fn finish_trace(&mut self) -> Result<Option<Vec<TraceEvent>>> {
+        std::mem::replace(&mut self.trace, Recorder::off()).finish()
     }
 }

@@ -40,6 +40,7 @@ pub mod run;
 pub mod serve;
 pub use concord_stragglers as stragglers;
 pub mod time;
+pub mod trace;
 pub mod transport;
 
 pub use concord_workloads::{data, model, profiles, rng};

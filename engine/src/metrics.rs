@@ -260,20 +260,7 @@ pub struct TraceEvent {
 
 /// Writes a Chrome trace (open in Perfetto or chrome://tracing) of one role's timeline.
 pub fn write_chrome_trace(path: &Path, role: &str, events: &[TraceEvent]) -> Result<()> {
-    let events: Vec<serde_json::Value> = events
-        .iter()
-        .map(|e| {
-            serde_json::json!({
-                "name": e.name, "cat": e.category, "ph": "X", "pid": 1, "tid": role,
-                "ts": e.start_s * 1e6, "dur": (e.end_s - e.start_s).max(0.0) * 1e6,
-            })
-        })
-        .collect();
-    let doc = serde_json::json!({ "traceEvents": events, "displayTimeUnit": "ms" });
-    write_atomic(
-        path,
-        serde_json::to_string(&doc).unwrap_or_default().as_bytes(),
-    )
+    crate::trace::write_chrome_trace(path, role, events)
 }
 
 /// Writes `rows` as JSON lines.

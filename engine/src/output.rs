@@ -8,9 +8,11 @@ use crate::run::RunResult;
 use std::path::Path;
 
 /// Writes everything a finished run leaves behind into `dir`: `config.toml` (resolved),
-/// `metrics.jsonl`, `evaluations.jsonl` (with `eval_every_s`), `summary.json`, one Chrome trace
-/// per role under `trace/`, and `checkpoint.safetensors` (the model, for real models; the state
-/// to resume from, when the run's strategies can resume).
+/// `metrics.jsonl`, `evaluations.jsonl` (with `eval_every_s`), `summary.json`, a Chrome trace
+/// under `trace/` per timeline kept in memory ([`RunResult::traces`]; timelines the run streamed
+/// to `RunOptions::trace_dir` are already on disk and are not rewritten), and
+/// `checkpoint.safetensors` (the model, for real models; the state to resume from, when the run's
+/// strategies can resume).
 pub fn write_run_folder(dir: &Path, result: &RunResult) -> Result<()> {
     let resolved = toml::to_string_pretty(&result.config)
         .map_err(|e| EngineError::config("(resolved config)", "", e.to_string()))?;

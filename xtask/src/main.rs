@@ -3,11 +3,14 @@
 //! - `train [args]`: run a training job (same arguments as `concord train`).
 //! - `ci`: what CI runs: format check, clippy with warnings denied, the whole test suite.
 //! - `bench-engine`: engine overhead vs a plain candle loop, and throughput-mode scale.
+//! - `bench-scale [--workers 64,1024] [--set k=v]...`: VGG16 throughput mode at 64 and 1024
+//!   workers, wall time and peak memory of each run (its run folder written) against the goals.
 //! - `bench --suite NAME [--filter S] [--jobs N] [--force]`: the cross-strategy benchmark
 //!   matrix (`bench/NAME.toml` → `bench/out/NAME/`: results.csv, REPORT.md, plots).
 
 mod bench;
 mod bench_engine;
+mod bench_scale;
 
 use clap::{Parser, Subcommand};
 use std::process::{Command, ExitCode};
@@ -35,6 +38,12 @@ enum Task {
     /// The cross-strategy benchmark matrix of a suite (`bench/<suite>.toml`): results.csv,
     /// REPORT.md and SVG plots in bench/out/<suite>/.
     Bench(bench::BenchArgs),
+    /// VGG16 throughput mode at 64 and 1024 workers (configs/vgg16-scale.toml, traces sampled):
+    /// wall time with the run folder written, and peak memory, each case in its own process.
+    BenchScale(bench_scale::ScaleArgs),
+    /// One case of bench-scale, in this process (run by bench-scale).
+    #[command(hide = true)]
+    BenchScaleCase(bench_scale::CaseArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +68,8 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Task::BenchScale(args) => report("bench-scale", bench_scale::run(&args)),
+        Task::BenchScaleCase(args) => report("bench-scale-case", bench_scale::case(&args)),
         Task::Bench(args) => match bench::run(&args) {
             Ok(run) => {
                 bench::print_done(&run);
@@ -69,6 +80,17 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+/// The exit code of a task, with its error printed.
+fn report(task: &str, outcome: anyhow::Result<()>) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask {task}: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -61,10 +61,18 @@ pub(super) fn finish(
         }
         worker_parts.push((out.role, report.model));
         worker_records[w].extend(report.iterations);
-        traces.push((out.role, out.trace));
+        traces.extend(out.trace.map(|t| (out.role, t)));
     }
     let mut server_parts = Vec::new();
+    // Sized once: at a thousand workers the reads are the largest thing a run hands back, and a
+    // growing vector would hold up to twice them while it reallocates.
+    let read_count: usize = servers
+        .iter()
+        .filter_map(|s| s.result.as_ref().ok())
+        .map(|r| r.reads.len())
+        .sum();
     let mut reads = history.reads;
+    reads.reserve_exact(read_count);
     for out in servers {
         let report = out.result?;
         let peak = peak_memory.entry(out.role.label()).or_default();
@@ -76,7 +84,7 @@ pub(super) fn finish(
             cut.insert(out.role, checkpoint);
         }
         server_parts.push((out.role, report.model));
-        traces.push((out.role, out.trace));
+        traces.extend(out.trace.map(|t| (out.role, t)));
     }
     let holders = parts::holders(worker_parts, server_parts);
     let mut coordinator_report = coordinator.result?;
@@ -85,7 +93,7 @@ pub(super) fn finish(
         let checkpoint = role_checkpoint(coordinator.end_s, None, state, coordinator.stragglers);
         cut.insert(coordinator.role, checkpoint);
     }
-    traces.push((coordinator.role, coordinator.trace));
+    traces.extend(coordinator.trace.map(|t| (coordinator.role, t)));
     let mut traffic_total = traffic;
     for (from_role, to_role, t) in history.traffic {
         let link = traffic_total.entry((from_role, to_role)).or_default();

@@ -15,8 +15,10 @@ use crate::metrics::TraceEvent;
 use crate::resume::NetworkState;
 use crate::stragglers::{Probe, RoleKind, StragglerSet};
 use crate::time::TimeBase;
+use crate::trace::{Sampling, TracePlan};
 use crate::transport::{BandwidthShaper, LinkTraffic, Network};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tokio::task::JoinSet;
 
@@ -28,8 +30,8 @@ pub(super) struct RoleOutput<T> {
     pub result: Result<T>,
     /// Its compute totals.
     pub stats: RoleStats,
-    /// Its timeline.
-    pub trace: Vec<TraceEvent>,
+    /// Its timeline, where it was kept in memory.
+    pub trace: Option<Vec<TraceEvent>>,
     /// The highest number of bytes its memory policy accounted on its device.
     pub peak_memory: u64,
     /// Run time at which it returned.
@@ -52,8 +54,9 @@ pub(super) struct Launched {
     pub network: NetworkState,
 }
 
-/// Runs every role of `built` to completion on the runtime its config names.
-pub(super) fn launch(built: Built) -> Result<Launched> {
+/// Runs every role of `built` to completion on the runtime its config names; roles stream their
+/// timelines to `trace_dir` when given.
+pub(super) fn launch(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
     let rt = match built.job.config.runtime {
         RuntimeKind::Sim => tokio::runtime::Builder::new_current_thread()
             .enable_time()
@@ -67,7 +70,7 @@ pub(super) fn launch(built: Built) -> Result<Launched> {
         path: "tokio runtime".into(),
         source,
     })?;
-    let launched = rt.block_on(run_roles(built))?;
+    let launched = rt.block_on(run_roles(built, trace_dir))?;
     drop(rt);
     Ok(launched)
 }
@@ -136,7 +139,7 @@ fn bandwidth_shaper(
 /// Spawns every role, waits for the workers, shuts the servers and the coordinator down once
 /// the messages in flight are delivered, and collects what each returned, within the run's time
 /// limit.
-async fn run_roles(built: Built) -> Result<Launched> {
+async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
     let Built {
         job,
         workers,
@@ -167,6 +170,8 @@ async fn run_roles(built: Built) -> Result<Launched> {
             .map(|c| c.at_s)
     };
     let pump = tokio::spawn(net.clone().pump());
+    let sampling = Sampling::new(cfg.workers, total_servers, cfg.iterations);
+    let traces = TracePlan::new(cfg.trace, trace_dir, sampling).continuing_from(job.clocks().start);
     let mut ctx_for = |role: RoleId| -> Result<RoleContext> {
         let rx = mailboxes
             .remove(&role)
@@ -191,7 +196,8 @@ async fn run_roles(built: Built) -> Result<Launched> {
             cfg.progress_points,
             stragglers,
             memory,
-        ))
+        )
+        .with_trace(traces.recorder(role)?))
     };
 
     let mut worker_set = JoinSet::new();
@@ -337,13 +343,18 @@ async fn wait_until(time: TimeBase, at: Option<f64>) {
     }
 }
 
-/// A finished role's output, with the totals and timeline its context kept.
+/// A finished role's output, with the totals and timeline its context kept; a timeline that could
+/// not be written fails the role.
 fn output_of<T>(mut ctx: RoleContext, result: Result<T>) -> RoleOutput<T> {
+    let (result, trace) = match ctx.finish_trace() {
+        Ok(trace) => (result, trace),
+        Err(e) => (result.and(Err(e)), None),
+    };
     RoleOutput {
         role: ctx.id(),
         result,
         stats: ctx.stats().clone(),
-        trace: ctx.take_trace(),
+        trace,
         peak_memory: ctx.peak_memory(),
         end_s: ctx.stopped_at(),
         stragglers: ctx.straggler_state(),

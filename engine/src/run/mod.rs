@@ -47,6 +47,9 @@ pub struct RunOptions {
     /// Where the checkpoints written every `checkpoint_every` iterations go (the run folder);
     /// none: mid-run checkpoints are still cut, but not written.
     pub checkpoint_dir: Option<PathBuf>,
+    /// Where each role streams its timeline while the run goes (`<dir>/<role>.json`); `None`
+    /// keeps the timelines in memory, in [`RunResult::traces`].
+    pub trace_dir: Option<PathBuf>,
 }
 
 /// Everything a finished run produced: what the run folder holds and more.
@@ -70,7 +73,9 @@ pub struct RunResult {
     pub traffic: BTreeMap<(RoleId, RoleId), LinkTraffic>,
     /// The configuration the run ran, fully resolved.
     pub config: RunConfig,
-    /// Each role's timeline: workers, then servers, then the coordinator.
+    /// Each role's timeline kept in memory: workers, then servers, then the coordinator (none
+    /// with `trace = "off"` or streamed to [`RunOptions::trace_dir`]; `sampled`: the sampled
+    /// roles only).
     pub traces: Vec<(RoleId, Vec<TraceEvent>)>,
     /// The final model (the union of its holders' parts) with its optimizer state: what the
     /// checkpoint holds.
@@ -104,7 +109,7 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
             from: from.clone(),
         });
         let built = build::roles(&job, asm)?;
-        let launched = launch::launch(built);
+        let launched = launch::launch(built, options.trace_dir.as_deref());
         if let Some(reason) = job.guard.stop_reason() {
             let resumed = options.resume.as_deref();
             let stopped = finish::stopped(asm, &job, reason, resumed, wall_start);
