@@ -47,13 +47,17 @@ fn flexrr(iterations: u64) -> RunConfig {
     cfg
 }
 
+/// Where the resumed runs continue from.
+const RESUMED_AT: u64 = 50;
+
 fn run_opts(cfg: &RunConfig, options: RunOptions) -> Result<RunResult, EngineError> {
     let asm = concord::registry().compose(cfg)?;
     concord::engine::run(cfg, &asm, options)
 }
 
 /// Everything that must match bit for bit, one line per item: parameters, optimizer state,
-/// metrics rows (but their wall-clock readings), reads, evaluations over time, run time, traffic.
+/// metrics rows (but their wall-clock readings), reads since the checkpoint, evaluations over
+/// time, run time, traffic.
 fn fingerprint(r: &RunResult) -> Vec<String> {
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
     let mut lines = Vec::new();
@@ -69,7 +73,9 @@ fn fingerprint(r: &RunResult) -> Vec<String> {
         row.wall_s = 0.0;
         lines.push(format!("row {}", serde_json::to_string(&row).unwrap()));
     }
-    lines.extend(r.reads.iter().map(|x| format!("read {x:?}")));
+    // Reads since the checkpoint: a resumed run's reads start there.
+    let since = r.reads.iter().filter(|x| x.clock >= RESUMED_AT);
+    lines.extend(since.map(|x| format!("read {x:?}")));
     lines.extend(r.evaluations.iter().map(|e| format!("evaluation {e:?}")));
     lines.push(format!("time {}", r.summary.run_time_s.to_bits()));
     lines.push(format!("bytes {}", r.summary.bytes_sent));

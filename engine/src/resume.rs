@@ -5,7 +5,9 @@
 //! Each role hands back its own state ([`RoleCheckpoint`]): the model part it holds with its
 //! optimizer state, its strategy state ([`RoleState`], opaque to the engine), its straggler
 //! patterns' state, and the run time at which it stopped. The run's accumulated figures (rows,
-//! records, traffic, memory peaks) travel with it ([`History`]).
+//! records, traffic, memory peaks) travel with it ([`History`]); the servers' read records (a
+//! diagnostic of the run result, not of the run folder, and its largest part at scale) do not: a
+//! resumed run's [`crate::RunResult::reads`] start at its checkpoint.
 //!
 //! A run resumed from a point rebuilds every role as for a fresh run, gives each its checkpoint
 //! through the job ([`crate::job::Job::resumed`]), restarts each at its own stop time, and runs
@@ -16,7 +18,7 @@
 //! Under a rule that lets workers run ahead (SSP, ASP) the cut is a barrier: the workers ahead
 //! wait at the checkpoint clock for the others, as if the slack were zero for that one clock.
 
-use crate::contract::{ModelState, ReadRecord};
+use crate::contract::ModelState;
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
 use crate::metrics::{IterRecord, IterationRow, TimedEvaluation};
@@ -91,8 +93,6 @@ pub struct History {
     pub traffic: Vec<(RoleId, RoleId, LinkTraffic)>,
     /// The highest memory each role accounted.
     pub peak_memory: BTreeMap<String, u64>,
-    /// Every read the model's holders answered.
-    pub reads: Vec<ReadRecord>,
     /// The model evaluated at fixed run times.
     pub evaluations: Vec<TimedEvaluation>,
     /// The network's queues.

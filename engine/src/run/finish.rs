@@ -71,8 +71,7 @@ pub(super) fn finish(
         .filter_map(|s| s.result.as_ref().ok())
         .map(|r| r.reads.len())
         .sum();
-    let mut reads = history.reads;
-    reads.reserve_exact(read_count);
+    let mut reads = Vec::with_capacity(read_count);
     for out in servers {
         let report = out.result?;
         let peak = peak_memory.entry(out.role.label()).or_default();
@@ -128,7 +127,6 @@ pub(super) fn finish(
                 .map(|(&(from, to), &t)| (from, to, t))
                 .collect(),
             peak_memory: peak_memory.clone(),
-            reads: reads.clone(),
             evaluations: evaluations.clone(),
             network,
         },

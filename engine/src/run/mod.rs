@@ -61,7 +61,7 @@ pub struct RunResult {
     pub rows: Vec<IterationRow>,
     /// Final parameters by name (real models).
     pub params: Option<Vec<(String, Vec<f32>)>>,
-    /// Every read the model's holders answered.
+    /// Every read the model's holders answered (in a run resumed from a checkpoint: since it).
     pub reads: Vec<ReadRecord>,
     /// Per-worker clock records.
     pub worker_records: Vec<Vec<IterRecord>>,
@@ -98,6 +98,7 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
         fits(point, config)?;
     }
     let mut traces: BTreeMap<RoleId, Vec<TraceEvent>> = BTreeMap::new();
+    let mut reads = Vec::new();
     loop {
         let start = from.as_ref().map_or(0, |p| p.clock);
         let end = match config.checkpoint_every {
@@ -119,8 +120,10 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
         for (role, events) in std::mem::take(&mut result.traces) {
             traces.entry(role).or_default().extend(events);
         }
+        reads.append(&mut result.reads);
         if end >= config.iterations {
             result.traces = ordered(traces);
+            result.reads = reads;
             return Ok(result);
         }
         let point = result.resume.take().ok_or_else(|| {
