@@ -1,5 +1,9 @@
 //! The `concord` command line (also what `cargo xtask train` runs).
 
+mod out_dir;
+
+pub use out_dir::{default_out_dir, prepare_out_dir, OutDir, OutDirError};
+
 use crate::config::{self, ConfigError};
 use clap::{Args, Parser, Subcommand};
 use concord_engine::context::RuntimeKind;
@@ -52,9 +56,13 @@ pub struct TrainArgs {
     /// Runtime: `sim` (virtual time, deterministic) or `wall` (real time).
     #[arg(long, value_parser = ["sim", "wall"])]
     pub runtime: Option<String>,
-    /// Run folder (default: runs/<timestamp>).
+    /// Run folder (default: runs/run-<timestamp>, or runs/run-<timestamp>-2, ... if taken).
+    /// Checked before the run: it must be a folder this process can write, and empty.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Clear the run folder (`--out`) before the run if it holds files (an earlier run's).
+    #[arg(long)]
+    pub overwrite: bool,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -120,13 +128,12 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         .collect();
     let cfg = args.config.load(&extra)?;
     let asm = crate::registry().compose(&cfg)?;
-    let out = args.out.clone().unwrap_or_else(|| {
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        PathBuf::from("runs").join(format!("run-{stamp}"))
-    });
+    let out_dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| default_out_dir(std::path::Path::new("runs")));
+    let out_dir = prepare_out_dir(&out_dir, args.overwrite)?;
+    let out = out_dir.path();
     let total = cfg.iterations * cfg.workers as u64;
     let bar = if args.quiet {
         ProgressBar::hidden()
@@ -149,10 +156,20 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     };
     let result = concord_engine::run(&cfg, &asm, options);
     bar.finish_and_clear();
-    let result = result?;
-    write_run_folder(&out, &result)?;
-    print_summary(&result, cfg.runtime, &out);
+    let result = result.inspect_err(|_| out_dir.discard_if_unused())?;
+    write_run_folder(out, &result)?;
+    print_summary(&result, cfg.runtime, out);
     Ok(())
+}
+
+/// A figure with 4 decimals, or `n/a` where it is not a number (as `summary.json`'s `null`:
+/// a throughput-mode run computes no loss).
+fn finite_or_na(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.4}")
+    } else {
+        "n/a".to_string()
+    }
 }
 
 fn print_summary(r: &RunResult, runtime: RuntimeKind, out: &std::path::Path) {
@@ -189,7 +206,7 @@ fn print_summary(r: &RunResult, runtime: RuntimeKind, out: &std::path::Path) {
             format!("{:.3}", s.efficiency),
         ),
         ("wait share", format!("{:.1}%", s.wait_share * 100.0)),
-        ("final train loss", format!("{:.4}", s.final_loss)),
+        ("final train loss", finite_or_na(s.final_loss)),
         ("test accuracy", pct(s.final_test_accuracy)),
         ("bytes sent", format!("{:.3} MB", s.bytes_sent as f64 / 1e6)),
         (

@@ -2,9 +2,11 @@
 //! environment < `--set key=value`.
 
 mod layer;
+mod origin;
 
 use concord_engine::config::RunConfig;
 use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Provider;
 use layer::Layer;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -34,6 +36,15 @@ pub enum ConfigError {
     /// A value is out of range, or the model/data/cluster sections are inconsistent.
     #[error(transparent)]
     Engine(#[from] concord_engine::EngineError),
+    /// A value is out of range; `layer` says which layer set it (the built-in defaults, the
+    /// file, a `CONCORD_*` variable or `--set`).
+    #[error("{source} (set by {layer})")]
+    Range {
+        /// What is wrong, naming the key and the allowed values.
+        source: concord_engine::EngineError,
+        /// The layer that set the key.
+        layer: String,
+    },
 }
 
 /// Parses a `--set` value as TOML (numbers, booleans, arrays, inline tables); anything else is a string.
@@ -77,7 +88,9 @@ const KINDED_SECTIONS: [&str; 3] = ["model", "data", "optimizer"];
 
 /// Builds the layered configuration and validates it.
 pub fn load(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigError> {
-    let mut layers = vec![Layer::read(Serialized::defaults(RunConfig::default()))];
+    let defaults = Serialized::defaults(RunConfig::default());
+    let defaults_name = defaults.metadata().name.to_string();
+    let mut layers = vec![Layer::read(defaults)];
     if let Some(path) = file {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
             path: path.to_path_buf(),
@@ -105,10 +118,13 @@ pub fn load(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigErr
     layers.push(Layer::read(Toml::string(&sets_as_toml(overrides))));
 
     layer::restart_switched_kinds(&mut layers, &KINDED_SECTIONS);
-    let config: RunConfig = layer::merged(&layers)
+    let figment = layer::merged(&layers);
+    let config: RunConfig = figment
         .extract()
         .map_err(|e| ConfigError::Invalid(describe(e)))?;
-    config.validate()?;
+    config
+        .validate()
+        .map_err(|e| origin::Origins::new(figment, defaults_name).attribute(e))?;
     Ok(config)
 }
 
