@@ -110,7 +110,7 @@ pub fn load(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigErr
             .split_once('=')
             .ok_or_else(|| ConfigError::BadSet { arg: arg.clone() })?;
         let key = key.trim();
-        if key.is_empty() {
+        if key.split('.').any(|part| part.trim().is_empty()) {
             return Err(ConfigError::BadSet { arg: arg.clone() });
         }
         overrides.push((key.to_string(), parse_value(value.trim())));
@@ -142,15 +142,48 @@ fn describe(error: figment::Error) -> String {
                     _ => m.name.to_string(),
                 },
             );
+            let kind = kind_text(&e.kind);
             if key.is_empty() {
-                format!("{} (in {origin})", e.kind)
+                format!("{kind} (in {origin})")
             } else {
-                format!("key `{key}`: {} (in {origin})", e.kind)
+                format!("key `{key}`: {kind} (in {origin})")
             }
         })
         .collect();
     lines.dedup();
     lines.join("; ")
+}
+
+/// What is wrong, as figment says it, except that an unknown field or variant quotes each
+/// allowed name once (figment wraps serde's already quoted list in another pair of backticks).
+fn kind_text(kind: &figment::error::Kind) -> String {
+    use figment::error::{Kind, OneOf};
+    match kind {
+        Kind::UnknownField(found, expected) => {
+            format!(
+                "unknown field {}, expected {}",
+                quoted(found),
+                OneOf(expected)
+            )
+        }
+        Kind::UnknownVariant(found, expected) => {
+            format!(
+                "unknown variant {}, expected {}",
+                quoted(found),
+                OneOf(expected)
+            )
+        }
+        other => other.to_string(),
+    }
+}
+
+/// A name in backticks; the empty name as `""` (two backticks alone read as a typo).
+fn quoted(name: &str) -> String {
+    if name.is_empty() {
+        "\"\" (an empty name)".to_string()
+    } else {
+        format!("`{name}`")
+    }
 }
 
 /// The resolved configuration as TOML (what `concord config` prints).

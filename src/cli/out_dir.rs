@@ -41,7 +41,8 @@ pub enum OutDirError {
 #[derive(Debug)]
 pub struct OutDir {
     path: PathBuf,
-    created: bool,
+    /// The outermost folder this run created (`runs/` for a first default run), if any.
+    created: Option<PathBuf>,
 }
 
 impl OutDir {
@@ -50,12 +51,17 @@ impl OutDir {
         &self.path
     }
 
-    /// After a failed run: removes the folder if this run created it and left it empty, so a
-    /// run that never started leaves nothing behind.
+    /// After a failed run: removes the folders this run created (the run folder, and `runs/`
+    /// if it made that too) while they are empty, so a run that never started leaves nothing
+    /// behind.
     pub fn discard_if_unused(&self) {
-        let empty = std::fs::read_dir(&self.path).is_ok_and(|mut d| d.next().is_none());
-        if self.created && empty {
-            let _ = std::fs::remove_dir(&self.path);
+        let Some(outermost) = &self.created else {
+            return;
+        };
+        for dir in self.path.ancestors() {
+            if std::fs::remove_dir(dir).is_err() || dir == outermost.as_path() {
+                break;
+            }
         }
     }
 }
@@ -72,7 +78,7 @@ fn io<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(std::io::Error) -
 /// anything is an error unless `overwrite`, which removes everything in it; a missing folder is
 /// created; a probe file is written and removed to prove the folder is writable.
 pub fn prepare_out_dir(path: &Path, overwrite: bool) -> Result<OutDir, OutDirError> {
-    let mut created = false;
+    let mut created = None;
     match std::fs::metadata(path) {
         Ok(meta) if !meta.is_dir() => {
             return Err(OutDirError::NotAFolder {
@@ -95,8 +101,13 @@ pub fn prepare_out_dir(path: &Path, overwrite: bool) -> Result<OutDir, OutDirErr
             }
         }
         Err(_) => {
+            let outermost = path
+                .ancestors()
+                .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+                .last()
+                .map(Path::to_path_buf);
             std::fs::create_dir_all(path).map_err(io(path, "create the folder"))?;
-            created = true;
+            created = outermost;
         }
     }
     let out = OutDir {
@@ -209,7 +220,13 @@ mod tests {
         let out = prepare_out_dir(&run, false).unwrap();
         assert!(run.is_dir());
         out.discard_if_unused();
-        assert!(!run.exists());
+        assert!(!dir.path().join("a").exists());
+        assert!(dir.path().is_dir());
+        // A folder that holds the run's files is kept.
+        let out = prepare_out_dir(&run, false).unwrap();
+        std::fs::write(run.join("metrics.jsonl"), "").unwrap();
+        out.discard_if_unused();
+        assert!(run.join("metrics.jsonl").exists());
     }
 
     #[test]
