@@ -41,7 +41,7 @@ pub enum ConfigError {
     #[error("{source} (set by {layer})")]
     Range {
         /// What is wrong, naming the key and the allowed values.
-        source: concord_engine::EngineError,
+        source: Box<concord_engine::EngineError>,
         /// The layer that set the key.
         layer: String,
     },

@@ -16,13 +16,16 @@ const CASES: u32 = 256;
 const SEED: u64 = 0xC0_2F16;
 
 fn runner(target: &str) -> TestRunner {
-    let mut config = Config::default();
-    config.cases = std::env::var("PROPTEST_CASES")
+    let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(CASES);
-    config.rng_seed = RngSeed::Fixed(SEED);
-    config.failure_persistence = None;
+    let config = Config {
+        cases,
+        rng_seed: RngSeed::Fixed(SEED),
+        failure_persistence: None,
+        ..Config::default()
+    };
     println!("fuzz {target}: {} cases, seed {SEED:#x}", config.cases);
     TestRunner::new(config)
 }

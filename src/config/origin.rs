@@ -103,7 +103,7 @@ impl Origins {
         match Self::key_of(&error) {
             Some(key) => ConfigError::Range {
                 layer: self.of(&key),
-                source: error,
+                source: Box::new(error),
             },
             None => ConfigError::Engine(error),
         }

@@ -20,13 +20,16 @@ const CASES: u32 = 512;
 const SEED: u64 = 0x1D8_F022;
 
 fn runner(target: &str) -> TestRunner {
-    let mut config = Config::default();
-    config.cases = std::env::var("PROPTEST_CASES")
+    let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(CASES);
-    config.rng_seed = RngSeed::Fixed(SEED);
-    config.failure_persistence = None;
+    let config = Config {
+        cases,
+        rng_seed: RngSeed::Fixed(SEED),
+        failure_persistence: None,
+        ..Config::default()
+    };
     println!("fuzz {target}: {} cases, seed {SEED:#x}", config.cases);
     TestRunner::new(config)
 }
