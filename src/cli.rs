@@ -1,5 +1,9 @@
 //! The `concord` command line (also what `cargo xtask train` runs).
 
+mod out_dir;
+
+pub use out_dir::{default_out_dir, prepare_out_dir, OutDir, OutDirError};
+
 use crate::config::{self, ConfigError};
 use clap::{Args, Parser, Subcommand};
 use concord_engine::checkpoint::{self, Checkpoint};
@@ -53,12 +57,18 @@ pub struct TrainArgs {
     /// Runtime: `sim` (virtual time, deterministic) or `wall` (real time).
     #[arg(long, value_parser = ["sim", "wall"])]
     pub runtime: Option<String>,
-    /// Run folder (default: runs/<timestamp>; with `--resume`, the folder resumed).
+    /// Run folder (default: runs/run-<timestamp>, or runs/run-<timestamp>-2, ... if taken;
+    /// with `--resume`, the folder resumed). Checked before the run: it must be a folder this
+    /// process can write, and empty.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Clear the run folder (`--out`) before the run if it holds files (an earlier run's).
+    #[arg(long)]
+    pub overwrite: bool,
     /// Continue the run in this run folder from its checkpoint, to the `iterations` of its
-    /// config (raise them with `--set iterations=N`). The config is the checkpointed run's;
-    /// only `iterations`, `checkpoint_every` and `time_limit_s` may change.
+    /// config (raise them with `--set iterations=N`), writing into that folder (or `--out`).
+    /// The config is the checkpointed run's; only `iterations`, `checkpoint_every`,
+    /// `time_limit_s`, `trace` and `[guard]` may change.
     #[arg(long, value_name = "RUN_DIR", conflicts_with = "config")]
     pub resume: Option<PathBuf>,
     /// No progress bar.
@@ -145,17 +155,19 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         None => (args.config.load(&extra)?, None),
     };
     let asm = crate::registry().compose(&cfg)?;
-    let out = args
-        .out
-        .clone()
-        .or_else(|| args.resume.clone())
-        .unwrap_or_else(|| {
-            let stamp = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0);
-            PathBuf::from("runs").join(format!("run-{stamp}"))
-        });
+    // A resumed run continues in its own folder, which holds the earlier part; any other folder
+    // is checked (and cleared with --overwrite) before the run.
+    let (out_dir, out) = match (&args.resume, &args.out) {
+        (Some(dir), None) => (None, dir.clone()),
+        (_, out) => {
+            let path = out
+                .clone()
+                .unwrap_or_else(|| default_out_dir(Path::new("runs")));
+            let prepared = prepare_out_dir(&path, args.overwrite)?;
+            let out = prepared.path().to_path_buf();
+            (Some(prepared), out)
+        }
+    };
     let total = cfg.iterations * cfg.workers as u64;
     let bar = if args.quiet {
         ProgressBar::hidden()
@@ -192,7 +204,13 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
             print_summary(&stopped.result, cfg.runtime, &out);
             return Err(EngineError::Stopped(stopped).into());
         }
-        result => result?,
+        Err(e) => {
+            if let Some(dir) = &out_dir {
+                dir.discard_if_unused();
+            }
+            return Err(e.into());
+        }
+        Ok(result) => result,
     };
     write_run_folder(&out, &result)?;
     print_summary(&result, cfg.runtime, &out);
@@ -229,6 +247,16 @@ fn resumed_config(
     Ok((cfg, cp))
 }
 
+/// A figure with 4 decimals, or `n/a` where it is not a number (as `summary.json`'s `null`:
+/// a throughput-mode run computes no loss).
+fn finite_or_na(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.4}")
+    } else {
+        "n/a".to_string()
+    }
+}
+
 fn print_summary(r: &RunResult, runtime: RuntimeKind, out: &std::path::Path) {
     let s = &r.summary;
     let time_kind = if runtime == RuntimeKind::Sim {
@@ -263,7 +291,7 @@ fn print_summary(r: &RunResult, runtime: RuntimeKind, out: &std::path::Path) {
             format!("{:.3}", s.efficiency),
         ),
         ("wait share", format!("{:.1}%", s.wait_share * 100.0)),
-        ("final train loss", format!("{:.4}", s.final_loss)),
+        ("final train loss", finite_or_na(s.final_loss)),
         ("test accuracy", pct(s.final_test_accuracy)),
         ("bytes sent", format!("{:.3} MB", s.bytes_sent as f64 / 1e6)),
         (

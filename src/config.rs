@@ -2,9 +2,11 @@
 //! environment < `--set key=value`.
 
 mod layer;
+mod origin;
 
 use concord_engine::config::RunConfig;
 use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Provider;
 use layer::Layer;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -34,6 +36,15 @@ pub enum ConfigError {
     /// A value is out of range, or the model/data/cluster sections are inconsistent.
     #[error(transparent)]
     Engine(#[from] concord_engine::EngineError),
+    /// A value is out of range; `layer` says which layer set it (the built-in defaults, the
+    /// file, a `CONCORD_*` variable or `--set`).
+    #[error("{source} (set by {layer})")]
+    Range {
+        /// What is wrong, naming the key and the allowed values.
+        source: Box<concord_engine::EngineError>,
+        /// The layer that set the key.
+        layer: String,
+    },
 }
 
 /// Parses a `--set` value as TOML (numbers, booleans, arrays, inline tables); anything else is a string.
@@ -103,8 +114,13 @@ pub fn load_resumed(base: &str, sets: &[String]) -> Result<RunConfig, ConfigErro
     with_overrides(layers, sets)
 }
 
-/// Adds the environment and `--set` layers to `layers`, merges and validates.
+/// Adds the environment and `--set` layers to `layers` (the first of which are the built-in
+/// defaults), merges and validates.
 fn with_overrides(mut layers: Vec<Layer>, sets: &[String]) -> Result<RunConfig, ConfigError> {
+    let defaults_name = Serialized::defaults(RunConfig::default())
+        .metadata()
+        .name
+        .to_string();
     layers.push(Layer::read(Env::prefixed("CONCORD_").split("__")));
     let mut overrides = Vec::new();
     for arg in sets {
@@ -112,7 +128,7 @@ fn with_overrides(mut layers: Vec<Layer>, sets: &[String]) -> Result<RunConfig, 
             .split_once('=')
             .ok_or_else(|| ConfigError::BadSet { arg: arg.clone() })?;
         let key = key.trim();
-        if key.is_empty() {
+        if key.split('.').any(|part| part.trim().is_empty()) {
             return Err(ConfigError::BadSet { arg: arg.clone() });
         }
         overrides.push((key.to_string(), parse_value(value.trim())));
@@ -120,10 +136,13 @@ fn with_overrides(mut layers: Vec<Layer>, sets: &[String]) -> Result<RunConfig, 
     layers.push(Layer::read(Toml::string(&sets_as_toml(overrides))));
 
     layer::restart_switched_kinds(&mut layers, &KINDED_SECTIONS);
-    let config: RunConfig = layer::merged(&layers)
+    let figment = layer::merged(&layers);
+    let config: RunConfig = figment
         .extract()
         .map_err(|e| ConfigError::Invalid(describe(e)))?;
-    config.validate()?;
+    config
+        .validate()
+        .map_err(|e| origin::Origins::new(figment, defaults_name).attribute(e))?;
     Ok(config)
 }
 
@@ -141,10 +160,11 @@ fn describe(error: figment::Error) -> String {
                     _ => m.name.to_string(),
                 },
             );
+            let kind = kind_text(&e.kind);
             if key.is_empty() {
-                format!("{} (in {origin})", e.kind)
+                format!("{kind} (in {origin})")
             } else {
-                format!("key `{key}`: {} (in {origin})", e.kind)
+                format!("key `{key}`: {kind} (in {origin})")
             }
         })
         .collect();
@@ -204,6 +224,38 @@ fn first_difference(path: &str, a: &toml::Value, b: &toml::Value) -> Option<Stri
         }
         _ if a == b => None,
         _ => Some(format!("`{path}` was {a} and is now {b}")),
+    }
+}
+
+/// What is wrong, as figment says it, except that an unknown field or variant quotes each
+/// allowed name once (figment wraps serde's already quoted list in another pair of backticks).
+fn kind_text(kind: &figment::error::Kind) -> String {
+    use figment::error::{Kind, OneOf};
+    match kind {
+        Kind::UnknownField(found, expected) => {
+            format!(
+                "unknown field {}, expected {}",
+                quoted(found),
+                OneOf(expected)
+            )
+        }
+        Kind::UnknownVariant(found, expected) => {
+            format!(
+                "unknown variant {}, expected {}",
+                quoted(found),
+                OneOf(expected)
+            )
+        }
+        other => other.to_string(),
+    }
+}
+
+/// A name in backticks; the empty name as `""` (two backticks alone read as a typo).
+fn quoted(name: &str) -> String {
+    if name.is_empty() {
+        "\"\" (an empty name)".to_string()
+    } else {
+        format!("`{name}`")
     }
 }
 

@@ -10,7 +10,7 @@ use crate::patterns::{
     RoundRobinSleepConfig, ServerMarkovConfig, SlowServerConfig, SlowWorkerConfig, TraceLikeConfig,
     UniformDelayConfig, VariableLengthConfig,
 };
-use crate::{RoleKind, Straggler, StragglerError};
+use crate::{JobShape, RoleKind, Straggler, StragglerError};
 
 /// What each pattern's config provides to [`StragglerConfig`]: its tag, its checks, which
 /// roles it touches, and how it builds for one of them.
@@ -23,6 +23,12 @@ pub(crate) trait Pattern {
 
     /// Whether the pattern can affect the role `(kind, index, machine)`.
     fn applies_to(&self, kind: RoleKind, index: u32, machine: u32) -> bool;
+
+    /// Checks the pattern against the job's sizes before any work (e.g. a CSV trace's rows
+    /// name roles that exist); `self` is already validated. Most patterns need no such check.
+    fn check_job(&self, _job: &JobShape) -> Result<(), StragglerError> {
+        Ok(())
+    }
 
     /// Builds the instance for a role the pattern applies to; `self` is already validated.
     fn build(
@@ -106,6 +112,16 @@ impl StragglerConfig {
     /// The error names the pattern, the field, the value and what is allowed.
     pub fn validate(&self) -> Result<(), StragglerError> {
         self.pattern().validate()
+    }
+
+    /// Validates, then checks the pattern against the job's sizes: the engine calls it once when
+    /// it builds a job, before any work, so a CSV trace row for `worker:99` in an 8-worker job
+    /// stops the run at start-up (naming the file, the line and the role) instead of being
+    /// ignored.
+    pub fn check_job(&self, job: &JobShape) -> Result<(), StragglerError> {
+        let pattern = self.pattern();
+        pattern.validate()?;
+        pattern.check_job(job)
     }
 
     /// Whether the pattern can affect the role `(kind, index, machine)`; the others build to

@@ -47,6 +47,8 @@ mod rng;
 mod set;
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod tests;
 
 use serde::{Deserialize, Serialize};
@@ -82,6 +84,18 @@ pub struct Probe {
     pub progress: f64,
     /// T0: the undelayed iteration time of this role (seconds), as the engine's cost model predicts.
     pub nominal_iter_s: f64,
+}
+
+/// The sizes of a job, for the checks of patterns that name roles (a CSV trace's rows):
+/// [`StragglerConfig::check_job`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobShape {
+    /// Workers `0..workers`.
+    pub workers: u32,
+    /// Servers `0..servers`, standby servers of elastic strategies included.
+    pub servers: u32,
+    /// Machines `0..machines` of the resolved cluster.
+    pub machines: u32,
 }
 
 /// The kind of role a pattern acts on.

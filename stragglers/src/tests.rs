@@ -945,6 +945,91 @@ fn csv_trace_errors_name_path_line_and_column() {
     );
 }
 
+/// Found by `fuzz_csv_mutated_traces`: with `\r` line ends every row was reported on line 1.
+#[test]
+fn csv_trace_lines_count_carriage_return_line_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, body) in [
+        ("cr.csv", "time,role,factor\r0,worker:0,1\r1,gpu:1,2\r"),
+        (
+            "crlf.csv",
+            "time,role,factor\r\n0,worker:0,1\r\n1,gpu:1,2\r\n",
+        ),
+    ] {
+        let path = write_csv(&dir, name, body);
+        let err = StragglerConfig::CsvTrace(CsvTraceConfig { path })
+            .build(0, RoleKind::Worker, 0, 0)
+            .unwrap_err();
+        assert!(
+            matches!(err, StragglerError::CsvRow { line: 3, .. }),
+            "{name}: {err}"
+        );
+    }
+}
+
+#[test]
+fn csv_trace_rows_must_name_roles_of_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = JobShape {
+        workers: 8,
+        servers: 2,
+        machines: 4,
+    };
+    let path = write_csv(
+        &dir,
+        "ok.csv",
+        "time,role,factor\n0,worker:7,2\n1,server:1,3\n2,machine:3,1.5\n",
+    );
+    let ok = StragglerConfig::CsvTrace(CsvTraceConfig { path });
+    ok.check_job(&job).unwrap();
+    let cases = [
+        ("worker:99", "8 workers (worker:0 to worker:7)"),
+        ("server:2", "2 servers (server:0 to server:1)"),
+        ("machine:4", "4 machines (machine:0 to machine:3)"),
+    ];
+    for (role, known) in cases {
+        let path = write_csv(
+            &dir,
+            "straggler.csv",
+            &format!("time,role,factor\n0,worker:0,2\n3,{role},4\n"),
+        );
+        let cfg = StragglerConfig::CsvTrace(CsvTraceConfig { path: path.clone() });
+        let err = cfg.check_job(&job).unwrap_err();
+        assert!(
+            matches!(&err, StragglerError::CsvRow { line: 3, column, .. } if column == "role"),
+            "{err}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&path.display().to_string())
+                && msg.contains(&format!("{role} is not in this job"))
+                && msg.contains(known),
+            "{msg}"
+        );
+    }
+    // A row that is malformed is reported as when building.
+    let path = write_csv(&dir, "bad.csv", "time,role,factor\n0,gpu:1,2\n");
+    let err = StragglerConfig::CsvTrace(CsvTraceConfig { path })
+        .check_job(&job)
+        .unwrap_err();
+    assert!(
+        matches!(err, StragglerError::CsvRow { line: 2, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn only_role_naming_patterns_check_the_job() {
+    // A pattern that names no roles passes whatever the job's size.
+    let none = JobShape {
+        workers: 1,
+        servers: 1,
+        machines: 1,
+    };
+    let cfg: StragglerConfig = toml::from_str("pattern = \"jitter\"\nsigma = 0.1\n").unwrap();
+    cfg.check_job(&none).unwrap();
+}
+
 // ---------------------------------------------------------------- sets & determinism
 
 fn all_patterns(csv: std::path::PathBuf) -> Vec<StragglerConfig> {

@@ -14,6 +14,7 @@ use crate::ids::RoleId;
 use crate::job::{Job, ProgressFn, Segment};
 use crate::model::{ModelConfig, ModelSpec};
 use crate::ps::{ParamLayout, ParamServer, RoundRobinPlacement, SnapshotPlan};
+use crate::stragglers::JobShape;
 use std::sync::{Arc, RwLock};
 
 /// A job and its roles, built and ready to launch.
@@ -81,9 +82,29 @@ pub(super) fn total_servers(config: &RunConfig, asm: &Assembly) -> u32 {
     config.servers + asm.standby_servers
 }
 
+/// Checks every straggler pattern against the job's roles (a CSV trace's rows name workers,
+/// servers and machines that exist), before any data is read or any role is built.
+fn check_stragglers(config: &RunConfig, cluster: &Cluster) -> Result<()> {
+    let shape = JobShape {
+        workers: config.workers,
+        servers: cluster.server_machine.len() as u32,
+        machines: cluster.machines.len() as u32,
+    };
+    for pattern in &config.stragglers {
+        pattern.check_job(&shape)?;
+    }
+    Ok(())
+}
+
 /// The job: model and data resolved, cluster placed, parameters cut into blocks; its segment is
 /// the whole run until the engine sets another.
 pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressFn>) -> Result<Job> {
+    let cluster = Arc::new(Cluster::resolve(
+        &config.cluster,
+        config.workers,
+        total_servers(config, asm),
+    )?);
+    check_stragglers(config, &cluster)?;
     let (model, data) = match &config.model {
         ModelConfig::Profile { .. } => (ModelSpec::resolve(&config.model, &[], 0)?, None),
         _ => {
@@ -94,11 +115,6 @@ pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressF
             (spec, Some(split))
         }
     };
-    let cluster = Arc::new(Cluster::resolve(
-        &config.cluster,
-        config.workers,
-        total_servers(config, asm),
-    )?);
     let placement = asm
         .placement
         .clone()

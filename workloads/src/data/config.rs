@@ -165,7 +165,9 @@ pub enum DataConfig {
     ///
     /// Images must be `u8` 3-dimensional IDX (`0x00000803`), labels `u8`
     /// 1-dimensional IDX (`0x00000801`); samples get shape `[1, rows, cols]`
-    /// and `classes` is one more than the largest label in either split.
+    /// and `classes` is the declared `classes`, else one more than the largest training label.
+    /// Every label (training and test) must be below `classes`: an out-of-range label is an
+    /// error naming the file, the label's index and value, and the allowed range.
     Idx {
         /// Training images (e.g. `train-images-idx3-ubyte`).
         train_images: PathBuf,
@@ -175,6 +177,10 @@ pub enum DataConfig {
         test_images: PathBuf,
         /// Test labels (e.g. `t10k-labels-idx1-ubyte`).
         test_labels: PathBuf,
+        /// The number of classes (≥ 2), if declared: labels must lie in `0..classes`. Unset:
+        /// taken from the training labels (largest + 1).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        classes: Option<usize>,
     },
     /// Synthetic low-rank ratings for matrix factorization: `X = U Vᵀ + noise`.
     ///
@@ -257,7 +263,14 @@ impl DataConfig {
                 train_labels,
                 test_images,
                 test_labels,
-            } => idx::load_idx_split(train_images, train_labels, test_images, test_labels),
+                classes,
+            } => idx::load_idx_split(
+                train_images,
+                train_labels,
+                test_images,
+                test_labels,
+                *classes,
+            ),
             DataConfig::Ratings {
                 rows,
                 cols,

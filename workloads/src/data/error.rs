@@ -97,6 +97,24 @@ pub enum DataError {
         /// Its label count.
         labels: usize,
     },
+    /// A label is not below the number of classes (declared in `[data]`, or taken from the
+    /// training labels).
+    #[error(
+        "{}: label {label} at index {index} is out of range: labels must be in 0..{classes} ({why})",
+        path.display()
+    )]
+    LabelOutOfRange {
+        /// The labels file.
+        path: PathBuf,
+        /// The label's index in the file (0-based).
+        index: usize,
+        /// The offending label.
+        label: u32,
+        /// The number of classes.
+        classes: usize,
+        /// Where the number of classes comes from.
+        why: String,
+    },
     /// Train and test images have different sizes.
     #[error(
         "IDX shape mismatch: {} holds {train_rows}x{train_cols} images but {} holds {test_rows}x{test_cols}",

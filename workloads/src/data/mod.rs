@@ -24,6 +24,7 @@ mod config;
 mod dataset;
 mod error;
 mod idx;
+mod labels;
 mod ratings;
 mod sampling;
 mod synthetic;
@@ -37,12 +38,15 @@ pub use config::{
 pub use dataset::{Dataset, Split};
 pub use error::DataError;
 pub use idx::{
-    encode_idx_images, encode_idx_labels, load_idx, read_idx_images, read_idx_labels,
-    write_idx_images, write_idx_labels, IdxImages, IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC,
+    encode_idx_images, encode_idx_labels, load_idx, parse_idx_images, parse_idx_labels,
+    read_idx_images, read_idx_labels, write_idx_images, write_idx_labels, IdxImages,
+    IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC,
 };
 pub use ratings::{ratings, ratings_counts, LowRankFactors, MAX_RATINGS_DIM, RATINGS_SAMPLE_LEN};
 pub use sampling::{fisher_yates, mix_seed, shard_range, splitmix64, SampleStream};
 pub use synthetic::{blobs, teacher, TeacherStats, MAX_ATTEMPTS_PER_SAMPLE};
 
+#[cfg(test)]
+mod fuzz;
 #[cfg(test)]
 mod tests;

@@ -51,6 +51,7 @@ fn toml_parses_each_variant() {
             train_labels: "b".into(),
             test_images: "c".into(),
             test_labels: "d".into(),
+            classes: None,
         }
     );
 }
@@ -72,6 +73,7 @@ fn toml_round_trips() {
             train_labels: "x/tl".into(),
             test_images: "x/ei".into(),
             test_labels: "x/el".into(),
+            classes: None,
         },
     ] {
         #[derive(Serialize)]
@@ -179,6 +181,7 @@ fn validate_names_the_field() {
         train_labels: "b".into(),
         test_images: "".into(),
         test_labels: "d".into(),
+        classes: None,
     };
     assert_eq!(field_of(idx), "test_images");
 

@@ -117,7 +117,11 @@ impl DataConfig {
                 train_labels,
                 test_images,
                 test_labels,
+                classes,
             } => {
+                if let Some(classes) = classes {
+                    check_classes(*classes)?;
+                }
                 check_path("train_images", train_images)?;
                 check_path("train_labels", train_labels)?;
                 check_path("test_images", test_images)?;
