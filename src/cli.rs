@@ -77,7 +77,7 @@ pub struct TrainArgs {
 }
 
 impl ConfigArgs {
-    fn load(&self, extra: &[String]) -> Result<concord_engine::RunConfig, ConfigError> {
+    fn load(&self, extra: &[String]) -> Result<config::Sourced, ConfigError> {
         let default = PathBuf::from("configs/default.toml");
         let file = self
             .config
@@ -85,7 +85,7 @@ impl ConfigArgs {
             .or_else(|| default.exists().then_some(default));
         let mut sets = self.sets.clone();
         sets.extend_from_slice(extra);
-        config::load(file.as_deref(), &sets)
+        config::load_sourced(file.as_deref(), &sets)
     }
 }
 
@@ -127,7 +127,7 @@ fn init_logging() {
 fn execute(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Config(args) => {
-            print!("{}", config::to_toml(&args.load(&[])?));
+            print!("{}", config::to_toml(&args.load(&[])?.config));
             Ok(())
         }
         Command::Strategies => {
@@ -147,14 +147,18 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         .iter()
         .map(|r| format!("runtime=\"{r}\""))
         .collect();
-    let (cfg, resume) = match &args.resume {
+    let (sourced, resume) = match &args.resume {
         Some(dir) => {
-            let (cfg, cp) = resumed_config(dir, &args.config.sets, &extra)?;
-            (cfg, Some(Arc::new(cp.point)))
+            let (sourced, cp) = resumed_config(dir, &args.config.sets, &extra)?;
+            (sourced, Some(Arc::new(cp.point)))
         }
         None => (args.config.load(&extra)?, None),
     };
-    let asm = crate::registry().compose(&cfg)?;
+    // A strategy's options are checked as it is composed: name the layer that set them.
+    let asm = crate::registry()
+        .compose(&sourced.config)
+        .map_err(|e| sourced.attribute(e))?;
+    let cfg = sourced.config;
     // A resumed run continues in its own folder, which holds the earlier part; any other folder
     // is checked (and cleared with --overwrite) before the run.
     let (out_dir, out) = match (&args.resume, &args.out) {
@@ -224,7 +228,7 @@ fn resumed_config(
     dir: &Path,
     sets: &[String],
     extra: &[String],
-) -> anyhow::Result<(concord_engine::RunConfig, Checkpoint)> {
+) -> anyhow::Result<(config::Sourced, Checkpoint)> {
     let file = dir.join(checkpoint::FILE_NAME);
     if !file.exists() {
         anyhow::bail!(
@@ -236,15 +240,15 @@ fn resumed_config(
     let cp = checkpoint::read(&file)?;
     let mut all = sets.to_vec();
     all.extend_from_slice(extra);
-    let cfg = config::load_resumed(&cp.config, &all)?;
-    if let Some(change) = config::job_change(&cp.config, &cfg)? {
+    let sourced = config::load_resumed(&cp.config, &all)?;
+    if let Some(change) = config::job_change(&cp.config, &sourced.config)? {
         anyhow::bail!(
             "--resume {}: {change}; a resumed run continues the same job, so only {} may change",
             dir.display(),
             config::RESUMABLE_KEYS.map(|k| format!("`{k}`")).join(", ")
         );
     }
-    Ok((cfg, cp))
+    Ok((sourced, cp))
 }
 
 /// A figure with 4 decimals, or `n/a` where it is not a number (as `summary.json`'s `null`:

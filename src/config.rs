@@ -86,8 +86,29 @@ const SET_LAYER: &str = "TOML source string";
 /// from the new kind's defaults instead of merging into the keys of the old kind.
 const KINDED_SECTIONS: [&str; 3] = ["model", "data", "optimizer"];
 
+/// A configuration with the layers it was merged from: errors found after loading (a strategy's
+/// options, checked when the strategies are composed) can name the layer that set the value.
+pub struct Sourced {
+    /// The configuration.
+    pub config: RunConfig,
+    origins: origin::Origins,
+}
+
+impl Sourced {
+    /// `error`, found in this configuration after it was loaded, with the layer that set the
+    /// offending key when it names one.
+    pub fn attribute(&self, error: concord_engine::EngineError) -> ConfigError {
+        self.origins.attribute(error)
+    }
+}
+
 /// Builds the layered configuration and validates it.
 pub fn load(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigError> {
+    load_sourced(file, sets).map(|s| s.config)
+}
+
+/// [`load`], keeping the layers for later errors ([`Sourced::attribute`]).
+pub fn load_sourced(file: Option<&Path>, sets: &[String]) -> Result<Sourced, ConfigError> {
     let mut layers = vec![Layer::read(Serialized::defaults(RunConfig::default()))];
     if let Some(path) = file {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
@@ -106,7 +127,7 @@ pub fn load(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigErr
 
 /// The configuration of a run resumed from a checkpoint: the resolved configuration the run was
 /// written under (`base`, TOML), then the `CONCORD_*` environment and `--set` layers.
-pub fn load_resumed(base: &str, sets: &[String]) -> Result<RunConfig, ConfigError> {
+pub fn load_resumed(base: &str, sets: &[String]) -> Result<Sourced, ConfigError> {
     let layers = vec![
         Layer::read(Serialized::defaults(RunConfig::default())),
         Layer::read(Toml::string(base)),
@@ -116,7 +137,7 @@ pub fn load_resumed(base: &str, sets: &[String]) -> Result<RunConfig, ConfigErro
 
 /// Adds the environment and `--set` layers to `layers` (the first of which are the built-in
 /// defaults), merges and validates.
-fn with_overrides(mut layers: Vec<Layer>, sets: &[String]) -> Result<RunConfig, ConfigError> {
+fn with_overrides(mut layers: Vec<Layer>, sets: &[String]) -> Result<Sourced, ConfigError> {
     let defaults_name = Serialized::defaults(RunConfig::default())
         .metadata()
         .name
@@ -140,10 +161,11 @@ fn with_overrides(mut layers: Vec<Layer>, sets: &[String]) -> Result<RunConfig, 
     let config: RunConfig = figment
         .extract()
         .map_err(|e| ConfigError::Invalid(describe(e)))?;
-    config
-        .validate()
-        .map_err(|e| origin::Origins::new(figment, defaults_name).attribute(e))?;
-    Ok(config)
+    let origins = origin::Origins::new(figment, defaults_name);
+    match config.validate() {
+        Ok(()) => Ok(Sourced { config, origins }),
+        Err(e) => Err(origins.attribute(e)),
+    }
 }
 
 /// One line per problem: what is wrong, at which key, in which layer.

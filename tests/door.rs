@@ -243,6 +243,24 @@ fn range_errors_name_the_layer_that_set_the_value() {
     assert!(e.contains("sigma") && e.contains("(set by --set)"), "{e}");
 }
 
+/// A strategy's options are checked when the strategies are composed, after the layers are
+/// merged; their errors name the layer too.
+#[test]
+fn strategy_option_errors_name_the_layer_that_set_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        "strategies = [\"ssp\"]\n[strategy.ssp]\nslack = -1\n",
+    )
+    .unwrap();
+    let (e, _) = rejected(&["--config", file.to_str().unwrap()], &[]);
+    assert!(
+        e.contains("strategy.ssp") && e.contains(&format!("set by the file {}", file.display())),
+        "{e}"
+    );
+}
+
 #[test]
 fn throughput_mode_prints_no_loss_as_n_a() {
     let dir = tempfile::tempdir().unwrap();
