@@ -103,11 +103,7 @@ pub(super) fn finish(
 
     let model = FinalModel::union(&job.layout, &holders)?;
     let mut rows = metrics::merge_iterations(&worker_records);
-    // Rows before the checkpoint keep the evaluations made then.
-    for (row, before) in rows.iter_mut().zip(&history.rows) {
-        row.test_accuracy = before.test_accuracy;
-        row.test_loss = before.test_loss;
-    }
+    keep_evaluations(&mut rows, &history.rows);
     let evaluator = Evaluator::new(job)?;
     evaluator.snapshots_onto(&holders, &mut rows)?;
     let mut evaluations = history.evaluations;
@@ -172,6 +168,14 @@ pub(super) fn finish(
         model,
         resume,
     })
+}
+
+/// Rows before a checkpoint keep the evaluations made then (`before`: the checkpoint's rows).
+fn keep_evaluations(rows: &mut [IterationRow], before: &[IterationRow]) {
+    for (row, before) in rows.iter_mut().zip(before) {
+        row.test_accuracy = before.test_accuracy;
+        row.test_loss = before.test_loss;
+    }
 }
 
 /// One role's checkpoint from what it returned: its model part without snapshots (the
@@ -296,10 +300,7 @@ pub(super) fn stopped(
         all.extend(since);
     }
     let mut rows = metrics::merge_iterations(&worker_records);
-    for (row, before) in rows.iter_mut().zip(&history.rows) {
-        row.test_accuracy = before.test_accuracy;
-        row.test_loss = before.test_loss;
-    }
+    keep_evaluations(&mut rows, &history.rows);
     let coordinator = CoordinatorReport::default();
     let traffic = BTreeMap::new();
     let capacity = vec![(0.0, 0.0); worker_records.len()];
