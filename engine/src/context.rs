@@ -502,10 +502,13 @@ impl RoleContext {
     }
 
     /// Charges a request's service time on a server: `work` plus the injector's fixed per-request cost.
+    ///
+    /// The clock is read once before the wait and once after: a server calls this per request.
     pub async fn serve(&mut self, label: &str, flops: f64) {
-        let t0 = self.now();
         let nominal = self.device.work_seconds(flops);
-        let effect = self.stragglers.effect(&self.probe(0.0, nominal));
+        let probe = self.probe(0.0, nominal);
+        let t0 = probe.now;
+        let effect = self.stragglers.effect(&probe);
         let cost = match self.kind {
             RuntimeKind::Sim => nominal * effect.compute_factor + effect.per_request_s,
             RuntimeKind::Wall => {
@@ -513,11 +516,12 @@ impl RoleContext {
             }
         };
         self.net.time().sleep(cost).await;
+        let t1 = self.now();
         self.stats.flops += flops;
         self.stats.nominal_compute_s += nominal;
-        self.stats.compute_s += self.now() - t0;
+        self.stats.compute_s += t1 - t0;
         if cost > 0.0 {
-            self.trace_span(label, "serve", t0, self.now());
+            self.trace_span(label, "serve", t0, t1);
         }
     }
 

@@ -12,7 +12,7 @@ use crate::ids::RoleId;
 use crate::message::Message;
 use crate::time::TimeBase;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
@@ -43,11 +43,15 @@ pub struct LinkTraffic {
 }
 
 struct State {
-    queue: BTreeMap<(Instant, u64), Envelope>,
+    /// Messages in flight by (arrival, send order); the envelopes wait in `parked`, so the ordered
+    /// map moves only small keys and slot numbers.
+    queue: BTreeMap<(Instant, u64), usize>,
+    parked: Slots<Envelope>,
     seq: u64,
     egress_free: Vec<f64>,
     ingress_free: Vec<f64>,
-    traffic: BTreeMap<(RoleId, RoleId), LinkTraffic>,
+    /// Hashed, not ordered: it is updated on every send and read in order only at the end.
+    traffic: HashMap<(RoleId, RoleId), LinkTraffic>,
     shaper: Option<BandwidthShaper>,
     closed: bool,
 }
@@ -68,7 +72,8 @@ pub struct Network {
     wall_start: std::time::Instant,
     state: Mutex<State>,
     wake: Notify,
-    mailboxes: BTreeMap<RoleId, mpsc::UnboundedSender<Envelope>>,
+    /// Hashed: looked up on every delivery, never walked.
+    mailboxes: HashMap<RoleId, mpsc::UnboundedSender<Envelope>>,
 }
 
 impl Network {
@@ -82,7 +87,7 @@ impl Network {
         Arc<Network>,
         BTreeMap<RoleId, mpsc::UnboundedReceiver<Envelope>>,
     ) {
-        let mut mailboxes = BTreeMap::new();
+        let mut mailboxes = HashMap::new();
         let mut receivers = BTreeMap::new();
         for &r in roles {
             let (tx, rx) = mpsc::unbounded_channel();
@@ -96,10 +101,11 @@ impl Network {
             wall_start: std::time::Instant::now(),
             state: Mutex::new(State {
                 queue: BTreeMap::new(),
+                parked: Slots::default(),
                 seq: 0,
                 egress_free: vec![0.0; n],
                 ingress_free: vec![0.0; n],
-                traffic: BTreeMap::new(),
+                traffic: HashMap::new(),
                 shaper,
                 closed: false,
             }),
@@ -241,14 +247,19 @@ impl Network {
     fn enqueue(&self, mut st: MutexGuard<'_, State>, at: Instant, env: Envelope) {
         let seq = st.seq;
         st.seq += 1;
-        st.queue.insert((at, seq), env);
+        let slot = st.parked.put(env);
+        st.queue.insert((at, seq), slot);
         drop(st);
         self.wake.notify_one();
     }
 
     /// Traffic per directed role pair so far.
     pub fn traffic(&self) -> BTreeMap<(RoleId, RoleId), LinkTraffic> {
-        self.lock().traffic.clone()
+        self.lock()
+            .traffic
+            .iter()
+            .map(|(&link, &t)| (link, t))
+            .collect()
     }
 
     /// Stops the delivery pump once the queue is empty.
@@ -270,7 +281,10 @@ impl Network {
                     if entry.key().0 > now {
                         break;
                     }
-                    let env = entry.remove();
+                    let slot = entry.remove();
+                    let Some(env) = st.parked.take(slot) else {
+                        continue;
+                    };
                     if let Some(tx) = self.mailboxes.get(&env.to) {
                         // A role that already finished drops late messages; nothing waits on them.
                         let _ = tx.send(env);
@@ -292,6 +306,47 @@ impl Network {
                 None => notified.await,
             }
         }
+    }
+}
+
+/// Storage for values that wait by number: freed numbers are reused, so a steady stream of
+/// messages in flight allocates nothing once the store has grown to its peak.
+struct Slots<T> {
+    items: Vec<Option<T>>,
+    free: Vec<usize>,
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Self {
+        Slots {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<T> Slots<T> {
+    /// Stores `item`; returns its number.
+    fn put(&mut self, item: T) -> usize {
+        match self.free.pop() {
+            Some(slot) => {
+                self.items[slot] = Some(item);
+                slot
+            }
+            None => {
+                self.items.push(Some(item));
+                self.items.len() - 1
+            }
+        }
+    }
+
+    /// Takes the item stored as `slot` out, freeing the number.
+    fn take(&mut self, slot: usize) -> Option<T> {
+        let item = self.items.get_mut(slot)?.take();
+        if item.is_some() {
+            self.free.push(slot);
+        }
+        item
     }
 }
 
