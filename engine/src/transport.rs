@@ -12,10 +12,13 @@ use crate::ids::RoleId;
 use crate::message::Message;
 use crate::time::TimeBase;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
+
+mod tables;
+use tables::{ByRole, LinkCounts, Slots};
 
 /// A message in flight or delivered, with its addressing.
 #[derive(Clone, Debug)]
@@ -50,8 +53,7 @@ struct State {
     seq: u64,
     egress_free: Vec<f64>,
     ingress_free: Vec<f64>,
-    /// Hashed, not ordered: it is updated on every send and read in order only at the end.
-    traffic: HashMap<(RoleId, RoleId), LinkTraffic>,
+    traffic: LinkCounts,
     shaper: Option<BandwidthShaper>,
     closed: bool,
 }
@@ -72,8 +74,7 @@ pub struct Network {
     wall_start: std::time::Instant,
     state: Mutex<State>,
     wake: Notify,
-    /// Hashed: looked up on every delivery, never walked.
-    mailboxes: HashMap<RoleId, mpsc::UnboundedSender<Envelope>>,
+    mailboxes: ByRole<mpsc::UnboundedSender<Envelope>>,
 }
 
 impl Network {
@@ -87,13 +88,14 @@ impl Network {
         Arc<Network>,
         BTreeMap<RoleId, mpsc::UnboundedReceiver<Envelope>>,
     ) {
-        let mut mailboxes = HashMap::new();
+        let mut senders = Vec::with_capacity(roles.len());
         let mut receivers = BTreeMap::new();
         for &r in roles {
             let (tx, rx) = mpsc::unbounded_channel();
-            mailboxes.insert(r, tx);
+            senders.push((r, tx));
             receivers.insert(r, rx);
         }
+        let mailboxes = ByRole::new(senders);
         let n = cluster.machines.len();
         let net = Network {
             cluster,
@@ -105,7 +107,7 @@ impl Network {
                 seq: 0,
                 egress_free: vec![0.0; n],
                 ingress_free: vec![0.0; n],
-                traffic: HashMap::new(),
+                traffic: LinkCounts::new(roles),
                 shaper,
                 closed: false,
             }),
@@ -194,9 +196,7 @@ impl Network {
             st.ingress_free[dst as usize] = in_end;
             in_end + s_dev.latency_us.max(d_dev.latency_us) * 1e-6
         };
-        let link = st.traffic.entry((from, to)).or_default();
-        link.messages += 1;
-        link.bytes += bytes;
+        st.traffic.add(from, to, bytes);
         let env = Envelope {
             from,
             to,
@@ -206,7 +206,7 @@ impl Network {
         if arrive <= now && st.queue.is_empty() {
             // Nothing in flight can be overtaken: hand it over directly, in send order.
             drop(st);
-            if let Some(tx) = self.mailboxes.get(&to) {
+            if let Some(tx) = self.mailboxes.get(to) {
                 let _ = tx.send(env);
             }
             return Departure {
@@ -243,23 +243,27 @@ impl Network {
     }
 
     /// Queues `env` for delivery at `at`, after everything already queued for that instant, and
-    /// wakes the pump.
+    /// wakes the pump if the message is now the first due: otherwise the pump already waits for
+    /// an earlier one and delivers this one in its turn (sparing a wake-up per message).
     fn enqueue(&self, mut st: MutexGuard<'_, State>, at: Instant, env: Envelope) {
         let seq = st.seq;
         st.seq += 1;
+        let key = (at, seq);
+        let first = st
+            .queue
+            .first_key_value()
+            .is_none_or(|(head, _)| key < *head);
         let slot = st.parked.put(env);
-        st.queue.insert((at, seq), slot);
+        st.queue.insert(key, slot);
         drop(st);
-        self.wake.notify_one();
+        if first {
+            self.wake.notify_one();
+        }
     }
 
     /// Traffic per directed role pair so far.
     pub fn traffic(&self) -> BTreeMap<(RoleId, RoleId), LinkTraffic> {
-        self.lock()
-            .traffic
-            .iter()
-            .map(|(&link, &t)| (link, t))
-            .collect()
+        self.lock().traffic.to_map()
     }
 
     /// Stops the delivery pump once the queue is empty.
@@ -285,7 +289,7 @@ impl Network {
                     let Some(env) = st.parked.take(slot) else {
                         continue;
                     };
-                    if let Some(tx) = self.mailboxes.get(&env.to) {
+                    if let Some(tx) = self.mailboxes.get(env.to) {
                         // A role that already finished drops late messages; nothing waits on them.
                         let _ = tx.send(env);
                     }
@@ -306,47 +310,6 @@ impl Network {
                 None => notified.await,
             }
         }
-    }
-}
-
-/// Storage for values that wait by number: freed numbers are reused, so a steady stream of
-/// messages in flight allocates nothing once the store has grown to its peak.
-struct Slots<T> {
-    items: Vec<Option<T>>,
-    free: Vec<usize>,
-}
-
-impl<T> Default for Slots<T> {
-    fn default() -> Self {
-        Slots {
-            items: Vec::new(),
-            free: Vec::new(),
-        }
-    }
-}
-
-impl<T> Slots<T> {
-    /// Stores `item`; returns its number.
-    fn put(&mut self, item: T) -> usize {
-        match self.free.pop() {
-            Some(slot) => {
-                self.items[slot] = Some(item);
-                slot
-            }
-            None => {
-                self.items.push(Some(item));
-                self.items.len() - 1
-            }
-        }
-    }
-
-    /// Takes the item stored as `slot` out, freeing the number.
-    fn take(&mut self, slot: usize) -> Option<T> {
-        let item = self.items.get_mut(slot)?.take();
-        if item.is_some() {
-            self.free.push(slot);
-        }
-        item
     }
 }
 
