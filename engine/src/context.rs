@@ -227,6 +227,15 @@ impl RoleContext {
         self.net.send(self.id, to, msg)
     }
 
+    /// Sends the message `stamped` builds from the current run time, read once for both the
+    /// message and its departure; returns its arrival time.
+    pub(crate) fn send_stamped(&self, to: RoleId, stamped: impl FnOnce(f64) -> Message) -> f64 {
+        let now = self.now();
+        self.net
+            .send_timed_at(self.id, to, stamped(now), now)
+            .arrival
+    }
+
     /// Sends a message; returns when it starts leaving this role's NIC and when it arrives, so
     /// a transfer can be timed without this role's own send queue.
     pub fn send_timed(&self, to: RoleId, msg: Message) -> crate::transport::Departure {
