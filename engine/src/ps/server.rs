@@ -23,12 +23,15 @@ struct BlockState {
     opt: OptState,
 }
 
+/// One worker's push for a clock: (worker, arrival order) and (samples, gradients).
+type Part = ((WorkerId, u64), (u64, Vec<BlockPayload>));
+
 #[derive(Default)]
 struct ClockBuffer {
     /// Contributions keyed by (worker, arrival order), in arrival order: sorted by key once the
     /// clock is complete and summed in that canonical order (collected unsorted because a
     /// thousand workers' pushes per clock make an ordered insert the costlier path).
-    parts: Vec<((WorkerId, u64), (u64, Vec<BlockPayload>))>,
+    parts: Vec<Part>,
     done: BTreeSet<WorkerId>,
 }
 
