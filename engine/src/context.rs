@@ -227,6 +227,15 @@ impl RoleContext {
         self.net.send(self.id, to, msg)
     }
 
+    /// Sends the message `stamped` builds from the current run time, read once for both the
+    /// message and its departure; returns its arrival time.
+    pub(crate) fn send_stamped(&self, to: RoleId, stamped: impl FnOnce(f64) -> Message) -> f64 {
+        let now = self.now();
+        self.net
+            .send_timed_at(self.id, to, stamped(now), now)
+            .arrival
+    }
+
     /// Sends a message; returns when it starts leaving this role's NIC and when it arrives, so
     /// a transfer can be timed without this role's own send queue.
     pub fn send_timed(&self, to: RoleId, msg: Message) -> crate::transport::Departure {
@@ -502,10 +511,13 @@ impl RoleContext {
     }
 
     /// Charges a request's service time on a server: `work` plus the injector's fixed per-request cost.
+    ///
+    /// The clock is read once before the wait and once after: a server calls this per request.
     pub async fn serve(&mut self, label: &str, flops: f64) {
-        let t0 = self.now();
         let nominal = self.device.work_seconds(flops);
-        let effect = self.stragglers.effect(&self.probe(0.0, nominal));
+        let probe = self.probe(0.0, nominal);
+        let t0 = probe.now;
+        let effect = self.stragglers.effect(&probe);
         let cost = match self.kind {
             RuntimeKind::Sim => nominal * effect.compute_factor + effect.per_request_s,
             RuntimeKind::Wall => {
@@ -513,11 +525,12 @@ impl RoleContext {
             }
         };
         self.net.time().sleep(cost).await;
+        let t1 = self.now();
         self.stats.flops += flops;
         self.stats.nominal_compute_s += nominal;
-        self.stats.compute_s += self.now() - t0;
+        self.stats.compute_s += t1 - t0;
         if cost > 0.0 {
-            self.trace_span(label, "serve", t0, self.now());
+            self.trace_span(label, "serve", t0, t1);
         }
     }
 

@@ -17,6 +17,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
+mod tables;
+use tables::{ByRole, LinkCounts, Slots};
+
 /// A message in flight or delivered, with its addressing.
 #[derive(Clone, Debug)]
 pub struct Envelope {
@@ -43,11 +46,14 @@ pub struct LinkTraffic {
 }
 
 struct State {
-    queue: BTreeMap<(Instant, u64), Envelope>,
+    /// Messages in flight by (arrival, send order); the envelopes wait in `parked`, so the ordered
+    /// map moves only small keys and slot numbers.
+    queue: BTreeMap<(Instant, u64), usize>,
+    parked: Slots<Envelope>,
     seq: u64,
     egress_free: Vec<f64>,
     ingress_free: Vec<f64>,
-    traffic: BTreeMap<(RoleId, RoleId), LinkTraffic>,
+    traffic: LinkCounts,
     shaper: Option<BandwidthShaper>,
     closed: bool,
 }
@@ -68,7 +74,7 @@ pub struct Network {
     wall_start: std::time::Instant,
     state: Mutex<State>,
     wake: Notify,
-    mailboxes: BTreeMap<RoleId, mpsc::UnboundedSender<Envelope>>,
+    mailboxes: ByRole<mpsc::UnboundedSender<Envelope>>,
 }
 
 impl Network {
@@ -82,13 +88,14 @@ impl Network {
         Arc<Network>,
         BTreeMap<RoleId, mpsc::UnboundedReceiver<Envelope>>,
     ) {
-        let mut mailboxes = BTreeMap::new();
+        let mut senders = Vec::with_capacity(roles.len());
         let mut receivers = BTreeMap::new();
         for &r in roles {
             let (tx, rx) = mpsc::unbounded_channel();
-            mailboxes.insert(r, tx);
+            senders.push((r, tx));
             receivers.insert(r, rx);
         }
+        let mailboxes = ByRole::new(senders);
         let n = cluster.machines.len();
         let net = Network {
             cluster,
@@ -96,10 +103,11 @@ impl Network {
             wall_start: std::time::Instant::now(),
             state: Mutex::new(State {
                 queue: BTreeMap::new(),
+                parked: Slots::default(),
                 seq: 0,
                 egress_free: vec![0.0; n],
                 ingress_free: vec![0.0; n],
-                traffic: BTreeMap::new(),
+                traffic: LinkCounts::new(roles),
                 shaper,
                 closed: false,
             }),
@@ -162,8 +170,19 @@ impl Network {
     /// (after the sender's earlier messages): what a sender can observe of its own queue, so a
     /// measured transfer can exclude it.
     pub fn send_timed(&self, from: RoleId, to: RoleId, msg: Message) -> Departure {
+        self.send_timed_at(from, to, msg, self.time.now())
+    }
+
+    /// [`Network::send_timed`] with the clock already read as `now`, for a sender that stamps the
+    /// message with the same reading (one clock read instead of two).
+    pub(crate) fn send_timed_at(
+        &self,
+        from: RoleId,
+        to: RoleId,
+        msg: Message,
+        now: f64,
+    ) -> Departure {
         let bytes = msg.wire_bytes();
-        let now = self.time.now();
         let mut st = self.lock();
         let (src, dst) = (self.cluster.machine_of(from), self.cluster.machine_of(to));
         let mut start = now;
@@ -188,9 +207,7 @@ impl Network {
             st.ingress_free[dst as usize] = in_end;
             in_end + s_dev.latency_us.max(d_dev.latency_us) * 1e-6
         };
-        let link = st.traffic.entry((from, to)).or_default();
-        link.messages += 1;
-        link.bytes += bytes;
+        st.traffic.add(from, to, bytes);
         let env = Envelope {
             from,
             to,
@@ -200,7 +217,7 @@ impl Network {
         if arrive <= now && st.queue.is_empty() {
             // Nothing in flight can be overtaken: hand it over directly, in send order.
             drop(st);
-            if let Some(tx) = self.mailboxes.get(&to) {
+            if let Some(tx) = self.mailboxes.get(to) {
                 let _ = tx.send(env);
             }
             return Departure {
@@ -237,18 +254,27 @@ impl Network {
     }
 
     /// Queues `env` for delivery at `at`, after everything already queued for that instant, and
-    /// wakes the pump.
+    /// wakes the pump if the message is now the first due: otherwise the pump already waits for
+    /// an earlier one and delivers this one in its turn (sparing a wake-up per message).
     fn enqueue(&self, mut st: MutexGuard<'_, State>, at: Instant, env: Envelope) {
         let seq = st.seq;
         st.seq += 1;
-        st.queue.insert((at, seq), env);
+        let key = (at, seq);
+        let first = st
+            .queue
+            .first_key_value()
+            .is_none_or(|(head, _)| key < *head);
+        let slot = st.parked.put(env);
+        st.queue.insert(key, slot);
         drop(st);
-        self.wake.notify_one();
+        if first {
+            self.wake.notify_one();
+        }
     }
 
     /// Traffic per directed role pair so far.
     pub fn traffic(&self) -> BTreeMap<(RoleId, RoleId), LinkTraffic> {
-        self.lock().traffic.clone()
+        self.lock().traffic.to_map()
     }
 
     /// Stops the delivery pump once the queue is empty.
@@ -270,8 +296,11 @@ impl Network {
                     if entry.key().0 > now {
                         break;
                     }
-                    let env = entry.remove();
-                    if let Some(tx) = self.mailboxes.get(&env.to) {
+                    let slot = entry.remove();
+                    let Some(env) = st.parked.take(slot) else {
+                        continue;
+                    };
+                    if let Some(tx) = self.mailboxes.get(env.to) {
                         // A role that already finished drops late messages; nothing waits on them.
                         let _ = tx.send(env);
                     }

@@ -73,13 +73,10 @@ impl ReadGate {
             min_version,
             version,
         });
-        ctx.send(
-            RoleId::Worker(worker),
-            Message::Params {
-                version,
-                served_at: ctx.now(),
-                blocks,
-            },
-        );
+        ctx.send_stamped(RoleId::Worker(worker), |served_at| Message::Params {
+            version,
+            served_at,
+            blocks,
+        });
     }
 }

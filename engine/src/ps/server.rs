@@ -23,10 +23,15 @@ struct BlockState {
     opt: OptState,
 }
 
+/// One worker's push for a clock: (worker, arrival order) and (samples, gradients).
+type Part = ((WorkerId, u64), (u64, Vec<BlockPayload>));
+
 #[derive(Default)]
 struct ClockBuffer {
-    /// Contributions by (worker, arrival order), summed in this canonical order.
-    parts: BTreeMap<(WorkerId, u64), (u64, Vec<BlockPayload>)>,
+    /// Contributions keyed by (worker, arrival order), in arrival order: sorted by key once the
+    /// clock is complete and summed in that canonical order (collected unsorted because a
+    /// thousand workers' pushes per clock make an ordered insert the costlier path).
+    parts: Vec<Part>,
     done: BTreeSet<WorkerId>,
 }
 
@@ -174,12 +179,14 @@ impl ParamServer {
             if !complete {
                 return;
             }
-            let Some(buf) = self.pending.remove(&next) else {
+            let Some(mut buf) = self.pending.remove(&next) else {
                 return;
             };
-            let total: u64 = buf.parts.values().map(|(s, _)| *s).sum::<u64>().max(1);
+            // Keys are unique (the arrival order is), so an unstable sort is the canonical order.
+            buf.parts.sort_unstable_by_key(|(key, _)| *key);
+            let total: u64 = buf.parts.iter().map(|(_, (s, _))| *s).sum::<u64>().max(1);
             let mut sum: BTreeMap<BlockId, Payload> = BTreeMap::new();
-            for (samples, grads) in buf.parts.values() {
+            for (_, (samples, grads)) in &buf.parts {
                 let weight = *samples as f32 / total as f32;
                 for bp in grads {
                     sum.entry(bp.block)
@@ -253,7 +260,7 @@ impl ParamServer {
                 let seq = self.arrivals;
                 self.arrivals += 1;
                 let buf = self.pending.entry(clock).or_default();
-                buf.parts.insert((worker, seq), (samples, grads));
+                buf.parts.push(((worker, seq), (samples, grads)));
                 if completes && !buf.done.insert(worker) {
                     return Err(EngineError::protocol(
                         ctx.id(),

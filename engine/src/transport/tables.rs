@@ -1,0 +1,201 @@
+//! The transport's per-message bookkeeping, laid out for a send path taken millions of times:
+//! in-flight envelopes in reusable slots, and per-role tables indexed by a dense role number
+//! rather than searched.
+
+use super::LinkTraffic;
+use crate::ids::RoleId;
+use std::collections::BTreeMap;
+
+/// A dense number for every role: the coordinator, then servers and workers interleaved, so any
+/// role has one without knowing the job's counts and a table grows only as far as it is used.
+fn slot_of(role: RoleId) -> usize {
+    match role {
+        RoleId::Coordinator => 0,
+        RoleId::Server(i) => 1 + 2 * i as usize,
+        RoleId::Worker(i) => 2 + 2 * i as usize,
+    }
+}
+
+/// Storage for values that wait by number: freed numbers are reused, so a steady stream of
+/// messages in flight allocates nothing once the store has grown to its peak.
+pub(super) struct Slots<T> {
+    items: Vec<Option<T>>,
+    free: Vec<usize>,
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Self {
+        Slots {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<T> Slots<T> {
+    /// Stores `item`; returns its number.
+    pub(super) fn put(&mut self, item: T) -> usize {
+        match self.free.pop() {
+            Some(slot) => {
+                self.items[slot] = Some(item);
+                slot
+            }
+            None => {
+                self.items.push(Some(item));
+                self.items.len() - 1
+            }
+        }
+    }
+
+    /// Takes the item stored as `slot` out, freeing the number.
+    pub(super) fn take(&mut self, slot: usize) -> Option<T> {
+        let item = self.items.get_mut(slot)?.take();
+        if item.is_some() {
+            self.free.push(slot);
+        }
+        item
+    }
+}
+
+/// One value per role, found by the role's dense number.
+pub(super) struct ByRole<T> {
+    items: Vec<Option<T>>,
+}
+
+impl<T> ByRole<T> {
+    /// A table holding `entries`.
+    pub(super) fn new(entries: impl IntoIterator<Item = (RoleId, T)>) -> ByRole<T> {
+        let mut items: Vec<Option<T>> = Vec::new();
+        for (role, value) in entries {
+            let slot = slot_of(role);
+            if items.len() <= slot {
+                items.resize_with(slot + 1, || None);
+            }
+            items[slot] = Some(value);
+        }
+        ByRole { items }
+    }
+
+    /// The value of `role`, if it has one.
+    pub(super) fn get(&self, role: RoleId) -> Option<&T> {
+        self.items.get(slot_of(role))?.as_ref()
+    }
+}
+
+/// Traffic counters per directed role pair: a row per sender, a column per receiver, for the
+/// roles of the run; a pair naming any other role (a strategy's mistake) is kept aside.
+#[derive(Default)]
+pub(super) struct LinkCounts {
+    rows: Vec<Vec<LinkTraffic>>,
+    /// Role numbers below this get a row and a column.
+    dense: usize,
+    others: BTreeMap<(RoleId, RoleId), LinkTraffic>,
+}
+
+impl LinkCounts {
+    /// Counters with rows and columns for `roles`.
+    pub(super) fn new(roles: &[RoleId]) -> LinkCounts {
+        LinkCounts {
+            dense: roles.iter().map(|&r| slot_of(r) + 1).max().unwrap_or(0),
+            ..LinkCounts::default()
+        }
+    }
+
+    /// Counts one message of `bytes` from `from` to `to`.
+    pub(super) fn add(&mut self, from: RoleId, to: RoleId, bytes: u64) {
+        let (row, col) = (slot_of(from), slot_of(to));
+        if row >= self.dense || col >= self.dense {
+            let link = self.others.entry((from, to)).or_default();
+            link.messages += 1;
+            link.bytes += bytes;
+            return;
+        }
+        if self.rows.len() <= row {
+            self.rows.resize_with(row + 1, Vec::new);
+        }
+        let row = &mut self.rows[row];
+        if row.len() <= col {
+            row.resize(col + 1, LinkTraffic::default());
+        }
+        row[col].messages += 1;
+        row[col].bytes += bytes;
+    }
+
+    /// Every pair that carried a message, in role order.
+    pub(super) fn to_map(&self) -> BTreeMap<(RoleId, RoleId), LinkTraffic> {
+        let role_of = |slot: usize| match slot {
+            0 => RoleId::Coordinator,
+            s if s % 2 == 1 => RoleId::Server(((s - 1) / 2) as u32),
+            s => RoleId::Worker(((s - 2) / 2) as u32),
+        };
+        let dense = self.rows.iter().enumerate().flat_map(|(from, row)| {
+            row.iter()
+                .enumerate()
+                .filter(|(_, t)| t.messages > 0)
+                .map(move |(to, &t)| ((role_of(from), role_of(to)), t))
+        });
+        dense
+            .chain(self.others.iter().map(|(&link, &t)| (link, t)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_counts_keep_every_pair_apart_and_list_only_pairs_used() {
+        let mut counts = LinkCounts::new(&[
+            RoleId::Coordinator,
+            RoleId::Server(0),
+            RoleId::Server(1),
+            RoleId::Server(2),
+            RoleId::Worker(0),
+            RoleId::Worker(3),
+        ]);
+        let pairs = [
+            (RoleId::Worker(7), RoleId::Server(1)),
+            (RoleId::Worker(3), RoleId::Server(1)),
+            (RoleId::Server(1), RoleId::Worker(3)),
+            (RoleId::Coordinator, RoleId::Worker(0)),
+            (RoleId::Worker(0), RoleId::Coordinator),
+            (RoleId::Server(0), RoleId::Server(2)),
+        ];
+        for (n, &(from, to)) in pairs.iter().enumerate() {
+            for _ in 0..=n {
+                counts.add(from, to, 10);
+            }
+        }
+        let map = counts.to_map();
+        assert_eq!(map.len(), pairs.len());
+        for (n, pair) in pairs.iter().enumerate() {
+            let expected = LinkTraffic {
+                messages: n as u64 + 1,
+                bytes: 10 * (n as u64 + 1),
+            };
+            assert_eq!(map[pair], expected, "{pair:?}");
+        }
+    }
+
+    #[test]
+    fn slots_reuse_freed_numbers_and_take_once() {
+        let mut slots = Slots::default();
+        let a = slots.put("a");
+        let b = slots.put("b");
+        assert_eq!(slots.take(a), Some("a"));
+        assert_eq!(slots.take(a), None);
+        assert_eq!(slots.put("c"), a);
+        assert_eq!(slots.take(b), Some("b"));
+        assert_eq!(slots.take(a), Some("c"));
+    }
+
+    #[test]
+    fn by_role_finds_each_role_and_nothing_else() {
+        let table = ByRole::new([(RoleId::Server(2), 'S'), (RoleId::Worker(2), 'W')]);
+        assert_eq!(table.get(RoleId::Server(2)), Some(&'S'));
+        assert_eq!(table.get(RoleId::Worker(2)), Some(&'W'));
+        assert_eq!(table.get(RoleId::Coordinator), None);
+        assert_eq!(table.get(RoleId::Worker(9)), None);
+    }
+}
