@@ -120,7 +120,12 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
         for (role, events) in std::mem::take(&mut result.traces) {
             traces.entry(role).or_default().extend(events);
         }
-        reads.append(&mut result.reads);
+        // Moved, not copied: at a thousand workers they are the largest thing a run returns.
+        if reads.is_empty() {
+            reads = std::mem::take(&mut result.reads);
+        } else {
+            reads.append(&mut result.reads);
+        }
         if end >= config.iterations {
             result.traces = ordered(traces);
             result.reads = reads;
