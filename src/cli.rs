@@ -237,7 +237,13 @@ fn resumed_config(
             checkpoint::FILE_NAME
         );
     }
-    let cp = checkpoint::read(&file)?;
+    let cp = match checkpoint::read(&file) {
+        Ok(cp) => cp,
+        Err(e) => match why_not_resumable(dir) {
+            Some(why) => anyhow::bail!("--resume {}: {why}", dir.display()),
+            None => return Err(e.into()),
+        },
+    };
     let mut all = sets.to_vec();
     all.extend_from_slice(extra);
     let sourced = config::load_resumed(&cp.config, &all)?;
@@ -259,6 +265,14 @@ fn finite_or_na(x: f64) -> String {
     } else {
         "n/a".to_string()
     }
+}
+
+/// Why the run in folder `dir` cannot be resumed, from its strategies (read from its
+/// `config.toml`), when that is the reason its checkpoint holds no resume state.
+fn why_not_resumable(dir: &Path) -> Option<String> {
+    let cfg = config::load(Some(&dir.join("config.toml")), &[]).ok()?;
+    let asm = crate::registry().compose(&cfg).ok()?;
+    asm.resumable().err().map(|e| e.to_string())
 }
 
 fn print_summary(r: &RunResult, runtime: RuntimeKind, out: &std::path::Path) {

@@ -129,3 +129,37 @@ fn resume_of_a_folder_without_a_checkpoint_says_so() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("checkpoint.safetensors"), "{err}");
 }
+
+#[test]
+fn resume_of_a_strategy_that_cannot_resume_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let run_s = run.to_str().unwrap();
+    let first = [
+        "train",
+        "--quiet",
+        "--set",
+        "strategies=[\"rna\"]",
+        "--set",
+        "workers=4",
+        "--set",
+        "iterations=3",
+        "--out",
+        run_s,
+    ];
+    ok(&concord(&first, dir.path()));
+    let out = concord(
+        &[
+            "train",
+            "--quiet",
+            "--resume",
+            run_s,
+            "--set",
+            "iterations=6",
+        ],
+        dir.path(),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`rna` cannot resume"), "{err}");
+}
