@@ -34,13 +34,10 @@ impl TimeBase {
         }
     }
 
-    /// Seconds since the run started.
+    /// Run seconds now: the origin plus the seconds since this time base started (a fresh run's
+    /// origin is 0, and `0 + x` is `x` exactly).
     pub fn now(&self) -> f64 {
-        if self.origin == 0.0 {
-            (Instant::now() - self.start).as_secs_f64() / self.scale
-        } else {
-            self.origin + (Instant::now() - self.start).as_secs_f64() / self.scale
-        }
+        self.origin + (Instant::now() - self.start).as_secs_f64() / self.scale
     }
 
     /// The tokio instant of run time `s`.

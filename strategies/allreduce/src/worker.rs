@@ -59,13 +59,6 @@ fn restore(job: &Job, id: WorkerId, cp: &RoleCheckpoint, model: &mut LocalModel)
     Ok(())
 }
 
-impl AllreduceWorker {
-    /// This worker's index.
-    pub fn id(&self) -> WorkerId {
-        self.id
-    }
-}
-
 #[async_trait]
 impl Worker for AllreduceWorker {
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
