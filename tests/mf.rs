@@ -40,7 +40,7 @@ fn mf(workers: u32, batch: u64, iterations: u64, lr: f64) -> RunConfig {
 fn initial_mse(cfg: &RunConfig) -> f64 {
     let split = cfg.data.load(cfg.seed).unwrap();
     let spec = ModelSpec::resolve_for_data(&cfg.model, &cfg.data, &split.train).unwrap();
-    let replica = Replica::new(&spec).unwrap().unwrap();
+    let replica = Replica::cpu(&spec).unwrap().unwrap();
     replica
         .set_params(&spec.init_values(cfg.seed).unwrap())
         .unwrap();

@@ -28,6 +28,29 @@ pub struct DeviceProfile {
     pub nic_gbps: f64,
     /// One-way network latency, in microseconds.
     pub latency_us: f64,
+    /// Where the tensor math of workers on such a machine runs: the CPU (default), or GPU
+    /// `slot` of the machine with candle CUDA tensors (builds with the `cuda` feature). Time still
+    /// comes from the cost model in `sim`; `wall` measures it.
+    #[serde(default, skip_serializing_if = "Backend::is_cpu")]
+    pub backend: Backend,
+}
+
+/// Where a device's tensor math runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// candle CPU tensors.
+    #[default]
+    Cpu,
+    /// candle CUDA tensors on the machine's GPUs, one per worker slot.
+    Cuda,
+}
+
+impl Backend {
+    /// Whether this is the CPU backend (the default, left out of a written config).
+    pub fn is_cpu(&self) -> bool {
+        *self == Backend::Cpu
+    }
 }
 
 fn default_efficiency() -> f64 {
@@ -44,6 +67,7 @@ impl DeviceProfile {
             memory_gib: mem,
             nic_gbps: nic,
             latency_us: lat,
+            backend: Backend::Cpu,
         };
         BTreeMap::from([
             // A laptop/server CPU socket: ~0.2 TFLOP/s fp32 with AVX2, 16 GiB, 10 GbE.
@@ -202,6 +226,8 @@ pub struct Cluster {
     pub machines: Vec<Machine>,
     /// Machine of each worker.
     pub worker_machine: Vec<MachineId>,
+    /// Slot of each worker on its machine (`0..slots`): its GPU ordinal on a CUDA machine.
+    pub worker_slot: Vec<u32>,
     /// Machine of each server (servers are sharded over the workers' machines, round-robin).
     pub server_machine: Vec<MachineId>,
 }
@@ -268,10 +294,12 @@ impl Cluster {
             ));
         }
         let mut worker_machine = Vec::with_capacity(workers as usize);
+        let mut worker_slot = Vec::with_capacity(workers as usize);
         for (m, &n) in slots.iter().enumerate() {
-            for _ in 0..n {
+            for slot in 0..n {
                 if worker_machine.len() < workers as usize {
                     worker_machine.push(m as MachineId);
+                    worker_slot.push(slot);
                 }
             }
         }
@@ -301,6 +329,7 @@ impl Cluster {
         Ok(Cluster {
             machines,
             worker_machine,
+            worker_slot,
             server_machine,
         })
     }
@@ -317,6 +346,17 @@ impl Cluster {
     /// The device profile a role computes on.
     pub fn device_of(&self, role: RoleId) -> &DeviceProfile {
         &self.machines[self.machine_of(role) as usize].device
+    }
+
+    /// The GPU a role's tensor math runs on: for a worker on a CUDA machine, its slot there; `None`
+    /// for the CPU (servers and the coordinator apply updates on the host).
+    pub fn gpu_of(&self, role: RoleId) -> Option<u32> {
+        match role {
+            RoleId::Worker(w) if self.device_of(role).backend == Backend::Cuda => {
+                Some(self.worker_slot[w as usize])
+            }
+            _ => None,
+        }
     }
 
     /// Human-readable device label of a role, e.g. `machine 3 (v100)`.
@@ -340,6 +380,7 @@ pub(crate) fn test_cluster(machines: u32) -> std::sync::Arc<Cluster> {
             memory_gib: 1.0,
             nic_gbps: 8.0,
             latency_us: 10.0,
+            backend: Backend::Cpu,
         },
     );
     cfg.machines = vec![MachineGroup {
@@ -373,6 +414,7 @@ mod tests {
         };
         let c = Cluster::resolve(&cfg, 6, 3).unwrap();
         assert_eq!(c.worker_machine, vec![0, 0, 1, 1, 2, 2]);
+        assert_eq!(c.worker_slot, vec![0, 1, 0, 1, 0, 1]);
         assert_eq!(c.server_machine, vec![0, 1, 2]);
         assert_eq!(c.machines[2].device_name, "v100");
     }

@@ -229,7 +229,7 @@ impl DataParallelWorker {
     pub fn new(job: Arc<Job>, id: WorkerId) -> Result<DataParallelWorker> {
         Ok(DataParallelWorker {
             id,
-            replica: Replica::new(&job.model)?,
+            replica: job.replica(RoleId::Worker(id))?,
             job,
         })
     }

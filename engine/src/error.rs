@@ -41,6 +41,14 @@ pub enum EngineError {
         /// What was being allocated.
         what: String,
     },
+    /// A GPU could not be opened or used.
+    #[error("GPU: cannot {what}: {reason}")]
+    Gpu {
+        /// What was being done (e.g. `open GPU 1`).
+        what: String,
+        /// The CUDA or NCCL error, or why this build cannot.
+        reason: String,
+    },
     /// Training diverged.
     #[error("training diverged: loss is {loss} at clock {clock} on {role}")]
     Diverged {

@@ -11,7 +11,7 @@ use crate::guard::RunGuard;
 use crate::ids::RoleId;
 use crate::ids::WorkerId;
 use crate::memory::MemoryPolicy;
-use crate::model::ModelSpec;
+use crate::model::{ModelSpec, Replica};
 use crate::ps::Consistency;
 use crate::ps::ParamLayout;
 use crate::resume::{ResumePoint, RoleCheckpoint};
@@ -101,6 +101,13 @@ impl Job {
     pub(crate) fn set_segment(&self, segment: Segment) {
         let mut s = self.segment.write().unwrap_or_else(|p| p.into_inner());
         *s = segment;
+    }
+
+    /// A replica of the job's model for `role`, on the device its machine computes on (a GPU for
+    /// a worker on a CUDA machine, else the CPU); `None` in throughput mode.
+    pub fn replica(&self, role: RoleId) -> Result<Option<Replica>> {
+        let device = crate::gpu::tensor_device(self.cluster.gpu_of(role))?;
+        Ok(Replica::new(&self.model, &device)?)
     }
 
     /// Tells the observer a worker finished a clock.

@@ -23,6 +23,7 @@ pub mod contract;
 pub mod coordinator;
 pub mod dp;
 pub mod error;
+pub mod gpu;
 pub mod guard;
 pub mod ids;
 pub mod job;

@@ -105,6 +105,7 @@ pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressF
         total_servers(config, asm),
     )?);
     check_stragglers(config, &cluster)?;
+    crate::gpu::check_job(config, &cluster)?;
     let (model, data) = match &config.model {
         ModelConfig::Profile { .. } => (ModelSpec::resolve(&config.model, &[], 0)?, None),
         _ => {

@@ -34,7 +34,8 @@ impl<'a> Evaluator<'a> {
     pub fn new(job: &'a Job) -> Result<Evaluator<'a>> {
         Ok(Evaluator {
             job,
-            replica: Replica::new(&job.model)?,
+            // On worker 0's device: a GPU run evaluates on the GPU too.
+            replica: job.replica(crate::ids::RoleId::Worker(0))?,
         })
     }
 

@@ -48,7 +48,7 @@ impl ElasticWorker {
             .collect();
         Ok(ElasticWorker {
             id,
-            replica: Replica::new(&job.model)?,
+            replica: job.replica(RoleId::Worker(id))?,
             job,
             opts,
             owners,

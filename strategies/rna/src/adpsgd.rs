@@ -43,7 +43,7 @@ impl AdPsgdWorker {
         let elems = job.layout.params().iter().map(|p| p.elems() as u64).sum();
         Ok(AdPsgdWorker {
             id,
-            replica: Replica::new(&job.model)?,
+            replica: job.replica(RoleId::Worker(id))?,
             model: LocalModel::new(&job),
             job,
             elems,

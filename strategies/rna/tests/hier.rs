@@ -33,6 +33,7 @@ fn config(
             memory_gib: 1.0,
             nic_gbps: 10.0,
             latency_us: 50.0,
+            backend: Default::default(),
         },
     );
     cfg.cluster.default_device = "core".into();

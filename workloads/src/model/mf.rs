@@ -310,7 +310,9 @@ mod tests {
     #[test]
     fn replica_reports_mse_and_rejects_bad_entries() {
         let (spec, values) = tiny(0.0);
-        let replica = Replica::new(&ModelSpec::Mf(spec)).unwrap().unwrap();
+        let replica = Replica::new(&ModelSpec::Mf(spec), &candle_core::Device::Cpu)
+            .unwrap()
+            .unwrap();
         assert!(replica.model().is_none());
         replica.set_params(&values).unwrap();
         let (acc, mse) = replica.evaluate(&BATCH, &[0; 4]).unwrap();

@@ -5,6 +5,7 @@
 //! in one canonical order (stage order, then name), which is how gradients are exchanged and how
 //! parameter blocks are cut.
 
+mod conv;
 mod mf;
 mod replica;
 mod stages;
@@ -465,7 +466,7 @@ mod tests {
     #[test]
     fn staged_backward_equals_full_backward() {
         let spec = cnn();
-        let replica = Replica::new(&spec).unwrap().unwrap();
+        let replica = Replica::new(&spec, &Device::Cpu).unwrap().unwrap();
         replica.set_params(&spec.init_values(3).unwrap()).unwrap();
         let batch = 5;
         let x: Vec<f32> = (0..batch * 64)

@@ -28,21 +28,27 @@ enum Inner {
 }
 
 impl Replica {
-    /// Builds a replica of `spec` on the CPU; `None` for throughput-mode profiles.
-    pub fn new(spec: &ModelSpec) -> Result<Option<Replica>> {
+    /// Builds a replica of `spec` whose staged network computes on `device` (the CPU or a CUDA
+    /// GPU; MF always computes on the host); `None` for throughput-mode profiles.
+    pub fn new(spec: &ModelSpec, device: &Device) -> Result<Option<Replica>> {
         match spec {
             ModelSpec::Real {
                 stages,
                 input_shape,
                 ..
             } => Ok(Some(Replica {
-                inner: Inner::Staged(StagedModel::new(stages, input_shape, &Device::Cpu)?),
+                inner: Inner::Staged(StagedModel::new(stages, input_shape, device)?),
             })),
             ModelSpec::Mf(m) => Ok(Some(Replica {
                 inner: Inner::Mf(MfModel::new(m)),
             })),
             ModelSpec::Profile(_) => Ok(None),
         }
+    }
+
+    /// [`Replica::new`] on the CPU.
+    pub fn cpu(spec: &ModelSpec) -> Result<Option<Replica>> {
+        Replica::new(spec, &Device::Cpu)
     }
 
     /// The staged network (for strategies that run stages one by one); `None` for MF, which is

@@ -279,7 +279,7 @@ impl StagedModel {
                 }
             }
             StageSpec::Conv { channels, pool, .. } => {
-                let y = x.conv2d(w.as_tensor(), 1, 1, 1, 1)?;
+                let y = super::conv::conv2d_stride1(x, w.as_tensor(), 1)?;
                 let y = y
                     .broadcast_add(&b.as_tensor().reshape((1, *channels, 1, 1))?)?
                     .relu()?;
@@ -374,7 +374,7 @@ mod tests {
 
     /// A replica of `spec` with its seeded initial parameters.
     fn replica(spec: &ModelSpec, seed: u64) -> Replica {
-        let replica = Replica::new(spec).unwrap().unwrap();
+        let replica = Replica::new(spec, &Device::Cpu).unwrap().unwrap();
         replica
             .set_params(&spec.init_values(seed).unwrap())
             .unwrap();

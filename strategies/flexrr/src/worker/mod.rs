@@ -101,7 +101,7 @@ impl FlexWorker {
         let params = job.init.clone().unwrap_or_default();
         Ok(FlexWorker {
             id,
-            replica: Replica::new(&job.model)?,
+            replica: job.replica(RoleId::Worker(id))?,
             params,
             writes: Vec::new(),
             clock: 0,

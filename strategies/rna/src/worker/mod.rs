@@ -89,7 +89,7 @@ impl RnaWorker {
         }
         let mut worker = RnaWorker {
             id,
-            replica: Replica::new(&job.model)?,
+            replica: job.replica(RoleId::Worker(id))?,
             model: LocalModel::new(&job),
             fusion: Fusion::new(sizes.clone(), 1, opts.bucket_elems),
             group,
