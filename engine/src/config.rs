@@ -72,6 +72,29 @@ pub struct RunConfig {
     /// How much of each role's timeline the run keeps: `full`, `sampled` or `off`.
     #[serde(default)]
     pub trace: TraceMode,
+    /// What runs the engine's allreduce: the message-based `ring` (default, the reference; timed
+    /// by the link model in `sim`) or `nccl` on the members' GPUs (`wall` runtime, every member on
+    /// a CUDA device of its own, a build with the `nccl` feature).
+    #[serde(default, skip_serializing_if = "CollectiveBackend::is_ring")]
+    pub collective: CollectiveBackend,
+}
+
+/// What runs the engine's allreduce ([`crate::collective::Allreduce`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CollectiveBackend {
+    /// The ring of engine messages, on the transport and its link model.
+    #[default]
+    Ring,
+    /// NCCL on the members' CUDA devices; its communicator's id travels over the transport.
+    Nccl,
+}
+
+impl CollectiveBackend {
+    /// Whether this is the default ring (left out of a written config).
+    pub fn is_ring(&self) -> bool {
+        *self == CollectiveBackend::Ring
+    }
 }
 
 impl Default for RunConfig {
@@ -99,6 +122,7 @@ impl Default for RunConfig {
             strategy: BTreeMap::new(),
             guard: GuardConfig::default(),
             trace: TraceMode::Full,
+            collective: CollectiveBackend::Ring,
         }
     }
 }

@@ -14,19 +14,25 @@
 //!   Each chunk is summed in a fixed order along the ring, so results are deterministic and every
 //!   member ends with bit-identical values.
 //! * [`broadcast`] (binomial tree) and [`alltoall`] (direct pairwise exchange).
+//! * [`Allreduce`]: the allreduce the job's `collective` key asks for: the ring above, or NCCL on
+//!   the members' GPUs (the `nccl` feature), whose communicator id travels over the transport.
 //! * [`Fusion`]: tensor fusion: many tensors (plus trailing scalars such as RNA's contribution
 //!   weight) flattened into one buffer cut into buckets of whole tensors.
 //! * [`LocalModel`]: a replica's parameters and optimizer state held by a worker, updated in the
 //!   same order on every member, reported at the end like a server's blocks.
 
+mod backend;
 mod fusion;
 mod local;
+#[cfg(feature = "nccl")]
+pub(crate) mod nccl;
 mod ops;
 mod ring;
 
 #[cfg(test)]
 mod tests;
 
+pub use backend::Allreduce;
 pub use fusion::Fusion;
 pub use local::LocalModel;
 pub use ops::{alltoall, broadcast};

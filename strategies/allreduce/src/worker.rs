@@ -1,6 +1,6 @@
 //! The allreduce data-parallel worker.
 
-use concord_engine::collective::{allreduce_sum, Fusion, Group, LocalModel};
+use concord_engine::collective::{Allreduce, Fusion, Group, LocalModel};
 use concord_engine::model::Replica;
 use concord_engine::prelude::*;
 use std::sync::Arc;
@@ -25,7 +25,7 @@ impl AllreduceWorker {
         }
         Ok(AllreduceWorker {
             id,
-            replica: Replica::new(&job.model)?,
+            replica: job.replica(RoleId::Worker(id))?,
             model,
             fusion: Fusion::new(sizes, 1, bucket_elems),
             group: Group::workers(job.config.workers)?,
@@ -65,6 +65,7 @@ impl Worker for AllreduceWorker {
         let job = self.job.clone();
         hold_replica(ctx, &job).await?;
         hold_optimizer_state(ctx, &job).await?;
+        let mut allreduce = Allreduce::join(ctx, &job, self.group.clone()).await?;
         let (n, b) = (job.config.workers as u64, job.config.batch);
         let flops_per_sample = job.model.training_flops_per_sample();
         let param_elems = (self.fusion.len() - 1) as u64;
@@ -99,8 +100,9 @@ impl Worker for AllreduceWorker {
                 None => self.fusion.fuse_virtual(),
             };
             let compute_end = ctx.now();
-            let bytes_sent =
-                allreduce_sum(ctx, &self.group, clock, &mut buf, self.fusion.buckets()).await?;
+            let bytes_sent = allreduce
+                .sum(ctx, clock, &mut buf, self.fusion.buckets())
+                .await?;
             let reduced = ctx.now();
             ctx.trace_span("allreduce", "comm", compute_end, reduced);
             self.model
