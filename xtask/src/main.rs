@@ -5,12 +5,17 @@
 //! - `bench-engine`: engine overhead vs a plain candle loop, and throughput-mode scale.
 //! - `bench-scale [--workers 64,1024] [--set k=v]...`: VGG16 throughput mode at 64 and 1024
 //!   workers, wall time and peak memory of each run (its run folder written) against the goals.
+//! - `cuda-env [--compute-cap 90]`: installs the pinned CUDA 13.0 compile-time toolkit into
+//!   `.cuda/` and prints the environment a `--features cuda` build needs (`eval "$(...)"`).
+//! - `gpu-bundle [--out DIR]`: the release binary and the GPU checks, built with `cuda,nccl` on
+//!   a machine without a GPU, packed with scripts that find the CUDA libraries on a GPU machine.
 //! - `bench --suite NAME [--filter S] [--jobs N] [--force]`: the cross-strategy benchmark
 //!   matrix (`bench/NAME.toml` → `bench/out/NAME/`: results.csv, REPORT.md, plots).
 
 mod bench;
 mod bench_engine;
 mod bench_scale;
+mod cuda;
 
 use clap::{Parser, Subcommand};
 use std::process::{Command, ExitCode};
@@ -31,7 +36,8 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Format check, clippy (-D warnings) and every test, as CI runs them.
+    /// Format check, clippy (-D warnings), every test, the smoke bench, and a compile check of the
+    /// `cuda,nccl` features, as CI runs them.
     Ci,
     /// Engine overhead vs a plain candle loop, and a VGG16 throughput-mode run at scale.
     BenchEngine,
@@ -41,6 +47,12 @@ enum Task {
     /// VGG16 throughput mode at 64 and 1024 workers (configs/vgg16-scale.toml, traces sampled):
     /// wall time with the run folder written, and peak memory, each case in its own process.
     BenchScale(bench_scale::ScaleArgs),
+    /// Install the pinned CUDA 13.0 compile-time toolkit into .cuda/ and print the environment
+    /// of a `--features cuda` build: `eval "$(cargo xtask cuda-env)"`.
+    CudaEnv(cuda::EnvArgs),
+    /// Build the release binary and the GPU checks with `cuda,nccl` (no GPU needed) and pack them
+    /// with scripts that find the CUDA libraries on a GPU machine and run the checks.
+    GpuBundle(cuda::BundleArgs),
     /// One case of bench-scale, in this process (run by bench-scale).
     #[command(hide = true)]
     BenchScaleCase(bench_scale::CaseArgs),
@@ -68,6 +80,8 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Task::CudaEnv(args) => report("cuda-env", cuda::env(&args)),
+        Task::GpuBundle(args) => report("gpu-bundle", cuda::bundle(&args)),
         Task::BenchScale(args) => report("bench-scale", bench_scale::run(&args)),
         Task::BenchScaleCase(args) => report("bench-scale-case", bench_scale::case(&args)),
         Task::Bench(args) => match bench::run(&args) {
@@ -120,5 +134,7 @@ fn ci() -> anyhow::Result<()> {
     // The smoke suite, and a check that its CSV has every strategy × scenario × seed cell.
     eprintln!("+ cargo xtask bench --suite smoke (and check results.csv)");
     bench::ci_smoke()?;
+    // The GPU code compiles without a GPU (the CUDA toolkit comes from pinned wheels).
+    cuda::check(&bench::suite::load::workspace_root())?;
     Ok(())
 }
