@@ -27,6 +27,8 @@ fn config(strategy: &str, options: &str, workers: u32, iterations: u64) -> RunCo
             memory_gib: 1.0,
             nic_gbps: 10.0,
             latency_us: 50.0,
+            precision: None,
+            layers: None,
         },
     );
     cfg.cluster.default_device = "core".into();

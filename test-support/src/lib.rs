@@ -64,6 +64,8 @@ pub fn slow_device(memory_gib: f64) -> DeviceProfile {
         memory_gib,
         nic_gbps: 10.0,
         latency_us: 50.0,
+        precision: None,
+        layers: None,
     }
 }
 

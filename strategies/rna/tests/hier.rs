@@ -33,6 +33,8 @@ fn config(
             memory_gib: 1.0,
             nic_gbps: 10.0,
             latency_us: 50.0,
+            precision: None,
+            layers: None,
         },
     );
     cfg.cluster.default_device = "core".into();

@@ -13,6 +13,7 @@ pub use mf::{MfModel, MfSpec, MF_LEFT, MF_RIGHT};
 pub use replica::{Replica, StepOutput};
 pub use stages::{StageSpec, StagedModel};
 
+use crate::cost::LayerCost;
 use crate::data::{DataConfig, Dataset};
 use crate::error::{Result, WorkloadError};
 use crate::profiles::{self, ModelProfile};
@@ -408,6 +409,17 @@ impl ModelSpec {
                 start - n..start
             })
             .collect()
+    }
+
+    /// Per-layer cost facts, one per stage (what a calibrated device charges a training step
+    /// by): a real network's stages, a profile's layers; empty for matrix factorization, whose
+    /// embedding lookups the per-layer model does not describe (it is charged by FLOPs).
+    pub fn layer_costs(&self) -> Vec<LayerCost> {
+        match self {
+            ModelSpec::Real { stages, .. } => stages.iter().map(StageSpec::cost).collect(),
+            ModelSpec::Mf(_) => Vec::new(),
+            ModelSpec::Profile(p) => p.layers.iter().map(|l| l.cost).collect(),
+        }
     }
 
     /// Forward + backward FLOPs per sample (backward counted as twice the forward).
