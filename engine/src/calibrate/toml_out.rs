@@ -12,16 +12,16 @@ pub fn profile_toml(
     precision: Precision,
 ) -> String {
     let mut s = format!("[cluster.devices.{name}]\n");
-    s += &format!("peak_tflops = {}\n", base.peak_tflops);
-    s += &format!("memory_gib = {}\n", base.memory_gib);
-    s += &format!("nic_gbps = {}\n", base.nic_gbps);
-    s += &format!("latency_us = {}\n", base.latency_us);
+    s += &format!("peak_tflops = {:?}\n", base.peak_tflops);
+    s += &format!("memory_gib = {:?}\n", base.memory_gib);
+    s += &format!("nic_gbps = {:?}\n", base.nic_gbps);
+    s += &format!("latency_us = {:?}\n", base.latency_us);
     s += &format!("precision = \"{precision}\"\n");
     for mode in Precision::ALL {
         if let Some(r) = model.rates(mode) {
             s += &format!("\n[cluster.devices.{name}.layers.{mode}]\n");
             for (field, v) in LayerRates::NAMES.iter().zip(r.to_vec()) {
-                s += &format!("{field} = {}\n", round_sig(v, 4));
+                s += &format!("{field} = {:?}\n", round_sig(v, 4));
             }
         }
     }

@@ -521,6 +521,28 @@ mod tests {
     }
 
     #[test]
+    fn staged_models_have_layer_cost_facts_per_stage() {
+        let spec = cnn();
+        let costs = spec.layer_costs();
+        let facts = spec.stage_facts();
+        assert_eq!(costs.len(), facts.len());
+        let params: usize = spec.params().iter().map(ParamInfo::elems).sum();
+        let param_bytes: f64 = costs.iter().map(|c| c.param_bytes).sum();
+        assert_eq!(param_bytes, 4.0 * params as f64);
+        for (c, f) in costs.iter().zip(&facts) {
+            assert_eq!(c.forward_flops(), f.forward_flops, "{}", f.name);
+        }
+        assert!(costs[0].conv_flops > 0.0 && costs.last().unwrap().matmul_flops > 0.0);
+        let mf = ModelSpec::Mf(MfSpec {
+            rows: 4,
+            cols: 5,
+            rank: 2,
+            l2: 0.0,
+        });
+        assert!(mf.layer_costs().is_empty());
+    }
+
+    #[test]
     fn layout_order_is_stage_order_and_sorted() {
         let names: Vec<String> = cnn().params().into_iter().map(|p| p.name).collect();
         let mut sorted = names.clone();
