@@ -141,6 +141,13 @@ impl LayerRates {
 
     /// Seconds of one training step of `batch` samples through `layers`.
     pub fn step_seconds(&self, layers: &[LayerCost], batch: f64) -> f64 {
+        let (device, host) = self.step_parts(layers, batch);
+        device.max(host)
+    }
+
+    /// The two sides of a step: (device seconds, host dispatch seconds); the step takes the
+    /// longer.
+    pub fn step_parts(&self, layers: &[LayerCost], batch: f64) -> (f64, f64) {
         let (mut gpu, mut kernels) = (0.0, 0.0);
         let fill = batch + self.half_batch;
         for l in layers {
@@ -155,7 +162,7 @@ impl LayerRates {
             kernels += l.kernels;
         }
         gpu += kernels * self.kernel_us * 1e-6;
-        gpu.max(kernels * self.dispatch_us * 1e-6)
+        (gpu, kernels * self.dispatch_us * 1e-6)
     }
 
     /// Checks every rate is a positive (`half_batch`, `kernel_us`, `dispatch_us`: non-negative)

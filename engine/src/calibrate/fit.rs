@@ -90,7 +90,7 @@ pub fn fit(samples: &[Sample<'_>], limits: &Limits) -> LayerRates {
             for _ in 0..4 {
                 (x, fx) = nelder_mead(&f, x, &lo, &hi);
             }
-            if best.map_or(true, |(_, fb)| fx < fb) {
+            if best.is_none_or(|(_, fb)| fx < fb) {
                 best = Some((x, fx));
             }
         }
