@@ -1,6 +1,9 @@
 //! The `concord` command line (also what `cargo xtask train` runs).
 
+mod calibrate;
 mod out_dir;
+
+pub use calibrate::CalibrateArgs;
 
 pub use out_dir::{default_out_dir, prepare_out_dir, OutDir, OutDirError};
 
@@ -35,6 +38,8 @@ pub enum Command {
     Config(ConfigArgs),
     /// List the strategies this build knows and the slots they fill.
     Strategies,
+    /// Fit a device's per-layer cost model to measured step times; print it as a device profile.
+    Calibrate(CalibrateArgs),
 }
 
 /// Where the configuration comes from.
@@ -138,6 +143,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Train(args) => train(args),
+        Command::Calibrate(args) => calibrate::run(&args),
     }
 }
 

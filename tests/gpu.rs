@@ -122,7 +122,7 @@ fn nccl_allreduce_of_256_mb_on_one_rank() {
     println!(
         "NCCL allreduce, 1 rank, {} MiB out of place: {:.3} ms per call (mean of {}, {:.0} GB/s \
          read + written), sum correct: {}",
-        elems * 4 >> 20,
+        (elems * 4) >> 20,
         report.mean_ms,
         report.calls,
         (elems * 8) as f64 / report.mean_ms / 1e6,

@@ -28,6 +28,8 @@ fn config(strategy: &str, options: &str, workers: u32, iterations: u64) -> RunCo
             nic_gbps: 10.0,
             latency_us: 50.0,
             backend: Default::default(),
+            precision: None,
+            layers: None,
         },
     );
     cfg.cluster.default_device = "core".into();

@@ -1,8 +1,10 @@
 //! The cluster model: devices from named profiles, machines, where each role runs, and what
 //! compute and transfers cost on them.
 
+use crate::cost::LayerCost;
 use crate::error::{EngineError, Result};
 use crate::ids::{MachineId, RoleId};
+use crate::layer_model::{LayerModel, LayerRates, Precision};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -28,6 +30,15 @@ pub struct DeviceProfile {
     pub nic_gbps: f64,
     /// One-way network latency, in microseconds.
     pub latency_us: f64,
+    /// Numeric mode of training steps (`fp32`, `tf32`, `bf16`), selecting the `layers` rates it
+    /// charges by; default `fp32`. Only meaningful with a `layers` model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<Precision>,
+    /// Per-layer cost model fitted to measurements (`concord calibrate`), per precision mode.
+    /// Without one, a training step is charged by the FLOP model (`peak_tflops × efficiency`,
+    /// `half_saturation_batch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<LayerModel>,
     /// Where the tensor math of workers on such a machine runs: the CPU (default), or GPU
     /// `slot` of the machine with candle CUDA tensors (builds with the `cuda` feature). Time still
     /// comes from the cost model in `sim`; `wall` measures it.
@@ -68,7 +79,14 @@ impl DeviceProfile {
             nic_gbps: nic,
             latency_us: lat,
             backend: Backend::Cpu,
+            precision: None,
+            layers: None,
         };
+        let h200 = crate::layer_model::fitted_h200();
+        // H100 SXM is the same GH100 chip as H200 (132 SMs, same clocks), with 80 GB of HBM3 at
+        // 3.35 TB/s instead of 141 GB of HBM3e at 4.8 TB/s: the H200's fitted compute and
+        // overheads, its memory bandwidth scaled by the ratio of the two.
+        let h100_layers = h200.with_memory_scaled(3.35 / 4.8);
         BTreeMap::from([
             // A laptop/server CPU socket: ~0.2 TFLOP/s fp32 with AVX2, 16 GiB, 10 GbE.
             ("cpu".to_string(), mk(0.2, 4.0, 16.0, 10.0, 50.0)),
@@ -78,8 +96,24 @@ impl DeviceProfile {
             ("v100".to_string(), mk(15.7, 32.0, 16.0, 25.0, 10.0)),
             // A100 (SXM4 40 GB): 19.5 TFLOP/s fp32; 100 Gbps NICs.
             ("a100".to_string(), mk(19.5, 48.0, 40.0, 100.0, 5.0)),
-            // H100 (SXM5): 67 TFLOP/s fp32, 80 GB; 400 Gbps NICs.
-            ("h100".to_string(), mk(67.0, 64.0, 80.0, 400.0, 5.0)),
+            // H100 (SXM5): 67 TFLOP/s fp32, 80 GB; 400 Gbps NICs; per-layer model from the
+            // H200 fit (above).
+            (
+                "h100".to_string(),
+                DeviceProfile {
+                    layers: Some(h100_layers),
+                    ..mk(67.0, 64.0, 80.0, 400.0, 5.0)
+                },
+            ),
+            // H200 (SXM): 67 TFLOP/s fp32, 141 GB (131.3 GiB); 400 Gbps NICs; per-layer model
+            // fitted to PyTorch step times (bench/calibration).
+            (
+                "h200".to_string(),
+                DeviceProfile {
+                    layers: Some(h200),
+                    ..mk(67.0, 64.0, 131.3, 400.0, 5.0)
+                },
+            ),
         ])
     }
 
@@ -99,6 +133,24 @@ impl DeviceProfile {
             return 0.0;
         }
         flops_per_sample * batch / self.flops_at(batch)
+    }
+
+    /// The fitted rates a training step is charged by: the `layers` model's rates for the
+    /// device's precision, `None` for a device on the FLOP model.
+    pub fn layer_rates(&self) -> Option<&LayerRates> {
+        self.layers
+            .as_ref()?
+            .rates(self.precision.unwrap_or(Precision::Fp32))
+    }
+
+    /// Seconds of one training step of `batch` samples of a model with per-layer facts
+    /// `layers` and `flops_per_sample` training FLOPs per sample: the per-layer model when the
+    /// device has one and the model has facts, else exactly [`DeviceProfile::compute_seconds`].
+    pub fn step_seconds(&self, layers: &[LayerCost], flops_per_sample: f64, batch: f64) -> f64 {
+        match self.layer_rates() {
+            Some(rates) if !layers.is_empty() && batch > 0.0 => rates.step_seconds(layers, batch),
+            _ => self.compute_seconds(flops_per_sample, batch),
+        }
     }
 
     /// Seconds to run a batch-independent amount of work (e.g. an optimizer update).
@@ -153,7 +205,30 @@ impl DeviceProfile {
                 "must be >= 0",
             ));
         }
-        Ok(())
+        if let Some(layers) = &self.layers {
+            layers.validate(&format!("{key}.layers"))?;
+        }
+        match (&self.layers, self.precision) {
+            (None, Some(p)) => Err(EngineError::config(
+                format!("{key}.precision"),
+                format!("\"{p}\""),
+                "needs a `layers` model fitted for it (see `concord calibrate`)",
+            )),
+            (Some(layers), p) if self.layer_rates().is_none() => Err(EngineError::config(
+                format!("{key}.precision"),
+                format!("\"{}\"", p.unwrap_or(Precision::Fp32)),
+                format!(
+                    "the `layers` model has no rates for it; fitted: {}",
+                    layers
+                        .modes()
+                        .iter()
+                        .map(|m| m.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -381,6 +456,8 @@ pub(crate) fn test_cluster(machines: u32) -> std::sync::Arc<Cluster> {
             nic_gbps: 8.0,
             latency_us: 10.0,
             backend: Backend::Cpu,
+            precision: None,
+            layers: None,
         },
     );
     cfg.machines = vec![MachineGroup {

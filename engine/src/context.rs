@@ -8,6 +8,7 @@
 
 use crate::cluster::DeviceProfile;
 pub use crate::config::RuntimeKind;
+use crate::cost::LayerCost;
 use crate::error::{EngineError, Result};
 use crate::ids::{MachineId, RoleId};
 use crate::memory::{DeviceMemory, MemEvent};
@@ -38,9 +39,32 @@ pub struct Work {
     pub flops_per_sample: f64,
     /// Samples in the batch (0 for batch-independent work such as an optimizer update).
     pub batch: f64,
+    /// Whether this is a training step of the job's model on `batch` samples (forward,
+    /// backward, update): a device with a per-layer cost model charges it from the job's
+    /// per-layer facts instead of `flops_per_sample`.
+    pub training: bool,
 }
 
 impl Work {
+    /// A training step of the job's model: `batch` samples of `flops_per_sample` training FLOPs
+    /// each (what the FLOP model charges; a calibrated device charges the model's layers).
+    pub fn training_step(flops_per_sample: f64, batch: f64) -> Work {
+        Work {
+            flops_per_sample,
+            batch,
+            training: true,
+        }
+    }
+
+    /// Batch-independent work of `flops` FLOPs (a decision, an assignment, an update).
+    pub fn fixed(flops: f64) -> Work {
+        Work {
+            flops_per_sample: flops,
+            batch: 0.0,
+            training: false,
+        }
+    }
+
     /// Total FLOPs.
     pub fn flops(&self) -> f64 {
         if self.batch > 0.0 {
@@ -114,6 +138,8 @@ pub struct RoleContext {
     stats: RoleStats,
     trace: Recorder,
     memory: DeviceMemory,
+    /// The job's per-layer cost facts, what a calibrated device charges training steps by.
+    cost_sheet: Arc<[LayerCost]>,
     /// When the role last started waiting before the engine's shutdown reached it: the end of
     /// its last work, where a resumed run restarts it.
     stopped_at: Option<f64>,
@@ -165,7 +191,31 @@ impl RoleContext {
             stats: RoleStats::default(),
             trace: Recorder::default(),
             memory,
+            cost_sheet: Arc::from(Vec::new()),
             stopped_at: None,
+        }
+    }
+
+    /// The same context charging training steps by `sheet`, the job's per-layer cost facts (see
+    /// [`crate::job::Job::cost_sheet`]); without one, every device charges by FLOPs.
+    pub fn with_cost_sheet(mut self, sheet: Arc<[LayerCost]>) -> RoleContext {
+        self.cost_sheet = sheet;
+        self
+    }
+
+    /// Undelayed seconds `work` costs on this role's device by the cost model (what `sim`
+    /// charges before straggler effects).
+    pub fn nominal_seconds(&self, work: Work) -> f64 {
+        if work.batch > 0.0 {
+            if work.training {
+                self.device
+                    .step_seconds(&self.cost_sheet, work.flops_per_sample, work.batch)
+            } else {
+                self.device
+                    .compute_seconds(work.flops_per_sample, work.batch)
+            }
+        } else {
+            self.device.work_seconds(work.flops_per_sample)
         }
     }
 
@@ -355,13 +405,7 @@ impl RoleContext {
         match self.kind {
             RuntimeKind::Sim => {
                 let out = math();
-                let nominal = if work.batch > 0.0 {
-                    self.device
-                        .compute_seconds(work.flops_per_sample, work.batch)
-                } else {
-                    self.device.work_seconds(work.flops_per_sample)
-                };
-                (out, nominal)
+                (out, self.nominal_seconds(work))
             }
             RuntimeKind::Wall => {
                 let started = std::time::Instant::now();

@@ -304,10 +304,7 @@ impl Worker for DataParallelWorker {
             ctx.trace_span("wait", "wait", start, last_served);
             ctx.trace_span("pull", "comm", last_served, read_done);
 
-            let work = Work {
-                flops_per_sample,
-                batch: d.batch as f64,
-            };
+            let work = Work::training_step(flops_per_sample, d.batch as f64);
             let at = StepAt {
                 clock,
                 stream_offset: d.stream_offset,

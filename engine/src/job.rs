@@ -5,6 +5,7 @@
 
 use crate::cluster::Cluster;
 use crate::config::RunConfig;
+use crate::cost::LayerCost;
 use crate::data::{SampleStream, Split};
 use crate::error::Result;
 use crate::guard::RunGuard;
@@ -35,6 +36,9 @@ pub struct Job {
     /// Activation bytes per sample of each stage, in stage order (what a training step reports to
     /// the memory policy), computed once from the model.
     pub stage_activation_bytes: Vec<u64>,
+    /// The model's per-layer cost facts, computed once (what a calibrated device charges a
+    /// training step by; empty for a model without them).
+    pub cost_sheet: Arc<[LayerCost]>,
     /// Parameter blocks and their servers.
     pub layout: Arc<ParamLayout>,
     /// Initial parameter values (real models).

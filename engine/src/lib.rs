@@ -14,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+pub mod calibrate;
 pub mod checkpoint;
 pub mod cluster;
 pub mod collective;
@@ -27,6 +28,7 @@ pub mod gpu;
 pub mod guard;
 pub mod ids;
 pub mod job;
+pub mod layer_model;
 pub mod memory;
 pub mod message;
 pub mod metrics;
@@ -44,7 +46,7 @@ pub mod time;
 pub mod trace;
 pub mod transport;
 
-pub use concord_workloads::{data, model, profiles, rng};
+pub use concord_workloads::{cost, data, model, profiles, rng};
 
 pub use config::RunConfig;
 pub use error::{EngineError, Result};

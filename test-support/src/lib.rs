@@ -65,6 +65,8 @@ pub fn slow_device(memory_gib: f64) -> DeviceProfile {
         nic_gbps: 10.0,
         latency_us: 50.0,
         backend: Default::default(),
+        precision: None,
+        layers: None,
     }
 }
 

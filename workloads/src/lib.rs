@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cost;
 pub mod data;
 pub mod error;
 pub mod model;

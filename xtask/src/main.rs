@@ -11,10 +11,13 @@
 //!   a machine without a GPU, packed with scripts that find the CUDA libraries on a GPU machine.
 //! - `bench --suite NAME [--filter S] [--jobs N] [--force]`: the cross-strategy benchmark
 //!   matrix (`bench/NAME.toml` → `bench/out/NAME/`: results.csv, REPORT.md, plots).
+//!   `--suite calibration` (also `calibration [--from FILE] [--out DIR]`): the calibrated device
+//!   profiles against their measurements (`bench/out/calibration/`).
 
 mod bench;
 mod bench_engine;
 mod bench_scale;
+mod calibration;
 mod cuda;
 
 use clap::{Parser, Subcommand};
@@ -47,6 +50,9 @@ enum Task {
     /// VGG16 throughput mode at 64 and 1024 workers (configs/vgg16-scale.toml, traces sampled):
     /// wall time with the run folder written, and peak memory, each case in its own process.
     BenchScale(bench_scale::ScaleArgs),
+    /// Simulated vs measured step times of the calibrated device profiles
+    /// (bench/out/calibration/: results.csv, REPORT.md); what `bench --suite calibration` runs.
+    Calibration(calibration::CalibrationArgs),
     /// Install the pinned CUDA 13.0 compile-time toolkit into .cuda/ and print the environment
     /// of a `--features cuda` build: `eval "$(cargo xtask cuda-env)"`.
     CudaEnv(cuda::EnvArgs),
@@ -84,6 +90,11 @@ fn main() -> ExitCode {
         Task::GpuBundle(args) => report("gpu-bundle", cuda::bundle(&args)),
         Task::BenchScale(args) => report("bench-scale", bench_scale::run(&args)),
         Task::BenchScaleCase(args) => report("bench-scale-case", bench_scale::case(&args)),
+        Task::Calibration(args) => report("calibration", calibration::run(&args)),
+        Task::Bench(args) if args.suite == "calibration" => report(
+            "bench --suite calibration",
+            calibration::run(&calibration::CalibrationArgs::default()),
+        ),
         Task::Bench(args) => match bench::run(&args) {
             Ok(run) => {
                 bench::print_done(&run);

@@ -140,12 +140,14 @@ pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressF
         .iter()
         .map(|s| s.activation_bytes)
         .collect();
+    let cost_sheet = model.layer_costs().into();
     let guard = RunGuard::new(config, data.is_some());
     Ok(Job {
         config: config.clone(),
         cluster,
         model,
         stage_activation_bytes,
+        cost_sheet,
         layout,
         init,
         data,

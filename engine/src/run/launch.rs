@@ -197,6 +197,7 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
             stragglers,
             memory,
         )
+        .with_cost_sheet(job.cost_sheet.clone())
         .with_trace(traces.recorder(role)?))
     };
 

@@ -75,10 +75,7 @@ impl Worker for AllreduceWorker {
         for clock in clocks {
             ctx.set_iter(clock);
             let start = ctx.now();
-            let work = Work {
-                flops_per_sample,
-                batch: b as f64,
-            };
+            let work = Work::training_step(flops_per_sample, b as f64);
             let at = StepAt {
                 clock,
                 stream_offset: clock * n * b + self.id as u64 * b,

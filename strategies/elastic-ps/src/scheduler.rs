@@ -244,15 +244,7 @@ impl Scheduler {
         let flops = ALGO_FLOPS_PER_BLOCK_SERVER
             * self.block_bytes.len() as f64
             * self.active.len().max(1) as f64;
-        ctx.compute(
-            "psld.assign",
-            Work {
-                flops_per_sample: flops,
-                batch: 0.0,
-            },
-            || (),
-        )
-        .await;
+        ctx.compute("psld.assign", Work::fixed(flops), || ()).await;
         self.tally.superior_sizes.push(proposal.superior.len());
         let Some(completed) = self.completed else {
             return Ok(());

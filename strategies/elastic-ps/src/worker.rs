@@ -128,10 +128,7 @@ impl Worker for ElasticWorker {
         for clock in 0..job.config.iterations {
             ctx.set_iter(clock);
             let start = ctx.now();
-            let work = Work {
-                flops_per_sample,
-                batch: batch as f64,
-            };
+            let work = Work::training_step(flops_per_sample, batch as f64);
             let at = StepAt {
                 clock,
                 stream_offset: clock * n * batch + self.id as u64 * batch,

@@ -143,6 +143,7 @@ impl LbBspCoordinator {
                             Box::new(Oracle::new(
                                 set,
                                 job.cluster.device_of(role).clone(),
+                                job.cost_sheet.clone(),
                                 job.model.training_flops_per_sample(),
                                 config.batch as f64,
                                 w,
@@ -410,15 +411,8 @@ impl LbBspCoordinator {
         };
         // The decision is on the critical path: charge it before the directives leave.
         let t0 = ctx.now();
-        ctx.compute(
-            "lb-bsp.batch-sizes",
-            Work {
-                flops_per_sample: flops,
-                batch: 0.0,
-            },
-            || (),
-        )
-        .await;
+        ctx.compute("lb-bsp.batch-sizes", Work::fixed(flops), || ())
+            .await;
         self.overhead_s += ctx.now() - t0;
         if let Some(s) = speeds {
             self.predicted.insert(target, s);

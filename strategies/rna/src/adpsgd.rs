@@ -167,10 +167,7 @@ impl Worker for AdPsgdWorker {
         for step in 0..job.config.iterations {
             ctx.set_iter(step);
             let start = ctx.now();
-            let work = Work {
-                flops_per_sample: job.model.training_flops_per_sample(),
-                batch: b as f64,
-            };
+            let work = Work::training_step(job.model.training_flops_per_sample(), b as f64);
             let at = StepAt {
                 clock: step,
                 // Local step j of worker i reads stream slice j·N + i: with one step per round this

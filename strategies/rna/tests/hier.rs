@@ -34,6 +34,8 @@ fn config(
             nic_gbps: 10.0,
             latency_us: 50.0,
             backend: Default::default(),
+            precision: None,
+            layers: None,
         },
     );
     cfg.cluster.default_device = "core".into();

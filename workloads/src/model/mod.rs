@@ -14,6 +14,7 @@ pub use mf::{MfModel, MfSpec, MF_LEFT, MF_RIGHT};
 pub use replica::{Replica, StepOutput};
 pub use stages::{StageSpec, StagedModel};
 
+use crate::cost::LayerCost;
 use crate::data::{DataConfig, Dataset};
 use crate::error::{Result, WorkloadError};
 use crate::profiles::{self, ModelProfile};
@@ -411,6 +412,17 @@ impl ModelSpec {
             .collect()
     }
 
+    /// Per-layer cost facts, one per stage (what a calibrated device charges a training step
+    /// by): a real network's stages, a profile's layers; empty for matrix factorization, whose
+    /// embedding lookups the per-layer model does not describe (it is charged by FLOPs).
+    pub fn layer_costs(&self) -> Vec<LayerCost> {
+        match self {
+            ModelSpec::Real { stages, .. } => stages.iter().map(StageSpec::cost).collect(),
+            ModelSpec::Mf(_) => Vec::new(),
+            ModelSpec::Profile(p) => p.layers.iter().map(|l| l.cost).collect(),
+        }
+    }
+
     /// Forward + backward FLOPs per sample (backward counted as twice the forward).
     pub fn training_flops_per_sample(&self) -> f64 {
         3.0 * self
@@ -507,6 +519,28 @@ mod tests {
                 .fold(0.0f32, f32::max);
             assert!(diff < 1e-5, "stage gradient differs by {diff}");
         }
+    }
+
+    #[test]
+    fn staged_models_have_layer_cost_facts_per_stage() {
+        let spec = cnn();
+        let costs = spec.layer_costs();
+        let facts = spec.stage_facts();
+        assert_eq!(costs.len(), facts.len());
+        let params: usize = spec.params().iter().map(ParamInfo::elems).sum();
+        let param_bytes: f64 = costs.iter().map(|c| c.param_bytes).sum();
+        assert_eq!(param_bytes, 4.0 * params as f64);
+        for (c, f) in costs.iter().zip(&facts) {
+            assert_eq!(c.forward_flops(), f.forward_flops, "{}", f.name);
+        }
+        assert!(costs[0].conv_flops > 0.0 && costs.last().unwrap().matmul_flops > 0.0);
+        let mf = ModelSpec::Mf(MfSpec {
+            rows: 4,
+            cols: 5,
+            rank: 2,
+            l2: 0.0,
+        });
+        assert!(mf.layer_costs().is_empty());
     }
 
     #[test]

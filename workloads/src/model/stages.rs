@@ -1,6 +1,7 @@
 //! Stage definitions and their candle implementation.
 
 use super::ParamInfo;
+use crate::cost::{ArithKind, LayerCost};
 use crate::error::{Result, WorkloadError};
 use candle_core::{DType, Device, Tensor, Var};
 use std::ops::Range;
@@ -144,6 +145,49 @@ impl StageSpec {
                 input, channels, ..
             } => 2.0 * (input[0] * 9 * channels * input[1] * input[2]) as f64,
         }
+    }
+
+    /// Per-layer cost facts of the stage: its convolution or matrix product, the bias add and
+    /// ReLU, and the pool.
+    pub fn cost(&self) -> LayerCost {
+        let mut c = LayerCost::default();
+        for p in self.params(0) {
+            c.params(p.elems() as u64);
+        }
+        match *self {
+            StageSpec::Dense {
+                inputs,
+                outputs,
+                relu,
+            } => {
+                c.arith(
+                    ArithKind::Matmul,
+                    (inputs * outputs) as u64,
+                    inputs as u64,
+                    outputs as u64,
+                );
+                c.elementwise(outputs as u64, outputs as u64);
+                if relu {
+                    c.activation(outputs as u64);
+                }
+            }
+            StageSpec::Conv {
+                input,
+                channels,
+                pool,
+            } => {
+                let pixels = input[1] * input[2];
+                let out = (channels * pixels) as u64;
+                let macs = (input[0] * 9 * channels * pixels) as u64;
+                c.arith(ArithKind::Conv, macs, (input[0] * pixels) as u64, out);
+                c.elementwise(out, out);
+                c.activation(out);
+                if pool {
+                    c.elementwise(out, self.out_elems() as u64);
+                }
+            }
+        }
+        c
     }
 
     /// Output elements per sample.

@@ -8,7 +8,7 @@
 //! use the spec's names conv1–conv5, fc6–fc8 (MXNet itself calls the classifier fc1–fc3);
 //! tensor order is `weight, bias` per layer in execution order.
 
-use super::builder::{pool, Net, Shape};
+use super::builder::{Net, Shape};
 use super::ModelProfile;
 
 /// AlexNet (MXNet variant): 5 conv + 3 fc layers, 16 tensors, 62.38 M parameters.
@@ -21,17 +21,49 @@ pub fn alexnet() -> ModelProfile {
     );
     net.layer("conv1", |l, x| {
         let y = l.conv("conv1", x, 96, 11, 4, 0);
-        pool(y, 3, 2, 0, false)
+        l.pool(y, 3, 2, 0, false)
     });
     net.layer("conv2", |l, x| {
         let y = l.conv("conv2", x, 256, 5, 1, 2);
-        pool(y, 3, 2, 0, false)
+        l.pool(y, 3, 2, 0, false)
     });
     net.layer("conv3", |l, x| l.conv("conv3", x, 384, 3, 1, 1));
     net.layer("conv4", |l, x| l.conv("conv4", x, 384, 3, 1, 1));
     net.layer("conv5", |l, x| {
         let y = l.conv("conv5", x, 256, 3, 1, 1);
-        pool(y, 3, 2, 0, false)
+        l.pool(y, 3, 2, 0, false)
+    });
+    net.layer("fc6", |l, x| l.fc("fc6", x, 4096));
+    net.layer("fc7", |l, x| l.fc("fc7", x, 4096));
+    net.layer("fc8", |l, x| l.fc("fc8", x, 1000));
+    net.finish()
+}
+
+/// AlexNet as torchvision builds it (`torchvision.models.alexnet`, after the "one weird trick"
+/// paper): 64-192-384-256-256 convolutions on a 224 × 224 input, 3 × 3 / 2 max-pools after
+/// conv1, conv2 and conv5, an adaptive average pool to 6 × 6, and the 9216-4096-4096-1000
+/// classifier; 61.10 M parameters, ≈ 0.71 GMACs. Same layer and tensor names as [`alexnet`].
+/// It is the AlexNet of PyTorch measurements (the H200 calibration sweep).
+pub fn alexnet_torchvision() -> ModelProfile {
+    let mut net = Net::new(
+        "alexnet-tv",
+        "3x224x224 (ImageNet, 1000 classes; torchvision layout)",
+        Shape::new(3, 224, 224),
+        true,
+    );
+    net.layer("conv1", |l, x| {
+        let y = l.conv("conv1", x, 64, 11, 4, 2);
+        l.pool(y, 3, 2, 0, false)
+    });
+    net.layer("conv2", |l, x| {
+        let y = l.conv("conv2", x, 192, 5, 1, 2);
+        l.pool(y, 3, 2, 0, false)
+    });
+    net.layer("conv3", |l, x| l.conv("conv3", x, 384, 3, 1, 1));
+    net.layer("conv4", |l, x| l.conv("conv4", x, 256, 3, 1, 1));
+    net.layer("conv5", |l, x| {
+        let y = l.conv("conv5", x, 256, 3, 1, 1);
+        l.pool(y, 3, 2, 0, false)
     });
     net.layer("fc6", |l, x| l.fc("fc6", x, 4096));
     net.layer("fc7", |l, x| l.fc("fc7", x, 4096));

@@ -7,9 +7,13 @@
 //! - FLOPs count only the multiply-accumulate work of convolutions and fully-connected layers,
 //!   one multiply-add = 2 FLOPs. Element-wise work (bias, batch-norm, activation, pooling, LRN,
 //!   residual adds, concatenation) is ignored: it is below 1% of the total for these models.
+//! - Per-layer cost facts ([`crate::cost::LayerCost`]) count every convolution and
+//!   fully-connected layer as followed by a ReLU, every batch-norm, pooling, concatenation and
+//!   residual add as an element-wise pass.
 //! - Tensor names are `<layer>.<param>` with `<param>` one of `weight`, `bias`, `gamma`, `beta`.
 
 use super::{LayerProfile, ModelProfile, TensorProfile};
+use crate::cost::{ArithKind, LayerCost};
 
 /// Bytes per element (fp32).
 pub(crate) const F32: u64 = 4;
@@ -90,10 +94,12 @@ pub(crate) struct Layer {
     conv_bias: bool,
     tensors: Vec<TensorProfile>,
     macs: u64,
+    cost: LayerCost,
 }
 
 impl Layer {
     fn push(&mut self, layer: &str, param: &str, elems: u64) {
+        self.cost.params(elems);
         self.tensors.push(TensorProfile {
             name: format!("{layer}.{param}"),
             elems,
@@ -135,6 +141,14 @@ impl Layer {
             self.push(name, "bias", cout);
         }
         self.macs += y.h * y.w * weight;
+        let kind = if k == (1, 1) {
+            ArithKind::Pointwise
+        } else {
+            ArithKind::Conv
+        };
+        self.cost
+            .arith(kind, y.h * y.w * weight, x.elems(), y.elems());
+        self.cost.activation(y.elems());
         y
     }
 
@@ -143,6 +157,7 @@ impl Layer {
     pub(crate) fn bn(&mut self, name: &str, x: Shape) -> Shape {
         self.push(name, "gamma", x.c);
         self.push(name, "beta", x.c);
+        self.cost.elementwise(x.elems(), x.elems());
         x
     }
 
@@ -152,7 +167,38 @@ impl Layer {
         self.push(name, "weight", weight);
         self.push(name, "bias", out);
         self.macs += weight;
+        self.cost.arith(ArithKind::Matmul, weight, x.elems(), out);
+        self.cost.activation(out);
         Shape::new(out, 1, 1)
+    }
+
+    /// A max/average pooling window applied to `x` (see [`pool`]), costed as an element-wise
+    /// pass.
+    pub(crate) fn pool(&mut self, x: Shape, k: u64, stride: u64, pad: u64, ceil: bool) -> Shape {
+        let y = pool(x, k, stride, pad, ceil);
+        self.cost.elementwise(x.elems(), y.elems());
+        y
+    }
+
+    /// Global average pooling of `x` (see [`global_pool`]), costed as an element-wise pass.
+    pub(crate) fn global_pool(&mut self, x: Shape) -> Shape {
+        let y = global_pool(x);
+        self.cost.elementwise(x.elems(), y.elems());
+        y
+    }
+
+    /// Channel concatenation of branch outputs (see [`concat`]), costed as a copy.
+    pub(crate) fn concat(&mut self, parts: &[Shape]) -> Shape {
+        let y = concat(parts);
+        self.cost.elementwise(y.elems(), y.elems());
+        y
+    }
+
+    /// A residual add of two tensors of shape `y` (and its ReLU), costed as element-wise passes.
+    pub(crate) fn residual_add(&mut self, y: Shape) -> Shape {
+        self.cost.elementwise(2 * y.elems(), y.elems());
+        self.cost.elementwise(y.elems(), y.elems());
+        y
     }
 }
 
@@ -185,6 +231,7 @@ impl Net {
             conv_bias: self.conv_bias,
             tensors: Vec::new(),
             macs: 0,
+            cost: LayerCost::default(),
         };
         let out = body(&mut layer, self.shape);
         self.shape = out;
@@ -193,6 +240,7 @@ impl Net {
             tensors: layer.tensors,
             forward_flops: 2.0 * layer.macs as f64,
             activation_bytes: out.elems() * F32,
+            cost: layer.cost,
         });
     }
 

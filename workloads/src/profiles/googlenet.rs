@@ -12,7 +12,7 @@
 //! identical at any input size, only FLOPs and activations shrink. (The specs do not pin down
 //! Fela's exact 32 × 32 variant; CIFAR-specific re-designs with a 3 × 3 stem also exist.)
 
-use super::builder::{concat, global_pool, pool, Layer, Net, Shape};
+use super::builder::{Layer, Net, Shape};
 use super::ModelProfile;
 
 /// One inception module: 1×1, 3×3-reduce → 3×3, 5×5-reduce → 5×5, pool → pool-projection.
@@ -24,9 +24,9 @@ fn inception(l: &mut Layer, n: &str, x: Shape, widths: [u64; 6]) -> Shape {
     let b3 = l.conv(&format!("{n}/3x3"), b3, c3, 3, 1, 1);
     let b5 = l.conv(&format!("{n}/5x5_reduce"), x, r5, 1, 1, 0);
     let b5 = l.conv(&format!("{n}/5x5"), b5, c5, 5, 1, 2);
-    let bp = pool(x, 3, 1, 1, true);
+    let bp = l.pool(x, 3, 1, 1, true);
     let bp = l.conv(&format!("{n}/pool_proj"), bp, pp, 1, 1, 0);
-    concat(&[b1, b3, b5, bp])
+    l.concat(&[b1, b3, b5, bp])
 }
 
 /// Inception module widths (1×1, 3×3 reduce, 3×3, 5×5 reduce, 5×5, pool proj) and whether a
@@ -60,25 +60,26 @@ pub fn googlenet(input_hw: u64) -> ModelProfile {
     );
     net.layer("conv1", |l, x| {
         let y = l.conv("conv1/7x7_s2", x, 64, 7, 2, 3);
-        pool(y, 3, 2, 0, true)
+        l.pool(y, 3, 2, 0, true)
     });
     net.layer("conv2", |l, x| {
         let y = l.conv("conv2/3x3_reduce", x, 64, 1, 1, 0);
         let y = l.conv("conv2/3x3", y, 192, 3, 1, 1);
-        pool(y, 3, 2, 0, true)
+        l.pool(y, 3, 2, 0, true)
     });
     for (n, widths, pooled) in MODULES {
         net.layer(n, |l, x| {
             let y = inception(l, n, x, widths);
             if pooled {
-                pool(y, 3, 2, 0, true)
+                l.pool(y, 3, 2, 0, true)
             } else {
                 y
             }
         });
     }
     net.layer("loss3_classifier", |l, x| {
-        l.fc("loss3/classifier", global_pool(x), 1000)
+        let x = l.global_pool(x);
+        l.fc("loss3/classifier", x, 1000)
     });
     net.finish()
 }

@@ -9,7 +9,7 @@
 //! and `Conv2d_4a_3x3`), the eleven `Mixed_*` blocks, and `fc` (global average pool, dropout,
 //! 2048 → 1000). Tensor order is torchvision's `named_parameters` order.
 
-use super::builder::{concat, global_pool, pool, Layer, Net, Shape};
+use super::builder::{Layer, Net, Shape};
 use super::ModelProfile;
 
 /// A `BasicConv2d`: bias-free convolution plus batch-norm.
@@ -39,9 +39,9 @@ fn inception_a(l: &mut Layer, n: &str, x: Shape, pool_features: u64) -> Shape {
     let b3 = cbn_sq(l, &format!("{n}.branch3x3dbl_1"), x, 64, 1, 1, 0);
     let b3 = cbn_sq(l, &format!("{n}.branch3x3dbl_2"), b3, 96, 3, 1, 1);
     let b3 = cbn_sq(l, &format!("{n}.branch3x3dbl_3"), b3, 96, 3, 1, 1);
-    let bp = pool(x, 3, 1, 1, false);
+    let bp = l.pool(x, 3, 1, 1, false);
     let bp = cbn_sq(l, &format!("{n}.branch_pool"), bp, pool_features, 1, 1, 0);
-    concat(&[b1, b5, b3, bp])
+    l.concat(&[b1, b5, b3, bp])
 }
 
 /// InceptionB (35 → 17 grid reduction).
@@ -50,8 +50,8 @@ fn inception_b(l: &mut Layer, n: &str, x: Shape) -> Shape {
     let bd = cbn_sq(l, &format!("{n}.branch3x3dbl_1"), x, 64, 1, 1, 0);
     let bd = cbn_sq(l, &format!("{n}.branch3x3dbl_2"), bd, 96, 3, 1, 1);
     let bd = cbn_sq(l, &format!("{n}.branch3x3dbl_3"), bd, 96, 3, 2, 0);
-    let bp = pool(x, 3, 2, 0, false);
-    concat(&[b3, bd, bp])
+    let bp = l.pool(x, 3, 2, 0, false);
+    l.concat(&[b3, bd, bp])
 }
 
 /// InceptionC (17 × 17) with factorised 1×7 / 7×1 convolutions of width `c7`.
@@ -67,9 +67,9 @@ fn inception_c(l: &mut Layer, n: &str, x: Shape, c7: u64) -> Shape {
     let bd = cbn(l, &format!("{n}.branch7x7dbl_3"), bd, c7, h, 1, ph);
     let bd = cbn(l, &format!("{n}.branch7x7dbl_4"), bd, c7, v, 1, pv);
     let bd = cbn(l, &format!("{n}.branch7x7dbl_5"), bd, 192, h, 1, ph);
-    let bp = pool(x, 3, 1, 1, false);
+    let bp = l.pool(x, 3, 1, 1, false);
     let bp = cbn_sq(l, &format!("{n}.branch_pool"), bp, 192, 1, 1, 0);
-    concat(&[b1, b7, bd, bp])
+    l.concat(&[b1, b7, bd, bp])
 }
 
 /// InceptionD (17 → 8 grid reduction).
@@ -80,8 +80,8 @@ fn inception_d(l: &mut Layer, n: &str, x: Shape) -> Shape {
     let b7 = cbn(l, &format!("{n}.branch7x7x3_2"), b7, 192, (1, 7), 1, (0, 3));
     let b7 = cbn(l, &format!("{n}.branch7x7x3_3"), b7, 192, (7, 1), 1, (3, 0));
     let b7 = cbn_sq(l, &format!("{n}.branch7x7x3_4"), b7, 192, 3, 2, 0);
-    let bp = pool(x, 3, 2, 0, false);
-    concat(&[b3, b7, bp])
+    let bp = l.pool(x, 3, 2, 0, false);
+    l.concat(&[b3, b7, bp])
 }
 
 /// InceptionE (8 × 8) with expanded 1×3 / 3×1 filter banks.
@@ -96,9 +96,9 @@ fn inception_e(l: &mut Layer, n: &str, x: Shape) -> Shape {
     let bd = cbn_sq(l, &format!("{n}.branch3x3dbl_2"), bd, 384, 3, 1, 1);
     let bda = cbn(l, &format!("{n}.branch3x3dbl_3a"), bd, 384, h, 1, ph);
     let bdb = cbn(l, &format!("{n}.branch3x3dbl_3b"), bd, 384, v, 1, pv);
-    let bp = pool(x, 3, 1, 1, false);
+    let bp = l.pool(x, 3, 1, 1, false);
     let bp = cbn_sq(l, &format!("{n}.branch_pool"), bp, 192, 1, 1, 0);
-    concat(&[b1, b3a, b3b, bda, bdb, bp])
+    l.concat(&[b1, b3a, b3b, bda, bdb, bp])
 }
 
 /// Inception-V3 without the auxiliary head: 17 layers, ≈ 23.8 M parameters, ≈ 5.7 GMACs.
@@ -117,14 +117,14 @@ pub fn inception_v3() -> ModelProfile {
     });
     net.layer("Conv2d_2b_3x3", |l, x| {
         let y = cbn_sq(l, "Conv2d_2b_3x3", x, 64, 3, 1, 1);
-        pool(y, 3, 2, 0, false)
+        l.pool(y, 3, 2, 0, false)
     });
     net.layer("Conv2d_3b_1x1", |l, x| {
         cbn_sq(l, "Conv2d_3b_1x1", x, 80, 1, 1, 0)
     });
     net.layer("Conv2d_4a_3x3", |l, x| {
         let y = cbn_sq(l, "Conv2d_4a_3x3", x, 192, 3, 1, 0);
-        pool(y, 3, 2, 0, false)
+        l.pool(y, 3, 2, 0, false)
     });
     net.layer("Mixed_5b", |l, x| inception_a(l, "Mixed_5b", x, 32));
     net.layer("Mixed_5c", |l, x| inception_a(l, "Mixed_5c", x, 64));
@@ -137,6 +137,9 @@ pub fn inception_v3() -> ModelProfile {
     net.layer("Mixed_7a", |l, x| inception_d(l, "Mixed_7a", x));
     net.layer("Mixed_7b", |l, x| inception_e(l, "Mixed_7b", x));
     net.layer("Mixed_7c", |l, x| inception_e(l, "Mixed_7c", x));
-    net.layer("fc", |l, x| l.fc("fc", global_pool(x), 1000));
+    net.layer("fc", |l, x| {
+        let x = l.global_pool(x);
+        l.fc("fc", x, 1000)
+    });
     net.finish()
 }

@@ -33,12 +33,14 @@ mod mlr;
 mod resnet;
 mod vgg;
 
-pub use alexnet::alexnet;
+pub use alexnet::{alexnet, alexnet_torchvision};
 pub use googlenet::googlenet;
 pub use inception::inception_v3;
 pub use mlr::mlr_imagenet;
 pub use resnet::{resnet101, resnet32, resnet50};
 pub use vgg::{vgg16, vgg19};
+
+use crate::cost::LayerCost;
 
 /// Bytes per fp32 element.
 const F32_BYTES: u64 = builder::F32;
@@ -82,6 +84,10 @@ pub struct LayerProfile {
     /// Bytes of the layer's output activation per sample (fp32), i.e. what crosses a stage
     /// boundary placed after this layer.
     pub activation_bytes: u64,
+    /// What a calibrated device's per-layer cost model charges the layer by (FLOPs per kind,
+    /// bytes moved, kernels), derived from the architecture like the rest of the profile.
+    #[serde(skip)]
+    pub cost: LayerCost,
 }
 
 impl LayerProfile {
@@ -165,6 +171,7 @@ impl ModelProfile {
 pub fn builtin_names() -> &'static [&'static str] {
     &[
         "alexnet",
+        "alexnet-tv",
         "googlenet",
         "googlenet-32",
         "inception-v3",
@@ -192,6 +199,7 @@ fn normalize(name: &str) -> String {
 pub fn builtin(name: &str) -> Option<ModelProfile> {
     let profile = match normalize(name).as_str() {
         "alexnet" => alexnet(),
+        "alexnettv" => alexnet_torchvision(),
         "googlenet" => googlenet(224),
         "googlenet32" => googlenet(32),
         "inceptionv3" => inception_v3(),

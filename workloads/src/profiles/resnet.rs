@@ -18,7 +18,7 @@
 //! followed by BN; option-A (parameter-free, zero-padded identity) shortcuts as in the original
 //! paper; global average pool and a 64 → 10 fc. 0.46 M parameters.
 
-use super::builder::{global_pool, pool, Layer, Net, Shape};
+use super::builder::{Layer, Net, Shape};
 use super::ModelProfile;
 
 /// One MXNet pre-activation bottleneck unit, appending its tensors in `list_arguments` order.
@@ -41,7 +41,7 @@ fn bottleneck(
         let sc = l.conv(&format!("{name}_sc"), a, out, 1, stride, 0);
         assert_eq!(sc, y, "shortcut shape mismatch in {name}");
     }
-    y
+    l.residual_add(y)
 }
 
 /// MXNet ImageNet ResNet with bottleneck units per stage `units`.
@@ -57,7 +57,7 @@ fn mxnet_resnet(name: &str, units: [usize; 4]) -> ModelProfile {
         let x = l.bn("bn_data", x);
         let y = l.conv("conv0", x, 64, 7, 2, 3);
         let y = l.bn("bn0", y);
-        pool(y, 3, 2, 1, false)
+        l.pool(y, 3, 2, 1, false)
     });
     for (s, (&n, &out)) in units.iter().zip(FILTERS.iter()).enumerate() {
         for u in 0..n {
@@ -68,7 +68,8 @@ fn mxnet_resnet(name: &str, units: [usize; 4]) -> ModelProfile {
     }
     net.layer("head", |l, x| {
         let y = l.bn("bn1", x);
-        l.fc("fc1", global_pool(y), 1000)
+        let y = l.global_pool(y);
+        l.fc("fc1", y, 1000)
     });
     net.finish()
 }
@@ -105,10 +106,14 @@ pub fn resnet32() -> ModelProfile {
                 let y = l.conv(&format!("{lname}_conv1"), x, width, 3, stride, 1);
                 let y = l.bn(&format!("{lname}_bn1"), y);
                 let y = l.conv(&format!("{lname}_conv2"), y, width, 3, 1, 1);
-                l.bn(&format!("{lname}_bn2"), y)
+                let y = l.bn(&format!("{lname}_bn2"), y);
+                l.residual_add(y)
             });
         }
     }
-    net.layer("head", |l, x| l.fc("fc", global_pool(x), 10));
+    net.layer("head", |l, x| {
+        let x = l.global_pool(x);
+        l.fc("fc", x, 10)
+    });
     net.finish()
 }

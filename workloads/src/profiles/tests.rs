@@ -345,7 +345,7 @@ fn blocks_at_edges() {
 
 #[test]
 fn builtin_lookup() {
-    assert_eq!(builtin_names().len(), 10);
+    assert_eq!(builtin_names().len(), 11);
     for &name in builtin_names() {
         let m = builtin(name).unwrap_or_else(|| panic!("{name}"));
         assert_eq!(m.name, name);
@@ -364,6 +364,7 @@ fn builtin_lookup() {
         ("inception_v3", "inception-v3"),
         ("GoogLeNet", "googlenet"),
         ("AlexNet", "alexnet"),
+        ("AlexNet-TV", "alexnet-tv"),
     ] {
         assert_eq!(builtin(alias).unwrap().name, canonical, "{alias}");
     }
@@ -382,4 +383,54 @@ fn profiles_serialize() {
 fn googlenet_min_input() {
     assert_eq!(googlenet(31).layers.len(), 12);
     assert!(std::panic::catch_unwind(|| googlenet(30)).is_err());
+}
+
+/// The per-layer cost facts derive from the same architecture as the FLOP and parameter counts.
+#[test]
+fn layer_cost_facts_agree_with_the_flop_and_parameter_counts() {
+    for name in builtin_names() {
+        let m = builtin(name).unwrap();
+        for l in &m.layers {
+            let f = l.cost.forward_flops();
+            assert!(
+                (f - l.forward_flops).abs() <= 1e-12 * l.forward_flops,
+                "{name}/{}: {f} vs {}",
+                l.name,
+                l.forward_flops
+            );
+            assert_eq!(
+                l.cost.param_bytes,
+                l.param_bytes() as f64,
+                "{name}/{}",
+                l.name
+            );
+            // Every layer reads its input and writes its output at least once.
+            assert!(
+                l.cost.activation_bytes >= l.activation_bytes as f64,
+                "{name}/{}",
+                l.name
+            );
+            assert!(l.cost.kernels >= 3.0, "{name}/{}", l.name);
+        }
+    }
+    // ResNet-50 is mostly 1 × 1 convolutions by count; VGG has none.
+    let total = |n: &str| {
+        builtin(n)
+            .unwrap()
+            .layers
+            .iter()
+            .fold(crate::cost::LayerCost::default(), |a, l| a.plus(&l.cost))
+    };
+    assert_eq!(total("vgg16").pointwise_flops, 0.0);
+    assert!(total("resnet-50").pointwise_flops > total("resnet-50").conv_flops);
+    assert!(total("vgg16").matmul_flops > 0.0);
+}
+
+#[test]
+fn torchvision_alexnet_matches_its_published_size() {
+    let m = builtin("alexnet-tv").unwrap();
+    assert_eq!(m.total_params(), 61_100_840);
+    // ≈ 0.71 GMACs per sample.
+    let gmacs = m.forward_flops() / 2e9;
+    assert!((gmacs - 0.714).abs() < 0.01, "{gmacs}");
 }

@@ -7,7 +7,7 @@
 //! One profile layer per weight layer: VGG-19 has 16 conv + 3 fc = 19 layers, the layer list the
 //! Fela paper partitions (layers 1–8, 9–16, 17–19).
 
-use super::builder::{pool, Net, Shape};
+use super::builder::{Net, Shape};
 use super::ModelProfile;
 
 /// Convolution widths per stage for VGG-16 (configuration D).
@@ -42,7 +42,7 @@ fn vgg(name: &str, stages: &[&[u64]; 5]) -> ModelProfile {
             net.layer(&lname, |l, x| {
                 let y = l.conv(&lname, x, cout, 3, 1, 1);
                 if last {
-                    pool(y, 2, 2, 0, false)
+                    l.pool(y, 2, 2, 0, false)
                 } else {
                     y
                 }

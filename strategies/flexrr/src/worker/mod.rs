@@ -142,16 +142,15 @@ impl FlexWorker {
 
     /// Undelayed seconds of one unit on this worker's device.
     fn unit_work(&self) -> Work {
-        Work {
-            flops_per_sample: self.job.model.training_flops_per_sample(),
-            batch: self.r.unit_batch as f64,
-        }
+        Work::training_step(
+            self.job.model.training_flops_per_sample(),
+            self.r.unit_batch as f64,
+        )
     }
 
     /// Undelayed seconds of this worker's whole iteration (the injector's T0).
     fn nominal_iter_s(&self, ctx: &RoleContext) -> f64 {
-        let w = self.unit_work();
-        ctx.device().compute_seconds(w.flops_per_sample, w.batch) * f64::from(self.it.units)
+        ctx.nominal_seconds(self.unit_work()) * f64::from(self.it.units)
     }
 
     /// Progress through the current clock in the thesis's sense: own units processed plus units

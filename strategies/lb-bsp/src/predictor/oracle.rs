@@ -2,8 +2,10 @@
 
 use super::{Signals, SpeedPredictor};
 use concord_engine::cluster::DeviceProfile;
+use concord_engine::cost::LayerCost;
 use concord_engine::prelude::*;
 use concord_engine::stragglers::{Probe, RoleKind, StragglerSet};
+use std::sync::Arc;
 
 /// The true next speed, for tests and as an upper bound on what prediction can achieve.
 ///
@@ -17,6 +19,7 @@ use concord_engine::stragglers::{Probe, RoleKind, StragglerSet};
 pub struct Oracle {
     set: StragglerSet,
     device: DeviceProfile,
+    sheet: Arc<[LayerCost]>,
     flops_per_sample: f64,
     batch: f64,
     index: u32,
@@ -37,13 +40,15 @@ impl std::fmt::Debug for Oracle {
 }
 
 impl Oracle {
-    /// An oracle for worker `index` on `machine`, whose speeds are measured at `batch` samples.
+    /// An oracle for worker `index` on `machine`, whose speeds are measured at `batch` samples
+    /// of a model with per-layer facts `sheet` (the job's) and `flops_per_sample`.
     /// `ahead` is how many clocks past the next one its predictions are used for (1 in the
     /// non-blocking mode, which sizes clock `k+2` after clock `k`).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         set: StragglerSet,
         device: DeviceProfile,
+        sheet: Arc<[LayerCost]>,
         flops_per_sample: f64,
         batch: f64,
         index: u32,
@@ -56,6 +61,7 @@ impl Oracle {
             ahead,
             set,
             device,
+            sheet,
             flops_per_sample,
             batch,
             index,
@@ -70,7 +76,7 @@ impl Oracle {
     pub fn speed_at(&mut self, clock: u64, now: f64) -> f64 {
         let nominal = self
             .device
-            .compute_seconds(self.flops_per_sample, self.batch);
+            .step_seconds(&self.sheet, self.flops_per_sample, self.batch);
         let parts = if self.set.is_empty() { 1 } else { self.points };
         let mut t = 0.0;
         for i in 0..parts {

@@ -29,10 +29,7 @@ impl RnaWorker {
         let (n, b) = (job.config.workers as u64, job.config.batch);
         let step = self.local_steps;
         ctx.set_iter(step);
-        let work = Work {
-            flops_per_sample: job.model.training_flops_per_sample(),
-            batch: b as f64,
-        };
+        let work = Work::training_step(job.model.training_flops_per_sample(), b as f64);
         let started_at = ctx.now();
         let at = StepAt {
             clock: step,

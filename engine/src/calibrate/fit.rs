@@ -1,0 +1,179 @@
+//! Fitting a precision mode's [`LayerRates`] to measured step times: a bounded Nelder–Mead
+//! search over the logarithms of the rates, minimising the squared log ratios of predicted to
+//! measured times (relative error, so a 3 ms step weighs as much as a 300 ms one).
+//!
+//! Nelder–Mead rather than a least-squares crate: the model is a maximum of two sums (host
+//! dispatch against device time), not differentiable everywhere, and it has six parameters; a
+//! derivative-free search with restarts from a few starting points is small and robust.
+
+use crate::cost::LayerCost;
+use crate::layer_model::LayerRates;
+
+/// One measured step, with the model's per-layer facts.
+#[derive(Clone, Debug)]
+pub struct Sample<'a> {
+    /// The model's per-layer cost facts.
+    pub layers: &'a [LayerCost],
+    /// Samples per step.
+    pub batch: f64,
+    /// Measured seconds per step.
+    pub seconds: f64,
+}
+
+/// Upper bounds the fit keeps the rates within: the device's spec-sheet figures for the mode.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Limits {
+    /// Peak matrix-product rate of the mode, TFLOP/s (bounds 1 × 1 convolutions and matrix
+    /// products; spatial convolutions may reach 2.25 × it, Winograd's arithmetic saving).
+    pub peak_tflops: f64,
+    /// Spec memory bandwidth, TB/s.
+    pub memory_tbps: f64,
+}
+
+/// Winograd F(2×2, 3×3) does 2.25 × fewer multiplies than a direct 3 × 3 convolution.
+const WINOGRAD_GAIN: f64 = 2.25;
+
+/// Parameters the search varies: conv, matrix product (1 × 1 convolutions and fc share it: the
+/// measurements cannot tell them apart), half batch, bandwidth, kernel µs, dispatch µs.
+const DIMS: usize = 6;
+
+fn bounds(limits: &Limits) -> [(f64, f64); DIMS] {
+    [
+        (0.01, WINOGRAD_GAIN * limits.peak_tflops),
+        (0.01, limits.peak_tflops),
+        (1e-3, 1e3),
+        (0.01, limits.memory_tbps),
+        (1e-3, 1e3),
+        (1e-2, 1e3),
+    ]
+}
+
+/// The rates a search point stands for.
+fn rates(x: &[f64; DIMS]) -> LayerRates {
+    let e = x.map(f64::exp);
+    LayerRates::from_vec([e[0], e[1], e[1], e[2], e[3], e[4], e[5]])
+}
+
+/// Sum of squared log ratios of predicted to measured step times.
+pub fn loss(rates: &LayerRates, samples: &[Sample<'_>]) -> f64 {
+    samples
+        .iter()
+        .map(|s| {
+            (rates.step_seconds(s.layers, s.batch) / s.seconds)
+                .ln()
+                .powi(2)
+        })
+        .sum()
+}
+
+/// The rates that best explain `samples` within `limits`.
+pub fn fit(samples: &[Sample<'_>], limits: &Limits) -> LayerRates {
+    let b = bounds(limits);
+    let lo = b.map(|(l, _)| l.ln());
+    let hi = b.map(|(_, h)| h.ln());
+    let f = |x: &[f64; DIMS]| loss(&rates(x), samples);
+    let mut best: Option<([f64; DIMS], f64)> = None;
+    for half in [1.0, 8.0, 32.0] {
+        for kernel in [0.01, 5.0] {
+            let start = [
+                limits.peak_tflops * 0.5,
+                limits.peak_tflops * 0.5,
+                half,
+                limits.memory_tbps * 0.5,
+                kernel,
+                30.0,
+            ]
+            .map(f64::ln);
+            let mut x = start;
+            let mut fx = f(&x);
+            // Restart from the optimum: a collapsed simplex can stall short of it.
+            for _ in 0..4 {
+                (x, fx) = nelder_mead(&f, x, &lo, &hi);
+            }
+            if best.is_none_or(|(_, fb)| fx < fb) {
+                best = Some((x, fx));
+            }
+        }
+    }
+    let (x, _) = best.expect("at least one start");
+    rates(&x)
+}
+
+/// Minimises `f` from `start` inside the box `[lo, hi]` (points are clamped into it).
+fn nelder_mead(
+    f: &impl Fn(&[f64; DIMS]) -> f64,
+    start: [f64; DIMS],
+    lo: &[f64; DIMS],
+    hi: &[f64; DIMS],
+) -> ([f64; DIMS], f64) {
+    let clamp = |mut x: [f64; DIMS]| {
+        for i in 0..DIMS {
+            x[i] = x[i].clamp(lo[i], hi[i]);
+        }
+        x
+    };
+    let mut simplex: Vec<([f64; DIMS], f64)> = Vec::with_capacity(DIMS + 1);
+    let x0 = clamp(start);
+    simplex.push((x0, f(&x0)));
+    for i in 0..DIMS {
+        let mut x = x0;
+        let step = 0.5_f64.max(0.1 * (hi[i] - lo[i]));
+        x[i] = if x[i] + step <= hi[i] {
+            x[i] + step
+        } else {
+            x[i] - step
+        };
+        let x = clamp(x);
+        simplex.push((x, f(&x)));
+    }
+    for _ in 0..5000 {
+        simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let (best, worst) = (simplex[0].1, simplex[DIMS].1);
+        if (worst - best).abs() <= 1e-15 * (1.0 + best.abs()) {
+            break;
+        }
+        let mut centroid = [0.0; DIMS];
+        for (x, _) in &simplex[..DIMS] {
+            for i in 0..DIMS {
+                centroid[i] += x[i] / DIMS as f64;
+            }
+        }
+        let along = |t: f64| {
+            let mut y = [0.0; DIMS];
+            for i in 0..DIMS {
+                y[i] = centroid[i] + t * (simplex[DIMS].0[i] - centroid[i]);
+            }
+            clamp(y)
+        };
+        let xr = along(-1.0);
+        let fr = f(&xr);
+        if fr < simplex[0].1 {
+            let xe = along(-2.0);
+            let fe = f(&xe);
+            simplex[DIMS] = if fe < fr { (xe, fe) } else { (xr, fr) };
+        } else if fr < simplex[DIMS - 1].1 {
+            simplex[DIMS] = (xr, fr);
+        } else {
+            let (xc, fc) = if fr < simplex[DIMS].1 {
+                let xc = along(-0.5);
+                (xc, f(&xc))
+            } else {
+                let xc = along(0.5);
+                (xc, f(&xc))
+            };
+            if fc < simplex[DIMS].1.min(fr) {
+                simplex[DIMS] = (xc, fc);
+            } else {
+                let x0 = simplex[0].0;
+                for (x, fx) in simplex.iter_mut().skip(1) {
+                    for i in 0..DIMS {
+                        x[i] = x0[i] + 0.5 * (x[i] - x0[i]);
+                    }
+                    *fx = f(x);
+                }
+            }
+        }
+    }
+    simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
+    simplex[0]
+}

@@ -1,0 +1,274 @@
+//! The per-layer cost model of a calibrated device: what a training step costs given the
+//! model's per-layer facts ([`LayerCost`]) rather than its FLOP count alone.
+//!
+//! A GPU training step in an eager framework is a stream of kernels. The host dispatches them
+//! one by one while the device runs them, so a step takes the longer of the two:
+//!
+//! ```text
+//! step(b) = max(gpu(b), cpu)
+//! gpu(b)  = Σ_layers 3·(b + h)·(F_conv/R_conv + F_1x1/R_1x1 + F_fc/R_fc)
+//!         + (3·A·b + 5·P) / BW + K·t_kernel
+//! cpu     = Σ_layers K·t_dispatch
+//! ```
+//!
+//! with, per layer, `F_*` the forward FLOPs per sample of each arithmetic kind (backward costs
+//! twice the forward, hence 3), `A` the activation bytes per sample its forward operations read
+//! and write (the backward moves about twice as much, hence 3), `P` its parameter bytes (read in
+//! the forward and backward passes, gradient written, update read and written: 5 passes) and
+//! `K` its kernels. The rates `R_*`, the batch `h` at which small batches reach half the
+//! arithmetic rate (a kernel on few samples does not fill the device), the effective memory
+//! bandwidth `BW`, the device time per kernel and the host time per kernel are fitted to
+//! measurements per precision mode (see [`crate::calibrate`]).
+
+use crate::cost::LayerCost;
+use crate::error::{EngineError, Result};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Training FLOPs per forward FLOP (forward + backward).
+const TRAIN_FLOPS: f64 = 3.0;
+/// Activation traffic of a training step per forward byte.
+const TRAIN_ACTIVATION_PASSES: f64 = 3.0;
+/// Parameter-sized passes of a training step (forward read, backward read, gradient write,
+/// update read of weights and gradients folded with the write).
+const TRAIN_PARAM_PASSES: f64 = 5.0;
+
+/// The numeric mode a device runs a training step in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// fp32 arithmetic on the CUDA cores (TF32 off).
+    Fp32,
+    /// fp32 storage, TF32 tensor-core arithmetic.
+    Tf32,
+    /// bf16 mixed precision (autocast).
+    Bf16,
+}
+
+impl Precision {
+    /// Every mode, in a fixed order.
+    pub const ALL: [Precision; 3] = [Precision::Fp32, Precision::Tf32, Precision::Bf16];
+
+    /// The config spelling (`fp32`, `tf32`, `bf16`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "fp32" => Ok(Precision::Fp32),
+            "tf32" => Ok(Precision::Tf32),
+            "bf16" => Ok(Precision::Bf16),
+            _ => Err(format!(
+                "unknown precision \"{s}\"; known: fp32, tf32, bf16"
+            )),
+        }
+    }
+}
+
+/// The fitted rates of one precision mode; see the module docs for the formula.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerRates {
+    /// Saturated rate of spatial convolutions, TFLOP/s of nominal (direct-convolution) work;
+    /// Winograd and FFT algorithms can put it above the device's peak.
+    pub conv_tflops: f64,
+    /// Saturated rate of 1 × 1 convolutions, TFLOP/s.
+    pub pointwise_tflops: f64,
+    /// Saturated rate of fully-connected layers (matrix products), TFLOP/s.
+    pub matmul_tflops: f64,
+    /// Batch at which arithmetic reaches half its saturated rate.
+    pub half_batch: f64,
+    /// Effective memory bandwidth of memory-bound work, TB/s.
+    pub memory_tbps: f64,
+    /// Device time every kernel costs besides its work, µs.
+    pub kernel_us: f64,
+    /// Host time to dispatch one kernel, µs: the floor of a step of small kernels.
+    pub dispatch_us: f64,
+}
+
+impl LayerRates {
+    /// The rates as a parameter vector, in [`LayerRates::NAMES`] order (what the fit varies).
+    pub fn to_vec(&self) -> [f64; 7] {
+        [
+            self.conv_tflops,
+            self.pointwise_tflops,
+            self.matmul_tflops,
+            self.half_batch,
+            self.memory_tbps,
+            self.kernel_us,
+            self.dispatch_us,
+        ]
+    }
+
+    /// Rates from a parameter vector in [`LayerRates::NAMES`] order.
+    pub fn from_vec(v: [f64; 7]) -> LayerRates {
+        LayerRates {
+            conv_tflops: v[0],
+            pointwise_tflops: v[1],
+            matmul_tflops: v[2],
+            half_batch: v[3],
+            memory_tbps: v[4],
+            kernel_us: v[5],
+            dispatch_us: v[6],
+        }
+    }
+
+    /// Field names, in parameter-vector order.
+    pub const NAMES: [&'static str; 7] = [
+        "conv_tflops",
+        "pointwise_tflops",
+        "matmul_tflops",
+        "half_batch",
+        "memory_tbps",
+        "kernel_us",
+        "dispatch_us",
+    ];
+
+    /// Seconds of one training step of `batch` samples through `layers`.
+    pub fn step_seconds(&self, layers: &[LayerCost], batch: f64) -> f64 {
+        let (device, host) = self.step_parts(layers, batch);
+        device.max(host)
+    }
+
+    /// The two sides of a step: (device seconds, host dispatch seconds); the step takes the
+    /// longer.
+    pub fn step_parts(&self, layers: &[LayerCost], batch: f64) -> (f64, f64) {
+        let (mut gpu, mut kernels) = (0.0, 0.0);
+        let fill = batch + self.half_batch;
+        for l in layers {
+            gpu += TRAIN_FLOPS
+                * fill
+                * (l.conv_flops / (self.conv_tflops * 1e12)
+                    + l.pointwise_flops / (self.pointwise_tflops * 1e12)
+                    + l.matmul_flops / (self.matmul_tflops * 1e12));
+            gpu += (TRAIN_ACTIVATION_PASSES * l.activation_bytes * batch
+                + TRAIN_PARAM_PASSES * l.param_bytes)
+                / (self.memory_tbps * 1e12);
+            kernels += l.kernels;
+        }
+        gpu += kernels * self.kernel_us * 1e-6;
+        (gpu, kernels * self.dispatch_us * 1e-6)
+    }
+
+    /// Checks every rate is a positive (`half_batch`, `kernel_us`, `dispatch_us`: non-negative)
+    /// finite number; errors name `key.<field>`.
+    pub fn validate(&self, key: &str) -> Result<()> {
+        for (i, (name, v)) in Self::NAMES.iter().zip(self.to_vec()).enumerate() {
+            let may_be_zero = i >= 5 || i == 3;
+            let ok = v.is_finite() && (v > 0.0 || (may_be_zero && v == 0.0));
+            if !ok {
+                let want = if may_be_zero {
+                    "must be a number >= 0"
+                } else {
+                    "must be a positive number"
+                };
+                return Err(EngineError::config(format!("{key}.{name}"), v, want));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A device's fitted rates per precision mode (a mode may be missing if it was not measured).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerModel {
+    /// fp32 rates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp32: Option<LayerRates>,
+    /// TF32 rates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tf32: Option<LayerRates>,
+    /// bf16 rates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bf16: Option<LayerRates>,
+}
+
+impl LayerModel {
+    /// The rates of `mode`, if fitted.
+    pub fn rates(&self, mode: Precision) -> Option<&LayerRates> {
+        match mode {
+            Precision::Fp32 => self.fp32.as_ref(),
+            Precision::Tf32 => self.tf32.as_ref(),
+            Precision::Bf16 => self.bf16.as_ref(),
+        }
+    }
+
+    /// Sets the rates of `mode`.
+    pub fn set(&mut self, mode: Precision, rates: LayerRates) {
+        match mode {
+            Precision::Fp32 => self.fp32 = Some(rates),
+            Precision::Tf32 => self.tf32 = Some(rates),
+            Precision::Bf16 => self.bf16 = Some(rates),
+        }
+    }
+
+    /// The modes that have rates.
+    pub fn modes(&self) -> Vec<Precision> {
+        Precision::ALL
+            .into_iter()
+            .filter(|&m| self.rates(m).is_some())
+            .collect()
+    }
+
+    /// The same model with every mode's memory bandwidth scaled by `factor` (a device of the
+    /// same chip with other memory).
+    pub fn with_memory_scaled(&self, factor: f64) -> LayerModel {
+        let scale = |r: &Option<LayerRates>| {
+            r.map(|mut r| {
+                r.memory_tbps *= factor;
+                r
+            })
+        };
+        LayerModel {
+            fp32: scale(&self.fp32),
+            tf32: scale(&self.tf32),
+            bf16: scale(&self.bf16),
+        }
+    }
+
+    /// Checks every mode's rates; errors name `key.<mode>.<field>`.
+    pub fn validate(&self, key: &str) -> Result<()> {
+        for mode in Precision::ALL {
+            if let Some(r) = self.rates(mode) {
+                r.validate(&format!("{key}.{mode}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The built-in H200 model: rates fitted by `concord calibrate` to the PyTorch step times in
+/// `bench/calibration/h200-torch-sweep.json` (VGG-16, ResNet-50, AlexNet, Inception-V3;
+/// batches 8–256; fp32, TF32, bf16). Refit with
+/// `concord calibrate --from bench/calibration/h200-torch-sweep.json`.
+pub fn fitted_h200() -> LayerModel {
+    let r = |v: [f64; 7]| Some(LayerRates::from_vec(v));
+    LayerModel {
+        fp32: r(H200_FP32),
+        tf32: r(H200_TF32),
+        bf16: r(H200_BF16),
+    }
+}
+
+/// Fitted H200 fp32 rates, [`LayerRates::NAMES`] order.
+const H200_FP32: [f64; 7] = [80.52, 67.0, 67.0, 4.773, 2.12, 28.83, 48.69];
+/// Fitted H200 TF32 rates, [`LayerRates::NAMES`] order.
+const H200_TF32: [f64; 7] = [163.8, 136.8, 136.8, 0.001, 4.8, 23.95, 58.28];
+/// Fitted H200 bf16 rates, [`LayerRates::NAMES`] order.
+const H200_BF16: [f64; 7] = [327.1, 185.6, 185.6, 0.001, 4.8, 31.27, 72.32];
