@@ -1,16 +1,10 @@
 //! The command line: a good run writes its folder; bad input exits non-zero naming what is wrong.
 
 use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn concord(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_concord"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("CONCORD_WORKERS")
-        .output()
-        .expect("runs the binary")
-}
+use common::concord;
+use std::process::Command;
 
 /// Runs a failing command; returns its stderr.
 fn fails(args: &[&str]) -> String {

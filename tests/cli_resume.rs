@@ -2,16 +2,10 @@
 //! would change the job.
 
 use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn concord(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_concord"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("CONCORD_WORKERS")
-        .output()
-        .expect("runs the binary")
-}
+use common::concord;
+use std::process::Output;
 
 fn ok(out: &Output) {
     assert!(

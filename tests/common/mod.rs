@@ -16,3 +16,14 @@ pub fn on_slow_devices(cfg: RunConfig) -> RunConfig {
 pub fn run(cfg: &RunConfig) -> RunResult {
     concord_test_support::run_with(&concord::registry(), cfg)
 }
+
+/// Runs the `concord` binary with `args` in `dir` (with `CONCORD_WORKERS` unset, so the
+/// environment of the test run does not leak into the config).
+pub fn concord(args: &[&str], dir: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_concord"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CONCORD_WORKERS")
+        .output()
+        .expect("runs the binary")
+}
