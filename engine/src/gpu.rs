@@ -61,6 +61,9 @@ fn cuda_device(ordinal: u32) -> Result<Device> {
 const NO_CUDA: &str = "this build has no `cuda` feature; build with `--features cuda` \
      (README, \"GPUs\": `cargo xtask cuda-env` sets up the build)";
 
+/// Why a build without the `nccl` feature cannot run `collective = "nccl"`.
+pub(crate) const NO_NCCL: &str = "this build has no `nccl` feature; build with `--features nccl`";
+
 /// How many GPUs this process sees (after `CUDA_VISIBLE_DEVICES`); an error naming the cause when
 /// the CUDA driver cannot be used at all (no driver, a stub library, no `cuda` feature).
 pub fn visible_gpus() -> Result<usize> {
@@ -124,11 +127,7 @@ pub(crate) fn check_job(config: &RunConfig, cluster: &Cluster) -> Result<()> {
 /// NCCL needs the feature, then what [`check_nccl_members`] checks.
 fn check_nccl(config: &RunConfig, cluster: &Cluster) -> Result<()> {
     if !NCCL_BUILD {
-        return Err(EngineError::config(
-            "collective",
-            "\"nccl\"",
-            "this build has no `nccl` feature; build with `--features nccl`",
-        ));
+        return Err(EngineError::config("collective", "\"nccl\"", NO_NCCL));
     }
     check_nccl_members(config, cluster)
 }

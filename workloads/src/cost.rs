@@ -57,15 +57,6 @@ impl LayerCost {
         self.conv_flops + self.pointwise_flops + self.matmul_flops
     }
 
-    /// Forward FLOPs per sample of one arithmetic kind.
-    pub fn flops_of(&self, kind: ArithKind) -> f64 {
-        match kind {
-            ArithKind::Conv => self.conv_flops,
-            ArithKind::Pointwise => self.pointwise_flops,
-            ArithKind::Matmul => self.matmul_flops,
-        }
-    }
-
     /// Records an arithmetic operation of `macs` multiply-adds per sample reading `input` and
     /// writing `output` elements per sample.
     pub fn arith(&mut self, kind: ArithKind, macs: u64, input: u64, output: u64) {

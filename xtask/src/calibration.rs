@@ -59,8 +59,13 @@ impl Row<'_> {
 }
 
 /// Milliseconds the simulator charges one worker for one training step of `model` with `batch`
-/// samples on `device`.
-fn simulated_step_ms(model: &str, batch: u32, device: DeviceProfile) -> anyhow::Result<f64> {
+/// samples on `device`, with the strategies of `registry`.
+fn simulated_step_ms(
+    registry: &concord_engine::registry::Registry,
+    model: &str,
+    batch: u32,
+    device: DeviceProfile,
+) -> anyhow::Result<f64> {
     let mut cfg = RunConfig {
         workers: 1,
         servers: 1,
@@ -74,7 +79,6 @@ fn simulated_step_ms(model: &str, batch: u32, device: DeviceProfile) -> anyhow::
     };
     cfg.cluster.devices.insert("calibrated".into(), device);
     cfg.cluster.default_device = "calibrated".into();
-    let registry = concord::registry();
     let asm = registry.compose(&cfg)?;
     let r = concord_engine::run(&cfg, &asm, RunOptions::default())
         .with_context(|| format!("{model} b{batch}"))?;
@@ -97,6 +101,7 @@ pub fn run(args: &CalibrationArgs) -> anyhow::Result<()> {
         precision: None,
         ..builtins.get("h100").context("no h100 profile")?.clone()
     };
+    let registry = concord::registry();
     let mut rows = Vec::with_capacity(points.len());
     for p in &points {
         let device = DeviceProfile {
@@ -105,25 +110,24 @@ pub fn run(args: &CalibrationArgs) -> anyhow::Result<()> {
         };
         rows.push(Row {
             point: p,
-            sim_ms: simulated_step_ms(&p.model, p.batch, device)?,
-            old_ms: simulated_step_ms(&p.model, p.batch, old.clone())?,
+            sim_ms: simulated_step_ms(&registry, &p.model, p.batch, device)?,
+            old_ms: simulated_step_ms(&registry, &p.model, p.batch, old.clone())?,
         });
     }
     let loo = calibrate::leave_one_out(&points, "h200");
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     write_csv(&args.out.join("results.csv"), &rows)?;
-    let report = report(&args.from, &rows, &loo);
+    let report = report(&args.from, &h200, &rows, &loo);
     std::fs::write(args.out.join("REPORT.md"), &report)?;
     print!("{report}");
     eprintln!("wrote {}", args.out.display());
     Ok(())
 }
 
-/// Whether the built-in h200 model finds `p`'s step bound by host dispatch.
-fn host_bound(p: &Measurement) -> bool {
-    DeviceProfile::builtins()["h200"]
-        .layers
+/// Whether `h200`'s model finds `p`'s step bound by host dispatch.
+fn host_bound(h200: &DeviceProfile, p: &Measurement) -> bool {
+    h200.layers
         .as_ref()
         .and_then(|m| m.rates(p.mode))
         .is_some_and(|r| {
@@ -168,7 +172,12 @@ fn worst<'a, 'b: 'a>(
     rows.max_by(|a, b| err(a).abs().total_cmp(&err(b).abs()))
 }
 
-fn report(from: &Path, rows: &[Row<'_>], loo: &[(String, Precision, f64)]) -> String {
+fn report(
+    from: &Path,
+    h200: &DeviceProfile,
+    rows: &[Row<'_>],
+    loo: &[(String, Precision, f64)],
+) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# Calibration: simulated vs measured step times\n");
     let _ = writeln!(
@@ -201,7 +210,7 @@ fn report(from: &Path, rows: &[Row<'_>], loo: &[(String, Precision, f64)]) -> St
     }
     let missed: Vec<&Row<'_>> = rows.iter().filter(|r| r.err().abs() > GOAL_PCT).collect();
     if !missed.is_empty() {
-        let host_bound = missed.iter().filter(|r| host_bound(r.point)).count();
+        let host_bound = missed.iter().filter(|r| host_bound(h200, r.point)).count();
         let below = rows
             .iter()
             .filter(|r| {

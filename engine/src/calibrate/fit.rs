@@ -84,10 +84,9 @@ pub fn fit(samples: &[Sample<'_>], limits: &Limits) -> LayerRates {
                 30.0,
             ]
             .map(f64::ln);
-            let mut x = start;
-            let mut fx = f(&x);
+            let (mut x, mut fx) = nelder_mead(&f, start, &lo, &hi);
             // Restart from the optimum: a collapsed simplex can stall short of it.
-            for _ in 0..4 {
+            for _ in 1..4 {
                 (x, fx) = nelder_mead(&f, x, &lo, &hi);
             }
             if best.is_none_or(|(_, fb)| fx < fb) {

@@ -79,6 +79,6 @@ async fn nccl_backend(_: &mut RoleContext, _: &Job, _: &Group) -> Result<Backend
     Err(crate::error::EngineError::config(
         "collective",
         "\"nccl\"",
-        "this build has no `nccl` feature; build with `--features nccl`",
+        crate::gpu::NO_NCCL,
     ))
 }

@@ -11,32 +11,25 @@
 use super::builder::{Net, Shape};
 use super::ModelProfile;
 
+/// What tells the two AlexNet layouts apart: input side, conv1's width and padding, and the
+/// widths of conv2–conv5 (the kernels, strides, pools and classifier are shared).
+struct Layout {
+    name: &'static str,
+    input: &'static str,
+    side: u64,
+    conv1: (u64, u64),
+    widths: [u64; 4],
+}
+
 /// AlexNet (MXNet variant): 5 conv + 3 fc layers, 16 tensors, 62.38 M parameters.
 pub fn alexnet() -> ModelProfile {
-    let mut net = Net::new(
-        "alexnet",
-        "3x227x227 (ImageNet, 1000 classes)",
-        Shape::new(3, 227, 227),
-        true,
-    );
-    net.layer("conv1", |l, x| {
-        let y = l.conv("conv1", x, 96, 11, 4, 0);
-        l.pool(y, 3, 2, 0, false)
-    });
-    net.layer("conv2", |l, x| {
-        let y = l.conv("conv2", x, 256, 5, 1, 2);
-        l.pool(y, 3, 2, 0, false)
-    });
-    net.layer("conv3", |l, x| l.conv("conv3", x, 384, 3, 1, 1));
-    net.layer("conv4", |l, x| l.conv("conv4", x, 384, 3, 1, 1));
-    net.layer("conv5", |l, x| {
-        let y = l.conv("conv5", x, 256, 3, 1, 1);
-        l.pool(y, 3, 2, 0, false)
-    });
-    net.layer("fc6", |l, x| l.fc("fc6", x, 4096));
-    net.layer("fc7", |l, x| l.fc("fc7", x, 4096));
-    net.layer("fc8", |l, x| l.fc("fc8", x, 1000));
-    net.finish()
+    build(&Layout {
+        name: "alexnet",
+        input: "3x227x227 (ImageNet, 1000 classes)",
+        side: 227,
+        conv1: (96, 0),
+        widths: [256, 384, 384, 256],
+    })
 }
 
 /// AlexNet as torchvision builds it (`torchvision.models.alexnet`, after the "one weird trick"
@@ -45,24 +38,38 @@ pub fn alexnet() -> ModelProfile {
 /// classifier; 61.10 M parameters, ≈ 0.71 GMACs. Same layer and tensor names as [`alexnet`].
 /// It is the AlexNet of PyTorch measurements (the H200 calibration sweep).
 pub fn alexnet_torchvision() -> ModelProfile {
+    build(&Layout {
+        name: "alexnet-tv",
+        input: "3x224x224 (ImageNet, 1000 classes; torchvision layout)",
+        side: 224,
+        conv1: (64, 2),
+        widths: [192, 384, 256, 256],
+    })
+}
+
+/// The AlexNet stack of `layout`: conv1 11 × 11 / 4 and conv2 5 × 5 each followed by a
+/// 3 × 3 / 2 max-pool, three 3 × 3 convolutions with a pool after the last, then fc6–fc8.
+fn build(layout: &Layout) -> ModelProfile {
+    let [w2, w3, w4, w5] = layout.widths;
+    let (w1, pad1) = layout.conv1;
     let mut net = Net::new(
-        "alexnet-tv",
-        "3x224x224 (ImageNet, 1000 classes; torchvision layout)",
-        Shape::new(3, 224, 224),
+        layout.name,
+        layout.input,
+        Shape::new(3, layout.side, layout.side),
         true,
     );
     net.layer("conv1", |l, x| {
-        let y = l.conv("conv1", x, 64, 11, 4, 2);
+        let y = l.conv("conv1", x, w1, 11, 4, pad1);
         l.pool(y, 3, 2, 0, false)
     });
     net.layer("conv2", |l, x| {
-        let y = l.conv("conv2", x, 192, 5, 1, 2);
+        let y = l.conv("conv2", x, w2, 5, 1, 2);
         l.pool(y, 3, 2, 0, false)
     });
-    net.layer("conv3", |l, x| l.conv("conv3", x, 384, 3, 1, 1));
-    net.layer("conv4", |l, x| l.conv("conv4", x, 256, 3, 1, 1));
+    net.layer("conv3", |l, x| l.conv("conv3", x, w3, 3, 1, 1));
+    net.layer("conv4", |l, x| l.conv("conv4", x, w4, 3, 1, 1));
     net.layer("conv5", |l, x| {
-        let y = l.conv("conv5", x, 256, 3, 1, 1);
+        let y = l.conv("conv5", x, w5, 3, 1, 1);
         l.pool(y, 3, 2, 0, false)
     });
     net.layer("fc6", |l, x| l.fc("fc6", x, 4096));

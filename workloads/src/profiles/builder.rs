@@ -93,7 +93,6 @@ pub(crate) fn concat(parts: &[Shape]) -> Shape {
 pub(crate) struct Layer {
     conv_bias: bool,
     tensors: Vec<TensorProfile>,
-    macs: u64,
     cost: LayerCost,
 }
 
@@ -140,7 +139,6 @@ impl Layer {
         if self.conv_bias {
             self.push(name, "bias", cout);
         }
-        self.macs += y.h * y.w * weight;
         let kind = if k == (1, 1) {
             ArithKind::Pointwise
         } else {
@@ -166,7 +164,6 @@ impl Layer {
         let weight = x.elems() * out;
         self.push(name, "weight", weight);
         self.push(name, "bias", out);
-        self.macs += weight;
         self.cost.arith(ArithKind::Matmul, weight, x.elems(), out);
         self.cost.activation(out);
         Shape::new(out, 1, 1)
@@ -230,7 +227,6 @@ impl Net {
         let mut layer = Layer {
             conv_bias: self.conv_bias,
             tensors: Vec::new(),
-            macs: 0,
             cost: LayerCost::default(),
         };
         let out = body(&mut layer, self.shape);
@@ -238,7 +234,7 @@ impl Net {
         self.layers.push(LayerProfile {
             name: name.to_owned(),
             tensors: layer.tensors,
-            forward_flops: 2.0 * layer.macs as f64,
+            forward_flops: layer.cost.forward_flops(),
             activation_bytes: out.elems() * F32,
             cost: layer.cost,
         });
