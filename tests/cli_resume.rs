@@ -1,10 +1,10 @@
 //! `concord train --resume RUN_DIR`: continues a run folder from its checkpoint; refuses what
 //! would change the job.
 
-use std::path::Path;
 mod common;
 
 use common::concord;
+use std::path::Path;
 use std::process::Output;
 
 fn ok(out: &Output) {
@@ -13,6 +13,18 @@ fn ok(out: &Output) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `train --resume run` with `sets` (`--set` pairs) in `dir`, expected to fail: its stderr.
+fn resume_refused(run: &str, sets: &[&str], dir: &Path) -> String {
+    let mut args = vec!["train", "--quiet", "--resume", run];
+    args.extend_from_slice(sets);
+    let out = concord(&args, dir);
+    assert!(
+        !out.status.success(),
+        "resuming {run} with {sets:?} should fail"
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn rows(dir: &Path) -> Vec<serde_json::Value> {
@@ -90,21 +102,11 @@ fn resume_refuses_a_change_to_the_job_naming_the_key() {
     let mut first = vec!["train", "--quiet", "--set", "iterations=4", "--out", run_s];
     first.extend_from_slice(&JOB);
     ok(&concord(&first, dir.path()));
-    let out = concord(
-        &[
-            "train",
-            "--quiet",
-            "--resume",
-            run_s,
-            "--set",
-            "iterations=8",
-            "--set",
-            "batch=7",
-        ],
+    let err = resume_refused(
+        run_s,
+        &["--set", "iterations=8", "--set", "batch=7"],
         dir.path(),
     );
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("`batch`") && err.contains("iterations"),
         "{err}"
@@ -115,12 +117,7 @@ fn resume_refuses_a_change_to_the_job_naming_the_key() {
 #[test]
 fn resume_of_a_folder_without_a_checkpoint_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    let out = concord(
-        &["train", "--quiet", "--resume", dir.path().to_str().unwrap()],
-        dir.path(),
-    );
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = resume_refused(dir.path().to_str().unwrap(), &[], dir.path());
     assert!(err.contains("checkpoint.safetensors"), "{err}");
 }
 
@@ -142,18 +139,6 @@ fn resume_of_a_strategy_that_cannot_resume_names_it() {
         run_s,
     ];
     ok(&concord(&first, dir.path()));
-    let out = concord(
-        &[
-            "train",
-            "--quiet",
-            "--resume",
-            run_s,
-            "--set",
-            "iterations=6",
-        ],
-        dir.path(),
-    );
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = resume_refused(run_s, &["--set", "iterations=6"], dir.path());
     assert!(err.contains("`rna` cannot resume"), "{err}");
 }

@@ -1,47 +1,10 @@
 //! Bad input stops `concord train` before any work: nothing is written, and the error names the
 //! cause. And `--overwrite` leaves nothing of an earlier run.
 
+mod common;
+
+use common::{concord_with_env as concord, nothing_written, rejected, FAST};
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn concord(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_concord"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("CONCORD_WORKERS")
-        .envs(env.iter().copied())
-        .output()
-        .expect("runs the binary")
-}
-
-const FAST: [&str; 6] = [
-    "train",
-    "--quiet",
-    "--set",
-    "iterations=2",
-    "--set",
-    "workers=2",
-];
-
-/// Runs `train` with `extra` in a fresh folder, expecting failure; its stderr and the folder.
-fn rejected(extra: &[&str], env: &[(&str, &str)]) -> (String, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut args = FAST.to_vec();
-    args.extend_from_slice(extra);
-    let out = concord(&args, dir.path(), env);
-    assert!(!out.status.success(), "{extra:?} should fail");
-    (String::from_utf8_lossy(&out.stderr).into_owned(), dir)
-}
-
-/// Nothing but `keep` in `dir`: the run wrote nothing (no `runs/`, no `--out` folder).
-fn nothing_written(dir: &Path, keep: &[&str]) {
-    let left: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| !keep.contains(&n.as_str()))
-        .collect();
-    assert!(left.is_empty(), "the run wrote {left:?}");
-}
 
 fn idx_data(dir: &Path, train_labels: &[u8], test_labels: &[u8], classes: Option<u32>) -> String {
     use concord::engine::data::{write_idx_images, write_idx_labels};

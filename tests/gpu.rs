@@ -57,13 +57,18 @@ fn default_config_on_cuda_reaches_the_cpu_runs_accuracy() {
     assert_eq!(a.summary.run_time_s, b.summary.run_time_s);
 }
 
-#[test]
-fn bsp_on_gpu_matches_cpu_parameters() {
-    let cfg = small(4, 32, 20);
+/// Runs `cfg` on the CPU and on CUDA and checks their final parameters agree to `1e-4` of the
+/// largest parameter; prints the difference under `label`.
+fn assert_gpu_matches_cpu(label: &str, cfg: RunConfig) {
     let (a, b) = (run(&cfg), run(&on_cuda(cfg)));
     let diff = relative_param_diff(&a, &b);
-    println!("BSP 4 workers x 20 clocks: max |cpu - cuda| / max |param| = {diff:.2e}");
-    assert!(diff < 1e-4, "relative difference {diff}");
+    println!("{label}: max |cpu - cuda| / max |param| = {diff:.2e}");
+    assert!(diff < 1e-4, "{label}: relative difference {diff}");
+}
+
+#[test]
+fn bsp_on_gpu_matches_cpu_parameters() {
+    assert_gpu_matches_cpu("BSP 4 workers x 20 clocks", small(4, 32, 20));
 }
 
 #[test]
@@ -72,10 +77,7 @@ fn cnn_on_gpu_matches_cpu_parameters() {
     cfg.model = toml::from_str("kind = \"cnn\"\nimage = [3, 8, 8]").expect("cnn model");
     cfg.data = toml::from_str("kind = \"blobs\"\ndim = 192\nclasses = 4\ntrain = 512\ntest = 128")
         .expect("image-shaped data");
-    let (a, b) = (run(&cfg), run(&on_cuda(cfg)));
-    let diff = relative_param_diff(&a, &b);
-    println!("CNN (cuDNN convolutions) 2 workers x 5 clocks: relative difference {diff:.2e}");
-    assert!(diff < 1e-4, "relative difference {diff}");
+    assert_gpu_matches_cpu("CNN (cuDNN convolutions) 2 workers x 5 clocks", cfg);
 }
 
 #[test]

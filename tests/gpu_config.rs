@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::{nothing_written, rejected};
+
 /// A device `gpu` computing on CUDA, used by every worker.
 const ON_GPU: [&str; 4] = [
     "--set",
@@ -11,53 +13,37 @@ const ON_GPU: [&str; 4] = [
     "cluster.default_device=\"gpu\"",
 ];
 
-/// A short `train` with `extra` settings, expected to fail: its stderr, and whether the folder it
-/// ran in is still empty.
-fn refused(extra: &[&str]) -> (String, bool) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "train",
-        "--quiet",
-        "--set",
-        "iterations=2",
-        "--set",
-        "workers=2",
-    ];
-    args.extend_from_slice(extra);
-    let out = common::concord(&args, dir.path());
-    assert!(!out.status.success(), "{extra:?} should fail");
-    let empty = std::fs::read_dir(dir.path()).unwrap().next().is_none();
-    (String::from_utf8_lossy(&out.stderr).into_owned(), empty)
-}
-
 #[cfg(not(feature = "cuda"))]
 #[test]
 fn a_cuda_device_in_a_build_without_the_feature_is_refused() {
-    let (e, empty) = refused(&ON_GPU);
+    let (e, dir) = rejected(&ON_GPU, &[]);
     assert!(
         e.contains("cluster.devices.gpu.backend") && e.contains("`cuda` feature"),
         "{e}"
     );
-    assert!(empty, "the refused run wrote files");
+    nothing_written(dir.path(), &[]);
 }
 
 #[cfg(not(feature = "nccl"))]
 #[test]
 fn nccl_in_a_build_without_the_feature_is_refused() {
-    let (e, empty) = refused(&["--set", "collective=\"nccl\""]);
+    let (e, dir) = rejected(&["--set", "collective=\"nccl\""], &[]);
     assert!(
         e.contains("`collective`") && e.contains("`nccl` feature"),
         "{e}"
     );
-    assert!(empty, "the refused run wrote files");
+    nothing_written(dir.path(), &[]);
 }
 
 #[test]
 fn an_unknown_backend_names_the_choices() {
-    let (e, _) = refused(&[
-        "--set",
-        "cluster.devices.gpu={peak_tflops=1.0, memory_gib=1.0, nic_gbps=1.0, latency_us=1.0, backend=\"rocm\"}",
-    ]);
+    let (e, _) = rejected(
+        &[
+            "--set",
+            "cluster.devices.gpu={peak_tflops=1.0, memory_gib=1.0, nic_gbps=1.0, latency_us=1.0, backend=\"rocm\"}",
+        ],
+        &[],
+    );
     assert!(
         e.contains("rocm") && e.contains("cpu") && e.contains("cuda"),
         "{e}"
@@ -71,10 +57,10 @@ fn a_cuda_build_without_a_usable_gpu_names_the_cause() {
     if concord::engine::gpu::visible_gpus().is_ok_and(|n| n > 0) {
         return;
     }
-    let (e, empty) = refused(&ON_GPU);
+    let (e, dir) = rejected(&ON_GPU, &[]);
     assert!(
         e.contains("cluster.devices.gpu.backend") && e.contains("no GPU"),
         "{e}"
     );
-    assert!(empty);
+    nothing_written(dir.path(), &[]);
 }

@@ -20,10 +20,50 @@ pub fn run(cfg: &RunConfig) -> RunResult {
 /// Runs the `concord` binary with `args` in `dir` (with `CONCORD_WORKERS` unset, so the
 /// environment of the test run does not leak into the config).
 pub fn concord(args: &[&str], dir: &std::path::Path) -> std::process::Output {
+    concord_with_env(args, dir, &[])
+}
+
+/// [`concord`] with the environment variables `env` set.
+pub fn concord_with_env(
+    args: &[&str],
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_concord"))
         .args(args)
         .current_dir(dir)
         .env_remove("CONCORD_WORKERS")
+        .envs(env.iter().copied())
         .output()
         .expect("runs the binary")
+}
+
+/// A short `train`: two workers, two iterations.
+pub const FAST: [&str; 6] = [
+    "train",
+    "--quiet",
+    "--set",
+    "iterations=2",
+    "--set",
+    "workers=2",
+];
+
+/// Runs [`FAST`] with `extra` in a fresh folder, expecting failure; its stderr and the folder.
+pub fn rejected(extra: &[&str], env: &[(&str, &str)]) -> (String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = FAST.to_vec();
+    args.extend_from_slice(extra);
+    let out = concord_with_env(&args, dir.path(), env);
+    assert!(!out.status.success(), "{extra:?} should fail");
+    (String::from_utf8_lossy(&out.stderr).into_owned(), dir)
+}
+
+/// Nothing but `keep` in `dir`: the run wrote nothing (no `runs/`, no `--out` folder).
+pub fn nothing_written(dir: &std::path::Path, keep: &[&str]) {
+    let left: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !keep.contains(&n.as_str()))
+        .collect();
+    assert!(left.is_empty(), "the run wrote {left:?}");
 }
