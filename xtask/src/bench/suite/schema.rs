@@ -116,6 +116,9 @@ pub struct Trend {
     pub strategy: String,
     /// The shape claimed.
     pub shape: Shape,
+    /// A model property rather than a paper result (see [`Claim::property`]).
+    #[serde(default)]
+    pub property: bool,
 }
 
 /// The shape of a metric across a sweep.
@@ -245,6 +248,11 @@ pub struct Claim {
     /// Largest relative difference that still matches the claim, if the paper states a range.
     #[serde(default)]
     pub by_at_most: Option<f64>,
+    /// A model property rather than a paper result: true by construction of the simulator or
+    /// the strategy (e.g. a cost the model charges as a constant), so it is checked and shown
+    /// apart and never counted among reproduced claims.
+    #[serde(default)]
+    pub property: bool,
 }
 
 impl ScenarioSpec {
