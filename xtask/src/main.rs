@@ -97,7 +97,7 @@ fn main() -> ExitCode {
         ),
         Task::Bench(args) => match bench::run(&args) {
             Ok(run) => {
-                bench::print_done(&run);
+                bench::print_done(&run, args.check);
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -64,4 +64,18 @@ pub enum BenchError {
         /// `scenario / strategy / seed` of each missing cell.
         missing: Vec<String>,
     },
+    /// `--check` found no committed record to compare with.
+    #[error("{}: no committed record to check against (run the suite without --check to write one)", path.display())]
+    NoRecord {
+        /// The record's CSV.
+        path: PathBuf,
+    },
+    /// `--check` found cells whose results differ from the committed record.
+    #[error("{} cell(s) moved against {}:\n  {}", moved.len(), path.display(), moved.join("\n  "))]
+    Moved {
+        /// The record's CSV.
+        path: PathBuf,
+        /// Each moved cell and what changed.
+        moved: Vec<String>,
+    },
 }

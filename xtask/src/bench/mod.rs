@@ -12,10 +12,12 @@
 //! - [`suite`] — suite files, their checks, and their expansion into cells;
 //! - [`runner`] — running cells, with the result cache;
 //! - [`report`] — rows, verdicts on claims, `results.csv`, `REPORT.md` and plots;
+//! - [`record`] — the committed record in `bench/results/<suite>/` and `--check` against it;
 //! - this file: the `cargo xtask bench` command, tying them together.
 
 pub mod error;
 pub mod plot;
+pub mod record;
 pub mod report;
 pub mod runner;
 pub mod suite;
@@ -47,9 +49,25 @@ pub struct BenchArgs {
     /// Rerun cells even if their result is cached.
     #[arg(long)]
     pub force: bool,
-    /// Output folder (default: bench/out/<suite>).
+    /// Output folder (default: bench/out/<suite>). A run into another folder does not update
+    /// the committed record.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Rerun the suite and compare every cell with the committed record in
+    /// bench/results/<suite>/ (which is left as it is): fails listing each cell that moved.
+    #[arg(long, conflicts_with = "filter")]
+    pub check: bool,
+}
+
+/// What a suite run does with the committed record in `bench/results/<suite>/`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordMode {
+    /// Leave it alone (a filtered run, or one into another folder).
+    Skip,
+    /// Replace the record in this folder when the run is complete (every cell has a result).
+    Write(PathBuf),
+    /// Compare the run with the record in this folder and fail on any cell that moved.
+    Check(PathBuf),
 }
 
 /// What one suite run produced.
@@ -67,10 +85,21 @@ pub struct SuiteRun {
     pub cached: usize,
     /// Wall-clock seconds.
     pub wall_s: f64,
+    /// How many paper claims and trends hold.
+    pub tally: report::markdown::verdicts::Tally,
+    /// Where the committed record was written or checked, if it was.
+    pub record: Option<PathBuf>,
 }
 
-/// Runs a suite and writes its report; the `cargo xtask bench` entry point.
+/// Runs a suite and writes its report, and writes or checks its committed record; the
+/// `cargo xtask bench` entry point.
 pub fn run(args: &BenchArgs) -> anyhow::Result<SuiteRun> {
+    run_with_record(args, true)
+}
+
+/// Runs a suite as [`run`] does; `record` false leaves the committed record alone whatever
+/// the arguments (CI's smoke run must not rewrite a tracked file).
+fn run_with_record(args: &BenchArgs, record: bool) -> anyhow::Result<SuiteRun> {
     let root = suite::load::workspace_root();
     // Relative paths inside run configs (e.g. a csv-trace file) are relative to the workspace
     // root, as for `cargo xtask train`.
@@ -96,17 +125,34 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<SuiteRun> {
         force: args.force,
         progress: true,
     };
-    run_suite(&suite, args.filter.as_deref(), &out_dir, &settings, &root)
+    let record_dir = record::record_dir(&root, &suite.name);
+    let record = if args.check {
+        RecordMode::Check(record_dir)
+    } else if record && args.filter.is_none() && args.out.is_none() {
+        RecordMode::Write(record_dir)
+    } else {
+        RecordMode::Skip
+    };
+    run_suite(
+        &suite,
+        args.filter.as_deref(),
+        &out_dir,
+        &settings,
+        &root,
+        record,
+    )
 }
 
-/// Runs `suite` into `out_dir` and writes the report. Fails if a cell failed (after writing
-/// the report for the others).
+/// Runs `suite` into `out_dir` and writes the report, then writes or checks the committed
+/// record as `record` says. Fails if a cell failed (after writing the report for the others),
+/// or if `--check` found a cell that moved.
 pub fn run_suite(
     suite: &Suite,
     filter: Option<&str>,
     out_dir: &Path,
     settings: &RunSettings,
     root: &Path,
+    record: RecordMode,
 ) -> anyhow::Result<SuiteRun> {
     let scenarios = suite.scenarios_expanded();
     let cells = suite.cells(&scenarios)?;
@@ -127,16 +173,14 @@ pub fn run_suite(
     let outcome = runner::run_suite(
         suite, &scenarios, &cells, &selected, &version, out_dir, settings,
     )?;
-    let rows = report::write_all(
-        out_dir,
-        &ReportInput {
-            suite,
-            scenarios: &scenarios,
-            cells: &cells,
-            results: &outcome.results,
-            code_version: &version,
-        },
-    )?;
+    let input = ReportInput {
+        suite,
+        scenarios: &scenarios,
+        cells: &cells,
+        results: &outcome.results,
+        code_version: &version,
+    };
+    let rows = report::write_all(out_dir, &input)?;
     if !outcome.failed.is_empty() {
         return Err(BenchError::CellsFailed {
             suite: suite.name.clone(),
@@ -144,6 +188,25 @@ pub fn run_suite(
         }
         .into());
     }
+    let tally = report::markdown::verdicts::tally(&input, &rows);
+    let recorded = match record {
+        RecordMode::Write(dir) if rows.len() == cells.len() => {
+            record::write_record(&dir, &report::markdown::record(&input, &rows), &rows)?;
+            Some(dir)
+        }
+        RecordMode::Check(dir) => {
+            let moved = record::compare(&dir, &rows)?;
+            if !moved.is_empty() {
+                return Err(BenchError::Moved {
+                    path: dir.join("results.csv"),
+                    moved: moved.iter().map(ToString::to_string).collect(),
+                }
+                .into());
+            }
+            Some(dir)
+        }
+        _ => None,
+    };
     Ok(SuiteRun {
         out_dir: out_dir.to_path_buf(),
         rows,
@@ -151,6 +214,8 @@ pub fn run_suite(
         ran: outcome.ran,
         cached: outcome.cached,
         wall_s: outcome.wall_s,
+        tally,
+        record: recorded,
     })
 }
 
@@ -185,8 +250,9 @@ pub fn ci_smoke() -> anyhow::Result<()> {
         jobs: None,
         force: false,
         out: None,
+        check: false,
     };
-    let run = run(&args)?;
+    let run = run_with_record(&args, false)?;
     check_csv(&run.out_dir, &run.expected)?;
     eprintln!(
         "bench smoke: {} cells ({} run, {} cached) in {:.1} s; results.csv has every expected cell",
@@ -198,8 +264,9 @@ pub fn ci_smoke() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints where a finished run's report is.
-pub fn print_done(run: &SuiteRun) {
+/// Prints where a finished run's report is, how many of its claims hold, and what became of
+/// the committed record.
+pub fn print_done(run: &SuiteRun, check: bool) {
     println!(
         "{} cells ({} run, {} cached) in {:.1} s wall; report: {}",
         run.rows.len(),
@@ -208,4 +275,22 @@ pub fn print_done(run: &SuiteRun) {
         run.wall_s,
         run.out_dir.join("REPORT.md").display()
     );
+    let t = run.tally;
+    if t.claims > 0 {
+        println!(
+            "{} of {} paper claims hold in every seed ({} on the means alone)",
+            t.held, t.claims, t.held_on_mean
+        );
+    }
+    if t.trends > 0 {
+        println!(
+            "{} of {} trend claims hold in every seed",
+            t.trends_held, t.trends
+        );
+    }
+    match (&run.record, check) {
+        (Some(dir), true) => println!("every cell matches the record in {}", dir.display()),
+        (Some(dir), false) => println!("record updated: {}", dir.display()),
+        (None, _) => {}
+    }
 }

@@ -103,6 +103,8 @@ fn y_range(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
 
 /// A line chart: one coloured line per series (with point markers when `markers`), an optional
 /// reference line, the legend where asked (with head room above the lines when at the top).
+/// `y_from_zero` starts the y axis at 0, as a chart of times or other amounts should, so that
+/// differences are seen at their true size.
 pub fn lines(
     path: &Path,
     labels: &Labels,
@@ -110,6 +112,7 @@ pub fn lines(
     markers: bool,
     reference: Option<&Reference>,
     legend: SeriesLabelPosition,
+    y_from_zero: bool,
 ) -> PlotResult {
     let e = err(path);
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
@@ -129,7 +132,7 @@ pub fn lines(
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
         .chain(reference.map(|r| r.y));
-    let (y0, y1) = y_range(ys, false);
+    let (y0, y1) = y_range(ys, y_from_zero);
     // Head room for the legend when it sits at the top.
     let y1 = match legend {
         SeriesLabelPosition::UpperLeft

@@ -1,51 +1,199 @@
 //! Verdicts on a scenario's claims: a strategy's metric against a baseline strategy's or a
-//! constant, in the claimed direction and by the claimed size.
+//! constant, in the claimed direction and by the claimed size, seed by seed.
+//!
+//! The rules (written into every report by [`RULES`]):
+//! - each seed is judged on its own: the strategy's value against the baseline's in the same
+//!   seed (or the constant);
+//! - a seed without a value on either side (target never reached, figure not defined) fails;
+//! - the difference counts only beyond the metric's resolution (for a time or iteration count to
+//!   target, the distance between the checks that found it; else a relative 10⁻⁹), so a tie
+//!   fails a direction claim;
+//! - the claim holds when it holds in every seed of the suite.
 
 use super::row::Row;
-use super::stats::stat;
+use super::stats::{cell_rows, Stat};
 use crate::bench::suite::schema::{Claim, Direction};
 
-/// A claim's measurement: the strategy's mean, the reference (the baseline's mean, or the
-/// claim's `than` constant) and the relative difference in the claimed direction (positive =
-/// the claimed direction).
+/// The verdict rules in words, for the report.
+pub const RULES: &str = "A claim holds only if it holds in every seed. Each seed compares the \
+     strategy with the baseline in the same seed (or with the constant); a seed with no value on \
+     either side (target never reached, figure undefined) fails. A difference counts only beyond \
+     the metric's resolution: for time or iterations to target, the distance between the check \
+     that found the target and the one before it (the target was crossed somewhere in between); \
+     otherwise 10⁻⁹ of the reference. So a tie fails a direction claim, and a size threshold is \
+     met by the difference less that resolution; a range's upper end is checked on the plain \
+     difference.";
+
+/// Smallest relative resolution of any metric: below it two numbers are the same measurement.
+const RELATIVE_FLOOR: f64 = 1e-9;
+
+/// One seed's measurement of a claim.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ClaimCheck {
-    /// Strategy mean.
+pub struct SeedCheck {
+    /// The seed.
+    pub seed: u64,
+    /// The measurement, or why there is none.
+    pub measured: Result<Measured, Missing>,
+}
+
+impl SeedCheck {
+    /// Whether this seed upholds the claim (a seed without a value does not).
+    pub fn holds(&self) -> bool {
+        self.measured.as_ref().is_ok_and(|m| m.holds)
+    }
+}
+
+/// Why a seed has no measurement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// The named strategy has no row for the seed (not run, or the cell failed).
+    NoRun(String),
+    /// The named strategy's row has no value for the metric (a target never reached, a figure
+    /// the strategy leaves undefined).
+    NoValue(String),
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Missing::NoRun(s) => write!(f, "{s} not run"),
+            Missing::NoValue(s) => write!(f, "{s} n/a"),
+        }
+    }
+}
+
+/// A claim measured in one seed (or on the means over seeds, for display).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    /// The strategy's value.
     pub value: f64,
-    /// Baseline mean, or the `than` constant.
+    /// The baseline's value, or the `than` constant.
     pub reference: f64,
     /// (reference − value)/|reference| for `less`, (value − reference)/|reference| for
-    /// `greater`.
+    /// `greater`: positive in the claimed direction.
     pub relative: f64,
+    /// `relative` less the metric's resolution (relative to the reference): what the size
+    /// threshold is checked on.
+    pub margin: f64,
     /// Whether the measurement upholds the claim (direction and size).
     pub holds: bool,
 }
 
-/// Measures a claim in a scenario; `None` without data for the strategy (or the baseline).
-pub fn check_claim(rows: &[Row], scenario: &str, claim: &Claim) -> Option<ClaimCheck> {
-    let value = stat(rows, scenario, &claim.strategy, &claim.metric)?.mean;
-    let reference = match (&claim.baseline, claim.than) {
-        (Some(b), _) => stat(rows, scenario, b, &claim.metric)?.mean,
-        (None, Some(t)) => t,
-        (None, None) => return None,
-    };
+/// A claim's verdict: every seed's measurement, the measurement on the means over seeds (shown
+/// beside the per-seed verdict), and whether every seed holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClaimCheck {
+    /// One entry per seed of the suite, in suite order.
+    pub seeds: Vec<SeedCheck>,
+    /// The claim measured on the means over the seeds that have values (`None` when a side has
+    /// none).
+    pub mean: Option<Measured>,
+    /// Whether the claim holds: every seed holds (and there is at least one seed).
+    pub holds: bool,
+}
+
+impl ClaimCheck {
+    /// Seeds that uphold the claim.
+    pub fn held(&self) -> usize {
+        self.seeds.iter().filter(|s| s.holds()).count()
+    }
+
+    /// Seeds with a measurement.
+    pub fn measured(&self) -> usize {
+        self.seeds.iter().filter(|s| s.measured.is_ok()).count()
+    }
+}
+
+/// Judges `value` against `reference` (each with its resolution) in the claimed direction.
+fn judge(claim: &Claim, value: f64, reference: f64, resolution: f64) -> Measured {
     let scale = reference.abs();
     let diff = match claim.expect {
         Direction::Less => reference - value,
         Direction::Greater => value - reference,
     };
-    let relative = if scale > 0.0 {
-        diff / scale
-    } else if diff == 0.0 {
-        0.0
-    } else {
-        diff.signum() * f64::INFINITY
+    let relative_of = |d: f64| {
+        if scale > 0.0 {
+            d / scale
+        } else if d == 0.0 {
+            0.0
+        } else {
+            d.signum() * f64::INFINITY
+        }
     };
-    let holds = relative >= claim.by_at_least && claim.by_at_most.is_none_or(|m| relative <= m);
-    Some(ClaimCheck {
+    let relative = relative_of(diff);
+    let margin = relative_of(diff - resolution.max(RELATIVE_FLOOR * scale));
+    let big_enough = if claim.by_at_least == 0.0 {
+        margin > 0.0
+    } else {
+        margin >= claim.by_at_least
+    };
+    let holds = big_enough && claim.by_at_most.is_none_or(|m| relative <= m);
+    Measured {
         value,
         reference,
         relative,
+        margin,
         holds,
-    })
+    }
+}
+
+/// A strategy's value of `metric` and its resolution in one seed.
+fn seed_value(
+    rows: &[Row],
+    scenario: &str,
+    strategy: &str,
+    metric: &str,
+    seed: u64,
+) -> Result<(f64, f64), Missing> {
+    let row = cell_rows(rows, scenario, strategy)
+        .into_iter()
+        .find(|r| r.seed == seed)
+        .ok_or_else(|| Missing::NoRun(strategy.to_string()))?;
+    let v = row
+        .metric(metric)
+        .filter(|v| v.is_finite())
+        .ok_or_else(|| Missing::NoValue(strategy.to_string()))?;
+    Ok((v, row.resolution(metric)))
+}
+
+/// Measures a claim in a scenario, in every one of `seeds`.
+pub fn check_claim(rows: &[Row], scenario: &str, claim: &Claim, seeds: &[u64]) -> ClaimCheck {
+    let seed_checks: Vec<SeedCheck> = seeds
+        .iter()
+        .map(|&seed| {
+            let measured = (|| {
+                let (value, res) =
+                    seed_value(rows, scenario, &claim.strategy, &claim.metric, seed)?;
+                let (reference, ref_res) = match (&claim.baseline, claim.than) {
+                    (Some(b), _) => seed_value(rows, scenario, b, &claim.metric, seed)?,
+                    (None, Some(t)) => (t, 0.0),
+                    (None, None) => return Err(Missing::NoValue("reference".into())),
+                };
+                Ok(judge(claim, value, reference, res.max(ref_res)))
+            })();
+            SeedCheck { seed, measured }
+        })
+        .collect();
+    let mean_of = |strategy: &str| {
+        Stat::of(
+            seed_checks
+                .iter()
+                .map(|s| seed_value(rows, scenario, strategy, &claim.metric, s.seed).ok())
+                .map(|v| v.map(|(v, _)| v)),
+        )
+        .map(|s| s.mean)
+    };
+    let mean = mean_of(&claim.strategy).and_then(|value| {
+        let reference = match (&claim.baseline, claim.than) {
+            (Some(b), _) => mean_of(b)?,
+            (None, t) => t?,
+        };
+        Some(judge(claim, value, reference, 0.0))
+    });
+    let holds = !seed_checks.is_empty() && seed_checks.iter().all(SeedCheck::holds);
+    ClaimCheck {
+        seeds: seed_checks,
+        mean,
+        holds,
+    }
 }

@@ -4,14 +4,60 @@
 use crate::bench::runner::result::{CellResult, CurvePoint, EvalPoint};
 use crate::bench::suite::schema::{Phases, Target};
 
-/// When a cell first reaches `target`, as (virtual time, iterations completed): test accuracy ≥
-/// the target accuracy (at a time-indexed evaluation where the scenario has them, else at an
-/// iteration's), test loss ≤ the target test loss (time-indexed evaluations), training loss ≤ the
-/// target loss, or a training loss within the convergence criterion's relative change of the
-/// loss `over` iterations before.
-fn first_at_target(result: &CellResult, target: &Target) -> Option<(f64, u64)> {
-    let at = |p: &CurvePoint| (p.time_s, p.iteration);
-    let at_eval = |p: &EvalPoint| (p.time_s, p.iteration);
+/// Where a cell first reaches its target, and the check before it: the target was crossed
+/// somewhere between the two, so their distance is how finely the reaching is measured.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reached {
+    /// Virtual time of the check that found the target reached.
+    pub time_s: f64,
+    /// Iterations completed at that check.
+    pub iteration: u64,
+    /// Virtual seconds since the previous check (or since the start, for the first).
+    pub step_s: f64,
+    /// Iterations since the previous check (or since the start).
+    pub step_iterations: u64,
+}
+
+/// The first of a sequence of checks `(time, iteration, value)` whose value meets `hit`, with
+/// its distance to the check before it (or to the start); points without a value were not
+/// checks.
+fn first_check<T>(
+    checks: impl Iterator<Item = (f64, u64, Option<T>)>,
+    hit: impl Fn(T) -> bool,
+) -> Option<Reached> {
+    let mut before = (0.0, 0);
+    for (time_s, iteration, value) in checks {
+        let Some(v) = value else { continue };
+        if hit(v) {
+            return Some(Reached {
+                time_s,
+                iteration,
+                step_s: time_s - before.0,
+                step_iterations: iteration.saturating_sub(before.1),
+            });
+        }
+        before = (time_s, iteration);
+    }
+    None
+}
+
+/// When a cell first reaches `target`: test accuracy ≥ the target accuracy (at a time-indexed
+/// evaluation where the scenario has them, else at an iteration's), test loss ≤ the target test
+/// loss (time-indexed evaluations), training loss ≤ the target loss, or a training loss within
+/// the convergence criterion's relative change of the loss `over` iterations before.
+pub fn first_at_target(result: &CellResult, target: &Target) -> Option<Reached> {
+    let curve = |value: fn(&CurvePoint) -> Option<f64>| {
+        result
+            .curve
+            .iter()
+            .map(move |p| (p.time_s, p.iteration, value(p)))
+    };
+    let evals = |value: fn(&EvalPoint) -> Option<f64>| {
+        result
+            .evals
+            .iter()
+            .map(move |p| (p.time_s, p.iteration, value(p)))
+    };
     if let Some(c) = target.converged {
         let over = c.over as usize;
         // The objective: test loss where both points were evaluated, else training loss.
@@ -20,49 +66,28 @@ fn first_at_target(result: &CellResult, target: &Target) -> Option<(f64, u64)> {
             _ => Some((a.loss?, b.loss?)),
         };
         let first = over.max(c.after as usize);
-        return result
-            .curve
-            .iter()
-            .enumerate()
-            .skip(first)
-            .find_map(|(i, p)| {
-                let (now, before) = objective(p, &result.curve[i - over])?;
-                ((now - before).abs() <= c.change * before.abs()).then_some(p)
-            })
-            .map(at);
+        // Every iteration from `first` on is a check: whether the objective moved less than
+        // `change` (relative) over the last `over` iterations.
+        let changes = result.curve.iter().enumerate().map(|(i, p)| {
+            let settled = (i >= first).then(|| {
+                objective(p, &result.curve[i - over])
+                    .is_some_and(|(now, before)| (now - before).abs() <= c.change * before.abs())
+            });
+            (p.time_s, p.iteration, settled)
+        });
+        return first_check(changes, |settled| settled);
     }
     if let Some(l) = target.test_loss {
-        return result
-            .evals
-            .iter()
-            .find(|p| p.test_loss.is_some_and(|x| x <= l))
-            .map(at_eval);
+        return first_check(evals(|p| p.test_loss), |x| x <= l);
     }
     if let Some(a) = target.accuracy {
         if !result.evals.is_empty() {
-            return result
-                .evals
-                .iter()
-                .find(|p| p.test_accuracy.is_some_and(|x| x >= a))
-                .map(at_eval);
+            return first_check(evals(|p| p.test_accuracy), |x| x >= a);
         }
-        return result
-            .curve
-            .iter()
-            .find(|p| p.test_accuracy.is_some_and(|x| x >= a))
-            .map(at);
+        return first_check(curve(|p| p.test_accuracy), |x| x >= a);
     }
     let l = target.loss?;
-    result
-        .curve
-        .iter()
-        .find(|p| p.loss.is_some_and(|x| x <= l))
-        .map(at)
-}
-
-/// The first virtual time a cell reaches `target`.
-pub fn time_to_target(result: &CellResult, target: &Target) -> Option<f64> {
-    first_at_target(result, target).map(|(t, _)| t)
+    first_check(curve(|p| p.loss), |x| x <= l)
 }
 
 /// Mean iteration time in phases ≥ 1 over phase 0, each iteration attributed to the phase its
@@ -89,9 +114,4 @@ pub fn steady_time_per_iteration(result: &CellResult) -> Option<f64> {
     };
     let count = n - half.max(1);
     (count > 0).then(|| (b.time_s - a.time_s) / count as f64)
-}
-
-/// Iterations completed when a cell first reaches `target`.
-pub fn iterations_to_target(result: &CellResult, target: &Target) -> Option<u64> {
-    first_at_target(result, target).map(|(_, i)| i)
 }

@@ -107,6 +107,7 @@ pub fn write_plots(dir: &Path, input: &ReportInput<'_>, rows: &[Row]) -> anyhow:
             false,
             target.as_ref(),
             plotters::prelude::SeriesLabelPosition::UpperRight,
+            false,
         )?;
         let acc_file = if acc.is_empty() {
             None
@@ -130,6 +131,7 @@ pub fn write_plots(dir: &Path, input: &ReportInput<'_>, rows: &[Row]) -> anyhow:
                 true,
                 target.as_ref(),
                 plotters::prelude::SeriesLabelPosition::LowerRight,
+                false,
             )?;
             Some(f)
         };
@@ -251,6 +253,7 @@ pub fn write_plots(dir: &Path, input: &ReportInput<'_>, rows: &[Row]) -> anyhow:
                 true,
                 None,
                 plotters::prelude::SeriesLabelPosition::UpperRight,
+                true,
             )?;
             files.push(f);
         }

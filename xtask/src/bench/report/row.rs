@@ -1,9 +1,7 @@
 //! One row of `results.csv` per cell: the row type, its metrics by name, the `figures` field,
 //! and building the rows from the cells' results.
 
-use super::measure::{
-    iterations_to_target, phase_ratio, steady_time_per_iteration, time_to_target,
-};
+use super::measure::{first_at_target, phase_ratio, steady_time_per_iteration};
 use crate::bench::runner::result::CellResult;
 use crate::bench::suite::expand::{Cell, Scenario};
 use crate::bench::suite::metrics::FIGURE_PREFIX;
@@ -59,6 +57,15 @@ pub struct Row {
     pub time_to_target_s: Option<f64>,
     /// Iterations completed when the target was first reached (statistical efficiency).
     pub iterations_to_target: Option<u64>,
+    /// Virtual seconds between the check that found the target reached and the check before
+    /// it: the target was crossed within this much before `time_to_target_s`, so two times to
+    /// target closer than this are a tie.
+    #[serde(default)]
+    pub time_to_target_step_s: Option<f64>,
+    /// Iterations between the check that found the target reached and the one before it (the
+    /// resolution of `iterations_to_target`).
+    #[serde(default)]
+    pub iterations_to_target_step: Option<u64>,
     /// Mean iteration time in the disturbed phases over the undisturbed phase (scenarios with
     /// `phases`).
     pub phase_ratio: Option<f64>,
@@ -86,6 +93,17 @@ pub struct Row {
 }
 
 impl Row {
+    /// How finely `metric` is measured in this row: the width of the interval its true value
+    /// lies in just below the reported one (the distance between the checks of a target), or 0
+    /// for a metric computed directly.
+    pub fn resolution(&self, metric: &str) -> f64 {
+        match metric {
+            "time_to_target_s" => self.time_to_target_step_s.unwrap_or(0.0),
+            "iterations_to_target" => self.iterations_to_target_step.map_or(0.0, |i| i as f64),
+            _ => 0.0,
+        }
+    }
+
     /// The value of a metric named in [`METRICS`], or of a strategy figure
     /// (`figure:<name>`).
     pub fn metric(&self, name: &str) -> Option<f64> {
@@ -130,6 +148,7 @@ pub fn rows(
             let r = r.as_ref()?;
             let sc = &scenarios[cell.scenario];
             let m = &r.metrics;
+            let reached = sc.spec.target.as_ref().and_then(|t| first_at_target(r, t));
             Some(Row {
                 suite: suite.name.clone(),
                 scenario: sc.label.clone(),
@@ -140,13 +159,11 @@ pub fn rows(
                 iterations: m.iterations,
                 time_per_iteration_s: m.time_per_iteration_s,
                 steady_time_per_iteration_s: steady_time_per_iteration(r),
-                time_to_target_s: sc.spec.target.as_ref().and_then(|t| time_to_target(r, t)),
+                time_to_target_s: reached.map(|t| t.time_s),
+                iterations_to_target: reached.map(|t| t.iteration),
+                time_to_target_step_s: reached.map(|t| t.step_s),
+                iterations_to_target_step: reached.map(|t| t.step_iterations),
                 phase_ratio: sc.spec.phases.as_ref().and_then(|p| phase_ratio(r, p)),
-                iterations_to_target: sc
-                    .spec
-                    .target
-                    .as_ref()
-                    .and_then(|t| iterations_to_target(r, t)),
                 run_time_s: m.run_time_s,
                 final_loss: m.final_loss,
                 final_accuracy: m.final_accuracy,

@@ -60,6 +60,8 @@ pub fn row(strategy: &str, seed: u64, tpi: f64) -> Row {
         time_per_iteration_s: tpi,
         time_to_target_s: None,
         iterations_to_target: None,
+        time_to_target_step_s: None,
+        iterations_to_target_step: None,
         phase_ratio: None,
         steady_time_per_iteration_s: Some(tpi),
         run_time_s: tpi * 10.0,

@@ -1,9 +1,7 @@
 //! Measurements read off a cell's curve: time and iterations to a target, phase ratio, steady
 //! time per iteration.
 
-use crate::bench::report::measure::{
-    iterations_to_target, phase_ratio, steady_time_per_iteration, time_to_target,
-};
+use crate::bench::report::measure::{first_at_target, phase_ratio, steady_time_per_iteration};
 use crate::bench::runner::result::{CellResult, CurvePoint, EvalPoint};
 use crate::bench::suite::schema::{Phases, Target};
 
@@ -19,6 +17,16 @@ fn cached_result(iterations: u64) -> CellResult {
         "curve": []
     }))
     .expect("cached result")
+}
+
+/// The first virtual time a cell reaches `target`.
+fn time_to_target(result: &CellResult, target: &Target) -> Option<f64> {
+    first_at_target(result, target).map(|r| r.time_s)
+}
+
+/// Iterations completed when a cell first reaches `target`.
+fn iterations_to_target(result: &CellResult, target: &Target) -> Option<u64> {
+    first_at_target(result, target).map(|r| r.iteration)
 }
 
 #[test]

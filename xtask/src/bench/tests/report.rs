@@ -13,7 +13,7 @@ use crate::bench::runner::RunSettings;
 use crate::bench::suite::load::workspace_root;
 use crate::bench::suite::metrics::known_metric;
 use crate::bench::suite::schema::Suite;
-use crate::bench::{check_csv, run_suite};
+use crate::bench::{check_csv, run_suite, RecordMode};
 use std::path::Path;
 
 #[test]
@@ -46,6 +46,7 @@ fn plots_are_svg_with_title_axis_labels_and_legend() {
             label: "target".into(),
         }),
         plotters::prelude::SeriesLabelPosition::UpperRight,
+        false,
     )
     .expect("line plot");
     let texts = svg_texts(&lines_path);
@@ -119,7 +120,16 @@ fn the_smoke_suite_writes_every_cell_report_and_plot() {
         progress: false,
     };
     let root = workspace_root();
-    let run = run_suite(&s, None, dir.path(), &settings, &root).expect("smoke runs");
+    let record = tempfile::tempdir().expect("record dir");
+    let run = run_suite(
+        &s,
+        None,
+        dir.path(),
+        &settings,
+        &root,
+        RecordMode::Write(record.path().to_path_buf()),
+    )
+    .expect("smoke runs");
     assert_eq!(run.ran, run.expected.len());
     check_csv(dir.path(), &run.expected).expect("every cell in results.csv");
     let csv = std::fs::read_to_string(dir.path().join("results.csv")).expect("csv");
@@ -152,6 +162,15 @@ fn the_smoke_suite_writes_every_cell_report_and_plot() {
             "no {wanted} in {names:?}"
         );
     }
+    // A sweep of times starts its y axis at 0 (the smoke sweep's times are all well above it).
+    let sweep_time = dir
+        .path()
+        .join("plots/sweep-slow-worker-time-per-iteration.svg");
+    let ticks = svg_texts(&sweep_time);
+    assert!(
+        ticks.iter().any(|t| t.trim() == "0" || t.trim() == "0.0"),
+        "no 0 tick: {ticks:?}"
+    );
     for p in &plots {
         let texts = svg_texts(p);
         assert_has(&texts, &["bsp", "ssp"], p);
@@ -171,16 +190,54 @@ fn the_smoke_suite_writes_every_cell_report_and_plot() {
         );
     }
 
-    // Again: all cached, same CSV.
-    let again = run_suite(&s, None, dir.path(), &settings, &root).expect("cached run");
+    // The record: the same CSV, the report without its plots.
+    assert_eq!(
+        std::fs::read_to_string(record.path().join("results.csv")).expect("record csv"),
+        csv
+    );
+    let recorded = std::fs::read_to_string(record.path().join("REPORT.md")).expect("record");
+    assert!(report.contains("](plots/") && !recorded.contains("](plots/"));
+    assert!(recorded.contains("## Claims") && recorded.contains("Code version"));
+
+    // Again: all cached, same CSV, and every cell matches the record.
+    let check = RecordMode::Check(record.path().to_path_buf());
+    let again =
+        run_suite(&s, None, dir.path(), &settings, &root, check.clone()).expect("cached run");
     assert_eq!((again.ran, again.cached), (0, run.expected.len()));
     assert_eq!(
         std::fs::read_to_string(dir.path().join("results.csv")).expect("csv"),
         csv
     );
+    // A record that differs in one cell's number, or lacks a cell: the check names the cell
+    // and the column, and leaves the record as it was.
+    let first = &run.rows[0];
+    let cell = format!(
+        "{} / {} / seed {}",
+        first.scenario, first.strategy, first.seed
+    );
+    let mut edited = run.rows.clone();
+    edited[0].time_per_iteration_s *= 1.0 + 1e-12;
+    edited.pop();
+    write_csv(&record.path().join("results.csv"), &edited).expect("edit record");
+    let err = run_suite(&s, None, dir.path(), &settings, &root, check)
+        .expect_err("moved")
+        .to_string();
+    assert!(err.contains("2 cell(s) moved"), "{err}");
+    assert!(
+        err.contains(&format!("{cell}: time_per_iteration_s:")),
+        "{err}"
+    );
+    assert!(err.contains("not in the record"), "{err}");
     // A filter that matches nothing is an error, not an empty run.
-    let err =
-        run_suite(&s, Some("no such cell"), dir.path(), &settings, &root).expect_err("no match");
+    let err = run_suite(
+        &s,
+        Some("no such cell"),
+        dir.path(),
+        &settings,
+        &root,
+        RecordMode::Skip,
+    )
+    .expect_err("no match");
     assert!(err.to_string().contains("no such cell"));
 }
 
@@ -261,7 +318,7 @@ fn the_report_of_a_subset_scenario_shows_only_its_strategies() {
     // Both claims, in the summary near the top and in the section.
     let summary = md.split("## Scenarios").next().expect("top");
     assert!(
-        summary.contains("## Claims") && summary.contains("2 of 2 claims hold"),
+        summary.contains("## Claims") && summary.contains("2 of 2 paper claims hold in every seed"),
         "{summary}"
     );
     assert!(summary.contains("asp rmse under 10%") && summary.contains("made up"));

@@ -25,10 +25,17 @@ pub fn markdown(input: &ReportInput<'_>, rows: &[Row], plots: &Plots) -> String 
     header(&mut md, input, rows);
     verdicts::claims_section(&mut md, input, rows);
     verdicts::trends_section(&mut md, input, rows);
+    verdicts::properties_section(&mut md, input, rows);
     overview(&mut md, plots);
     sweeps_section(&mut md, input, rows, plots);
     scenarios::scenarios_section(&mut md, input, rows, plots);
     md
+}
+
+/// `REPORT.md` as committed in `bench/results/<suite>/`: the same document without the plots
+/// (they stay in the run's output folder), so the record is small and diffs stay readable.
+pub fn record(input: &ReportInput<'_>, rows: &[Row]) -> String {
+    markdown(input, rows, &Plots::default())
 }
 
 /// The title, the suite's description, what was run and how to read the tables, and the

@@ -9,7 +9,7 @@ use crate::bench::report::plots::Plots;
 use crate::bench::report::row::Row;
 use crate::bench::report::stats::{cell_rows, stat};
 use crate::bench::suite::expand::Scenario;
-use crate::bench::suite::schema::{StrategySpec, Suite};
+use crate::bench::suite::schema::{StrategySpec, Suite, Target};
 use crate::bench::suite::toml_tables::show_value;
 use std::fmt::Write as _;
 
@@ -38,6 +38,33 @@ fn best(rows: &[Row], suite: &Suite, scenario: &Scenario) -> Option<String> {
     pick("time_per_iteration_s", false)
 }
 
+/// A scenario's target in words, whichever kind it is.
+fn describe_target(t: &Target) -> String {
+    let mut parts = Vec::new();
+    if let Some(a) = t.accuracy {
+        parts.push(format!("target test accuracy ≥ {a}"));
+    }
+    if let Some(l) = t.loss {
+        parts.push(format!("target training loss ≤ {l}"));
+    }
+    if let Some(l) = t.test_loss {
+        parts.push(format!("target test loss ≤ {l} (time-indexed evaluations)"));
+    }
+    if let Some(c) = t.converged {
+        let after = if c.after > 0 {
+            format!(", checked from iteration {}", c.after)
+        } else {
+            String::new()
+        };
+        parts.push(format!(
+            "target convergence: objective changes < {} over {} iterations{after}",
+            pct(c.change),
+            c.over
+        ));
+    }
+    parts.join(", ")
+}
+
 /// The "Scenarios" heading and every scenario's section, in suite order.
 pub fn scenarios_section(md: &mut String, input: &ReportInput<'_>, rows: &[Row], plots: &Plots) {
     let suite = input.suite;
@@ -58,11 +85,7 @@ pub fn scenarios_section(md: &mut String, input: &ReportInput<'_>, rows: &[Row],
             setup.push(format!("swept `{k} = {}`", show_value(v)));
         }
         if let Some(t) = &sc.spec.target {
-            setup.push(match (t.accuracy, t.loss) {
-                (Some(a), _) => format!("target test accuracy ≥ {a}"),
-                (_, Some(l)) => format!("target training loss ≤ {l}"),
-                _ => String::new(),
-            });
+            setup.push(describe_target(t));
         }
         if let Some(cfg) = input
             .cells
@@ -153,16 +176,22 @@ pub fn scenarios_section(md: &mut String, input: &ReportInput<'_>, rows: &[Row],
         }
         md.push('\n');
         for (_, c) in sc.spec.all_claims() {
-            let check = check_claim(rows, &sc.label, c);
-            let (measured, verdict) = describe_check(c, check.as_ref());
+            let check = check_claim(rows, &sc.label, c, &suite.seeds);
+            let (measured, seeds, verdict) = describe_check(c, &check);
             let source = if c.source.is_empty() {
                 String::new()
             } else {
                 format!(" ({})", c.source)
             };
+            let kind = if c.property {
+                "Model property"
+            } else {
+                "Claim"
+            };
             let _ = writeln!(
                 md,
-                "**Claim{source}:** {} — checked as {}. **Measured:** {measured} {verdict}\n",
+                "**{kind}{source}:** {} — checked as {}. **Measured:** {measured}; seeds holding \
+                 {seeds} {verdict}\n",
                 c.text,
                 describe_claim(c)
             );
