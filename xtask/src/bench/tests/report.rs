@@ -384,3 +384,27 @@ fn figures_round_trip_through_the_csv() {
     assert!(!known_metric("figure:"));
     assert!(!known_metric("speed"));
 }
+
+/// Every kind of target gets its setup line (none is left blank).
+#[test]
+fn every_target_kind_is_described_in_the_setup_line() {
+    use crate::bench::report::markdown::scenarios::describe_target;
+    use crate::bench::suite::schema::Target;
+    let t = |text: &str| toml::from_str::<Target>(text).expect("target");
+    assert_eq!(
+        describe_target(&t("accuracy = 0.9")),
+        "target test accuracy ≥ 0.9"
+    );
+    assert_eq!(
+        describe_target(&t("loss = 0.3")),
+        "target training loss ≤ 0.3"
+    );
+    assert_eq!(
+        describe_target(&t("test_loss = 0.25")),
+        "target test loss ≤ 0.25 (time-indexed evaluations)"
+    );
+    assert_eq!(
+        describe_target(&t("converged = { change = 0.02, over = 10, after = 5 }")),
+        "target convergence: objective changes < 2.0% over 10 iterations, checked from iteration 5"
+    );
+}

@@ -39,7 +39,7 @@ fn best(rows: &[Row], suite: &Suite, scenario: &Scenario) -> Option<String> {
 }
 
 /// A scenario's target in words, whichever kind it is.
-fn describe_target(t: &Target) -> String {
+pub fn describe_target(t: &Target) -> String {
     let mut parts = Vec::new();
     if let Some(a) = t.accuracy {
         parts.push(format!("target test accuracy ≥ {a}"));
