@@ -19,7 +19,7 @@ use concord_engine::prelude::*;
 use std::time::Instant;
 
 /// Timed runs of each side after its warm-up.
-const REPEATS: usize = 7;
+const REPEATS: usize = 11;
 
 /// The engine's cost over plain candle that the project holds itself to: at most 15 % more wall
 /// time for the same job.
@@ -69,6 +69,12 @@ impl Timing {
 /// Runs the benchmark; fails when a case breaks the overhead claim or the two sides do not train
 /// alike.
 pub fn run() -> anyhow::Result<()> {
+    // One compute thread for both sides (unless the caller says otherwise): the math is the
+    // same either way, and with two threads on a small shared machine the scheduling noise is
+    // larger than the difference being measured. Set before any thread starts.
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        std::env::set_var("RAYON_NUM_THREADS", "1");
+    }
     println!(
         "engine overhead: the same job (data, {REPEATS} timed repeats after a warm-up, one final \
          evaluation) as one `sim` worker with its parameter server vs a plain candle loop"
@@ -82,7 +88,7 @@ pub fn run() -> anyhow::Result<()> {
             label: "default MLP 32-64-10, b=32",
             hidden: vec![64],
             batch: 32,
-            iterations: 1000,
+            iterations: 3000,
         },
         Case {
             label: "MLP 32-512-512-10, b=256",
@@ -229,10 +235,17 @@ fn overhead(case: &Case) -> anyhow::Result<Overhead> {
             case.label
         );
     }
+    // Alternating, with the order swapped every other round, so that a slow stretch of the
+    // machine falls on both sides alike.
     let (mut engine, mut plain) = (Vec::new(), Vec::new());
-    for _ in 0..REPEATS {
-        engine.push(engine_job(&cfg)?.0);
-        plain.push(plain_job(&cfg, lr)?.0);
+    for round in 0..REPEATS {
+        if round % 2 == 0 {
+            engine.push(engine_job(&cfg)?.0);
+            plain.push(plain_job(&cfg, lr)?.0);
+        } else {
+            plain.push(plain_job(&cfg, lr)?.0);
+            engine.push(engine_job(&cfg)?.0);
+        }
     }
     Ok(Overhead {
         engine: Timing::of(engine),
