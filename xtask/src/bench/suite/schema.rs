@@ -85,6 +85,10 @@ pub struct ScenarioSpec {
     /// order). Cells, tables, plots and claims of the scenario cover only these.
     #[serde(default)]
     pub strategies: Option<Vec<String>>,
+    /// Label of the strategy this scenario's speed-up columns are measured against (default:
+    /// the suite's `baseline`), e.g. `allreduce` where the papers compare with it.
+    #[serde(default)]
+    pub baseline: Option<String>,
     /// One paper claim measured in this scenario (kept for short suites; checked before
     /// `claims`).
     #[serde(default)]
@@ -256,6 +260,12 @@ pub struct Claim {
 }
 
 impl ScenarioSpec {
+    /// The strategy this scenario's speed-ups are measured against: its own `baseline`, else
+    /// the suite's.
+    pub fn speedup_baseline<'a>(&'a self, suite: &'a Suite) -> &'a str {
+        self.baseline.as_deref().unwrap_or(&suite.baseline)
+    }
+
     /// Every claim of the scenario: `claim` (if set), then `claims`, each with its key in the
     /// suite file (`claim` or `claims[j]`).
     pub fn all_claims(&self) -> Vec<(String, &Claim)> {

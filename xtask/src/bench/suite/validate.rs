@@ -86,6 +86,17 @@ pub fn check(suite: &Suite, bad: &dyn Fn(&str, String) -> BenchError) -> Result<
             .into_iter()
             .map(|t| suite.strategies[t].label.as_str())
             .collect();
+        if let Some(b) = &s.baseline {
+            if !in_scenario.contains(&b.as_str()) {
+                return Err(bad(
+                    &format!("scenarios[{i}].baseline"),
+                    format!(
+                        "{b:?} is not a strategy this scenario runs; one of {}",
+                        in_scenario.join(", ")
+                    ),
+                ));
+            }
+        }
         for (name, c) in s.all_claims() {
             check_claim(c, &format!("scenarios[{i}].{name}"), &in_scenario, bad)?;
         }

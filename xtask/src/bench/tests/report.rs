@@ -323,6 +323,23 @@ fn the_report_of_a_subset_scenario_shows_only_its_strategies() {
     );
     assert!(summary.contains("asp rmse under 10%") && summary.contains("made up"));
     assert_eq!(section.matches("**Claim").count(), 2, "{section}");
+    // With its own baseline, the scenario shows speed-ups against it.
+    let own = parse(&text.replace("label = \"some\"", "label = \"some\"\nbaseline = \"ssp\""))
+        .expect("suite with a scenario baseline");
+    let dir2 = tempfile::tempdir().expect("tempdir");
+    let own_scenarios = own.scenarios_expanded();
+    write_all(
+        dir2.path(),
+        &ReportInput {
+            suite: &own,
+            scenarios: &own_scenarios,
+            ..input
+        },
+    )
+    .expect("report");
+    let md2 = std::fs::read_to_string(dir2.path().join("REPORT.md")).expect("report");
+    let section2 = md2.split("### some").nth(1).expect("section of `some`");
+    assert!(section2.contains("speed-up vs ssp"), "{section2}");
     let texts = svg_texts(&dir.path().join("plots/loss-some.svg"));
     assert_has(&texts, &["asp", "ssp"], Path::new("loss-some.svg"));
     assert!(!texts.iter().any(|t| t == "bsp"), "{texts:?}");

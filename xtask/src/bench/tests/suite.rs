@@ -362,6 +362,22 @@ fn a_scenario_takes_several_claims_and_a_single_one() {
 }
 
 #[test]
+fn a_scenario_baseline_must_be_one_of_its_strategies() {
+    let with = |b: &str| {
+        SUBSETS.replace(
+            "label = \"some\"",
+            &format!("label = \"some\"\nbaseline = \"{b}\""),
+        )
+    };
+    parse(&with("asp")).expect("asp runs in `some`");
+    let msg = parse(&with("ssp")).expect_err("ssp does not").to_string();
+    assert!(
+        msg.contains("scenarios[1].baseline") && msg.contains("\"ssp\""),
+        "{msg}"
+    );
+}
+
+#[test]
 fn a_strategy_that_switches_the_model_kind_drops_the_scenario_models_keys() {
     use crate::bench::suite::toml_tables::merge_layer;
     let mut base: toml::Table = "[model]\nkind = \"mlp\"\nhidden = [128]\n".parse().unwrap();

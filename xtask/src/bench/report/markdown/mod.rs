@@ -89,8 +89,9 @@ fn header(md: &mut String, input: &ReportInput<'_>, rows: &[Row]) {
         md,
         "- **Columns:** mean over seeds, with (min–max) when seeds differ. ★ marks the best \
          strategy (lowest time to target where the scenario has one, else lowest time per \
-         iteration); speed-up is `{}`'s time per iteration over the strategy's (shown where the \
-         scenario runs `{0}`).\n",
+         iteration); speed-up is the baseline's time per iteration (or to target) over the \
+         strategy's, the baseline being `{}` unless the scenario names its own (shown where \
+         the scenario runs it).\n",
         suite.baseline
     );
     let strategies: Vec<String> = suite

@@ -54,8 +54,14 @@ fn describe_measured(c: &Claim, m: &Measured) -> String {
         Some(b) => format!("{b} {}", metric_value(&c.metric, m.reference)),
         None => metric_value(&c.metric, m.reference),
     };
+    // A time cut is also shown as the speed-up the papers quote (reference / value).
+    let factor = if c.metric.ends_with("_s") && c.expect == Direction::Less && m.value > 0.0 {
+        format!(" ({:.2}×)", m.reference / m.value)
+    } else {
+        String::new()
+    };
     format!(
-        "{} {} vs {reference}: {} {}",
+        "{} {} vs {reference}: {} {}{factor}",
         c.strategy,
         metric_value(&c.metric, m.value),
         pct(m.relative),
