@@ -5,9 +5,9 @@
 //! - each seed is judged on its own: the strategy's value against the baseline's in the same
 //!   seed (or the constant);
 //! - a seed without a value on either side (target never reached, figure not defined) fails;
-//! - the difference counts only beyond the metric's resolution (for a time or iteration count to
-//!   target, the distance between the checks that found it; else a relative 10⁻⁹), so a tie
-//!   fails a direction claim;
+//! - the difference counts only beyond the metric's resolution (a time or iteration count to
+//!   target read at checks coarser than every iteration may lie up to the distance to the check
+//!   before; else a relative 10⁻⁹), so a tie fails a direction claim;
 //! - the claim holds when it holds in every seed of the suite.
 
 use super::row::Row;
@@ -18,11 +18,11 @@ use crate::bench::suite::schema::{Claim, Direction};
 pub const RULES: &str = "A claim holds only if it holds in every seed. Each seed compares the \
      strategy with the baseline in the same seed (or with the constant); a seed with no value on \
      either side (target never reached, figure undefined) fails. A difference counts only beyond \
-     the metric's resolution: for time or iterations to target, the distance between the check \
-     that found the target and the one before it (the target was crossed somewhere in between); \
-     otherwise 10⁻⁹ of the reference. So a tie fails a direction claim, and a size threshold is \
-     met by the difference less that resolution; a range's upper end is checked on the plain \
-     difference.";
+     the metric's resolution: a time or iteration count to target read at checks coarser than \
+     every iteration (evaluations every so many seconds or iterations) may lie anywhere after the \
+     check before, so results closer than that are a tie; other metrics are exact to 10⁻⁹ of the \
+     reference. So a tie fails a direction claim, and a size threshold is met by the difference \
+     less that resolution; a range's upper end is checked on the plain difference.";
 
 /// Smallest relative resolution of any metric: below it two numbers are the same measurement.
 const RELATIVE_FLOOR: f64 = 1e-9;

@@ -4,36 +4,50 @@
 use crate::bench::runner::result::{CellResult, CurvePoint, EvalPoint};
 use crate::bench::suite::schema::{Phases, Target};
 
-/// Where a cell first reaches its target, and the check before it: the target was crossed
-/// somewhere between the two, so their distance is how finely the reaching is measured.
+/// Where a cell first reaches its target, and how finely that is known: the target was crossed
+/// somewhere after the check before the one that found it, so a result is exact only where the
+/// checks see every change of the model.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Reached {
     /// Virtual time of the check that found the target reached.
     pub time_s: f64,
     /// Iterations completed at that check.
     pub iteration: u64,
-    /// Virtual seconds since the previous check (or since the start, for the first).
-    pub step_s: f64,
-    /// Iterations since the previous check (or since the start).
-    pub step_iterations: u64,
+    /// How much earlier the target may have been crossed, virtual seconds: 0 where the checks
+    /// follow every iteration (the model changes only at an iteration's end, so the reaching
+    /// iteration's end is the time), else the time since the previous check.
+    pub resolution_s: f64,
+    /// How many iterations earlier it may have been crossed: the iterations completed between
+    /// the previous check and this one, less the one this check follows.
+    pub resolution_iterations: u64,
+}
+
+/// Where a sequence of checks is taken: at every iteration's end (the curve), or at times of
+/// their own (time-indexed evaluations), which may fall anywhere between iterations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Checks {
+    AtIterations,
+    AtTimes,
 }
 
 /// The first of a sequence of checks `(time, iteration, value)` whose value meets `hit`, with
-/// its distance to the check before it (or to the start); points without a value were not
-/// checks.
+/// how finely that is known; points without a value were not checks.
 fn first_check<T>(
     checks: impl Iterator<Item = (f64, u64, Option<T>)>,
+    kind: Checks,
     hit: impl Fn(T) -> bool,
 ) -> Option<Reached> {
     let mut before = (0.0, 0);
     for (time_s, iteration, value) in checks {
         let Some(v) = value else { continue };
         if hit(v) {
+            let gap = iteration.saturating_sub(before.1);
+            let exact = kind == Checks::AtIterations && gap <= 1;
             return Some(Reached {
                 time_s,
                 iteration,
-                step_s: time_s - before.0,
-                step_iterations: iteration.saturating_sub(before.1),
+                resolution_s: if exact { 0.0 } else { time_s - before.0 },
+                resolution_iterations: gap.saturating_sub(1),
             });
         }
         before = (time_s, iteration);
@@ -75,19 +89,19 @@ pub fn first_at_target(result: &CellResult, target: &Target) -> Option<Reached> 
             });
             (p.time_s, p.iteration, settled)
         });
-        return first_check(changes, |settled| settled);
+        return first_check(changes, Checks::AtIterations, |settled| settled);
     }
     if let Some(l) = target.test_loss {
-        return first_check(evals(|p| p.test_loss), |x| x <= l);
+        return first_check(evals(|p| p.test_loss), Checks::AtTimes, |x| x <= l);
     }
     if let Some(a) = target.accuracy {
         if !result.evals.is_empty() {
-            return first_check(evals(|p| p.test_accuracy), |x| x >= a);
+            return first_check(evals(|p| p.test_accuracy), Checks::AtTimes, |x| x >= a);
         }
-        return first_check(curve(|p| p.test_accuracy), |x| x >= a);
+        return first_check(curve(|p| p.test_accuracy), Checks::AtIterations, |x| x >= a);
     }
     let l = target.loss?;
-    first_check(curve(|p| p.loss), |x| x <= l)
+    first_check(curve(|p| p.loss), Checks::AtIterations, |x| x <= l)
 }
 
 /// Mean iteration time in phases ≥ 1 over phase 0, each iteration attributed to the phase its

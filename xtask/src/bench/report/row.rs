@@ -57,15 +57,15 @@ pub struct Row {
     pub time_to_target_s: Option<f64>,
     /// Iterations completed when the target was first reached (statistical efficiency).
     pub iterations_to_target: Option<u64>,
-    /// Virtual seconds between the check that found the target reached and the check before
-    /// it: the target was crossed within this much before `time_to_target_s`, so two times to
+    /// How much earlier than `time_to_target_s` the target may have been crossed (0 where the
+    /// checks follow every iteration; else the time since the previous check): two times to
     /// target closer than this are a tie.
     #[serde(default)]
-    pub time_to_target_step_s: Option<f64>,
-    /// Iterations between the check that found the target reached and the one before it (the
-    /// resolution of `iterations_to_target`).
+    pub time_to_target_resolution_s: Option<f64>,
+    /// How many iterations earlier than `iterations_to_target` it may have been crossed (0
+    /// where every iteration was checked).
     #[serde(default)]
-    pub iterations_to_target_step: Option<u64>,
+    pub iterations_to_target_resolution: Option<u64>,
     /// Mean iteration time in the disturbed phases over the undisturbed phase (scenarios with
     /// `phases`).
     pub phase_ratio: Option<f64>,
@@ -93,13 +93,14 @@ pub struct Row {
 }
 
 impl Row {
-    /// How finely `metric` is measured in this row: the width of the interval its true value
-    /// lies in just below the reported one (the distance between the checks of a target), or 0
-    /// for a metric computed directly.
+    /// How finely `metric` is measured in this row: how far below the reported value the true
+    /// one may lie (a target crossed between two checks), or 0 for a metric known exactly.
     pub fn resolution(&self, metric: &str) -> f64 {
         match metric {
-            "time_to_target_s" => self.time_to_target_step_s.unwrap_or(0.0),
-            "iterations_to_target" => self.iterations_to_target_step.map_or(0.0, |i| i as f64),
+            "time_to_target_s" => self.time_to_target_resolution_s.unwrap_or(0.0),
+            "iterations_to_target" => self
+                .iterations_to_target_resolution
+                .map_or(0.0, |i| i as f64),
             _ => 0.0,
         }
     }
@@ -161,8 +162,8 @@ pub fn rows(
                 steady_time_per_iteration_s: steady_time_per_iteration(r),
                 time_to_target_s: reached.map(|t| t.time_s),
                 iterations_to_target: reached.map(|t| t.iteration),
-                time_to_target_step_s: reached.map(|t| t.step_s),
-                iterations_to_target_step: reached.map(|t| t.step_iterations),
+                time_to_target_resolution_s: reached.map(|t| t.resolution_s),
+                iterations_to_target_resolution: reached.map(|t| t.resolution_iterations),
                 phase_ratio: sc.spec.phases.as_ref().and_then(|p| phase_ratio(r, p)),
                 run_time_s: m.run_time_s,
                 final_loss: m.final_loss,

@@ -62,6 +62,13 @@ fn time_to_target_is_the_first_time_reached() {
     assert_eq!(time_to_target(&r, &t("accuracy = 0.7")), Some(3.0));
     assert_eq!(time_to_target(&r, &t("loss = 0.45")), Some(2.0));
     assert_eq!(time_to_target(&r, &t("accuracy = 0.95")), None);
+    // How finely: the loss is checked at every iteration, so its reaching is exact; accuracy was
+    // checked at iterations 1 and 3 only, so it may have been reached one iteration (2 s) earlier.
+    let reached = |text: &str| first_at_target(&r, &t(text)).expect("reached");
+    let loss = reached("loss = 0.45");
+    assert_eq!((loss.resolution_s, loss.resolution_iterations), (0.0, 0));
+    let acc = reached("accuracy = 0.7");
+    assert_eq!((acc.resolution_s, acc.resolution_iterations), (2.0, 1));
     // Convergence: |0.5 − 0.9| > 25 % of 0.9 over two iterations, but |0.4 − 0.5| ≤ 25 % of 0.5
     // over one.
     let c = |text: &str| t(&format!("converged = {{ {text} }}"));
@@ -107,6 +114,10 @@ fn time_indexed_evaluations_decide_test_loss_and_accuracy_targets() {
     };
     let t = |text: &str| toml::from_str::<Target>(text).expect("target");
     assert_eq!(time_to_target(&r, &t("test_loss = 0.5")), Some(1.0));
+    // Evaluations at times of their own: the model may have got there any time after the
+    // evaluation before (0.5 s earlier), in the one iteration completed since.
+    let hit = first_at_target(&r, &t("test_loss = 0.5")).expect("reached");
+    assert_eq!((hit.resolution_s, hit.resolution_iterations), (0.5, 0));
     assert_eq!(iterations_to_target(&r, &t("test_loss = 0.5")), Some(1));
     assert_eq!(time_to_target(&r, &t("test_loss = 0.1")), None);
     // With evaluations, accuracy is read from them, not from the per-iteration ones.

@@ -93,7 +93,7 @@ fn a_difference_within_the_targets_check_interval_is_a_tie() {
     let mut rows = two_seeds();
     for (r, t) in rows.iter_mut().zip([4.35, 4.35, 4.30, 4.20]) {
         r.time_to_target_s = Some(t);
-        r.time_to_target_step_s = Some(0.1);
+        r.time_to_target_resolution_s = Some(0.1);
     }
     let c = claim("metric = \"time_to_target_s\"\nbaseline = \"bsp\"\nexpect = \"less\"");
     let k = check(&rows, &c);
