@@ -127,6 +127,36 @@ fn every_static_placement_trains_the_same_parameters() {
     }
 }
 
+/// The suspension figures exist only where a reassignment happened: a static placement
+/// reports none (not a suspension of 0, which a "suspends less than" claim would take as a
+/// result), while live reassignment reports them.
+#[test]
+fn suspension_figures_are_undefined_without_a_reassignment() {
+    let fixed = run(&elastic(base(), "policy = \"round-robin\""));
+    for name in [
+        "suspension_s_mean",
+        "suspension_s_max",
+        "suspension_vs_restart",
+    ] {
+        assert!(
+            !fixed
+                .summary
+                .figures
+                .contains_key(&format!("elastic-ps.{name}")),
+            "{name}: {:?}",
+            fixed.summary.figures
+        );
+    }
+    assert_eq!(figure(&fixed, "epochs"), 0.0);
+    let moving = run(&elastic(
+        base(),
+        "policy = \"psld\"\nreport_every = 2\nforce_reassign_every = 1",
+    ));
+    assert!(figure(&moving, "epochs") >= 1.0);
+    assert!(figure(&moving, "suspension_vs_restart") >= 0.0);
+    assert!(figure(&moving, "suspension_s_max") >= figure(&moving, "suspension_s_mean"));
+}
+
 /// The same roles run on real threads in real time and train the same parameters.
 #[test]
 fn wall_runtime_trains_the_same_parameters() {

@@ -34,7 +34,9 @@
 //! `suspension_s_mean`/`_max` (training suspended per epoch, first worker blocked → resume),
 //! `checkpoint_restart_s` (the emulated checkpoint-and-restart alternative) and
 //! `suspension_vs_restart`, `superior_mean`, `scale_outs`, `removals`, `servers_final`,
-//! `servers_used_final`, `load_mb_s<i>` (bytes per server at the end).
+//! `servers_used_final`, `load_mb_s<i>` (bytes per server at the end). The suspension figures
+//! exist only where a reassignment happened and `superior_mean` only where a superior set was
+//! computed: undefined is left out, not reported as 0.
 
 #![warn(missing_docs)]
 

@@ -463,21 +463,7 @@ impl Scheduler {
                 "elastic-ps.migrated_mb".to_string(),
                 t.bytes_migrated as f64 / 1e6,
             ),
-            (
-                "elastic-ps.suspension_s_mean".to_string(),
-                mean(&t.suspensions),
-            ),
-            ("elastic-ps.suspension_s_max".to_string(), susp_max),
             ("elastic-ps.checkpoint_restart_s".to_string(), restart),
-            (
-                "elastic-ps.suspension_vs_restart".to_string(),
-                if restart > 0.0 {
-                    susp_max / restart
-                } else {
-                    0.0
-                },
-            ),
-            ("elastic-ps.superior_mean".to_string(), mean(&sup)),
             ("elastic-ps.scale_outs".to_string(), t.scale_outs as f64),
             ("elastic-ps.removals".to_string(), t.removals as f64),
             (
@@ -489,6 +475,24 @@ impl Scheduler {
                 load.iter().filter(|&&l| l > 0).count() as f64,
             ),
         ];
+        // Undefined without a reassignment (or a report): left out rather than read as 0, so
+        // that a claim about them fails instead of passing on nothing.
+        if !t.suspensions.is_empty() {
+            f.push((
+                "elastic-ps.suspension_s_mean".to_string(),
+                mean(&t.suspensions),
+            ));
+            f.push(("elastic-ps.suspension_s_max".to_string(), susp_max));
+            if restart > 0.0 {
+                f.push((
+                    "elastic-ps.suspension_vs_restart".to_string(),
+                    susp_max / restart,
+                ));
+            }
+        }
+        if !sup.is_empty() {
+            f.push(("elastic-ps.superior_mean".to_string(), mean(&sup)));
+        }
         for (s, l) in load.iter().enumerate() {
             if *l > 0 || (s as u32) < self.opts.initial_servers {
                 f.push((format!("elastic-ps.load_mb_s{s}"), *l as f64 / 1e6));
