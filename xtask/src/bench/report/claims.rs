@@ -20,9 +20,10 @@ pub const RULES: &str = "A claim holds only if it holds in every seed. Each seed
      either side (target never reached, figure undefined) fails. A difference counts only beyond \
      the metric's resolution: a time or iteration count to target read at checks coarser than \
      every iteration (evaluations every so many seconds or iterations) may lie anywhere after the \
-     check before, so results closer than that are a tie; other metrics are exact to 10⁻⁹ of the \
-     reference. So a tie fails a direction claim, and a size threshold is met by the difference \
-     less that resolution; a range's upper end is checked on the plain difference.";
+     check before, so results closer than that are a tie; other metrics are exact. So a tie (or a \
+     difference within 10⁻⁹ of the reference) fails a direction claim; a size threshold is met, \
+     exactly at its value too, by the difference less that resolution; a range's upper end is \
+     checked on the plain difference.";
 
 /// Smallest relative resolution of any metric: below it two numbers are the same measurement.
 const RELATIVE_FLOOR: f64 = 1e-9;
@@ -72,7 +73,7 @@ pub struct Measured {
     /// (reference − value)/|reference| for `less`, (value − reference)/|reference| for
     /// `greater`: positive in the claimed direction.
     pub relative: f64,
-    /// `relative` less the metric's resolution (relative to the reference): what the size
+    /// `relative` less the metric's resolution (relative to the reference): what a size
     /// threshold is checked on.
     pub margin: f64,
     /// Whether the measurement upholds the claim (direction and size).
@@ -121,12 +122,14 @@ fn judge(claim: &Claim, value: f64, reference: f64, resolution: f64) -> Measured
         }
     };
     let relative = relative_of(diff);
-    let margin = relative_of(diff - resolution.max(RELATIVE_FLOOR * scale));
+    // A direction claim needs a difference beyond float noise as well; a size threshold is met
+    // exactly at its value.
     let big_enough = if claim.by_at_least == 0.0 {
-        margin > 0.0
+        relative_of(diff - resolution.max(RELATIVE_FLOOR * scale)) > 0.0
     } else {
-        margin >= claim.by_at_least
+        relative_of(diff - resolution) >= claim.by_at_least
     };
+    let margin = relative_of(diff - resolution);
     let holds = big_enough && claim.by_at_most.is_none_or(|m| relative <= m);
     Measured {
         value,

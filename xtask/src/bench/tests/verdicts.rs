@@ -82,6 +82,19 @@ fn a_tie_fails_a_direction_claim() {
     // … even a tie that float rounding breaks by one part in 10¹².
     rows[3].time_per_iteration_s = 1.0 - 1e-12;
     assert!(!check(&rows, &less_than_bsp("")).holds);
+    // A size threshold is met exactly at its value: 100 against 103 iterations is "at most 3 %
+    // more".
+    let mut iters = two_seeds();
+    for (r, i) in iters.iter_mut().zip([100, 100, 103, 101]) {
+        r.iterations_to_target = Some(i);
+        r.iterations_to_target_resolution = Some(0);
+    }
+    let at_most_3 = claim(
+        "metric = \"iterations_to_target\"\nbaseline = \"bsp\"\nexpect = \"less\"\nby_at_least = -0.03",
+    );
+    assert!(check(&iters, &at_most_3).holds);
+    iters[2].iterations_to_target = Some(104);
+    assert!(!check(&iters, &at_most_3).holds);
     // A tolerance ("about equal": at most 5 % the other way) accepts the tie.
     assert!(check(&rows, &less_than_bsp("by_at_least = -0.05")).holds);
 }
