@@ -161,38 +161,37 @@ fn seed_value(
 
 /// Measures a claim in a scenario, in every one of `seeds`.
 pub fn check_claim(rows: &[Row], scenario: &str, claim: &Claim, seeds: &[u64]) -> ClaimCheck {
+    // Each side's value and resolution in every seed, read once: the constant `than` is the
+    // same exact value in every seed.
+    let side = |strategy: &str| -> Vec<Result<(f64, f64), Missing>> {
+        seeds
+            .iter()
+            .map(|&seed| seed_value(rows, scenario, strategy, &claim.metric, seed))
+            .collect()
+    };
+    let values = side(&claim.strategy);
+    let references = match (&claim.baseline, claim.than) {
+        (Some(b), _) => side(b),
+        (None, Some(t)) => vec![Ok((t, 0.0)); seeds.len()],
+        (None, None) => vec![Err(Missing::NoValue("reference".into())); seeds.len()],
+    };
     let seed_checks: Vec<SeedCheck> = seeds
         .iter()
-        .map(|&seed| {
-            let measured = (|| {
-                let (value, res) =
-                    seed_value(rows, scenario, &claim.strategy, &claim.metric, seed)?;
-                let (reference, ref_res) = match (&claim.baseline, claim.than) {
-                    (Some(b), _) => seed_value(rows, scenario, b, &claim.metric, seed)?,
-                    (None, Some(t)) => (t, 0.0),
-                    (None, None) => return Err(Missing::NoValue("reference".into())),
-                };
-                Ok(judge(claim, value, reference, res.max(ref_res)))
-            })();
+        .zip(values.iter().zip(&references))
+        .map(|(&seed, (value, reference))| {
+            let measured = match (value, reference) {
+                (Ok((v, res)), Ok((r, ref_res))) => Ok(judge(claim, *v, *r, res.max(*ref_res))),
+                (Err(missing), _) | (_, Err(missing)) => Err(missing.clone()),
+            };
             SeedCheck { seed, measured }
         })
         .collect();
-    let mean_of = |strategy: &str| {
-        Stat::of(
-            seed_checks
-                .iter()
-                .map(|s| seed_value(rows, scenario, strategy, &claim.metric, s.seed).ok())
-                .map(|v| v.map(|(v, _)| v)),
-        )
-        .map(|s| s.mean)
+    let mean_of = |side: &[Result<(f64, f64), Missing>]| {
+        Stat::of(side.iter().map(|v| v.as_ref().ok().map(|(v, _)| *v))).map(|s| s.mean)
     };
-    let mean = mean_of(&claim.strategy).and_then(|value| {
-        let reference = match (&claim.baseline, claim.than) {
-            (Some(b), _) => mean_of(b)?,
-            (None, t) => t?,
-        };
-        Some(judge(claim, value, reference, 0.0))
-    });
+    let mean = mean_of(&values)
+        .zip(mean_of(&references))
+        .map(|(value, reference)| judge(claim, value, reference, 0.0));
     let holds = !seed_checks.is_empty() && seed_checks.iter().all(SeedCheck::holds);
     ClaimCheck {
         seeds: seed_checks,

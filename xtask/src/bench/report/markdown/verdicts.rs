@@ -1,7 +1,7 @@
 //! The claims, trends and model-properties tables of `REPORT.md`, the tally of what holds, and
 //! how a claim and its measurement are written (also under each scenario).
 
-use crate::bench::report::claims::{check_claim, ClaimCheck, Measured};
+use crate::bench::report::claims::{check_claim, ClaimCheck, Measured, RULES};
 use crate::bench::report::format::{cell_text, metric_value, pct};
 use crate::bench::report::input::ReportInput;
 use crate::bench::report::row::Row;
@@ -69,6 +69,24 @@ fn describe_measured(c: &Claim, m: &Measured) -> String {
     )
 }
 
+/// How many seeds hold (`k/n`), then every failing seed and why.
+fn seeds_text(held: usize, total: usize, failing: &[String]) -> String {
+    if failing.is_empty() {
+        format!("{held}/{total}")
+    } else {
+        format!("{held}/{total} (✗ {})", failing.join("; "))
+    }
+}
+
+/// A verdict mark.
+fn mark(holds: bool) -> &'static str {
+    if holds {
+        "✓"
+    } else {
+        "✗"
+    }
+}
+
 /// A claim's measurement in words (on the means over seeds), its seeds (`k/n`, then every
 /// failing seed and why) and its verdict mark (`✓` only when every seed holds).
 pub fn describe_check(c: &Claim, check: &ClaimCheck) -> (String, String, String) {
@@ -85,33 +103,36 @@ pub fn describe_check(c: &Claim, check: &ClaimCheck) -> (String, String, String)
             Err(missing) => format!("seed {}: {missing}", s.seed),
         })
         .collect();
-    let mut seeds = format!("{}/{}", check.held(), check.seeds.len());
-    if !failing.is_empty() {
-        seeds.push_str(&format!(" (✗ {})", failing.join("; ")));
-    }
-    let verdict = if check.holds { "✓" } else { "✗" };
-    (measured, seeds, verdict.into())
+    let seeds = seeds_text(check.held(), check.seeds.len(), &failing);
+    (measured, seeds, mark(check.holds).into())
 }
 
-/// The claims of the suite with each one's scenario, split into paper claims and model
-/// properties.
-fn suite_claims<'a>(input: &'a ReportInput<'_>, property: bool) -> Vec<(&'a Scenario, &'a Claim)> {
+/// A claim of the suite with its scenario and its verdict.
+type CheckedClaim<'a> = (&'a Scenario, &'a Claim, ClaimCheck);
+
+/// The suite's paper claims (`property` false) or model properties (true), each checked.
+fn checked_claims<'a>(
+    input: &'a ReportInput<'_>,
+    rows: &[Row],
+    property: bool,
+) -> Vec<CheckedClaim<'a>> {
     input
         .scenarios
         .iter()
         .flat_map(|s| s.spec.all_claims().into_iter().map(move |(_, c)| (s, c)))
         .filter(|(_, c)| c.property == property)
+        .map(|(s, c)| (s, c, check_claim(rows, &s.label, c, &input.suite.seeds)))
         .collect()
 }
 
 /// A table of claims with their verdicts.
-fn claims_table(md: &mut String, claims: &[(&Scenario, &Claim)], checks: &[ClaimCheck]) {
+fn claims_table(md: &mut String, claims: &[CheckedClaim<'_>]) {
     let _ = writeln!(
         md,
         "| scenario | claim | source | claimed | measured | seeds holding | verdict |"
     );
     let _ = writeln!(md, "|---|---|---|---|---|---|---|");
-    for ((s, c), check) in claims.iter().zip(checks) {
+    for (s, c, check) in claims {
         let (measured, seeds, verdict) = describe_check(c, check);
         let _ = writeln!(
             md,
@@ -143,66 +164,57 @@ pub struct Tally {
     pub trends_held: usize,
 }
 
+impl Tally {
+    /// Counts checked paper claims and trends.
+    fn of(claims: &[CheckedClaim<'_>], trends: &[CheckedTrend<'_>]) -> Tally {
+        Tally {
+            claims: claims.len(),
+            held: claims.iter().filter(|(_, _, k)| k.holds).count(),
+            held_on_mean: claims
+                .iter()
+                .filter(|(_, _, k)| k.mean.as_ref().is_some_and(|m| m.holds))
+                .count(),
+            trends: trends.len(),
+            trends_held: trends.iter().filter(|(_, _, k)| k.holds).count(),
+        }
+    }
+}
+
 /// Counts the suite's paper claims and trends that hold.
 pub fn tally(input: &ReportInput<'_>, rows: &[Row]) -> Tally {
-    let seeds = &input.suite.seeds;
-    let claims = suite_claims(input, false);
-    let checks: Vec<ClaimCheck> = claims
-        .iter()
-        .map(|(s, c)| check_claim(rows, &s.label, c, seeds))
-        .collect();
-    let trends = suite_trends(input, false);
-    let trend_checks: Vec<TrendCheck> = trends
-        .iter()
-        .map(|(_, members, t)| check_trend(rows, members, t, seeds))
-        .collect();
-    Tally {
-        claims: claims.len(),
-        held: checks.iter().filter(|k| k.holds).count(),
-        held_on_mean: checks
-            .iter()
-            .filter(|k| k.mean.as_ref().is_some_and(|m| m.holds))
-            .count(),
-        trends: trends.len(),
-        trends_held: trend_checks.iter().filter(|k| k.holds).count(),
-    }
+    Tally::of(
+        &checked_claims(input, rows, false),
+        &checked_trends(input, rows, false),
+    )
 }
 
 /// Every paper claim of the suite with its verdict (nothing without claims).
 pub fn claims_section(md: &mut String, input: &ReportInput<'_>, rows: &[Row]) {
-    let claims = suite_claims(input, false);
+    let claims = checked_claims(input, rows, false);
     if claims.is_empty() {
         return;
     }
-    let checks: Vec<ClaimCheck> = claims
+    let t = Tally::of(&claims, &[]);
+    let lacking = claims
         .iter()
-        .map(|(s, c)| check_claim(rows, &s.label, c, &input.suite.seeds))
-        .collect();
-    let held = checks.iter().filter(|k| k.holds).count();
-    let on_mean = checks
-        .iter()
-        .filter(|k| k.mean.as_ref().is_some_and(|m| m.holds))
-        .count();
-    let lacking = checks
-        .iter()
-        .filter(|k| k.measured() < k.seeds.len())
+        .filter(|(_, _, k)| k.measured() < k.seeds.len())
         .count();
     let _ = writeln!(md, "## Claims\n");
     let _ = writeln!(
         md,
-        "**{held} of {} paper claims hold in every seed.** On the means over seeds alone {on_mean} \
+        "**{} of {} paper claims hold in every seed.** On the means over seeds alone {} \
          would; {lacking} lack a value in some seed.\n",
-        claims.len()
+        t.held, t.claims, t.held_on_mean
     );
-    let _ = writeln!(md, "{}\n", super::super::claims::RULES);
-    claims_table(md, &claims, &checks);
+    let _ = writeln!(md, "{RULES}\n");
+    claims_table(md, &claims);
 }
 
 /// The model properties: statements true by construction of the simulator or a strategy,
 /// checked like claims but not counted among reproduced results (nothing without any).
 pub fn properties_section(md: &mut String, input: &ReportInput<'_>, rows: &[Row]) {
-    let claims = suite_claims(input, true);
-    let trends = suite_trends(input, true);
+    let claims = checked_claims(input, rows, true);
+    let trends = checked_trends(input, rows, true);
     if claims.is_empty() && trends.is_empty() {
         return;
     }
@@ -215,44 +227,45 @@ pub fn properties_section(md: &mut String, input: &ReportInput<'_>, rows: &[Row]
          above.\n"
     );
     if !claims.is_empty() {
-        let checks: Vec<ClaimCheck> = claims
-            .iter()
-            .map(|(s, c)| check_claim(rows, &s.label, c, &input.suite.seeds))
-            .collect();
-        claims_table(md, &claims, &checks);
+        claims_table(md, &claims);
     }
     if !trends.is_empty() {
-        trends_table(md, input, rows, &trends);
+        trends_table(md, &trends);
     }
 }
 
-/// The trends of the suite's sweeps with their sweep group and its scenarios: paper trends or
-/// model properties.
-type SuiteTrend<'a> = (&'a str, Vec<&'a Scenario>, &'a Trend);
+/// A trend of the suite with its sweep group and its verdict.
+type CheckedTrend<'a> = (&'a str, &'a Trend, TrendCheck);
 
-fn suite_trends<'a>(input: &'a ReportInput<'_>, property: bool) -> Vec<SuiteTrend<'a>> {
-    sweep_groups(input.scenarios)
-        .into_iter()
-        .flat_map(|(g, members)| {
-            let spec = &members[0].spec;
-            spec.trends
-                .iter()
-                .filter(|t| t.property == property)
-                .map(move |t| (g, members.clone(), t))
-                .collect::<Vec<_>>()
-        })
-        .collect()
+/// The trends of the suite's sweeps, paper trends (`property` false) or model properties
+/// (true), each checked over its sweep group.
+fn checked_trends<'a>(
+    input: &'a ReportInput<'_>,
+    rows: &[Row],
+    property: bool,
+) -> Vec<CheckedTrend<'a>> {
+    let mut out = Vec::new();
+    for (g, members) in sweep_groups(input.scenarios) {
+        for t in members[0]
+            .spec
+            .trends
+            .iter()
+            .filter(|t| t.property == property)
+        {
+            out.push((g, t, check_trend(rows, &members, t, &input.suite.seeds)));
+        }
+    }
+    out
 }
 
 /// A table of trends with their verdicts.
-fn trends_table(md: &mut String, input: &ReportInput<'_>, rows: &[Row], trends: &[SuiteTrend<'_>]) {
+fn trends_table(md: &mut String, trends: &[CheckedTrend<'_>]) {
     let _ = writeln!(
         md,
         "| sweep | claim | source | claimed | measured | seeds holding | verdict |"
     );
     let _ = writeln!(md, "|---|---|---|---|---|---|---|");
-    for (g, members, t) in trends {
-        let check = check_trend(rows, members, t, &input.suite.seeds);
+    for (g, t, check) in trends {
         let claimed = match t.shape {
             Shape::Linear { min_r2 } => {
                 format!(
@@ -279,10 +292,6 @@ fn trends_table(md: &mut String, input: &ReportInput<'_>, rows: &[Row], trends: 
                 None => Some(format!("seed {seed}: not measured")),
             })
             .collect();
-        let mut seeds = format!("{}/{}", check.held(), check.seeds.len());
-        if !failing.is_empty() {
-            seeds.push_str(&format!(" (✗ {})", failing.join("; ")));
-        }
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {} |",
@@ -291,8 +300,8 @@ fn trends_table(md: &mut String, input: &ReportInput<'_>, rows: &[Row], trends: 
             cell_text(&t.source),
             cell_text(&claimed),
             cell_text(&measured),
-            cell_text(&seeds),
-            if check.holds { "✓" } else { "✗" }
+            cell_text(&seeds_text(check.held(), check.seeds.len(), &failing)),
+            mark(check.holds)
         );
     }
     md.push('\n');
@@ -300,35 +309,25 @@ fn trends_table(md: &mut String, input: &ReportInput<'_>, rows: &[Row], trends: 
 
 /// Every paper trend of the suite's sweeps with its verdict (nothing without trends).
 pub fn trends_section(md: &mut String, input: &ReportInput<'_>, rows: &[Row]) {
-    let trends = suite_trends(input, false);
+    let trends = checked_trends(input, rows, false);
     if trends.is_empty() {
         return;
     }
-    let measured = trends
-        .iter()
-        .filter(|(_, members, t)| {
-            check_trend(rows, members, t, &input.suite.seeds)
-                .mean
-                .is_some()
-        })
-        .count();
-    let held = trends
-        .iter()
-        .filter(|(_, members, t)| check_trend(rows, members, t, &input.suite.seeds).holds)
-        .count();
+    let measured = trends.iter().filter(|(_, _, k)| k.mean.is_some()).count();
+    let t = Tally::of(&[], &trends);
     let _ = writeln!(md, "## Trends across sweeps\n");
     if measured == 0 {
         let _ = writeln!(
             md,
             "{} trend claims, not measured (no sweep has data).\n",
-            trends.len()
+            t.trends
         );
     } else {
         let _ = writeln!(
             md,
-            "**{held} of {} trend claims hold in every seed** ({measured} measured).\n",
-            trends.len()
+            "**{} of {} trend claims hold in every seed** ({measured} measured).\n",
+            t.trends_held, t.trends
         );
     }
-    trends_table(md, input, rows, &trends);
+    trends_table(md, &trends);
 }
