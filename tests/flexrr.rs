@@ -39,7 +39,7 @@ fn base(options: &str) -> RunConfig {
         test = 256
         [optimizer]
         kind = "sgd"
-        lr = 0.01
+        lr = 1.6
         momentum = 0.0
         [cluster]
         default_device = "core"
@@ -97,6 +97,10 @@ fn every_unit_is_processed_exactly_once_under_heavy_reassignment() {
             let share = figure(&r, "reassigned_share");
             assert!(share > 0.05, "work must really move: {share}");
             assert!(figure(&r, "follow_ups") > 0.0);
+            // What moving a unit costs: the protocol's messages, the helper's flush and its
+            // acknowledgement, each at least once per range.
+            assert!(figure(&r, "messages_per_reassigned_unit") > 0.0);
+            assert!(figure(&r, "bytes_per_reassigned_unit") > 0.0);
             assert!(
                 figure(&r, "cancelled") > 0.0,
                 "the cancel path must be exercised"
@@ -140,8 +144,8 @@ fn the_ssp_bound_holds_under_rapid_reassignment() {
 
 /// Without read-my-writes every unit of a clock is computed on the values read at its start, so
 /// BSP RR is synchronous SGD whatever moves: it equals BSP in the same system, and the engine's
-/// BSP with the mean gradient of all units (lr × workers × units). A lost or doubled unit would
-/// show.
+/// BSP at the same rate (a clock moves lr times the mean gradient of all units). A lost or doubled
+/// unit would show.
 #[test]
 fn bsp_rr_without_read_my_writes_is_exactly_bsp() {
     let opts = |rr: bool| format!("slack = 0\nread_my_writes = false\nreassignment = {rr}");
@@ -159,11 +163,6 @@ fn bsp_rr_without_read_my_writes_is_exactly_bsp() {
     let mut engine = base("");
     engine.strategies = vec!["bsp".into()];
     engine.strategy.clear();
-    engine.optimizer = OptimizerConfig::Sgd {
-        lr: 0.01 * 8.0 * 20.0,
-        momentum: 0.0,
-        weight_decay: 0.0,
-    };
     let reference = run(&engine);
     let d = max_diff(params(&plain), params(&reference));
     assert!(d < 1e-5, "flexrr BSP vs engine BSP: {d}");
@@ -220,6 +219,110 @@ fn uneven_workload_is_a_data_skew_that_help_evens_out() {
     assert!(t_rr < 1.15 * t_even, "FlexRR ≈ even: {t_rr} vs {t_even}");
 }
 
+/// `base` on cores `speedup` times faster (a unit takes about 10 ms / `speedup`).
+fn on_fast_cores(mut cfg: RunConfig, speedup: f64) -> RunConfig {
+    for device in cfg.cluster.devices.values_mut() {
+        device.peak_tflops *= speedup;
+    }
+    cfg
+}
+
+/// One learning-rate rule for every strategy: a clock moves the model by `lr` times the mean
+/// gradient of its global batch. The same config (an MLP, no momentum) trains under FlexRR, with
+/// work moving, and under the engine's BSP, to about the same loss; under the former rule
+/// (every unit's delta at the full rate) FlexRR would take 160 times BSP's step and diverge.
+#[test]
+fn the_same_config_trains_under_flexrr_and_bsp() {
+    let mut flexrr = straggling(base(""));
+    flexrr.model = concord::engine::model::ModelConfig::Mlp { hidden: vec![32] };
+    flexrr.iterations = 40;
+    flexrr.eval_every = 40;
+    flexrr.optimizer = OptimizerConfig::Sgd {
+        lr: 0.5,
+        momentum: 0.0,
+        weight_decay: 0.0,
+    };
+    let mut bsp = flexrr.clone();
+    bsp.strategies = vec!["bsp".into()];
+    bsp.strategy.clear();
+    let (f, b) = (run(&flexrr), run(&bsp));
+    assert!(figure(&f, "reassigned_share") > 0.05);
+    let first = |r: &RunResult| r.rows.first().expect("rows").loss;
+    // The training loss of the last five clocks (one clock's mini-batches are noisy).
+    let last = |r: &RunResult| {
+        r.rows[r.rows.len() - 5..]
+            .iter()
+            .map(|x| x.loss)
+            .sum::<f64>()
+            / 5.0
+    };
+    for (name, r) in [("flexrr", &f), ("bsp", &b)] {
+        assert!(
+            last(r) < 0.6 * first(r),
+            "{name} trains: {} → {}",
+            first(r),
+            last(r)
+        );
+    }
+    let gap = (last(&f) - last(&b)).abs() / last(&b);
+    assert!(gap < 0.1, "flexrr {} vs bsp {}", last(&f), last(&b));
+}
+
+/// Message checks cost at most `max_check_share` of a worker's compute: on cores where a unit
+/// takes about as long as a check, a clock makes fewer checks than its units; with the share
+/// at 1, one per unit (the default: the thesis's 100, at most one per unit).
+#[test]
+fn message_checks_stay_within_their_share_of_compute() {
+    let fast = |options: &str| on_fast_cores(base(options), 100.0);
+    let capped = run(&fast(""));
+    let checks = figure(&capped, "checks_per_worker_clock");
+    let cost = 20e-6;
+    for records in &capped.worker_records {
+        for pair in records.windows(2) {
+            // Each clock's checks are paid for by the previous clock's compute.
+            let affordable = (0.1 * pair[0].compute_s / cost).floor();
+            assert!(affordable < 20.0, "the cap must bind: {affordable}");
+        }
+    }
+    assert!(checks < 20.0, "{checks} checks per clock of 20 units");
+    let mean_compute: f64 = capped
+        .worker_records
+        .iter()
+        .flatten()
+        .map(|r| r.compute_s)
+        .sum::<f64>()
+        / (8.0 * 12.0);
+    assert!(
+        checks * cost <= 0.1 * mean_compute * 1.05 + 20.0 * cost / 12.0,
+        "checks {checks} × {cost} s against {mean_compute} s of compute"
+    );
+    let uncapped = run(&fast("max_check_share = 1.0"));
+    assert_eq!(figure(&uncapped, "checks_per_worker_clock"), 20.0);
+    let slow = run(&base(""));
+    assert_eq!(figure(&slow, "checks_per_worker_clock"), 20.0);
+}
+
+/// Help is offered only where it pays: where a unit takes about a microsecond (a few under the
+/// stragglers) and each of the reassignment's messages 50 µs, moving work would only add waiting, so none moves and FlexRR
+/// is no slower than the same system without reassignment; on slow cores, under the same
+/// stragglers, work moves.
+#[test]
+fn help_that_would_not_pay_is_not_offered() {
+    let fast = |options: &str| on_fast_cores(straggling(base(options)), 10_000.0);
+    let rr = run(&fast(""));
+    assert_eq!(figure(&rr, "reassigned_share"), 0.0);
+    assert_eq!(figure(&rr, "messages_per_reassigned_unit"), 0.0);
+    // Within 1 % of SSP in the same system (the progress reports still go out, and cost their
+    // send time), and faster than its BSP.
+    let t = |r: &RunResult| r.summary.time_per_iteration_s;
+    let ssp = run(&fast("reassignment = false"));
+    assert!(t(&rr) <= 1.01 * t(&ssp), "{} vs SSP {}", t(&rr), t(&ssp));
+    let bsp = run(&fast("reassignment = false\nslack = 0"));
+    assert!(t(&rr) < t(&bsp), "{} vs BSP {}", t(&rr), t(&bsp));
+    let slow = run(&straggling(base("")));
+    assert!(figure(&slow, "reassigned_share") > 0.05);
+}
+
 fn compose_error(cfg: &RunConfig) -> String {
     match concord::registry().compose(cfg) {
         Ok(_) => panic!("composed, but should not"),
@@ -236,6 +339,7 @@ fn bad_options_are_start_up_errors_naming_the_key() {
         ("replication = 0.0", "strategy.flexrr.replication"),
         ("initial = 1.5", "strategy.flexrr.initial"),
         ("checks = 0", "strategy.flexrr.checks"),
+        ("max_check_share = 0.0", "strategy.flexrr.max_check_share"),
         ("trigger = -0.1", "strategy.flexrr.trigger"),
         ("uneven = { share = 1.0 }", "strategy.flexrr.uneven.share"),
         ("helpers = 3", "strategy.flexrr"),

@@ -191,31 +191,3 @@ fn the_cli_writes_the_stopped_run_and_exits_non_zero_naming_the_error() {
     assert!(out_dir.join("config.toml").exists());
     assert!(!out_dir.join("checkpoint.safetensors").exists());
 }
-
-/// FlexRR adds every unit's delta up, so the engine's default rate acts as lr × workers × units
-/// there: the CLI says so at start-up.
-#[test]
-fn flexrr_at_the_engine_default_rate_warns_at_start_up() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_concord"))
-        .args(["train", "--quiet", "--out", "run"])
-        .args([
-            "--set",
-            "strategies=[\"flexrr\"]",
-            "--set",
-            "optimizer.momentum=0",
-        ])
-        .args(["--set", "strategy.flexrr.units=32", "--set", "iterations=2"])
-        .current_dir(dir.path())
-        .env_remove("CONCORD_WORKERS")
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    // 0.1 × 8 workers × 32 units.
-    assert!(
-        stderr.contains("WARN") && stderr.contains("optimizer.lr = 0.1 acts as 25.600"),
-        "{stderr}"
-    );
-}

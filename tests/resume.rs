@@ -36,7 +36,7 @@ fn config(strategies: &[&str], iterations: u64) -> RunConfig {
 fn flexrr(iterations: u64) -> RunConfig {
     let mut cfg = config(&["flexrr"], iterations);
     cfg.optimizer = OptimizerConfig::Sgd {
-        lr: 0.05,
+        lr: 0.8,
         momentum: 0.0,
         weight_decay: 0.0,
     };

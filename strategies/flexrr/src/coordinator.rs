@@ -119,6 +119,9 @@ impl Coordinator for FlexCoordinator {
             sum.cancelled += s.cancelled;
             sum.discarded += s.discarded;
             sum.polls += s.polls;
+            sum.checks += s.checks;
+            sum.rr_messages += s.rr_messages;
+            sum.rr_bytes += s.rr_bytes;
         }
         let checked = if stats.len() as u32 == workers {
             ledger.verify(&self.units, self.clocks).map_err(|e| {
@@ -133,6 +136,14 @@ impl Coordinator for FlexCoordinator {
             0.0
         };
         let iters = (self.clocks.max(1) * u64::from(workers.max(1))) as f64;
+        // Traffic per unit that moved; none moved, none to share out.
+        let per_helped = |x: u64| {
+            if helped > 0 {
+                x as f64 / helped as f64
+            } else {
+                0.0
+            }
+        };
         Ok(CoordinatorReport {
             state: None,
             reports: Vec::new(),
@@ -150,6 +161,19 @@ impl Coordinator for FlexCoordinator {
                 (
                     "flexrr.polls_per_worker_clock".into(),
                     sum.polls as f64 / iters,
+                ),
+                (
+                    "flexrr.checks_per_worker_clock".into(),
+                    sum.checks as f64 / iters,
+                ),
+                ("flexrr.rr_messages".into(), sum.rr_messages as f64),
+                (
+                    "flexrr.messages_per_reassigned_unit".into(),
+                    per_helped(sum.rr_messages),
+                ),
+                (
+                    "flexrr.bytes_per_reassigned_unit".into(),
+                    per_helped(sum.rr_bytes),
                 ),
             ],
         })

@@ -25,7 +25,7 @@
 //! group_size = 4
 //! initial = 0.025
 //! follow_up = 0.05
-//! checks = 100           # message checks per iteration
+//! checks = 100           # message checks per iteration (unset: 100, at most one per unit)
 //! check_cost_s = 2e-5
 //! trigger = 0.2
 //! report_at = 0.75
@@ -34,11 +34,13 @@
 //! # uneven = { fraction_machines = 0.5, share = 0.75 }
 //! ```
 //!
-//! Workers apply plain SGD deltas (`-lr · (g + weight_decay · w)` per unit) to their cached
-//! copy and send them to the servers, which add them up: the optimizer must be SGD without
-//! momentum, and its rate acts as `lr × workers × units` does for the engine's strategies (see
-//! [`rate`]: a rate tuned for them stalls or diverges here, and a warning says so at start-up). Figures: `flexrr.reassigned_share`, `flexrr.units_verified`, offers, follow-ups,
-//! cancels, discards and inbox polls per worker-clock.
+//! Workers apply plain SGD deltas (`-(lr / units) · (g + weight_decay · w)` per unit, `units`
+//! being every worker's units of a clock) to their cached copy and send them to the servers,
+//! which add them up: the optimizer must be SGD without momentum, and a clock moves the model by
+//! `lr` times the mean gradient, as under the engine's strategies (see [`rate`]). Figures:
+//! `flexrr.reassigned_share`, `flexrr.units_verified`, offers, follow-ups, cancels, discards,
+//! checks and inbox polls per worker-clock, and the reassignment's messages and bytes per unit
+//! moved.
 
 #![warn(missing_docs)]
 
@@ -89,9 +91,6 @@ impl Strategy for Flexrr {
         let o: FlexrrOptions = parse_options(self.name(), options)?;
         let cluster = Cluster::resolve(&config.cluster, config.workers, config.servers)?;
         let resolved = Arc::new(o.resolve(config, &cluster.worker_machine)?);
-        if let Some(warning) = rate::rate_warning(config, &resolved) {
-            tracing::warn!("{warning}");
-        }
         asm.consistency = Some(Arc::new(StaleSynchronous {
             slack: resolved.options.slack,
         }));

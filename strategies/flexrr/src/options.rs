@@ -18,18 +18,31 @@ pub struct FlexrrOptions {
     /// RapidReassignment on (FlexRR, BSP RR) or off (plain SSP / BSP in the same system).
     pub reassignment: bool,
     /// Work units per worker per clock: the reassignment granularity (`batch` is cut into this
-    /// many mini-batches; the thesis reassigns input items, spec §4.1.5 recommends ≥ 40).
-    pub units: u32,
+    /// many mini-batches; the thesis reassigns input items, spec §4.1.5 recommends ≥ 40). Unset:
+    /// the largest divisor of `batch` up to 100, so any batch works and the finest useful split
+    /// is taken.
+    pub units: Option<u32>,
     /// Helper group size `g` (thesis 4; 0 disables helping, = SSP).
     pub group_size: u32,
     /// Initial assignment, a fraction of the slow worker's work of the clock (thesis 2.5 %).
     pub initial: f64,
     /// Follow-up assignment (thesis 5 %, always twice the initial one in its sweeps).
     pub follow_up: f64,
-    /// Message checks per iteration (thesis 100).
-    pub checks: u32,
+    /// Message checks per iteration. Unset: the thesis's 100, but at most one per work unit (a
+    /// check inside a unit cannot act before the unit ends, so extra ones would only cost
+    /// time). Set: exactly this many, spread over the units (checks between the same two units
+    /// cost their time and are handled together), as the thesis's sensitivity study sweeps them.
+    pub checks: Option<u32>,
     /// Modeled cost of one message check, seconds (non-blocking probe of the peer inbox).
     pub check_cost_s: f64,
+    /// The largest share of a worker's compute time its message checks may cost. The thesis's
+    /// checks cost a negligible share of its multi-second iterations, and its sensitivity study
+    /// (Fig. 3.12c) finds that checking so often that it costs real time only slows a worker
+    /// down; on short iterations 100 checks would cost more than the work they watch. So a clock
+    /// makes no more checks than this share of the worker's previous clock's compute time pays
+    /// for (none at all when one would not fit: the worker then reads its messages only while it
+    /// waits, and FlexRR runs as SSP). 1 lets checks cost as much as the work.
+    pub max_check_share: f64,
     /// Straggler trigger: how far ahead, in iterations, a helper must be (thesis 20 %).
     pub trigger: f64,
     /// Progress at which a worker reports to its helpees (thesis 75 % of an iteration).
@@ -51,12 +64,13 @@ impl Default for FlexrrOptions {
         FlexrrOptions {
             slack: 1,
             reassignment: true,
-            units: 100,
+            units: None,
             group_size: 4,
             initial: 0.025,
             follow_up: 0.05,
-            checks: 100,
+            checks: None,
             check_cost_s: 20e-6,
+            max_check_share: 0.1,
             trigger: 0.2,
             report_at: 0.75,
             replication: 1.0,
@@ -64,6 +78,22 @@ impl Default for FlexrrOptions {
             uneven: None,
         }
     }
+}
+
+/// The thesis's message checks per iteration (Table 3.1).
+pub const DEFAULT_CHECKS: u32 = 100;
+
+/// The most work units a clock is cut into by default (the thesis's 100 message checks per
+/// iteration act at unit boundaries, so finer units would not react sooner).
+pub const DEFAULT_UNITS: u32 = 100;
+
+/// The largest divisor of `batch` up to [`DEFAULT_UNITS`] (1 for an empty batch, which the
+/// config rejects anyway).
+pub fn default_units(batch: u64) -> u32 {
+    (1..=DEFAULT_UNITS)
+        .rev()
+        .find(|&u| batch.is_multiple_of(u64::from(u)))
+        .unwrap_or(1)
 }
 
 /// The options checked and resolved against a run: per-worker work, the groups, the step size.
@@ -79,7 +109,8 @@ pub struct Resolved {
     pub first_unit: Vec<u64>,
     /// Helper and helpee groups.
     pub groups: HelperGroups,
-    /// The workers' SGD step size.
+    /// The step of one unit's delta: `optimizer.lr` over every unit of a clock (see
+    /// [`crate::rate`]), so a clock moves the model as far as the engine's strategies do.
     pub lr: f32,
     /// L2 weight decay folded into each unit's gradient.
     pub weight_decay: f32,
@@ -89,6 +120,14 @@ impl Resolved {
     /// Units of all workers in one clock.
     pub fn units_per_clock(&self) -> u64 {
         self.units.iter().map(|&u| u64::from(u)).sum()
+    }
+
+    /// Message checks `owner` makes per clock: as configured, or the thesis's 100 but at most one
+    /// per unit.
+    pub fn checks(&self, owner: u32) -> u32 {
+        self.options
+            .checks
+            .unwrap_or_else(|| DEFAULT_CHECKS.min(self.units[owner as usize]))
     }
 
     /// Units of the given fraction of `owner`'s work of a clock (at least one).
@@ -133,10 +172,11 @@ impl FlexrrOptions {
                 "must be at most 1000000",
             ));
         }
-        if o.units == 0 || !config.batch.is_multiple_of(u64::from(o.units)) {
+        let units = o.units.unwrap_or_else(|| default_units(config.batch));
+        if units == 0 || !config.batch.is_multiple_of(u64::from(units)) {
             return Err(EngineError::config(
                 key("units"),
-                o.units,
+                units,
                 format!(
                     "must be at least 1 and divide `batch` = {} (each unit is an equal mini-batch)",
                     config.batch
@@ -161,7 +201,14 @@ impl FlexrrOptions {
             1.0,
             "must be in [0, 1] seconds",
         )?;
-        if o.checks == 0 {
+        in_range(
+            "max_check_share",
+            o.max_check_share,
+            1e-9,
+            1.0,
+            "must be in (0, 1]",
+        )?;
+        if o.checks == Some(0) {
             return Err(EngineError::config(key("checks"), 0, "must be at least 1"));
         }
         let workers = config.workers;
@@ -177,7 +224,7 @@ impl FlexrrOptions {
                 lr,
                 momentum: 0.0,
                 weight_decay,
-            } => (lr as f32, weight_decay as f32),
+            } => (lr, weight_decay as f32),
             OptimizerConfig::Sgd { momentum, .. } => {
                 return Err(EngineError::config(
                     "optimizer.momentum",
@@ -193,7 +240,8 @@ impl FlexrrOptions {
                 ))
             }
         };
-        let units = per_worker_units(o, worker_machine)?;
+        let unit_batch = config.batch / u64::from(units);
+        let units = per_worker_units(o, units, worker_machine)?;
         let mut first_unit = Vec::with_capacity(units.len());
         let mut acc = 0u64;
         for &u in &units {
@@ -202,11 +250,11 @@ impl FlexrrOptions {
         }
         let groups = HelperGroups::new(worker_machine, o.group_size);
         Ok(Resolved {
-            unit_batch: config.batch / u64::from(o.units),
+            unit_batch,
             units,
             first_unit,
             groups,
-            lr,
+            lr: crate::rate::unit_rate(lr, acc),
             weight_decay,
             options: self,
         })
@@ -215,9 +263,9 @@ impl FlexrrOptions {
 
 /// Units per worker: equal, or skewed by machine under `uneven` (heavy machines `share/f` of the
 /// average, light ones `(1 − share)/(1 − f)`, the same rule as the engine's uneven pattern).
-fn per_worker_units(o: &FlexrrOptions, worker_machine: &[u32]) -> Result<Vec<u32>> {
+fn per_worker_units(o: &FlexrrOptions, units: u32, worker_machine: &[u32]) -> Result<Vec<u32>> {
     let Some(u) = o.uneven else {
-        return Ok(vec![o.units; worker_machine.len()]);
+        return Ok(vec![units; worker_machine.len()]);
     };
     in_range(
         "uneven.fraction_machines",
@@ -243,7 +291,7 @@ fn per_worker_units(o: &FlexrrOptions, worker_machine: &[u32]) -> Result<Vec<u32
             } else {
                 (1.0 - u.share) / (1.0 - f)
             };
-            let n = (scale * f64::from(o.units)).round() as u32;
+            let n = (scale * f64::from(units)).round() as u32;
             if n == 0 {
                 Err(EngineError::config(
                     key("uneven"),
@@ -255,4 +303,62 @@ fn per_worker_units(o: &FlexrrOptions, worker_machine: &[u32]) -> Result<Vec<u32
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolved(batch: u64, options: FlexrrOptions) -> Result<Resolved> {
+        let config = RunConfig {
+            workers: 8,
+            batch,
+            optimizer: OptimizerConfig::Sgd {
+                lr: 0.8,
+                momentum: 0.0,
+                weight_decay: 0.0,
+            },
+            ..RunConfig::default()
+        };
+        options.resolve(&config, &[0, 0, 0, 0, 1, 1, 1, 1])
+    }
+
+    #[test]
+    fn default_units_are_the_finest_split_of_the_batch_up_to_one_hundred() {
+        assert_eq!(default_units(32), 32);
+        assert_eq!(default_units(384), 96);
+        assert_eq!(default_units(400), 100);
+        assert_eq!(default_units(4000), 100);
+        assert_eq!(default_units(7), 7);
+        assert_eq!(default_units(101), 1);
+        let r = resolved(384, FlexrrOptions::default()).unwrap();
+        assert_eq!((r.units.clone(), r.unit_batch), (vec![96; 8], 4));
+    }
+
+    #[test]
+    fn default_checks_are_one_hundred_at_most_one_per_unit_and_a_set_value_stands() {
+        let r = resolved(32, FlexrrOptions::default()).unwrap();
+        assert_eq!(r.checks(0), 32);
+        let r = resolved(4000, FlexrrOptions::default()).unwrap();
+        assert_eq!(r.checks(0), 100);
+        let set = FlexrrOptions {
+            checks: Some(10_000),
+            ..FlexrrOptions::default()
+        };
+        assert_eq!(resolved(32, set).unwrap().checks(0), 10_000);
+    }
+
+    #[test]
+    fn a_unit_steps_by_the_rate_over_every_unit_of_a_clock() {
+        // 8 workers × 8 units.
+        let r = resolved(
+            32,
+            FlexrrOptions {
+                units: Some(8),
+                ..FlexrrOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(r.lr, (0.8f64 / 64.0) as f32);
+    }
 }

@@ -164,6 +164,13 @@ pub struct WorkerStats {
     /// Inbox polls it made (at most one per unit: checks more frequent than that are charged
     /// their cost but polled once per unit).
     pub polls: u64,
+    /// Message checks it made over its clocks.
+    pub checks: u64,
+    /// Messages it sent and received for reassignment: RapidReassignment's messages to peers,
+    /// its flushes of helped ranges to the servers and their acknowledgements.
+    pub rr_messages: u64,
+    /// Bytes of those messages on the wire.
+    pub rr_bytes: u64,
 }
 
 impl RrMsg {

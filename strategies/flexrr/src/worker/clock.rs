@@ -29,7 +29,7 @@ impl FlexWorker {
         let ((loss, grads), _) =
             train_step(ctx, &self.job, replica, &self.params, at, work, charge).await?;
         // The modeled cost of the message checks that fall in this unit.
-        let per_unit_checks = f64::from(self.opts().checks) / f64::from(self.it.units.max(1));
+        let per_unit_checks = f64::from(self.it.checks) / f64::from(self.it.units.max(1));
         let poll = per_unit_checks * self.opts().check_cost_s;
         if poll > 0.0 {
             ctx.sleep(poll).await;
@@ -120,6 +120,8 @@ impl FlexWorker {
             offering: self.opts().reassignment,
             ..Iteration::default()
         };
+        self.it.checks = self.clock_checks(ctx);
+        self.stats.checks += u64::from(self.it.checks);
         let version_read = self.read(ctx, clock).await?;
         let read_done = ctx.now();
         self.it.start_s = read_done;
@@ -173,6 +175,7 @@ impl FlexWorker {
             None => end - start,
         });
         let compute_s = ctx.stats().compute_s - compute_before;
+        self.last_compute_s = Some(compute_s);
         let tally = ClockTally {
             samples: u64::from(units) * self.r.unit_batch,
             compute_s,

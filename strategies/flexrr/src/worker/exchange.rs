@@ -31,7 +31,12 @@ impl FlexWorker {
                 blocks: Vec::new(),
             }
             .message(deltas)?;
-            self.bytes_sent += msg.wire_bytes();
+            let bytes = msg.wire_bytes();
+            self.bytes_sent += bytes;
+            if !completes {
+                // A helper's flush of a helped range: traffic the reassignment adds.
+                self.count_rr(bytes);
+            }
             ctx.send(RoleId::Server(s), msg);
         }
         if let Some(d) = delta.filter(|_| self.opts().read_my_writes) {

@@ -20,11 +20,35 @@ impl FlexWorker {
         Ok(())
     }
 
-    /// Whether a check is due after one more unit (every `⌈units / checks⌉` units).
+    /// Whether a check is due after one more unit (every `⌈units / checks⌉` units; never in a
+    /// clock without checks).
     pub(super) fn check_due(&mut self) -> bool {
+        if self.it.checks == 0 {
+            return false;
+        }
         self.it.units_since_check += 1;
-        let every = self.it.units.div_ceil(self.opts().checks).max(1);
+        let every = self.it.units.div_ceil(self.it.checks).max(1);
         self.it.units_since_check >= every
+    }
+
+    /// Checks this clock makes: the configured (or default) number, but no more than
+    /// `max_check_share` of the previous clock's compute time pays for (the first clock: the
+    /// undelayed estimate of its own units).
+    pub(super) fn clock_checks(&self, ctx: &RoleContext) -> u32 {
+        let o = self.opts();
+        let wanted = self.r.checks(self.id);
+        if o.check_cost_s <= 0.0 {
+            return wanted;
+        }
+        let compute_s = self
+            .last_compute_s
+            .unwrap_or_else(|| self.nominal_iter_s(ctx));
+        let affordable = (o.max_check_share * compute_s / o.check_cost_s).floor();
+        if affordable >= f64::from(wanted) {
+            wanted
+        } else {
+            affordable.max(0.0) as u32
+        }
     }
 
     /// Waits for the next message (parameters excepted) and handles it, then serves any help
@@ -39,6 +63,7 @@ impl FlexWorker {
     pub(super) fn handle(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<()> {
         let me = ctx.id();
         if env.msg.has_tag(UpdateAck::TAG) {
+            self.count_rr(env.msg.wire_bytes());
             self.acks_pending = self.acks_pending.checked_sub(1).ok_or_else(|| {
                 EngineError::protocol(me, "an update acknowledgement nobody asked for")
             })?;

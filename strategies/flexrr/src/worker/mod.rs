@@ -66,6 +66,8 @@ struct Iteration {
     initial_to: BTreeSet<WorkerId>,
     reclaimed: Vec<(u32, u32)>,
     units_since_check: u32,
+    /// Message checks this clock makes.
+    checks: u32,
     loss_sum: f64,
     loss_units: u32,
 }
@@ -82,6 +84,8 @@ pub struct FlexWorker {
     writes: Vec<(Clock, Vec<Vec<f32>>)>,
     clock: Clock,
     avg_iter_s: Option<f64>,
+    /// Compute seconds of the previous clock (own and helped units), for the check budget.
+    last_compute_s: Option<f64>,
     last_cancel: BTreeMap<WorkerId, f64>,
     saved: Vec<Request>,
     help_queue: VecDeque<Request>,
@@ -106,6 +110,7 @@ impl FlexWorker {
             writes: Vec::new(),
             clock: 0,
             avg_iter_s: None,
+            last_compute_s: None,
             last_cancel: BTreeMap::new(),
             saved: Vec::new(),
             help_queue: VecDeque::new(),
@@ -132,12 +137,23 @@ impl FlexWorker {
         &self.r.options
     }
 
-    /// Sends a FlexRR message, counting its bytes.
+    /// Sends a FlexRR message, counting its bytes (as reassignment traffic when it goes to a
+    /// peer).
     fn send_rr(&mut self, ctx: &RoleContext, to: RoleId, msg: &RrMsg) -> Result<()> {
         let m = msg.encode()?;
-        self.bytes_sent += m.wire_bytes();
+        let bytes = m.wire_bytes();
+        self.bytes_sent += bytes;
+        if matches!(to, RoleId::Worker(_)) {
+            self.count_rr(bytes);
+        }
         ctx.send(to, m);
         Ok(())
+    }
+
+    /// Counts one message of reassignment traffic.
+    fn count_rr(&mut self, bytes: u64) {
+        self.stats.rr_messages += 1;
+        self.stats.rr_bytes += bytes;
     }
 
     /// Undelayed seconds of one unit on this worker's device.

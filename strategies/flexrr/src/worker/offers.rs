@@ -94,11 +94,12 @@ impl FlexWorker {
         fraction: f64,
         follow_up: bool,
     ) -> Result<bool> {
-        let n = self.r.units_of(self.id, fraction);
+        let pays = self.units_that_pay(ctx);
+        let n = self.r.units_of(self.id, fraction).max(pays);
         let low = (self.it.next + 1).max(self.r.replicated_from(self.id));
         let end = self.it.tail;
         let start = end.saturating_sub(n).max(low);
-        if start >= end {
+        if start >= end || end - start < pays {
             return Ok(false);
         }
         self.it.tail = start;
@@ -128,6 +129,27 @@ impl FlexWorker {
         };
         self.send_rr(ctx, RoleId::Worker(helper), &msg)?;
         Ok(true)
+    }
+
+    /// The fewest units an offer must hold for help to pay: the units this worker would process
+    /// itself in the time the reassignment's messages take on its link (do-this, the helper's
+    /// acknowledged flush and help-completed: four one-way latencies). With the thesis's
+    /// multi-second iterations this is one unit and its sizes stand; where units take
+    /// microseconds and messages tens of them, help that would only add waiting is not offered.
+    fn units_that_pay(&self, ctx: &RoleContext) -> u32 {
+        let messages_s = 4e-6 * ctx.device().latency_us;
+        let unit_s = if self.it.processed > 0 {
+            (ctx.now() - self.it.start_s) / f64::from(self.it.processed)
+        } else {
+            match self.avg_iter_s {
+                Some(avg) => avg / f64::from(self.it.units.max(1)),
+                None => return 1,
+            }
+        };
+        if unit_s <= 0.0 {
+            return 1;
+        }
+        ((messages_s / unit_s).ceil() as u32).max(1)
     }
 
     /// "More help is needed" (spec §4.1.5 [C]): at least two follow-ups' worth of work left, and
