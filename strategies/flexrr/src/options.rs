@@ -19,8 +19,9 @@ pub struct FlexrrOptions {
     pub reassignment: bool,
     /// Work units per worker per clock: the reassignment granularity (`batch` is cut into this
     /// many mini-batches; the thesis reassigns input items, spec §4.1.5 recommends ≥ 40). Unset:
-    /// the largest divisor of `batch` up to 100, so any batch works and the finest useful split
-    /// is taken.
+    /// the largest divisor of `batch` up to 100 whose mini-batches still keep the workers'
+    /// devices at 90 % of the throughput a whole batch gets (see [`default_units`]), so any
+    /// batch works and the finest split that costs little compute is taken.
     pub units: Option<u32>,
     /// Helper group size `g` (thesis 4; 0 disables helping, = SSP).
     pub group_size: u32,
@@ -87,12 +88,29 @@ pub const DEFAULT_CHECKS: u32 = 100;
 /// iteration act at unit boundaries, so finer units would not react sooner).
 pub const DEFAULT_UNITS: u32 = 100;
 
-/// The largest divisor of `batch` up to [`DEFAULT_UNITS`] (1 for an empty batch, which the
-/// config rejects anyway).
-pub fn default_units(batch: u64) -> u32 {
+/// The least share of a whole batch's throughput a default unit's mini-batch keeps on a device
+/// that small batches do not fill.
+pub const UNIT_THROUGHPUT: f64 = 0.9;
+
+/// The default units of a clock: the largest divisor of `batch` up to [`DEFAULT_UNITS`] whose
+/// mini-batch keeps [`UNIT_THROUGHPUT`] of the throughput the whole batch gets on a device that
+/// reaches half its peak at `half_saturation_batch` samples (0: every batch size saturates, the
+/// thesis's per-item CPU work). Cutting a batch finer than that would cost more compute than
+/// moving work can win back: on the built-in `cpu` profile (half-saturation 4), 96 units of 4
+/// samples run at half speed.
+pub fn default_units(batch: u64, half_saturation_batch: f64) -> u32 {
+    let throughput = |b: f64| {
+        if half_saturation_batch > 0.0 {
+            b / (b + half_saturation_batch)
+        } else {
+            1.0
+        }
+    };
+    let whole = throughput(batch as f64);
     (1..=DEFAULT_UNITS)
         .rev()
-        .find(|&u| batch.is_multiple_of(u64::from(u)))
+        .filter(|&u| batch.is_multiple_of(u64::from(u)))
+        .find(|&u| throughput((batch / u64::from(u)) as f64) >= UNIT_THROUGHPUT * whole)
         .unwrap_or(1)
 }
 
@@ -162,8 +180,15 @@ fn in_range(field: &str, v: f64, lo: f64, hi: f64, allowed: &str) -> Result<()> 
 }
 
 impl FlexrrOptions {
-    /// Checks every option and resolves it against `config`; errors name the key.
-    pub fn resolve(self, config: &RunConfig, worker_machine: &[u32]) -> Result<Resolved> {
+    /// Checks every option and resolves it against `config`, for workers placed on
+    /// `worker_machine[w]` whose devices reach half their peak at `half_saturation_batch`
+    /// samples (the largest among them); errors name the key.
+    pub fn resolve(
+        self,
+        config: &RunConfig,
+        worker_machine: &[u32],
+        half_saturation_batch: f64,
+    ) -> Result<Resolved> {
         let o = &self;
         if o.slack > 1_000_000 {
             return Err(EngineError::config(
@@ -172,7 +197,9 @@ impl FlexrrOptions {
                 "must be at most 1000000",
             ));
         }
-        let units = o.units.unwrap_or_else(|| default_units(config.batch));
+        let units = o
+            .units
+            .unwrap_or_else(|| default_units(config.batch, half_saturation_batch));
         if units == 0 || !config.batch.is_multiple_of(u64::from(units)) {
             return Err(EngineError::config(
                 key("units"),
@@ -320,19 +347,34 @@ mod tests {
             },
             ..RunConfig::default()
         };
-        options.resolve(&config, &[0, 0, 0, 0, 1, 1, 1, 1])
+        options.resolve(&config, &[0, 0, 0, 0, 1, 1, 1, 1], 0.0)
     }
 
     #[test]
     fn default_units_are_the_finest_split_of_the_batch_up_to_one_hundred() {
-        assert_eq!(default_units(32), 32);
-        assert_eq!(default_units(384), 96);
-        assert_eq!(default_units(400), 100);
-        assert_eq!(default_units(4000), 100);
-        assert_eq!(default_units(7), 7);
-        assert_eq!(default_units(101), 1);
+        assert_eq!(default_units(32, 0.0), 32);
+        assert_eq!(default_units(384, 0.0), 96);
+        assert_eq!(default_units(400, 0.0), 100);
+        assert_eq!(default_units(4000, 0.0), 100);
+        assert_eq!(default_units(7, 0.0), 7);
+        assert_eq!(default_units(101, 0.0), 1);
         let r = resolved(384, FlexrrOptions::default()).unwrap();
         assert_eq!((r.units.clone(), r.unit_batch), (vec![96; 8], 4));
+    }
+
+    #[test]
+    fn default_units_keep_a_device_that_small_batches_do_not_fill_busy() {
+        // Half-saturation 4 (the built-in `cpu`): 384 / 8 = 48 samples keep 92 % of the 99 % a
+        // whole batch gets; 32 samples would keep 90 %, just short.
+        assert_eq!(default_units(384, 4.0), 8);
+        let kept = |u: u64| {
+            let b = (384 / u) as f64;
+            (b / (b + 4.0)) / (384.0 / 388.0)
+        };
+        assert!(kept(8) >= UNIT_THROUGHPUT && kept(12) < UNIT_THROUGHPUT);
+        // Half-saturation 64 (a GPU): a per-worker batch of 384 is best left whole.
+        assert_eq!(default_units(384, 64.0), 1);
+        assert_eq!(default_units(4000, 4.0), 100);
     }
 
     #[test]
