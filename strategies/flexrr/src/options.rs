@@ -23,8 +23,9 @@ pub struct FlexrrOptions {
     /// devices at 90 % of the throughput a whole batch gets (see [`default_units`]), so any
     /// batch works and the finest split that costs little compute is taken.
     pub units: Option<u32>,
-    /// Helper group size `g` (thesis 4; 0 disables helping, = SSP).
-    pub group_size: u32,
+    /// Helper group size `g` (0 disables helping, = SSP). Unset: the thesis's 4, or every other
+    /// worker in a job of 4 or fewer.
+    pub group_size: Option<u32>,
     /// Initial assignment, a fraction of the slow worker's work of the clock (thesis 2.5 %).
     pub initial: f64,
     /// Follow-up assignment (thesis 5 %, always twice the initial one in its sweeps).
@@ -66,7 +67,7 @@ impl Default for FlexrrOptions {
             slack: 1,
             reassignment: true,
             units: None,
-            group_size: 4,
+            group_size: None,
             initial: 0.025,
             follow_up: 0.05,
             checks: None,
@@ -80,6 +81,9 @@ impl Default for FlexrrOptions {
         }
     }
 }
+
+/// The thesis's helper group size (Table 3.1).
+pub const DEFAULT_GROUP_SIZE: u32 = 4;
 
 /// The thesis's message checks per iteration (Table 3.1).
 pub const DEFAULT_CHECKS: u32 = 100;
@@ -239,13 +243,17 @@ impl FlexrrOptions {
             return Err(EngineError::config(key("checks"), 0, "must be at least 1"));
         }
         let workers = config.workers;
-        if o.group_size >= workers.max(1) && o.group_size > 0 && workers > 1 {
-            return Err(EngineError::config(
-                key("group_size"),
-                o.group_size,
-                format!("must be smaller than `workers` = {workers}"),
-            ));
-        }
+        let group_size = match o.group_size {
+            Some(g) if g >= workers.max(1) && g > 0 && workers > 1 => {
+                return Err(EngineError::config(
+                    key("group_size"),
+                    g,
+                    format!("must be smaller than `workers` = {workers}"),
+                ))
+            }
+            Some(g) => g,
+            None => DEFAULT_GROUP_SIZE.min(workers.saturating_sub(1)),
+        };
         let (lr, weight_decay) = match config.optimizer {
             OptimizerConfig::Sgd {
                 lr,
@@ -275,7 +283,7 @@ impl FlexrrOptions {
             first_unit.push(acc);
             acc += u64::from(u);
         }
-        let groups = HelperGroups::new(worker_machine, o.group_size);
+        let groups = HelperGroups::new(worker_machine, group_size);
         Ok(Resolved {
             unit_batch,
             units,
@@ -375,6 +383,34 @@ mod tests {
         // Half-saturation 64 (a GPU): a per-worker batch of 384 is best left whole.
         assert_eq!(default_units(384, 64.0), 1);
         assert_eq!(default_units(4000, 4.0), 100);
+    }
+
+    #[test]
+    fn the_default_group_fits_a_small_job_and_a_set_size_must() {
+        let small = |workers: u32, options: FlexrrOptions| {
+            let config = RunConfig {
+                workers,
+                batch: 32,
+                optimizer: OptimizerConfig::Sgd {
+                    lr: 0.8,
+                    momentum: 0.0,
+                    weight_decay: 0.0,
+                },
+                ..RunConfig::default()
+            };
+            let machines: Vec<u32> = (0..workers).collect();
+            options.resolve(&config, &machines, 0.0)
+        };
+        let r = small(3, FlexrrOptions::default()).unwrap();
+        assert_eq!(r.groups.helpers(0).len(), 2);
+        let r = small(8, FlexrrOptions::default()).unwrap();
+        assert_eq!(r.groups.helpers(0).len(), 4);
+        let set = FlexrrOptions {
+            group_size: Some(4),
+            ..FlexrrOptions::default()
+        };
+        let e = small(4, set).err().expect("a group as large as the job");
+        assert!(e.to_string().contains("strategy.flexrr.group_size"), "{e}");
     }
 
     #[test]
