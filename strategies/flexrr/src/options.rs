@@ -409,7 +409,7 @@ mod tests {
             group_size: Some(4),
             ..FlexrrOptions::default()
         };
-        let e = small(4, set).err().expect("a group as large as the job");
+        let e = small(4, set).expect_err("a group as large as the job");
         assert!(e.to_string().contains("strategy.flexrr.group_size"), "{e}");
     }
 
