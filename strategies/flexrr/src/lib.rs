@@ -90,10 +90,10 @@ impl Strategy for Flexrr {
     ) -> Result<()> {
         let o: FlexrrOptions = parse_options(self.name(), options)?;
         let cluster = Cluster::resolve(&config.cluster, config.workers, config.servers)?;
-        let half_saturation = (0..config.workers)
-            .map(|w| cluster.device_of(RoleId::Worker(w)).half_saturation_batch)
-            .fold(0.0, f64::max);
-        let resolved = Arc::new(o.resolve(config, &cluster.worker_machine, half_saturation)?);
+        let devices: Vec<_> = (0..config.workers)
+            .map(|w| cluster.device_of(RoleId::Worker(w)))
+            .collect();
+        let resolved = Arc::new(o.resolve(config, &cluster.worker_machine, &devices)?);
         asm.consistency = Some(Arc::new(StaleSynchronous {
             slack: resolved.options.slack,
         }));

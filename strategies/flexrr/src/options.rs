@@ -1,6 +1,7 @@
 //! `[strategy.flexrr]` options, their defaults (thesis Table 3.1) and their validation.
 
 use crate::groups::HelperGroups;
+use concord_engine::cluster::DeviceProfile;
 use concord_engine::optim::OptimizerConfig;
 use concord_engine::prelude::*;
 use concord_engine::stragglers::Uneven;
@@ -97,24 +98,21 @@ pub const DEFAULT_UNITS: u32 = 100;
 pub const UNIT_THROUGHPUT: f64 = 0.9;
 
 /// The default units of a clock: the largest divisor of `batch` up to [`DEFAULT_UNITS`] whose
-/// mini-batch keeps [`UNIT_THROUGHPUT`] of the throughput the whole batch gets on a device that
-/// reaches half its peak at `half_saturation_batch` samples (0: every batch size saturates, the
-/// thesis's per-item CPU work). Cutting a batch finer than that would cost more compute than
-/// moving work can win back: on the built-in `cpu` profile (half-saturation 4), 96 units of 4
-/// samples run at half speed.
-pub fn default_units(batch: u64, half_saturation_batch: f64) -> u32 {
-    let throughput = |b: f64| {
-        if half_saturation_batch > 0.0 {
-            b / (b + half_saturation_batch)
-        } else {
-            1.0
-        }
+/// mini-batch keeps [`UNIT_THROUGHPUT`] of the throughput the whole batch gets on every one of
+/// the workers' `devices` (by their [`DeviceProfile::flops_at`]; a device without a
+/// half-saturation batch is full at any batch, like the thesis's per-item CPU work). Cutting a
+/// batch finer than that would cost more compute than moving work can win back: on the built-in
+/// `cpu` profile (half its peak at 4 samples), 96 units of 4 samples run at half speed.
+pub fn default_units(batch: u64, devices: &[&DeviceProfile]) -> u32 {
+    let keeps_throughput = |unit_batch: u64| {
+        devices
+            .iter()
+            .all(|d| d.flops_at(unit_batch as f64) >= UNIT_THROUGHPUT * d.flops_at(batch as f64))
     };
-    let whole = throughput(batch as f64);
     (1..=DEFAULT_UNITS)
         .rev()
         .filter(|&u| batch.is_multiple_of(u64::from(u)))
-        .find(|&u| throughput((batch / u64::from(u)) as f64) >= UNIT_THROUGHPUT * whole)
+        .find(|&u| keeps_throughput(batch / u64::from(u)))
         .unwrap_or(1)
 }
 
@@ -185,13 +183,13 @@ fn in_range(field: &str, v: f64, lo: f64, hi: f64, allowed: &str) -> Result<()> 
 
 impl FlexrrOptions {
     /// Checks every option and resolves it against `config`, for workers placed on
-    /// `worker_machine[w]` whose devices reach half their peak at `half_saturation_batch`
-    /// samples (the largest among them); errors name the key.
+    /// `worker_machine[w]` and computing on `worker_devices` (which the default units must keep
+    /// busy); errors name the key.
     pub fn resolve(
         self,
         config: &RunConfig,
         worker_machine: &[u32],
-        half_saturation_batch: f64,
+        worker_devices: &[&DeviceProfile],
     ) -> Result<Resolved> {
         let o = &self;
         if o.slack > 1_000_000 {
@@ -203,7 +201,7 @@ impl FlexrrOptions {
         }
         let units = o
             .units
-            .unwrap_or_else(|| default_units(config.batch, half_saturation_batch));
+            .unwrap_or_else(|| default_units(config.batch, worker_devices));
         if units == 0 || !config.batch.is_multiple_of(u64::from(units)) {
             return Err(EngineError::config(
                 key("units"),
@@ -355,17 +353,31 @@ mod tests {
             },
             ..RunConfig::default()
         };
-        options.resolve(&config, &[0, 0, 0, 0, 1, 1, 1, 1], 0.0)
+        options.resolve(&config, &[0, 0, 0, 0, 1, 1, 1, 1], &[])
+    }
+
+    fn builtin(name: &str) -> DeviceProfile {
+        DeviceProfile::builtins()
+            .remove(name)
+            .expect("a built-in profile")
+    }
+
+    /// A device every batch size fills.
+    fn saturated() -> DeviceProfile {
+        DeviceProfile {
+            half_saturation_batch: 0.0,
+            ..builtin("cpu")
+        }
     }
 
     #[test]
     fn default_units_are_the_finest_split_of_the_batch_up_to_one_hundred() {
-        assert_eq!(default_units(32, 0.0), 32);
-        assert_eq!(default_units(384, 0.0), 96);
-        assert_eq!(default_units(400, 0.0), 100);
-        assert_eq!(default_units(4000, 0.0), 100);
-        assert_eq!(default_units(7, 0.0), 7);
-        assert_eq!(default_units(101, 0.0), 1);
+        assert_eq!(default_units(32, &[&saturated()]), 32);
+        assert_eq!(default_units(384, &[&saturated()]), 96);
+        assert_eq!(default_units(400, &[&saturated()]), 100);
+        assert_eq!(default_units(4000, &[&saturated()]), 100);
+        assert_eq!(default_units(7, &[&saturated()]), 7);
+        assert_eq!(default_units(101, &[&saturated()]), 1);
         let r = resolved(384, FlexrrOptions::default()).unwrap();
         assert_eq!((r.units.clone(), r.unit_batch), (vec![96; 8], 4));
     }
@@ -374,15 +386,21 @@ mod tests {
     fn default_units_keep_a_device_that_small_batches_do_not_fill_busy() {
         // Half-saturation 4 (the built-in `cpu`): 384 / 8 = 48 samples keep 92 % of the 99 % a
         // whole batch gets; 32 samples would keep 90 %, just short.
-        assert_eq!(default_units(384, 4.0), 8);
+        let cpu = builtin("cpu");
+        assert_eq!(cpu.half_saturation_batch, 4.0);
+        assert_eq!(default_units(384, &[&cpu]), 8);
         let kept = |u: u64| {
             let b = (384 / u) as f64;
             (b / (b + 4.0)) / (384.0 / 388.0)
         };
         assert!(kept(8) >= UNIT_THROUGHPUT && kept(12) < UNIT_THROUGHPUT);
         // Half-saturation 64 (a GPU): a per-worker batch of 384 is best left whole.
-        assert_eq!(default_units(384, 64.0), 1);
-        assert_eq!(default_units(4000, 4.0), 100);
+        let gpu = builtin("h100");
+        assert_eq!(gpu.half_saturation_batch, 64.0);
+        assert_eq!(default_units(384, &[&gpu]), 1);
+        assert_eq!(default_units(4000, &[&cpu]), 100);
+        // Every worker's device must stay busy: the least saturated one decides.
+        assert_eq!(default_units(384, &[&saturated(), &cpu]), 8);
     }
 
     #[test]
@@ -399,7 +417,7 @@ mod tests {
                 ..RunConfig::default()
             };
             let machines: Vec<u32> = (0..workers).collect();
-            options.resolve(&config, &machines, 0.0)
+            options.resolve(&config, &machines, &[])
         };
         let r = small(3, FlexrrOptions::default()).unwrap();
         assert_eq!(r.groups.helpers(0).len(), 2);
