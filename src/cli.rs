@@ -1,9 +1,11 @@
 //! The `concord` command line (also what `cargo xtask train` runs).
 
 mod calibrate;
+mod launch;
 mod out_dir;
 
 pub use calibrate::CalibrateArgs;
+pub use launch::LaunchArgs;
 
 pub use out_dir::{default_out_dir, prepare_out_dir, OutDir, OutDirError};
 
@@ -13,7 +15,7 @@ use concord_engine::checkpoint::{self, Checkpoint};
 use concord_engine::context::RuntimeKind;
 use concord_engine::output::write_run_folder;
 use concord_engine::prelude::*;
-use concord_engine::run::{RunOptions, RunResult};
+use concord_engine::run::{RankOutcome, RunOptions, RunResult};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -40,6 +42,9 @@ pub enum Command {
     Strategies,
     /// Fit a device's per-layer cost model to measured step times; print it as a device profile.
     Calibrate(CalibrateArgs),
+    /// Start N local processes of a `--runtime process` job on this machine (loopback), as
+    /// torchrun would: `concord launch --nproc 4 train --config configs/default.toml`.
+    Launch(LaunchArgs),
 }
 
 /// Where the configuration comes from.
@@ -59,8 +64,9 @@ pub struct TrainArgs {
     /// Configuration layers.
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Runtime: `sim` (virtual time, deterministic) or `wall` (real time).
-    #[arg(long, value_parser = ["sim", "wall"])]
+    /// Runtime: `sim` (virtual time, deterministic), `wall` (real time, threads) or `process`
+    /// (one process per machine over TCP, started by `concord launch`, torchrun, srun or mpirun).
+    #[arg(long, value_parser = ["sim", "wall", "process"])]
     pub runtime: Option<String>,
     /// Run folder (default: runs/run-<timestamp>, or runs/run-<timestamp>-2, ... if taken;
     /// with `--resume`, the folder resumed). Checked before the run: it must be a folder this
@@ -144,6 +150,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Train(args) => train(args),
         Command::Calibrate(args) => calibrate::run(&args),
+        Command::Launch(args) => launch::run(&args),
     }
 }
 
@@ -165,6 +172,15 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         .compose(&sourced.config)
         .map_err(|e| sourced.attribute(e))?;
     let cfg = sourced.config;
+    // A process job's rank comes from its launcher; only rank 0 writes the run folder.
+    let world = if cfg.runtime == RuntimeKind::Process {
+        Some(concord_engine::process::World::from_env()?)
+    } else {
+        None
+    };
+    if let Some(world) = world.as_ref().filter(|w| w.rank != 0) {
+        return follow(&cfg, &asm, world);
+    }
     // A resumed run continues in its own folder, which holds the earlier part; any other folder
     // is checked (and cleared with --overwrite) before the run.
     let (out_dir, out) = match (&args.resume, &args.out) {
@@ -205,7 +221,18 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         checkpoint_dir: Some(out.clone()),
         trace_dir: Some(out.join("trace")),
     };
-    let result = concord_engine::run(&cfg, &asm, options);
+    let result = match &world {
+        Some(world) => {
+            concord_engine::run::run_process(&cfg, &asm, options, world).and_then(|o| match o {
+                RankOutcome::Leader(result) => Ok(*result),
+                RankOutcome::Follower => Err(EngineError::Process {
+                    rank: world.rank,
+                    reason: "rank 0 ended as a follower".into(),
+                }),
+            })
+        }
+        None => concord_engine::run(&cfg, &asm, options),
+    };
     bar.finish_and_clear();
     let result = match result {
         // A stopped run keeps what it did: its folder is written, then the error is named.
@@ -216,7 +243,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         }
         Err(e) => {
             if let Some(dir) = &out_dir {
-                dir.discard_if_unused();
+                dir.discard();
             }
             return Err(e.into());
         }
@@ -225,6 +252,19 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     write_run_folder(&out, &result)?;
     print_summary(&result, cfg.runtime, &out);
     Ok(())
+}
+
+/// A rank other than 0 of a process job: runs its roles; rank 0 gathers and writes the results.
+fn follow(
+    cfg: &concord_engine::RunConfig,
+    asm: &Assembly,
+    world: &concord_engine::process::World,
+) -> anyhow::Result<()> {
+    match concord_engine::run::run_process(cfg, asm, RunOptions::default(), world) {
+        Ok(_) => Ok(()),
+        Err(EngineError::Stopped(stopped)) => Err(anyhow::anyhow!("{stopped}")),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The configuration and checkpoint of a run resumed from run folder `dir`: the checkpointed

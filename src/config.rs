@@ -142,7 +142,12 @@ fn with_overrides(mut layers: Vec<Layer>, sets: &[String]) -> Result<Sourced, Co
         .metadata()
         .name
         .to_string();
-    layers.push(Layer::read(Env::prefixed("CONCORD_").split("__")));
+    // `CONCORD_JOB_ID` and `CONCORD_TOKEN` name a process job, not config keys.
+    layers.push(Layer::read(
+        Env::prefixed("CONCORD_")
+            .ignore(&["job_id", "token"])
+            .split("__"),
+    ));
     let mut overrides = Vec::new();
     for arg in sets {
         let (key, value) = arg

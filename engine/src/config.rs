@@ -7,6 +7,7 @@ use crate::guard::GuardConfig;
 use crate::model::ModelConfig;
 use crate::optim::OptimizerConfig;
 use crate::stragglers::StragglerConfig;
+use crate::process::ProcessConfig;
 use crate::trace::TraceMode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -77,6 +78,9 @@ pub struct RunConfig {
     /// a CUDA device of its own, a build with the `nccl` feature).
     #[serde(default, skip_serializing_if = "CollectiveBackend::is_ring")]
     pub collective: CollectiveBackend,
+    /// Timeouts and limits of `runtime = "process"` (`[process]`).
+    #[serde(default, skip_serializing_if = "ProcessConfig::is_default")]
+    pub process: ProcessConfig,
 }
 
 /// What runs the engine's allreduce ([`crate::collective::Allreduce`]).
@@ -123,6 +127,7 @@ impl Default for RunConfig {
             guard: GuardConfig::default(),
             trace: TraceMode::Full,
             collective: CollectiveBackend::Ring,
+            process: ProcessConfig::default(),
         }
     }
 }
@@ -187,4 +192,23 @@ pub enum RuntimeKind {
     Sim,
     /// Real time on a thread pool: compute costs what it costs; slowdowns are extra sleeps.
     Wall,
+    /// Real time, one OS process per machine of the cluster, messages between processes over
+    /// TCP (started by `concord launch`, torchrun, srun or mpirun; see `crate::process`).
+    Process,
+}
+
+impl RuntimeKind {
+    /// Whether time is real (measured) rather than the cost model's: `wall` and `process`.
+    pub fn is_real_time(self) -> bool {
+        !matches!(self, RuntimeKind::Sim)
+    }
+
+    /// The config spelling (`sim`, `wall`, `process`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeKind::Sim => "sim",
+            RuntimeKind::Wall => "wall",
+            RuntimeKind::Process => "process",
+        }
+    }
 }

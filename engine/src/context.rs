@@ -16,7 +16,7 @@ use crate::message::Message;
 use crate::metrics::TraceEvent;
 use crate::stragglers::{Effect, Probe, ResourceSignals, RoleKind, StragglerSet};
 use crate::trace::Recorder;
-use crate::transport::{Envelope, Network};
+use crate::transport::{Departure, Envelope, Transport};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -111,7 +111,7 @@ impl IterSpan {
 }
 
 /// Totals a role accumulates; feeds the summary and the ideal bound.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct RoleStats {
     /// FLOPs charged.
     pub flops: f64,
@@ -126,7 +126,7 @@ pub struct RoleStats {
 pub struct RoleContext {
     id: RoleId,
     kind: RuntimeKind,
-    net: Arc<Network>,
+    net: Arc<dyn Transport>,
     rx: mpsc::UnboundedReceiver<Envelope>,
     stash: VecDeque<Envelope>,
     device: DeviceProfile,
@@ -167,7 +167,7 @@ impl RoleContext {
     pub fn new(
         id: RoleId,
         kind: RuntimeKind,
-        net: Arc<Network>,
+        net: Arc<dyn Transport>,
         rx: mpsc::UnboundedReceiver<Envelope>,
         num_workers: u32,
         progress_points: u32,
@@ -274,22 +274,20 @@ impl RoleContext {
 
     /// Sends a message; returns its arrival time.
     pub fn send(&self, to: RoleId, msg: Message) -> f64 {
-        self.net.send(self.id, to, msg)
+        self.net.send_at(self.id, to, msg, self.now()).arrival
     }
 
     /// Sends the message `stamped` builds from the current run time, read once for both the
     /// message and its departure; returns its arrival time.
     pub(crate) fn send_stamped(&self, to: RoleId, stamped: impl FnOnce(f64) -> Message) -> f64 {
         let now = self.now();
-        self.net
-            .send_timed_at(self.id, to, stamped(now), now)
-            .arrival
+        self.net.send_at(self.id, to, stamped(now), now).arrival
     }
 
     /// Sends a message; returns when it starts leaving this role's NIC and when it arrives, so
     /// a transfer can be timed without this role's own send queue.
-    pub fn send_timed(&self, to: RoleId, msg: Message) -> crate::transport::Departure {
-        self.net.send_timed(self.id, to, msg)
+    pub fn send_timed(&self, to: RoleId, msg: Message) -> Departure {
+        self.net.send_at(self.id, to, msg, self.now())
     }
 
     /// The next message, in arrival order (stashed ones first).
@@ -407,7 +405,7 @@ impl RoleContext {
                 let out = math();
                 (out, self.nominal_seconds(work))
             }
-            RuntimeKind::Wall => {
+            RuntimeKind::Wall | RuntimeKind::Process => {
                 let started = std::time::Instant::now();
                 let out = tokio::task::block_in_place(math);
                 (out, started.elapsed().as_secs_f64())
@@ -465,7 +463,7 @@ impl RoleContext {
             };
             sleep += match self.kind {
                 RuntimeKind::Sim => seconds * effect.compute_factor,
-                RuntimeKind::Wall => seconds * (effect.compute_factor - 1.0).max(0.0),
+                RuntimeKind::Wall | RuntimeKind::Process => seconds * (effect.compute_factor - 1.0).max(0.0),
             };
             charged += sleep;
             self.net.time().sleep(sleep).await;
@@ -476,7 +474,7 @@ impl RoleContext {
         // Account what the model charged, not the clock's reading: the clock has a finite tick.
         self.stats.compute_s += match self.kind {
             RuntimeKind::Sim => charged,
-            RuntimeKind::Wall => t1 - t0,
+            RuntimeKind::Wall | RuntimeKind::Process => t1 - t0,
         };
         self.trace_span(label, "compute", t0, t1);
     }
@@ -542,7 +540,7 @@ impl RoleContext {
             let mut cost = if i == 0 { effect.extra_delay_s } else { 0.0 };
             cost += match self.kind {
                 RuntimeKind::Sim => part * effect.compute_factor,
-                RuntimeKind::Wall => part * (effect.compute_factor - 1.0).max(0.0),
+                RuntimeKind::Wall | RuntimeKind::Process => part * (effect.compute_factor - 1.0).max(0.0),
             };
             charged += cost;
         }
@@ -564,7 +562,7 @@ impl RoleContext {
         let effect = self.stragglers.effect(&probe);
         let cost = match self.kind {
             RuntimeKind::Sim => nominal * effect.compute_factor + effect.per_request_s,
-            RuntimeKind::Wall => {
+            RuntimeKind::Wall | RuntimeKind::Process => {
                 nominal * (effect.compute_factor - 1.0).max(0.0) + effect.per_request_s
             }
         };

@@ -197,7 +197,7 @@ impl Message {
 /// The part of the model one role holds at the end of a run: block values, their optimizer
 /// state, and the snapshots the run evaluates offline. A role holding the whole model reports
 /// every block; a pipeline stage or a server shard reports its own.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ModelState {
     /// Final block values.
     pub blocks: Vec<BlockPayload>,
@@ -218,7 +218,7 @@ impl ModelState {
 }
 
 /// What a worker hands back at the end of a run.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct WorkerReport {
     /// One record per clock.
     pub iterations: Vec<IterRecord>,
@@ -245,7 +245,7 @@ pub struct ReadRecord {
 }
 
 /// What a server hands back at the end of a run.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ServerReport {
     /// The blocks it holds.
     pub model: ModelState,
@@ -258,7 +258,7 @@ pub struct ServerReport {
 }
 
 /// What a coordinator hands back at the end of a run.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct CoordinatorReport {
     /// Every report received from workers, in arrival order.
     pub reports: Vec<(u32, Report)>,

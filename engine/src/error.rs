@@ -63,6 +63,14 @@ pub enum EngineError {
     /// so the caller can still write the run folder.
     #[error("{0}")]
     Stopped(Box<crate::run::StoppedRun>),
+    /// `--runtime process`: the processes could not meet, or one of them failed or vanished.
+    #[error("process runtime (rank {rank}): {reason}")]
+    Process {
+        /// The rank that reports it.
+        rank: u32,
+        /// What happened, naming the machine, its roles and the last iteration where known.
+        reason: String,
+    },
     /// A protocol violation between roles (a bug in a strategy, or a role that vanished).
     #[error("protocol error at {role}: {reason}")]
     Protocol {

@@ -69,7 +69,7 @@ impl GuardConfig {
 }
 
 /// What the guard saw.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "cause")]
 pub enum Cause {
     /// A training step's loss was NaN or infinite.
@@ -86,7 +86,7 @@ pub enum Cause {
 }
 
 /// Why a run stopped before completing (`summary.json`'s `stopped`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct StopReason {
     /// Always `"diverged"` today.
     pub reason: String,
@@ -254,6 +254,26 @@ impl RunGuard {
         if st.stopped.is_none() {
             st.stopped = Some(reason);
             self.stop.notify_one();
+        }
+    }
+
+    /// Stops the run for a `reason` another process's guard gave (`--runtime process`).
+    pub fn stop_with(&self, reason: StopReason) {
+        let mut st = self.lock();
+        self.trip(&mut st, reason);
+    }
+
+    /// Keeps `records` of `worker` that another process's guard kept, unless this guard already
+    /// holds records of that worker (`--runtime process`: every process keeps its own workers').
+    pub fn absorb(&self, worker: WorkerId, records: Vec<IterRecord>) {
+        let mut st = self.lock();
+        let w = worker as usize;
+        if w >= st.records.len() {
+            st.records.resize(w + 1, Vec::new());
+            st.watch.resize(w + 1, Watch::default());
+        }
+        if st.records[w].is_empty() {
+            st.records[w] = records;
         }
     }
 

@@ -36,6 +36,7 @@ pub mod optim;
 pub mod output;
 pub mod payload;
 pub mod prelude;
+pub mod process;
 pub mod ps;
 pub mod registry;
 pub mod resume;

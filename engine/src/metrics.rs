@@ -246,7 +246,7 @@ pub struct Summary {
 }
 
 /// One span on a role's timeline.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TraceEvent {
     /// What happened.
     pub name: String,

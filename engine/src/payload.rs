@@ -12,8 +12,8 @@ pub const ELEM_BYTES: u64 = 4;
 /// The values of one tensor (or one block of a flattened tensor).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Payload {
-    /// Real fp32 values.
-    Real(Vec<f32>),
+    /// Real fp32 values (bytes on a binary wire, see [`f32_bytes`]).
+    Real(#[serde(with = "f32_bytes")] Vec<f32>),
     /// A stand-in with only an element count: no math is done on it.
     Virtual {
         /// Number of fp32 elements it stands for.
@@ -66,6 +66,64 @@ impl Payload {
             for x in a.iter_mut() {
                 *x *= k;
             }
+        }
+    }
+}
+
+/// The serde form of real values: little-endian bytes in one piece for binary formats (the
+/// process runtime's frames, checkpoints' MessagePack), so a tensor crosses a socket at memory
+/// speed rather than one tagged float at a time; a list of numbers for human-readable ones.
+pub mod f32_bytes {
+    use serde::de::{self, Deserializer, SeqAccess, Visitor};
+    use serde::{Deserialize, Serialize, Serializer};
+    use std::fmt;
+
+    /// Writes `values`.
+    pub fn serialize<S: Serializer>(values: &[f32], s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            return values.serialize(s);
+        }
+        let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+        s.serialize_bytes(&bytes)
+    }
+
+    /// Reads values [`serialize`] wrote.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
+        if d.is_human_readable() {
+            return Vec::<f32>::deserialize(d);
+        }
+        d.deserialize_byte_buf(F32Visitor)
+    }
+
+    struct F32Visitor;
+
+    impl<'de> Visitor<'de> for F32Visitor {
+        type Value = Vec<f32>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("fp32 values as little-endian bytes")
+        }
+
+        fn visit_bytes<E: de::Error>(self, bytes: &[u8]) -> Result<Vec<f32>, E> {
+            if bytes.len() % 4 != 0 {
+                return Err(E::invalid_length(bytes.len(), &"a multiple of 4 bytes"));
+            }
+            Ok(bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect())
+        }
+
+        fn visit_byte_buf<E: de::Error>(self, bytes: Vec<u8>) -> Result<Vec<f32>, E> {
+            self.visit_bytes(&bytes)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f32>, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+            while let Some(x) = seq.next_element()? {
+                out.push(x);
+            }
+            Ok(out)
         }
     }
 }

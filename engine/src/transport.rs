@@ -1,4 +1,9 @@
-//! Message passing between roles, with a link model.
+//! Message passing between roles: the [`Transport`] seam every role's context sends through, and
+//! its in-process implementation with a link model, [`Network`].
+//!
+//! `sim` and `wall` run every role in one process over a [`Network`]; `--runtime process` runs
+//! one process per machine over a mesh of TCP connections (`crate::process`), which implements
+//! the same trait. Strategy code sees only the role context, never which one carries it.
 //!
 //! Roles never share memory (DESIGN rule); they talk only through [`Network::send`]. A message of
 //! `b` bytes from machine A to machine B occupies A's NIC egress and B's NIC ingress for
@@ -17,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
-mod tables;
+pub(crate) mod tables;
 use tables::{ByRole, LinkCounts, Slots};
 
 /// A message in flight or delivered, with its addressing.
@@ -65,6 +70,32 @@ pub struct Departure {
     pub start: f64,
     /// When it is fully received.
     pub arrival: f64,
+}
+
+/// What a role's context sends through and reads the run's time from.
+///
+/// Two implementations: [`Network`], the simulated wire of the one-process runtimes, and the
+/// process mesh of `--runtime process`, where a message to a role of another process travels over
+/// TCP and one to a role of the same process stays in memory.
+pub trait Transport: Send + Sync {
+    /// The run's time base (virtual in `sim`, real otherwise).
+    fn time(&self) -> TimeBase;
+
+    /// The cluster the roles run on.
+    fn cluster(&self) -> &Cluster;
+
+    /// Real seconds since the run started, whatever the runtime.
+    fn wall_now(&self) -> f64;
+
+    /// Sends `msg` from `from` to `to`, the sender's clock read as `now`: when it starts leaving
+    /// the sender and when it is received (as far as the transport can tell: a real network
+    /// reports `now` for both, the send being all the sender observes).
+    fn send_at(&self, from: RoleId, to: RoleId, msg: Message, now: f64) -> Departure;
+
+    /// Seconds since the run started.
+    fn now(&self) -> f64 {
+        self.time().now()
+    }
 }
 
 /// The in-process transport shared by the roles of one run: the simulated wire.
@@ -321,6 +352,24 @@ impl Network {
                 None => notified.await,
             }
         }
+    }
+}
+
+impl Transport for Network {
+    fn time(&self) -> TimeBase {
+        self.time
+    }
+
+    fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    fn wall_now(&self) -> f64 {
+        Network::wall_now(self)
+    }
+
+    fn send_at(&self, from: RoleId, to: RoleId, msg: Message, now: f64) -> Departure {
+        self.send_timed_at(from, to, msg, now)
     }
 }
 

@@ -66,6 +66,20 @@ impl OutDir {
     }
 }
 
+impl OutDir {
+    /// After a failed run that may have written into the folder (timelines streamed while it
+    /// ran): removes everything in it, then the folders the run created, so a failed run leaves
+    /// nothing half-written. The folder was empty when the run began ([`prepare_out_dir`]).
+    pub fn discard(&self) {
+        if let Ok(entries) = std::fs::read_dir(&self.path) {
+            for entry in entries.flatten() {
+                let _ = clear(&entry.path());
+            }
+        }
+        self.discard_if_unused();
+    }
+}
+
 fn io<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(std::io::Error) -> OutDirError + 'a {
     move |source| OutDirError::Io {
         path: path.to_path_buf(),

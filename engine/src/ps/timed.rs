@@ -10,10 +10,11 @@
 
 use crate::config::RunConfig;
 use crate::payload::BlockPayload;
+use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
 /// A holder's block values after a number of iterations.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// Iterations applied (version + 1).
     pub iterations: u64,
@@ -44,7 +45,7 @@ impl SnapshotPlan {
 }
 
 /// A holder's values at run times `index · Δ` for every index in `indices`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TimedSnapshot {
     /// Indices k of the run times k · Δ these values held at.
     pub indices: Range<u64>,

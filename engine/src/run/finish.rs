@@ -5,7 +5,6 @@ use super::evaluate::Evaluator;
 use super::launch::Launched;
 use super::parts::{self, FinalModel};
 use super::{RunResult, StoppedRun};
-use crate::context::RuntimeKind;
 use crate::contract::Assembly;
 use crate::contract::{CoordinatorReport, ModelState, RoleCheckpoint, RoleState};
 use crate::error::Result;
@@ -235,10 +234,7 @@ fn summarise(
     let total_wait: f64 = t.worker_records.iter().flatten().map(|r| r.wait_s).sum();
     let per_run_time = |x: f64| if run_time > 0.0 { x / run_time } else { 0.0 };
     Summary {
-        runtime: match config.runtime {
-            RuntimeKind::Sim => "sim".into(),
-            RuntimeKind::Wall => "wall".into(),
-        },
+        runtime: config.runtime.as_str().into(),
         strategies: asm.strategies().to_vec(),
         slots: asm
             .owners()

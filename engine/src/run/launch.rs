@@ -16,7 +16,7 @@ use crate::resume::NetworkState;
 use crate::stragglers::{Probe, RoleKind, StragglerSet};
 use crate::time::TimeBase;
 use crate::trace::{Sampling, TracePlan};
-use crate::transport::{BandwidthShaper, LinkTraffic, Network};
+use crate::transport::{BandwidthShaper, LinkTraffic, Network, Transport};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -62,7 +62,7 @@ pub(super) fn launch(built: Built, trace_dir: Option<&Path>) -> Result<Launched>
             .enable_time()
             .start_paused(true)
             .build(),
-        RuntimeKind::Wall => tokio::runtime::Builder::new_multi_thread()
+        RuntimeKind::Wall | RuntimeKind::Process => tokio::runtime::Builder::new_multi_thread()
             .enable_time()
             .build(),
     }
@@ -170,35 +170,12 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
             .map(|c| c.at_s)
     };
     let pump = tokio::spawn(net.clone().pump());
-    let sampling = Sampling::new(cfg.workers, total_servers, cfg.iterations);
-    let traces = TracePlan::new(cfg.trace, trace_dir, sampling).continuing_from(job.clocks().start);
+    let traces = trace_plan(&job, total_servers, trace_dir);
     let mut ctx_for = |role: RoleId| -> Result<RoleContext> {
         let rx = mailboxes
             .remove(&role)
             .ok_or_else(|| EngineError::protocol(role, "no mailbox"))?;
-        let device = job.cluster.device_of(role);
-        let mut stragglers = stragglers_of(&job, role)?;
-        if let Some(cp) = from.as_ref().and_then(|p| p.roles.get(&role)) {
-            stragglers.restore(&cp.stragglers)?;
-        }
-        let memory = DeviceMemory::new(
-            (job.memory)(&job, role)?,
-            job.cluster.device_label(role),
-            role,
-            device.memory_bytes(),
-        );
-        Ok(RoleContext::new(
-            role,
-            cfg.runtime,
-            net.clone(),
-            rx,
-            cfg.workers,
-            cfg.progress_points,
-            stragglers,
-            memory,
-        )
-        .with_cost_sheet(job.cost_sheet.clone())
-        .with_trace(traces.recorder(role)?))
+        context_for(&job, role, net.clone(), rx, &traces)
     };
 
     let mut worker_set = JoinSet::new();
@@ -304,8 +281,51 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
     })
 }
 
+/// Which timelines the run keeps and where they go.
+pub(super) fn trace_plan(job: &Job, total_servers: u32, trace_dir: Option<&Path>) -> TracePlan {
+    let cfg = &job.config;
+    let sampling = Sampling::new(cfg.workers, total_servers, cfg.iterations);
+    TracePlan::new(cfg.trace, trace_dir, sampling).continuing_from(job.clocks().start)
+}
+
+/// The context of `role`, talking through `net` and reading its mailbox `rx`: its straggler
+/// set (restored at a resume), its memory policy, the job's cost sheet and its timeline.
+pub(super) fn context_for(
+    job: &Job,
+    role: RoleId,
+    net: Arc<dyn Transport>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<crate::transport::Envelope>,
+    traces: &TracePlan,
+) -> Result<RoleContext> {
+    let cfg = &job.config;
+    let from = job.segment_start();
+    let device = job.cluster.device_of(role);
+    let mut stragglers = stragglers_of(job, role)?;
+    if let Some(cp) = from.as_ref().and_then(|p| p.roles.get(&role)) {
+        stragglers.restore(&cp.stragglers)?;
+    }
+    let memory = DeviceMemory::new(
+        (job.memory)(job, role)?,
+        job.cluster.device_label(role),
+        role,
+        device.memory_bytes(),
+    );
+    Ok(RoleContext::new(
+        role,
+        cfg.runtime,
+        net,
+        rx,
+        cfg.workers,
+        cfg.progress_points,
+        stragglers,
+        memory,
+    )
+    .with_cost_sheet(job.cost_sheet.clone())
+    .with_trace(traces.recorder(role)?))
+}
+
 /// One worker's task; `start_at`: the run time it restarts at when resuming.
-async fn run_worker(
+pub(super) async fn run_worker(
     mut worker: Box<dyn Worker>,
     mut ctx: RoleContext,
     start_at: Option<f64>,
@@ -316,7 +336,7 @@ async fn run_worker(
 }
 
 /// One server's task; `start_at`: the run time it restarts at when resuming.
-async fn run_server(
+pub(super) async fn run_server(
     mut server: Box<dyn Server>,
     mut ctx: RoleContext,
     start_at: Option<f64>,
@@ -327,7 +347,7 @@ async fn run_server(
 }
 
 /// The coordinator's task; `start_at`: the run time it restarts at when resuming.
-async fn run_coordinator(
+pub(super) async fn run_coordinator(
     mut coordinator: Box<dyn Coordinator>,
     mut ctx: RoleContext,
     start_at: Option<f64>,
@@ -346,7 +366,7 @@ async fn wait_until(time: TimeBase, at: Option<f64>) {
 
 /// A finished role's output, with the totals and timeline its context kept; a timeline that could
 /// not be written fails the role.
-fn output_of<T>(mut ctx: RoleContext, result: Result<T>) -> RoleOutput<T> {
+pub(super) fn output_of<T>(mut ctx: RoleContext, result: Result<T>) -> RoleOutput<T> {
     let (result, trace) = match ctx.finish_trace() {
         Ok(trace) => (result, trace),
         Err(e) => (result.and(Err(e)), None),

@@ -15,8 +15,10 @@ mod evaluate;
 mod finish;
 mod launch;
 mod parts;
+mod process;
 
 pub use parts::FinalModel;
+pub use process::{run_process, RankOutcome, TOKEN_VAR};
 
 use crate::checkpoint::{self, Resumable};
 use crate::config::RunConfig;
@@ -88,6 +90,14 @@ pub struct RunResult {
 /// `options.resume`; cutting a checkpoint every `checkpoint_every` iterations.
 pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<RunResult> {
     config.validate()?;
+    if config.runtime == crate::config::RuntimeKind::Process {
+        return Err(EngineError::config(
+            "runtime",
+            "\"process\"",
+            "a process job runs one process per machine, each through `run_process` with its \
+             place in the job (`concord launch --nproc N train ...`, torchrun, srun or mpirun)",
+        ));
+    }
     if config.checkpoint_every.is_some() || options.resume.is_some() {
         asm.resumable()?;
     }

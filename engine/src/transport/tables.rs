@@ -58,13 +58,13 @@ impl<T> Slots<T> {
 }
 
 /// One value per role, found by the role's dense number.
-pub(super) struct ByRole<T> {
+pub(crate) struct ByRole<T> {
     items: Vec<Option<T>>,
 }
 
 impl<T> ByRole<T> {
     /// A table holding `entries`.
-    pub(super) fn new(entries: impl IntoIterator<Item = (RoleId, T)>) -> ByRole<T> {
+    pub(crate) fn new(entries: impl IntoIterator<Item = (RoleId, T)>) -> ByRole<T> {
         let mut items: Vec<Option<T>> = Vec::new();
         for (role, value) in entries {
             let slot = slot_of(role);
@@ -77,7 +77,7 @@ impl<T> ByRole<T> {
     }
 
     /// The value of `role`, if it has one.
-    pub(super) fn get(&self, role: RoleId) -> Option<&T> {
+    pub(crate) fn get(&self, role: RoleId) -> Option<&T> {
         self.items.get(slot_of(role))?.as_ref()
     }
 }
@@ -85,7 +85,7 @@ impl<T> ByRole<T> {
 /// Traffic counters per directed role pair: a row per sender, a column per receiver, for the
 /// roles of the run; a pair naming any other role (a strategy's mistake) is kept aside.
 #[derive(Default)]
-pub(super) struct LinkCounts {
+pub(crate) struct LinkCounts {
     rows: Vec<Vec<LinkTraffic>>,
     /// Role numbers below this get a row and a column.
     dense: usize,
@@ -94,7 +94,7 @@ pub(super) struct LinkCounts {
 
 impl LinkCounts {
     /// Counters with rows and columns for `roles`.
-    pub(super) fn new(roles: &[RoleId]) -> LinkCounts {
+    pub(crate) fn new(roles: &[RoleId]) -> LinkCounts {
         LinkCounts {
             dense: roles.iter().map(|&r| slot_of(r) + 1).max().unwrap_or(0),
             ..LinkCounts::default()
@@ -102,7 +102,7 @@ impl LinkCounts {
     }
 
     /// Counts one message of `bytes` from `from` to `to`.
-    pub(super) fn add(&mut self, from: RoleId, to: RoleId, bytes: u64) {
+    pub(crate) fn add(&mut self, from: RoleId, to: RoleId, bytes: u64) {
         let (row, col) = (slot_of(from), slot_of(to));
         if row >= self.dense || col >= self.dense {
             let link = self.others.entry((from, to)).or_default();
@@ -122,7 +122,7 @@ impl LinkCounts {
     }
 
     /// Every pair that carried a message, in role order.
-    pub(super) fn to_map(&self) -> BTreeMap<(RoleId, RoleId), LinkTraffic> {
+    pub(crate) fn to_map(&self) -> BTreeMap<(RoleId, RoleId), LinkTraffic> {
         let role_of = |slot: usize| match slot {
             0 => RoleId::Coordinator,
             s if s % 2 == 1 => RoleId::Server(((s - 1) / 2) as u32),

@@ -1,0 +1,540 @@
+//! The connections of a multi-process job: the rendezvous at rank 0, one TCP connection to every
+//! other process, and the reader and writer tasks that carry [`Frame`]s over them.
+//!
+//! Rendezvous: rank 0 listens on `MASTER_ADDR:MASTER_PORT`; every other rank listens on a port of
+//! its own, connects to rank 0 and says hello (job, token digest, rank, world, its port). Once all
+//! have, rank 0 sends each the roster of addresses, and rank `r` connects to ranks `1..r` and
+//! accepts ranks `r+1..`. Every connection opens with a checked hello; a stranger (another job,
+//! a wrong token or config, garbage, a second connection for a rank already joined) is refused
+//! and logged, and the listener goes on accepting, so it cannot disturb the run.
+//!
+//! Each connection then has a writer task (its queue of encoded frames, and a heartbeat every
+//! `heartbeat`) and a reader task: role messages go straight to the receiving role's mailbox,
+//! heartbeats update the peer's last reported iteration, everything else is an [`Event`] for the
+//! launch. A connection that closes before its peer's `Bye`, breaks, or is silent for
+//! `peer_timeout` is an [`Event::Lost`].
+
+use super::wire::{self, Frame, JobIdentity, WireError};
+use super::World;
+use crate::error::{EngineError, Result};
+use crate::transport::Envelope;
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::time::{timeout, timeout_at, Instant};
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+
+/// Timeouts and limits of the mesh (from the `[process]` config section).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// How long the rendezvous may take.
+    pub connect_timeout: Duration,
+    /// Silence after which a peer counts as dead.
+    pub peer_timeout: Duration,
+    /// Time between heartbeats.
+    pub heartbeat: Duration,
+    /// Largest frame accepted, in bytes.
+    pub max_frame: usize,
+}
+
+/// Time a stranger gets to say hello before its connection is closed.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One connection, framed.
+type Link = Framed<TcpStream, LengthDelimitedCodec>;
+
+/// What a reader task reports to the launch.
+#[derive(Debug)]
+pub enum Event {
+    /// A frame other than a role message or a heartbeat, from `rank`.
+    Frame {
+        /// The sender.
+        rank: u32,
+        /// The frame.
+        frame: Frame,
+    },
+    /// The connection to `rank` failed before its `Bye`.
+    Lost {
+        /// The peer.
+        rank: u32,
+        /// What happened.
+        why: String,
+    },
+}
+
+/// The connections of this process once the rendezvous is over, not yet carrying frames.
+pub struct Mesh {
+    world: World,
+    identity: JobIdentity,
+    limits: Limits,
+    links: Vec<Option<Link>>,
+    listener: TcpListener,
+}
+
+/// Where the reader tasks hand role messages: the mailbox of the receiving role.
+pub type Deliver = Arc<dyn Fn(Envelope) + Send + Sync>;
+
+/// The writing side of the mesh: a queue of encoded frames per peer, and what each peer last
+/// reported.
+pub struct Peers {
+    rank: u32,
+    tag: u64,
+    queues: RwLock<Vec<Option<mpsc::UnboundedSender<Bytes>>>>,
+    writers: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    last_iteration: Arc<Vec<AtomicU64>>,
+}
+
+/// How long closing waits for the writers to send what is queued.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn process_error(rank: u32, reason: impl Into<String>) -> EngineError {
+    EngineError::Process {
+        rank,
+        reason: reason.into(),
+    }
+}
+
+impl Mesh {
+    /// Meets the other processes of `world` and opens a connection to each.
+    pub async fn connect(world: &World, identity: JobIdentity, limits: Limits) -> Result<Mesh> {
+        let deadline = Instant::now() + limits.connect_timeout;
+        let mut links: Vec<Option<Link>> = (0..world.size).map(|_| None).collect();
+        let rank = world.rank;
+        let err = |reason: String| process_error(rank, reason);
+        let listener = if rank == 0 {
+            TcpListener::bind(("0.0.0.0", world.master_port))
+                .await
+                .map_err(|e| {
+                    err(format!(
+                        "cannot listen on port {} (MASTER_PORT) for the rendezvous: {e}",
+                        world.master_port
+                    ))
+                })?
+        } else {
+            TcpListener::bind(("0.0.0.0", 0))
+                .await
+                .map_err(|e| err(format!("cannot listen for peers: {e}")))?
+        };
+        let port = listener
+            .local_addr()
+            .map_err(|e| err(format!("no local address: {e}")))?
+            .port();
+        let mut mesh = Mesh {
+            world: world.clone(),
+            identity,
+            limits,
+            links: Vec::new(),
+            listener,
+        };
+        if rank == 0 {
+            let mut addrs = vec![format!("{}:{}", world.master_host, world.master_port)];
+            addrs.resize(world.size as usize, String::new());
+            while links.iter().skip(1).any(Option::is_none) {
+                let Ok(accepted) = timeout_at(deadline, mesh.listener.accept()).await else {
+                    return Err(err(format!(
+                        "the rendezvous timed out after {:.0} s (process.connect_timeout_s) \
+                         waiting for ranks {}",
+                        limits.connect_timeout.as_secs_f64(),
+                        missing(&links)
+                    )));
+                };
+                let Ok((stream, from)) = accepted else {
+                    continue;
+                };
+                if let Some((r, link, their_port)) = mesh.greet(stream, from, &links, 1).await {
+                    addrs[r as usize] = SocketAddr::new(from.ip(), their_port).to_string();
+                    links[r as usize] = Some(link);
+                }
+            }
+            let roster = wire::encode(mesh.identity.tag, &Frame::Roster { addrs })
+                .map_err(|e| err(e.to_string()))?;
+            for link in links.iter_mut().flatten() {
+                link.send(roster.clone())
+                    .await
+                    .map_err(|e| err(format!("cannot send the roster: {e}")))?;
+            }
+        } else {
+            let master = format!("{}:{}", world.master_host, world.master_port);
+            let mut link = mesh.dial(&master, deadline, port).await?;
+            let addrs = match timeout_at(deadline, link.next()).await {
+                Ok(Some(Ok(bytes))) => match wire::decode(mesh.identity.tag, &bytes) {
+                    Ok(Frame::Roster { addrs }) if addrs.len() == world.size as usize => addrs,
+                    Ok(other) => {
+                        return Err(err(format!(
+                            "rank 0 answered the hello with a {} frame instead of the roster",
+                            other.kind()
+                        )))
+                    }
+                    Err(e) => return Err(err(format!("rank 0's roster: {e}"))),
+                },
+                Ok(Some(Err(e))) => return Err(err(format!("rank 0 at {master}: {e}"))),
+                Ok(None) => {
+                    return Err(err(format!(
+                        "rank 0 at {master} closed the connection: it refused this process \
+                         (see its log: another job, token or config?)"
+                    )))
+                }
+                Err(_) => {
+                    return Err(err(format!(
+                        "no roster from rank 0 at {master} within {:.0} s \
+                         (process.connect_timeout_s): are all {} processes started?",
+                        limits.connect_timeout.as_secs_f64(),
+                        world.size
+                    )))
+                }
+            };
+            links[0] = Some(link);
+            for (r, addr) in addrs.iter().enumerate().take(rank as usize).skip(1) {
+                links[r] = Some(mesh.dial(addr, deadline, port).await?);
+            }
+            while links.iter().skip(rank as usize + 1).any(Option::is_none) {
+                let Ok(accepted) = timeout_at(deadline, mesh.listener.accept()).await else {
+                    return Err(err(format!(
+                        "timed out after {:.0} s (process.connect_timeout_s) waiting for ranks {} \
+                         to connect",
+                        limits.connect_timeout.as_secs_f64(),
+                        missing(&links)
+                    )));
+                };
+                let Ok((stream, from)) = accepted else {
+                    continue;
+                };
+                if let Some((r, link, _)) = mesh.greet(stream, from, &links, rank + 1).await {
+                    links[r as usize] = Some(link);
+                }
+            }
+        }
+        mesh.links = links;
+        Ok(mesh)
+    }
+
+    /// Connects to `addr` (retrying until `deadline`: the peer may not listen yet) and says hello.
+    async fn dial(&self, addr: &str, deadline: Instant, port: u16) -> Result<Link> {
+        let rank = self.world.rank;
+        let stream = loop {
+            match TcpStream::connect(addr).await {
+                Ok(s) => break s,
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(process_error(
+                        rank,
+                        format!(
+                            "cannot connect to {addr} within {:.0} s (process.connect_timeout_s): {e}",
+                            self.limits.connect_timeout.as_secs_f64()
+                        ),
+                    ))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let mut link = Framed::new(stream, wire::codec(self.limits.max_frame));
+        let hello = self.identity.hello(rank, self.world.size, port);
+        let bytes = wire::encode(self.identity.tag, &hello)
+            .map_err(|e| process_error(rank, e.to_string()))?;
+        link.send(bytes)
+            .await
+            .map_err(|e| process_error(rank, format!("cannot say hello to {addr}: {e}")))?;
+        Ok(link)
+    }
+
+    /// Reads a newcomer's hello; its rank, link and listening port when it is a rank of this job
+    /// at or above `lowest` not yet connected. Anything else is logged and dropped.
+    async fn greet(
+        &self,
+        stream: TcpStream,
+        from: SocketAddr,
+        links: &[Option<Link>],
+        lowest: u32,
+    ) -> Option<(u32, Link, u16)> {
+        let _ = stream.set_nodelay(true);
+        let mut link = Framed::new(stream, wire::codec(self.limits.max_frame));
+        match read_hello(&mut link, &self.identity, self.world.size).await {
+            Ok((r, _)) if r < lowest || links[r as usize].is_some() => {
+                tracing::warn!(
+                    "refused a connection from {from}: rank {r} is not expected to connect here"
+                );
+                None
+            }
+            Ok((r, port)) => Some((r, link, port)),
+            Err(why) => {
+                tracing::warn!("refused a connection from {from}: {why}");
+                None
+            }
+        }
+    }
+
+    /// Starts carrying frames: a writer and a reader task per peer, role messages handed to
+    /// `deliver`, heartbeats carrying `progress` (the highest clock this process's workers
+    /// completed). Late connections are refused from now on. Returns the writing side and the
+    /// events of the readers.
+    pub fn start(
+        self,
+        deliver: Deliver,
+        progress: Arc<AtomicU64>,
+    ) -> (Peers, mpsc::UnboundedReceiver<Event>) {
+        let (events, rx) = mpsc::unbounded_channel();
+        let tag = self.identity.tag;
+        let last_iteration: Arc<Vec<AtomicU64>> =
+            Arc::new((0..self.world.size).map(|_| AtomicU64::new(0)).collect());
+        let mut queues = Vec::with_capacity(self.links.len());
+        let mut writers = Vec::new();
+        for (r, link) in self.links.into_iter().enumerate() {
+            let Some(link) = link else {
+                queues.push(None);
+                continue;
+            };
+            let (sink, stream) = link.split();
+            let (tx, q) = mpsc::unbounded_channel();
+            queues.push(Some(tx));
+            writers.push(tokio::spawn(write_loop(
+                sink,
+                q,
+                tag,
+                self.limits.heartbeat,
+                progress.clone(),
+                r as u32,
+                events.clone(),
+            )));
+            tokio::spawn(read_loop(
+                stream,
+                tag,
+                self.limits.peer_timeout,
+                r as u32,
+                deliver.clone(),
+                last_iteration.clone(),
+                events.clone(),
+            ));
+        }
+        tokio::spawn(refuse_latecomers(
+            self.listener,
+            self.identity,
+            self.world.size,
+            self.limits.max_frame,
+        ));
+        (
+            Peers {
+                rank: self.world.rank,
+                tag,
+                queues: RwLock::new(queues),
+                writers: std::sync::Mutex::new(writers),
+                last_iteration,
+            },
+            rx,
+        )
+    }
+}
+
+/// The ranks without a connection yet, e.g. `1, 3`.
+fn missing(links: &[Option<Link>]) -> String {
+    let ranks: Vec<String> = links
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, l)| l.is_none())
+        .map(|(r, _)| r.to_string())
+        .collect();
+    ranks.join(", ")
+}
+
+/// Reads and checks the first frame of a connection.
+async fn read_hello(
+    link: &mut Link,
+    identity: &JobIdentity,
+    world: u32,
+) -> std::result::Result<(u32, u16), String> {
+    match timeout(HELLO_TIMEOUT, link.next()).await {
+        Err(_) => Err(format!("no hello within {} s", HELLO_TIMEOUT.as_secs())),
+        Ok(None) => Err("closed before saying hello".into()),
+        Ok(Some(Err(e))) => Err(format!("unreadable frame: {e}")),
+        Ok(Some(Ok(bytes))) => wire::decode(identity.tag, &bytes)
+            .and_then(|frame| identity.check_hello(&frame, world))
+            .map_err(|e: WireError| e.to_string()),
+    }
+}
+
+/// Accepts and refuses every connection after the mesh is complete, logging why.
+async fn refuse_latecomers(
+    listener: TcpListener,
+    identity: JobIdentity,
+    world: u32,
+    max_frame: usize,
+) {
+    let identity = Arc::new(identity);
+    while let Ok((stream, from)) = listener.accept().await {
+        let identity = identity.clone();
+        tokio::spawn(async move {
+            let mut link = Framed::new(stream, wire::codec(max_frame));
+            let why = match read_hello(&mut link, &identity, world).await {
+                Ok((r, _)) => format!("rank {r} is already connected"),
+                Err(why) => why,
+            };
+            tracing::warn!("refused a connection from {from}: {why}");
+        });
+    }
+}
+
+async fn write_loop(
+    mut sink: futures_util::stream::SplitSink<Link, Bytes>,
+    mut queue: mpsc::UnboundedReceiver<Bytes>,
+    tag: u64,
+    every: Duration,
+    progress: Arc<AtomicU64>,
+    rank: u32,
+    events: mpsc::UnboundedSender<Event>,
+) {
+    let mut beat = tokio::time::interval(every);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let bytes = tokio::select! {
+            next = queue.recv() => match next {
+                Some(bytes) => bytes,
+                None => break,
+            },
+            _ = beat.tick() => {
+                let iteration = progress.load(Ordering::Relaxed);
+                match wire::encode(tag, &Frame::Heartbeat { iteration }) {
+                    Ok(b) => b,
+                    Err(_) => continue,
+                }
+            }
+        };
+        if let Err(e) = sink.send(bytes).await {
+            let _ = events.send(Event::Lost {
+                rank,
+                why: format!("sending to it failed: {e}"),
+            });
+            return;
+        }
+    }
+    let _ = sink.close().await;
+}
+
+async fn read_loop(
+    mut stream: futures_util::stream::SplitStream<Link>,
+    tag: u64,
+    silence: Duration,
+    rank: u32,
+    deliver: Deliver,
+    last_iteration: Arc<Vec<AtomicU64>>,
+    events: mpsc::UnboundedSender<Event>,
+) {
+    let mut said_bye = false;
+    let lost = |why: String| {
+        let _ = events.send(Event::Lost { rank, why });
+    };
+    loop {
+        let bytes = match timeout(silence, stream.next()).await {
+            Err(_) if said_bye => return,
+            Err(_) => {
+                return lost(format!(
+                    "it sent nothing for {:.0} s (process.peer_timeout_s)",
+                    silence.as_secs_f64()
+                ))
+            }
+            Ok(None) if said_bye => return,
+            Ok(None) => return lost("it closed the connection".into()),
+            Ok(Some(Err(e))) if said_bye => {
+                tracing::debug!("rank {rank} after its bye: {e}");
+                return;
+            }
+            Ok(Some(Err(e))) => return lost(format!("its connection broke: {e}")),
+            Ok(Some(Ok(bytes))) => bytes,
+        };
+        match wire::decode(tag, &bytes) {
+            Err(e) => tracing::warn!("dropped a frame from rank {rank}: {e}"),
+            Ok(Frame::Deliver {
+                from,
+                to,
+                sent_at,
+                msg,
+            }) => deliver(Envelope {
+                from,
+                to,
+                sent_at,
+                msg,
+            }),
+            Ok(Frame::Heartbeat { iteration }) => {
+                last_iteration[rank as usize].fetch_max(iteration, Ordering::Relaxed);
+            }
+            Ok(frame) => {
+                if let Frame::Progress { clocks, .. } = frame {
+                    last_iteration[rank as usize].fetch_max(clocks, Ordering::Relaxed);
+                }
+                said_bye |= matches!(frame, Frame::Bye);
+                let _ = events.send(Event::Frame { rank, frame });
+            }
+        }
+    }
+}
+
+impl Peers {
+    /// This process's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Queues `frame` for `rank`; false when that connection is closed.
+    pub fn send(&self, rank: u32, frame: &Frame) -> bool {
+        match wire::encode(self.tag, frame) {
+            Ok(bytes) => self.send_encoded(rank, bytes),
+            Err(e) => {
+                tracing::error!("{e}");
+                false
+            }
+        }
+    }
+
+    /// Queues an encoded frame for `rank`.
+    pub fn send_encoded(&self, rank: u32, bytes: Bytes) -> bool {
+        let queues = self.queues.read().unwrap_or_else(|p| p.into_inner());
+        match queues.get(rank as usize) {
+            Some(Some(q)) => q.send(bytes).is_ok(),
+            _ => false,
+        }
+    }
+
+    /// Queues `frame` for every peer.
+    pub fn broadcast(&self, frame: &Frame) {
+        let Ok(bytes) = wire::encode(self.tag, frame) else {
+            return;
+        };
+        let queues = self.queues.read().unwrap_or_else(|p| p.into_inner());
+        for q in queues.iter().flatten() {
+            let _ = q.send(bytes.clone());
+        }
+    }
+
+    /// The highest iteration `rank` reported (heartbeats and progress).
+    pub fn last_iteration(&self, rank: u32) -> u64 {
+        self.last_iteration
+            .get(rank as usize)
+            .map_or(0, |a| a.load(Ordering::Relaxed))
+    }
+
+    /// The tag frames of this job carry.
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
+
+    /// Says `Bye` to every peer, closes the queues and waits (a bounded time) for the writers
+    /// to send what is queued and close their connections: a process that exits right after
+    /// leaves no peer wondering whether it died.
+    pub async fn close(&self) {
+        self.broadcast(&Frame::Bye);
+        {
+            let mut queues = self.queues.write().unwrap_or_else(|p| p.into_inner());
+            for q in queues.iter_mut() {
+                *q = None;
+            }
+        }
+        let writers = std::mem::take(&mut *self.writers.lock().unwrap_or_else(|p| p.into_inner()));
+        for w in writers {
+            let _ = timeout(FLUSH_TIMEOUT, w).await;
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! What travels between the processes of a job: [`Frame`]s, each a MessagePack body behind a
+//! 4-byte length (tokio-util's length-delimited codec), tagged with the job they belong to.
+//!
+//! A connection opens with a [`Frame::Hello`] carrying the job id, the shared token, the sender's
+//! rank and the world size; anything else, or a hello for another job, world or token, closes the
+//! connection without touching the run. After the handshake every frame still carries the job's
+//! tag, and one that does not decode or carries another tag is dropped and logged, never applied.
+
+use crate::contract::{CoordinatorReport, ServerReport, WorkerReport};
+use crate::context::RoleStats;
+use crate::ids::RoleId;
+use crate::message::Message;
+use crate::metrics::{IterRecord, TraceEvent};
+use crate::transport::LinkTraffic;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use tokio_util::codec::LengthDelimitedCodec;
+
+/// Version of the frame format; processes of different versions refuse each other.
+pub const WIRE_VERSION: u32 = 1;
+
+/// Why a frame or a handshake was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum WireError {
+    /// The bytes are not a frame of this format.
+    #[error("malformed frame ({len} bytes): {reason}")]
+    Malformed {
+        /// Frame length.
+        len: usize,
+        /// The decoder's complaint.
+        reason: String,
+    },
+    /// The frame carries another job's tag.
+    #[error("frame of another job (tag {got:016x}, this job's is {want:016x})")]
+    OtherJob {
+        /// Tag received.
+        got: u64,
+        /// This job's tag.
+        want: u64,
+    },
+    /// The first frame of a connection was not a hello.
+    #[error("the connection did not open with a hello (got {0})")]
+    NoHello(&'static str),
+    /// The hello does not match this job.
+    #[error("hello refused: {0}")]
+    Refused(String),
+}
+
+/// The identity every frame of a job is checked against: the job id, the shared token, and the
+/// digest of the resolved configuration (processes started with different configs refuse each
+/// other instead of training different jobs together).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobIdentity {
+    /// The job id (from the launcher; see [`super::World::job_id`]).
+    pub job_id: String,
+    /// Digest of the shared token (`CONCORD_TOKEN`, empty when unset) and the config.
+    pub secret: [u8; 32],
+    /// Short tag on every frame: the first 8 bytes of the digest of job id and secret.
+    pub tag: u64,
+}
+
+impl JobIdentity {
+    /// The identity of job `job_id` run with `token` and the resolved config text `config`.
+    pub fn new(job_id: &str, token: &str, config: &str) -> JobIdentity {
+        let secret: [u8; 32] = Sha256::new()
+            .chain_update(b"concord-token\0")
+            .chain_update(token.as_bytes())
+            .chain_update(b"\0")
+            .chain_update(config.as_bytes())
+            .finalize()
+            .into();
+        let tagged: [u8; 32] = Sha256::new()
+            .chain_update(job_id.as_bytes())
+            .chain_update(b"\0")
+            .chain_update(secret)
+            .finalize()
+            .into();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&tagged[..8]);
+        JobIdentity {
+            job_id: job_id.to_string(),
+            secret,
+            tag: u64::from_le_bytes(first),
+        }
+    }
+
+    /// The hello `rank` of a `world`-process job sends, announcing its listening port.
+    pub fn hello(&self, rank: u32, world: u32, listen_port: u16) -> Frame {
+        Frame::Hello {
+            version: WIRE_VERSION,
+            job_id: self.job_id.clone(),
+            secret: self.secret.to_vec(),
+            rank,
+            world,
+            listen_port,
+        }
+    }
+
+    /// Checks a peer's first frame; its rank and listening port when it belongs to this job.
+    pub fn check_hello(&self, frame: &Frame, world: u32) -> Result<(u32, u16), WireError> {
+        let Frame::Hello {
+            version,
+            job_id,
+            secret,
+            rank,
+            world: their_world,
+            listen_port,
+        } = frame
+        else {
+            return Err(WireError::NoHello(frame.kind()));
+        };
+        if *version != WIRE_VERSION {
+            return Err(WireError::Refused(format!(
+                "frame version {version}, this process speaks {WIRE_VERSION}"
+            )));
+        }
+        if *job_id != self.job_id {
+            return Err(WireError::Refused(format!(
+                "job \"{job_id}\", this is job \"{}\"",
+                self.job_id
+            )));
+        }
+        if secret.as_slice() != self.secret.as_slice() {
+            return Err(WireError::Refused(
+                "wrong token or a different config (every process must run the same config \
+                 with the same CONCORD_TOKEN)"
+                    .into(),
+            ));
+        }
+        if *their_world != world {
+            return Err(WireError::Refused(format!(
+                "world size {their_world}, this job has {world}"
+            )));
+        }
+        if *rank >= world {
+            return Err(WireError::Refused(format!(
+                "rank {rank} outside a world of {world}"
+            )));
+        }
+        Ok((*rank, *listen_port))
+    }
+}
+
+/// What one process hands rank 0 at the end: everything its roles returned.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ProcessOutputs {
+    /// Its workers' outputs.
+    pub workers: Vec<RemoteOutput<WorkerReport>>,
+    /// Its servers' outputs.
+    pub servers: Vec<RemoteOutput<ServerReport>>,
+    /// The coordinator's output, on the process that ran it.
+    pub coordinator: Option<RemoteOutput<CoordinatorReport>>,
+    /// Traffic its roles sent, per directed role pair.
+    pub traffic: Vec<((RoleId, RoleId), LinkTraffic)>,
+}
+
+/// One role's output as it crosses to rank 0 (a role that failed aborts the run instead).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RemoteOutput<T> {
+    /// The role.
+    pub role: RoleId,
+    /// What its `run` returned.
+    pub report: T,
+    /// Its compute totals.
+    pub stats: RoleStats,
+    /// Its timeline, where kept.
+    pub trace: Option<Vec<TraceEvent>>,
+    /// Peak bytes its memory policy accounted.
+    pub peak_memory: u64,
+    /// Run time at which it returned.
+    pub end_s: f64,
+    /// Its straggler patterns' state.
+    pub stragglers: Vec<Option<serde_json::Value>>,
+}
+
+/// One frame between two processes of a job.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Frame {
+    /// The first frame of every connection.
+    Hello {
+        /// [`WIRE_VERSION`] of the sender.
+        version: u32,
+        /// The job id.
+        job_id: String,
+        /// The job's secret ([`JobIdentity::secret`]).
+        secret: Vec<u8>,
+        /// The sender's rank.
+        rank: u32,
+        /// The world size it was started with.
+        world: u32,
+        /// Port the sender accepts peers on.
+        listen_port: u16,
+    },
+    /// Rank 0 to every rank after the rendezvous: where every rank listens, by rank.
+    Roster {
+        /// `host:port` per rank.
+        addrs: Vec<String>,
+    },
+    /// The sender has built its roles and starts them once every process has.
+    Ready,
+    /// A role's message to a role of the receiving process.
+    Deliver {
+        /// Sender.
+        from: RoleId,
+        /// Receiver.
+        to: RoleId,
+        /// Run time it was sent at.
+        sent_at: f64,
+        /// The message.
+        msg: Message,
+    },
+    /// Still alive, with the most clocks any of the sender's workers has completed.
+    Heartbeat {
+        /// Clocks completed (what a failure report names as the last iteration).
+        iteration: u64,
+    },
+    /// A worker of the sender completed a clock (to rank 0, for its progress display).
+    Progress {
+        /// The worker.
+        worker: u32,
+        /// Clocks it has completed.
+        clocks: u64,
+    },
+    /// Every worker of the sender has finished.
+    WorkersDone,
+    /// The sender's role outputs, to rank 0.
+    Outputs(Box<ProcessOutputs>),
+    /// The sender's divergence guard stopped the run; its workers' records so far.
+    Diverged {
+        /// The stop reason as JSON (`summary.json`'s `stopped`).
+        reason: serde_json::Value,
+        /// The sender's workers' records.
+        records: Vec<(u32, Vec<IterRecord>)>,
+    },
+    /// The sender's part of the run failed: every process stops.
+    Abort {
+        /// Why, naming the role, machine and iteration where known.
+        reason: String,
+    },
+    /// Nothing more follows on this connection: a close after it is not a failure.
+    Bye,
+}
+
+impl Frame {
+    /// The frame's kind, for logs and errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Frame::Hello { .. } => "hello",
+            Frame::Roster { .. } => "roster",
+            Frame::Ready => "ready",
+            Frame::Deliver { .. } => "deliver",
+            Frame::Heartbeat { .. } => "heartbeat",
+            Frame::Progress { .. } => "progress",
+            Frame::WorkersDone => "workers-done",
+            Frame::Outputs(_) => "outputs",
+            Frame::Diverged { .. } => "diverged",
+            Frame::Abort { .. } => "abort",
+            Frame::Bye => "bye",
+        }
+    }
+}
+
+/// A frame with the tag of the job it belongs to.
+#[derive(Serialize, Deserialize)]
+struct Tagged<F> {
+    tag: u64,
+    frame: F,
+}
+
+/// Encodes `frame` for the job tagged `tag`.
+pub fn encode(tag: u64, frame: &Frame) -> Result<Bytes, WireError> {
+    rmp_serde::to_vec(&Tagged { tag, frame })
+        .map(Bytes::from)
+        .map_err(|e| WireError::Malformed {
+            len: 0,
+            reason: format!("cannot encode a {} frame: {e}", frame.kind()),
+        })
+}
+
+/// Decodes a frame of the job tagged `tag` from `bytes`.
+pub fn decode(tag: u64, bytes: &[u8]) -> Result<Frame, WireError> {
+    let tagged: Tagged<Frame> =
+        rmp_serde::from_slice(bytes).map_err(|e| WireError::Malformed {
+            len: bytes.len(),
+            reason: e.to_string(),
+        })?;
+    if tagged.tag != tag {
+        return Err(WireError::OtherJob {
+            got: tagged.tag,
+            want: tag,
+        });
+    }
+    Ok(tagged.frame)
+}
+
+/// The length-delimited codec of every connection, refusing frames over `max_bytes`.
+pub fn codec(max_bytes: usize) -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .length_field_type::<u32>()
+        .max_frame_length(max_bytes)
+        .new_codec()
+}
+
+/// Per-pair traffic as the list a frame carries.
+pub fn traffic_list(
+    map: BTreeMap<(RoleId, RoleId), LinkTraffic>,
+) -> Vec<((RoleId, RoleId), LinkTraffic)> {
+    map.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::{BlockPayload, Payload};
+
+    fn identity() -> JobIdentity {
+        JobIdentity::new("job-1", "secret", "workers = 2\n")
+    }
+
+    fn push() -> Frame {
+        Frame::Deliver {
+            from: RoleId::Worker(1),
+            to: RoleId::Server(0),
+            sent_at: 0.25,
+            msg: Message::Push {
+                clock: 3,
+                samples: 32,
+                completes_clock: true,
+                grads: vec![BlockPayload {
+                    block: 7,
+                    data: Payload::Real(vec![1.5, -0.0, f32::MIN_POSITIVE, 3.0e38]),
+                }],
+            },
+        }
+    }
+
+    #[test]
+    fn a_frame_round_trips_with_its_payload_bits() {
+        let id = identity();
+        let bytes = encode(id.tag, &push()).unwrap();
+        let Frame::Deliver { msg, from, .. } = decode(id.tag, &bytes).unwrap() else {
+            panic!("not a deliver frame");
+        };
+        assert_eq!(from, RoleId::Worker(1));
+        let Frame::Deliver { msg: sent, .. } = push() else {
+            unreachable!()
+        };
+        assert_eq!(msg, sent);
+    }
+
+    #[test]
+    fn real_payloads_stay_numbers_in_json() {
+        let p = Payload::Real(vec![0.5, 2.0]);
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(json, r#"{"Real":[0.5,2.0]}"#);
+        assert_eq!(serde_json::from_str::<Payload>(&json).unwrap(), p);
+    }
+
+    #[test]
+    fn a_frame_of_another_job_is_refused() {
+        let other = JobIdentity::new("job-2", "secret", "workers = 2\n");
+        let bytes = encode(other.tag, &push()).unwrap();
+        let err = decode(identity().tag, &bytes).unwrap_err();
+        assert!(matches!(err, WireError::OtherJob { .. }), "{err}");
+    }
+
+    #[test]
+    fn truncated_and_garbage_frames_are_malformed() {
+        let id = identity();
+        let bytes = encode(id.tag, &push()).unwrap();
+        for cut in [0, 1, bytes.len() / 2, bytes.len() - 1] {
+            let err = decode(id.tag, &bytes[..cut]).unwrap_err();
+            assert!(matches!(err, WireError::Malformed { .. }), "cut {cut}: {err}");
+        }
+        let err = decode(id.tag, b"\xc1\xff garbage").unwrap_err();
+        assert!(matches!(err, WireError::Malformed { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_hello_must_match_job_token_config_and_world() {
+        let id = identity();
+        assert_eq!(id.check_hello(&id.hello(1, 4, 9000), 4), Ok((1, 9000)));
+        let cases = [
+            (JobIdentity::new("job-1", "other", "workers = 2\n"), 4, "token"),
+            (JobIdentity::new("job-1", "secret", "workers = 3\n"), 4, "config"),
+            (JobIdentity::new("job-9", "secret", "workers = 2\n"), 4, "job"),
+        ];
+        for (them, world, what) in cases {
+            let err = id.check_hello(&them.hello(1, world, 1), 4).unwrap_err();
+            assert!(matches!(err, WireError::Refused(_)), "{what}: {err}");
+        }
+        let err = id.check_hello(&id.hello(1, 3, 1), 4).unwrap_err();
+        assert!(err.to_string().contains("world size 3"), "{err}");
+        let err = id.check_hello(&id.hello(4, 4, 1), 4).unwrap_err();
+        assert!(err.to_string().contains("rank 4"), "{err}");
+        let err = id.check_hello(&Frame::Bye, 4).unwrap_err();
+        assert_eq!(err, WireError::NoHello("bye"));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        /// Arbitrary bytes never decode into a frame of this job by accident, and never panic.
+        #[test]
+        fn arbitrary_bytes_are_refused(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let id = identity();
+            proptest::prop_assert!(decode(id.tag, &bytes).is_err());
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! `concord launch --nproc N <command>`: a one-machine try of a `--runtime process` job. Starts N
+//! copies of this program with torchrun's variables (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
+//! `MASTER_ADDR=127.0.0.1`, a free `MASTER_PORT`) and a fresh job id, waits for all, and stops
+//! the rest when one fails.
+
+use clap::Args;
+use std::ffi::OsString;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// Arguments of `launch`.
+#[derive(Debug, Args)]
+pub struct LaunchArgs {
+    /// Number of processes (the job's cluster must have this many machines).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub nproc: u32,
+    /// Rendezvous port on 127.0.0.1 (default: a free one).
+    #[arg(long)]
+    pub master_port: Option<u16>,
+    /// Seconds the other processes get to stop by themselves after one fails, before they are
+    /// killed.
+    #[arg(long, default_value_t = 60.0)]
+    pub grace_s: f64,
+    /// The concord command each process runs, e.g. `train --config configs/default.toml`
+    /// (`--runtime process` is added to `train` when not given).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// Runs `launch`.
+pub fn run(args: &LaunchArgs) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()
+        .map_err(|e| anyhow::anyhow!("cannot find this program to start it again: {e}"))?;
+    let port = match args.master_port {
+        Some(p) => p,
+        None => free_port()?,
+    };
+    let command = with_process_runtime(&args.command);
+    let job_id = format!(
+        "launch-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0)
+    );
+    let mut children: Vec<(u32, Child)> = Vec::new();
+    for rank in 0..args.nproc {
+        let child = Command::new(&exe)
+            .args(&command)
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", rank.to_string())
+            .env("WORLD_SIZE", args.nproc.to_string())
+            .env("LOCAL_WORLD_SIZE", args.nproc.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .env("CONCORD_JOB_ID", &job_id)
+            .spawn();
+        match child {
+            Ok(c) => children.push((rank, c)),
+            Err(e) => {
+                kill_all(&mut children);
+                anyhow::bail!("cannot start rank {rank}: {e}");
+            }
+        }
+    }
+    wait_all(children, Duration::from_secs_f64(args.grace_s.max(0.0)))
+}
+
+/// `command` with `--runtime process` added after `train` when it names no runtime.
+fn with_process_runtime(command: &[OsString]) -> Vec<OsString> {
+    let mut out = command.to_vec();
+    let is_train = command.first().is_some_and(|c| c == "train");
+    let names_runtime = command
+        .iter()
+        .any(|a| a == "--runtime" || a.to_string_lossy().starts_with("--runtime="));
+    if is_train && !names_runtime {
+        out.insert(1, "--runtime".into());
+        out.insert(2, "process".into());
+    }
+    out
+}
+
+/// A port free on 127.0.0.1 now.
+fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .map_err(|e| anyhow::anyhow!("cannot find a free port for the rendezvous: {e}"))?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Waits for every child; after the first failure, the others get `grace` to stop by themselves
+/// (they notice the lost peer), then are killed. The first failure is the error.
+fn wait_all(mut children: Vec<(u32, Child)>, grace: Duration) -> anyhow::Result<()> {
+    let mut failed: Option<(u32, ExitStatus)> = None;
+    let mut failed_at: Option<Instant> = None;
+    while !children.is_empty() {
+        let mut i = 0;
+        while i < children.len() {
+            match children[i].1.try_wait() {
+                Ok(Some(status)) => {
+                    let (rank, _) = children.remove(i);
+                    if !status.success() && failed.is_none() {
+                        failed = Some((rank, status));
+                        failed_at = Some(Instant::now());
+                    }
+                }
+                Ok(None) => i += 1,
+                Err(e) => {
+                    let (rank, _) = children.remove(i);
+                    tracing::warn!("cannot wait for rank {rank}: {e}");
+                }
+            }
+        }
+        if failed_at.is_some_and(|t| t.elapsed() > grace) {
+            kill_all(&mut children);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    match failed {
+        None => Ok(()),
+        Some((rank, status)) => anyhow::bail!("rank {rank} failed ({status})"),
+    }
+}
+
+fn kill_all(children: &mut Vec<(u32, Child)>) {
+    for (_, c) in children.iter_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    children.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn train_gets_the_process_runtime_unless_it_names_one() {
+        assert_eq!(
+            with_process_runtime(&args(&["train", "--config", "c.toml"])),
+            args(&["train", "--runtime", "process", "--config", "c.toml"])
+        );
+        let named = args(&["train", "--runtime", "wall"]);
+        assert_eq!(with_process_runtime(&named), named);
+        let other = args(&["config"]);
+        assert_eq!(with_process_runtime(&other), other);
+    }
+}

@@ -1,0 +1,390 @@
+//! `--runtime process`: every strategy runs with one OS process per machine over TCP (started by
+//! `concord launch`); BSP and allreduce end with the parameters `sim` ends with, bit for bit;
+//! FlexRR's exactly-once ledger (checked by its coordinator, which fails the run otherwise) holds
+//! across processes; a killed process ends the run everywhere with a named error and no run
+//! folder; strangers' frames are refused without disturbing the run.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A small job: an MLP on the teacher task, `workers` workers on `machines` machines; `top`:
+/// more top-level keys, `tables`: more tables.
+fn config(dir: &Path, machines: u32, workers: u32, top: &str, tables: &str) -> PathBuf {
+    let slots = workers.div_ceil(machines);
+    let text = format!(
+        "seed = 7\nworkers = {workers}\nservers = 2\nbatch = 16\niterations = 12\neval_every = 6\n\
+         trace = \"sampled\"\n{top}\n\
+         [model]\nkind = \"mlp\"\nhidden = [32]\n\
+         [data]\nkind = \"teacher\"\ntrain = 2048\ntest = 256\n\
+         [optimizer]\nkind = \"sgd\"\nlr = 0.1\nmomentum = 0.0\n\
+         [cluster]\nmachines = [{{ device = \"cpu\", count = {machines}, slots = {slots} }}]\n\
+         [process]\npeer_timeout_s = 10.0\nconnect_timeout_s = 60.0\n{tables}"
+    );
+    let path = dir.join("job.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn concord() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_concord"));
+    c.env_remove("CONCORD_WORKERS")
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("SLURM_PROCID")
+        .env_remove("SLURM_NTASKS")
+        .env_remove("OMPI_COMM_WORLD_RANK")
+        .env_remove("OMPI_COMM_WORLD_SIZE");
+    c
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `concord launch --nproc n train --config cfg --out out`, expecting success.
+fn launch(n: u32, cfg: &Path, out: &Path, extra: &[&str]) -> Output {
+    let out = concord()
+        .args(["launch", "--nproc", &n.to_string(), "train", "--quiet"])
+        .arg("--config")
+        .arg(cfg)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .output()
+        .expect("runs concord launch");
+    assert!(out.status.success(), "launch failed\n{}", text(&out));
+    out
+}
+
+/// The same job in `sim`, in-process through the CLI.
+fn sim(cfg: &Path, out: &Path) {
+    let done = concord()
+        .args(["train", "--quiet", "--runtime", "sim", "--config"])
+        .arg(cfg)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(done.status.success(), "sim failed\n{}", text(&done));
+}
+
+/// The model tensors of a run folder's checkpoint, by name.
+fn model(run: &Path) -> BTreeMap<String, Vec<u8>> {
+    let bytes = std::fs::read(run.join("checkpoint.safetensors")).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    file.tensors()
+        .into_iter()
+        .filter(|(name, _)| !name.starts_with('~'))
+        .map(|(name, t)| (name, t.data().to_vec()))
+        .collect()
+}
+
+fn summary(run: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap()
+}
+
+/// Runs `strategies` (with `body` appended to the config) under 2 processes of 2 workers each.
+fn runs_under_processes(strategies: &str, body: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 2, 4, "", body);
+    let out = dir.path().join("run");
+    launch(
+        2,
+        &cfg,
+        &out,
+        &["--set", &format!("strategies={strategies}")],
+    );
+    let s = summary(&out);
+    assert_eq!(s["runtime"], "process");
+    assert_eq!(s["workers"], 4);
+    let rows = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    assert_eq!(rows.lines().count(), 12, "one row per iteration");
+    assert!(s["final_loss"].as_f64().is_some_and(f64::is_finite));
+    assert!(s["bytes_sent"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn bsp_runs_under_processes() {
+    runs_under_processes("[\"bsp\"]", "");
+}
+
+#[test]
+fn ssp_runs_under_processes() {
+    runs_under_processes("[\"ssp\"]", "");
+}
+
+#[test]
+fn asp_runs_under_processes() {
+    runs_under_processes("[\"asp\"]", "");
+}
+
+#[test]
+fn lb_bsp_runs_under_processes() {
+    runs_under_processes("[\"lb-bsp\"]", "");
+}
+
+#[test]
+fn allreduce_runs_under_processes() {
+    runs_under_processes("[\"allreduce\"]", "");
+}
+
+#[test]
+fn rna_runs_under_processes() {
+    runs_under_processes("[\"rna\"]", "");
+}
+
+#[test]
+fn ad_psgd_runs_under_processes() {
+    runs_under_processes("[\"ad-psgd\"]", "");
+}
+
+#[test]
+fn eager_sgd_runs_under_processes() {
+    runs_under_processes("[\"eager-sgd\"]", "");
+}
+
+/// FlexRR's coordinator checks that every (clock, unit) was processed exactly once and fails the
+/// run otherwise; a heavy straggler makes work move between processes.
+#[test]
+fn flexrr_runs_under_processes_and_its_ledger_verifies() {
+    runs_under_processes(
+        "[\"flexrr\"]",
+        "[[stragglers]]\npattern = \"persistent\"\nspread = { min = 0.25, max = 1.0 }\n",
+    );
+}
+
+#[test]
+fn elastic_ps_runs_under_processes() {
+    runs_under_processes("[\"elastic-ps\"]", "");
+}
+
+/// BSP and allreduce aggregate in a canonical order: eight processes end where `sim` ends.
+#[test]
+fn bsp_and_allreduce_end_with_the_parameters_of_sim() {
+    for strategy in ["bsp", "allreduce"] {
+        let dir = tempfile::tempdir().unwrap();
+        let top = format!("strategies = [\"{strategy}\"]");
+        let cfg = config(dir.path(), 4, 8, &top, "");
+        let (a, b) = (dir.path().join("sim"), dir.path().join("process"));
+        sim(&cfg, &a);
+        launch(4, &cfg, &b, &[]);
+        let (ma, mb) = (model(&a), model(&b));
+        assert!(!ma.is_empty());
+        assert_eq!(ma.keys().collect::<Vec<_>>(), mb.keys().collect::<Vec<_>>());
+        for (name, bits) in &ma {
+            assert!(bits == &mb[name], "{strategy}: tensor {name} differs from sim");
+        }
+    }
+}
+
+/// The environment of rank `rank` of a hand-started `world`-process job.
+fn rank_env(c: &mut Command, rank: u32, world: u32, port: u16, job: &str) {
+    c.env("RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .env("CONCORD_JOB_ID", job);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts every rank of a `world`-process job by hand (so the test holds their pids).
+fn start(world: u32, cfg: &Path, out: &Path, port: u16, extra: &[&str]) -> Vec<Child> {
+    (0..world)
+        .map(|rank| {
+            let mut c = concord();
+            rank_env(&mut c, rank, world, port, "hand-started");
+            c.args(["train", "--quiet", "--runtime", "process", "--config"])
+                .arg(cfg)
+                .arg("--out")
+                .arg(out)
+                .args(extra)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Waits for `child` at most `limit`; its output, or `None` if it is still running.
+fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Waits until the roles of rank 0 run: it streams their timelines into `out/trace`.
+fn wait_until_running(out: &Path) {
+    let start = Instant::now();
+    while !out.join("trace").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+/// SIGKILL on one worker process mid-run: the others stop within the peer timeout, exit
+/// non-zero, rank 0 names the machine, its roles and the last iteration, and no run folder is
+/// left.
+#[test]
+fn a_killed_worker_process_ends_the_run_with_a_named_error_and_no_run_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 3, 3, "", "");
+    let out = dir.path().join("run");
+    // Long enough to be killed mid-run.
+    let extra = [
+        "--set",
+        "iterations=100000",
+        "--set",
+        "strategies=[\"bsp\"]",
+        "--set",
+        "trace=\"full\"",
+    ];
+    let mut ranks = start(3, &cfg, &out, free_port(), &extra);
+    wait_until_running(&out);
+    ranks[2].kill().unwrap();
+    let killed_at = Instant::now();
+    let _ = ranks[2].wait();
+    for (rank, child) in ranks.iter_mut().enumerate().take(2) {
+        let status = wait_for(child, Duration::from_secs(30)).unwrap_or_else(|| {
+            let _ = child.kill();
+            panic!("rank {rank} did not stop after its peer was killed");
+        });
+        assert!(!status.success(), "rank {rank} exited 0 after a peer died");
+    }
+    assert!(killed_at.elapsed() < Duration::from_secs(30));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(ranks[0].stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains("machine 2") && stderr.contains("worker 2") && stderr.contains("iterations"),
+        "rank 0 should name the lost machine, its roles and its progress: {stderr}"
+    );
+    assert!(!out.exists(), "a failed run left its folder behind");
+}
+
+/// Hand-made bad frames at rank 0's rendezvous port while the job runs: garbage, a truncated
+/// frame, an oversized length, a hello with the wrong token and a hello of another job. Each is
+/// refused (and logged); the run ends as `sim` does.
+#[test]
+fn bad_frames_are_refused_and_the_run_is_unaffected() {
+    use concord::engine::process::wire::{self, JobIdentity};
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 2, 2, "", "");
+    let (a, b) = (dir.path().join("sim"), dir.path().join("process"));
+    sim(&cfg, &a);
+    let port = free_port();
+    let extra = ["--set", "iterations=400"];
+    let mut ranks = start(2, &cfg, &b, port, &extra);
+    wait_until_running(&b);
+    let stranger = JobIdentity::new("hand-started", "wrong token", "not the config");
+    let other_job = JobIdentity::new("another job", "", "");
+    let hello = |id: &JobIdentity| {
+        let bytes = wire::encode(id.tag, &id.hello(1, 2, 1)).unwrap();
+        let mut framed = (bytes.len() as u32).to_be_bytes().to_vec();
+        framed.extend_from_slice(&bytes);
+        framed
+    };
+    let garbage = {
+        let mut f = 12u32.to_be_bytes().to_vec();
+        f.extend_from_slice(b"\xc1garbage!!!!");
+        f
+    };
+    let truncated = {
+        let h = hello(&stranger);
+        h[..h.len() / 2].to_vec()
+    };
+    let oversized = u32::MAX.to_be_bytes().to_vec();
+    for frame in [garbage, truncated, oversized, hello(&stranger), hello(&other_job)] {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.write_all(&frame);
+        }
+    }
+    for (rank, child) in ranks.iter_mut().enumerate() {
+        let status = wait_for(child, Duration::from_secs(120)).expect("the run finishes");
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        assert!(status.success(), "rank {rank}: {stderr}");
+        if rank == 0 {
+            assert!(stderr.contains("refused a connection"), "{stderr}");
+        }
+    }
+    // 400 iterations: compare with a sim run of the same length.
+    let long = dir.path().join("sim-long");
+    let done = concord()
+        .args(["train", "--quiet", "--runtime", "sim", "--set", "iterations=400", "--config"])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(&long)
+        .output()
+        .unwrap();
+    assert!(done.status.success(), "{}", text(&done));
+    assert_eq!(model(&long), model(&b), "the run was disturbed");
+    assert!(!model(&a).is_empty());
+}
+
+/// A launcher that started another number of processes than the cluster has machines.
+#[test]
+fn a_world_that_does_not_match_the_cluster_is_refused_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 2, 2, "", "");
+    let mut c = concord();
+    rank_env(&mut c, 0, 3, free_port(), "mismatch");
+    let out = c
+        .args(["train", "--quiet", "--runtime", "process", "--config"])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(dir.path().join("run"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("2 machines") && err.contains("3 (world size)"),
+        "{err}"
+    );
+    assert!(!dir.path().join("run").exists());
+}
+
+/// `--runtime process` without a launcher's variables says which ones it needs.
+#[test]
+fn the_process_runtime_without_a_launcher_names_the_launchers() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 2, 2, "", "");
+    let out = concord()
+        .args(["train", "--quiet", "--runtime", "process", "--config"])
+        .arg(&cfg)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("RANK") && err.contains("SLURM_PROCID") && err.contains("concord launch"),
+        "{err}"
+    );
+    common::nothing_written(dir.path(), &["job.toml"]);
+}
