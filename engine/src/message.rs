@@ -119,6 +119,23 @@ impl Message {
             }
     }
 
+    /// Bytes of the virtual payloads it carries (throughput mode's stand-ins): what a real wire
+    /// must still move for the message to cost what it would.
+    pub fn virtual_bytes(&self) -> u64 {
+        let virt = |p: &Payload| match p {
+            Payload::Virtual { elems } => elems * crate::payload::ELEM_BYTES,
+            Payload::Real(_) => 0,
+        };
+        match self {
+            Message::Push { grads: b, .. } | Message::Params { blocks: b, .. } => {
+                b.iter().map(|x| virt(&x.data)).sum()
+            }
+            Message::Collective { data, .. } => virt(data),
+            Message::Custom(m) => m.payloads.iter().map(virt).sum(),
+            _ => 0,
+        }
+    }
+
     /// Wraps a serializable value as a [`Message::Custom`] with the given tag and no tensors: for
     /// protocols that give one body type several tags.
     pub fn custom<T: Serialize>(tag: &str, value: &T) -> Result<Message, EngineError> {

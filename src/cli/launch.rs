@@ -1,7 +1,8 @@
 //! `concord launch --nproc N <command>`: a one-machine try of a `--runtime process` job. Starts N
 //! copies of this program with torchrun's variables (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
 //! `MASTER_ADDR=127.0.0.1`, a free `MASTER_PORT`) and a fresh job id, waits for all, and stops
-//! the rest when one fails.
+//! the rest when one fails. Each process computes on its share of the cores (`RAYON_NUM_THREADS`,
+//! unless set).
 
 use clap::Args;
 use std::ffi::OsString;
@@ -49,9 +50,15 @@ pub fn run(args: &LaunchArgs) -> anyhow::Result<()> {
             .map(|d| d.as_millis())
             .unwrap_or(0)
     );
+    // As torchrun does for OMP_NUM_THREADS: processes sharing the cores get a share each.
+    let threads = std::env::var("RAYON_NUM_THREADS").ok().unwrap_or_else(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        (cores / args.nproc).max(1).to_string()
+    });
     let mut children: Vec<(u32, Child)> = Vec::new();
     for rank in 0..args.nproc {
         let child = Command::new(&exe)
+            .env("RAYON_NUM_THREADS", &threads)
             .args(&command)
             .env("RANK", rank.to_string())
             .env("LOCAL_RANK", rank.to_string())

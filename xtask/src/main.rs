@@ -5,6 +5,8 @@
 //! - `bench-engine`: engine overhead vs a plain candle loop, and throughput-mode scale.
 //! - `bench-scale [--workers 64,1024] [--set k=v]...`: VGG16 throughput mode at 64 and 1024
 //!   workers, wall time and peak memory of each run (its run folder written) against the goals.
+//! - `bench-process [--procs 2,4,8] [--python PATH]`: `--runtime process` beside PyTorch DDP
+//!   (gloo) on an MLP, and its TCP throughput against a plain loopback socket copy.
 //! - `cuda-env [--compute-cap 90]`: installs the pinned CUDA 13.0 compile-time toolkit into
 //!   `.cuda/` and prints the environment a `--features cuda` build needs (`eval "$(...)"`).
 //! - `gpu-bundle [--out DIR]`: the release binary and the GPU checks, built with `cuda,nccl` on
@@ -16,6 +18,7 @@
 
 mod bench;
 mod bench_engine;
+mod bench_process;
 mod bench_scale;
 mod calibration;
 mod cuda;
@@ -50,6 +53,9 @@ enum Task {
     /// VGG16 throughput mode at 64 and 1024 workers (configs/vgg16-scale.toml, traces sampled):
     /// wall time with the run folder written, and peak memory, each case in its own process.
     BenchScale(bench_scale::ScaleArgs),
+    /// `--runtime process` beside PyTorch DDP (gloo) on an MLP 32-64-10, and its TCP throughput
+    /// against a plain loopback socket copy (bench/out/process/).
+    BenchProcess(bench_process::ProcessArgs),
     /// Simulated vs measured step times of the calibrated device profiles
     /// (bench/out/calibration/: results.csv, REPORT.md); what `bench --suite calibration` runs.
     Calibration(calibration::CalibrationArgs),
@@ -89,6 +95,7 @@ fn main() -> ExitCode {
         Task::CudaEnv(args) => report("cuda-env", cuda::env(&args)),
         Task::GpuBundle(args) => report("gpu-bundle", cuda::bundle(&args)),
         Task::BenchScale(args) => report("bench-scale", bench_scale::run(&args)),
+        Task::BenchProcess(args) => report("bench-process", bench_process::run(&args)),
         Task::BenchScaleCase(args) => report("bench-scale-case", bench_scale::case(&args)),
         Task::Calibration(args) => report("calibration", calibration::run(&args)),
         Task::Bench(args) if args.suite == "calibration" => report(

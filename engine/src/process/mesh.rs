@@ -452,6 +452,7 @@ async fn read_loop(
                 to,
                 sent_at,
                 msg,
+                ..
             }) => deliver(Envelope {
                 from,
                 to,

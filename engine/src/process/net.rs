@@ -3,7 +3,7 @@
 //! connection to that process (its machine's rank).
 
 use super::mesh::Peers;
-use super::wire::Frame;
+use super::wire::{Frame, Padding};
 use crate::cluster::Cluster;
 use crate::ids::RoleId;
 use crate::message::Message;
@@ -103,11 +103,13 @@ impl Transport for MeshTransport {
                 },
             );
         } else {
+            let pad = Padding(msg.virtual_bytes());
             let frame = Frame::Deliver {
                 from,
                 to,
                 sent_at: now,
                 msg,
+                pad,
             };
             if !self.peers.send(machine, &frame) {
                 tracing::debug!(

@@ -210,6 +210,9 @@ pub enum Frame {
         sent_at: f64,
         /// The message.
         msg: Message,
+        /// As many bytes as the message's virtual payloads stand for (throughput mode), so a
+        /// message costs on a real wire what it would carry.
+        pad: Padding,
     },
     /// Still alive, with the most clocks any of the sender's workers has completed.
     Heartbeat {
@@ -259,6 +262,32 @@ impl Frame {
             Frame::Abort { .. } => "abort",
             Frame::Bye => "bye",
         }
+    }
+}
+
+/// Filler bytes on the wire: written as that many zero bytes, read back as their count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Padding(pub u64);
+
+impl Serialize for Padding {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&vec![0u8; self.0 as usize])
+    }
+}
+
+impl<'de> Deserialize<'de> for Padding {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Padding, D::Error> {
+        struct Count;
+        impl serde::de::Visitor<'_> for Count {
+            type Value = Padding;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("filler bytes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, b: &[u8]) -> Result<Padding, E> {
+                Ok(Padding(b.len() as u64))
+            }
+        }
+        d.deserialize_bytes(Count)
     }
 }
 
@@ -333,6 +362,7 @@ mod tests {
                     data: Payload::Real(vec![1.5, -0.0, f32::MIN_POSITIVE, 3.0e38]),
                 }],
             },
+            pad: Padding(0),
         }
     }
 
@@ -348,6 +378,24 @@ mod tests {
             unreachable!()
         };
         assert_eq!(msg, sent);
+    }
+
+    #[test]
+    fn virtual_payloads_travel_as_their_true_size() {
+        let id = identity();
+        let frame = Frame::Deliver {
+            from: RoleId::Worker(0),
+            to: RoleId::Worker(1),
+            sent_at: 0.0,
+            msg: Message::WorkerDone,
+            pad: Padding(1 << 20),
+        };
+        let bytes = encode(id.tag, &frame).unwrap();
+        assert!(bytes.len() > 1 << 20, "{} bytes", bytes.len());
+        let Frame::Deliver { pad, .. } = decode(id.tag, &bytes).unwrap() else {
+            panic!("not a deliver frame")
+        };
+        assert_eq!(pad, Padding(1 << 20));
     }
 
     #[test]

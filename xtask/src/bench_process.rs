@@ -1,0 +1,288 @@
+//! `cargo xtask bench-process`: the process runtime beside the peer users would otherwise pick,
+//! and its wire against the machine's own loopback.
+//!
+//! 1. **vs PyTorch DDP**: an MLP 32-64-10 at batch 32 per worker, one process per worker, as
+//!    allreduce and as BSP with two parameter servers (`concord launch`), beside PyTorch
+//!    DistributedDataParallel on gloo (`bench/ddp/ddp_mlp.py`, when a Python with PyTorch is
+//!    found), in ms per iteration. Goal: allreduce no slower than DDP at every size.
+//! 2. **TCP throughput**: a plain socket copy between two threads on loopback (the ceiling),
+//!    then a large push and pull (VGG16's 553 MB in throughput mode, one worker and one server
+//!    process) and a two-process allreduce of the same size; goal: at least half the ceiling.
+//! 3. **Small messages**: run time per message of a tiny-model BSP job between two processes (an
+//!    upper bound on the per-message cost: frame, copy, syscalls, scheduling).
+//!
+//! Every number is from this run on this machine; each concord job runs through the `concord`
+//! binary built beside this program.
+
+use anyhow::Context;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// Arguments of `cargo xtask bench-process`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ProcessArgs {
+    /// Process counts of the DDP comparison.
+    #[arg(long, value_delimiter = ',', default_values_t = [2, 4, 8])]
+    pub procs: Vec<u32>,
+    /// Iterations per concord job of the comparison.
+    #[arg(long, default_value_t = 300)]
+    pub iterations: u64,
+    /// Python with PyTorch for the DDP side (skipped when it has none).
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+    /// Where the run folders go (default: bench/out/process).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs the three parts and prints their tables.
+pub fn run(args: &ProcessArgs) -> anyhow::Result<()> {
+    let root = crate::bench::suite::load::workspace_root();
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| root.join("bench").join("out").join("process"));
+    if out.exists() {
+        std::fs::remove_dir_all(&out).with_context(|| format!("clearing {}", out.display()))?;
+    }
+    std::fs::create_dir_all(&out)?;
+    let concord = concord_binary()?;
+    versus_ddp(args, &root, &out, &concord)?;
+    println!();
+    throughput(&root, &out, &concord)?;
+    Ok(())
+}
+
+/// The `concord` binary built beside this program.
+fn concord_binary() -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    let bin = me.with_file_name(format!("concord{}", std::env::consts::EXE_SUFFIX));
+    anyhow::ensure!(
+        bin.exists(),
+        "{} not found: build it first (cargo build --release -p concord)",
+        bin.display()
+    );
+    Ok(bin)
+}
+
+/// Runs `concord launch --nproc n train` with `sets` into `out/name`; the run's summary.
+fn launch(
+    concord: &Path,
+    root: &Path,
+    n: u32,
+    sets: &[String],
+    out: &Path,
+) -> anyhow::Result<serde_json::Value> {
+    let mut cmd = Command::new(concord);
+    cmd.current_dir(root)
+        .args(["launch", "--nproc", &n.to_string(), "train", "--quiet"])
+        .args(["--config", "configs/default.toml"])
+        .arg("--out")
+        .arg(out);
+    for s in sets {
+        cmd.args(["--set", s]);
+    }
+    let done = cmd.output().context("starting concord launch")?;
+    anyhow::ensure!(
+        done.status.success(),
+        "concord launch --nproc {n} {sets:?} failed: {}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let text = std::fs::read_to_string(out.join("summary.json"))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+fn number(summary: &serde_json::Value, key: &str) -> anyhow::Result<f64> {
+    summary[key]
+        .as_f64()
+        .with_context(|| format!("summary.json has no number `{key}`"))
+}
+
+/// Part 1: ms per iteration beside DDP.
+fn versus_ddp(
+    args: &ProcessArgs,
+    root: &Path,
+    out: &Path,
+    concord: &Path,
+) -> anyhow::Result<()> {
+    let ddp = ddp_times(args, root, out);
+    println!(
+        "MLP 32-64-10, batch 32 per worker, one process per worker, {} iterations (ms per iteration)",
+        args.iterations
+    );
+    println!(
+        "{:>6} {:>12} {:>14} {:>10} {:>16}  goal: allreduce <= DDP",
+        "procs", "allreduce", "bsp (2 PS)", "DDP", "allreduce / DDP"
+    );
+    for &n in &args.procs {
+        let common = [
+            format!("workers={n}"),
+            "batch=32".into(),
+            format!("iterations={}", args.iterations),
+            format!("eval_every={}", args.iterations),
+            "stragglers=[]".into(),
+            "trace=\"off\"".into(),
+            "model.hidden=[64]".into(),
+        ];
+        let mut per_iter = Vec::new();
+        for strategy in ["allreduce", "bsp"] {
+            let mut sets = common.to_vec();
+            sets.push(format!("strategies=[\"{strategy}\"]"));
+            let s = launch(concord, root, n, &sets, &out.join(format!("{strategy}-{n}")))?;
+            per_iter.push(number(&s, "time_per_iteration_s")? * 1e3);
+        }
+        let theirs = ddp.as_ref().ok().and_then(|d| d.get(&n).copied());
+        let (ratio, verdict) = match theirs {
+            Some(d) => {
+                let r = per_iter[0] / d;
+                (format!("{r:.2}"), if r <= 1.0 { "met" } else { "MISSED" })
+            }
+            None => ("n/a".into(), "no DDP measurement"),
+        };
+        println!(
+            "{n:>6} {:>12.2} {:>14.2} {:>10} {ratio:>16}  {verdict}",
+            per_iter[0],
+            per_iter[1],
+            theirs.map_or("n/a".into(), |d| format!("{d:.2}")),
+        );
+    }
+    if let Err(why) = ddp {
+        println!("DDP not measured: {why}");
+    }
+    Ok(())
+}
+
+/// DDP's ms per iteration by process count, from `bench/ddp/ddp_mlp.py`.
+fn ddp_times(
+    args: &ProcessArgs,
+    root: &Path,
+    out: &Path,
+) -> anyhow::Result<std::collections::BTreeMap<u32, f64>> {
+    let json = out.join("ddp.json");
+    let procs: Vec<String> = args.procs.iter().map(u32::to_string).collect();
+    let done = Command::new(&args.python)
+        .current_dir(root)
+        .arg("bench/ddp/ddp_mlp.py")
+        .args(["--procs", &procs.join(",")])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .with_context(|| format!("starting {}", args.python))?;
+    match done.status.code() {
+        Some(0) => {}
+        Some(3) => anyhow::bail!("{} has no PyTorch (pass --python)", args.python),
+        _ => anyhow::bail!(
+            "the DDP script failed: {}",
+            String::from_utf8_lossy(&done.stderr)
+        ),
+    }
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| Some((r["procs"].as_u64()? as u32, r["ms_per_iter"].as_f64()?)))
+        .collect())
+}
+
+/// Bytes a plain loopback socket copy moves per second (one writer thread, one reader).
+fn socket_copy(total: usize) -> anyhow::Result<f64> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    let addr = listener.local_addr()?;
+    let reader = std::thread::spawn(move || -> std::io::Result<usize> {
+        let (mut s, _) = listener.accept()?;
+        let mut buf = vec![0u8; 4 << 20];
+        let mut got = 0;
+        loop {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                return Ok(got);
+            }
+            got += n;
+        }
+    });
+    let mut s = std::net::TcpStream::connect(addr)?;
+    let chunk = vec![7u8; 4 << 20];
+    let start = Instant::now();
+    let mut sent = 0;
+    while sent < total {
+        s.write_all(&chunk)?;
+        sent += chunk.len();
+    }
+    drop(s);
+    let got = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("the reader thread panicked"))??;
+    Ok(got as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Parts 2 and 3.
+fn throughput(root: &Path, out: &Path, concord: &Path) -> anyhow::Result<()> {
+    let ceiling = socket_copy(2 << 30)?;
+    println!("TCP between two processes on loopback");
+    println!(
+        "{:<46} {:>12} {:>12}  goal: >= 50% of the socket copy",
+        "", "GB/s", "of ceiling"
+    );
+    println!("{:<46} {:>12.2} {:>12}", "plain socket copy (2 GiB, 4 MiB writes)", ceiling / 1e9, "100%");
+    let big = [
+        "model.kind=\"profile\"".to_string(),
+        "model.name=\"vgg16\"".into(),
+        "iterations=4".into(),
+        "eval_every=4".into(),
+        "stragglers=[]".into(),
+        "trace=\"off\"".into(),
+    ];
+    let cases = [
+        (
+            "push + pull, 553 MB each way (worker | server)",
+            "push",
+            vec![
+                "workers=1".to_string(),
+                "servers=1".into(),
+                "cluster.dedicated_servers=true".into(),
+                "strategies=[\"bsp\"]".into(),
+            ],
+        ),
+        (
+            "ring allreduce of 553 MB, 2 processes (both ways)",
+            "allreduce",
+            vec!["workers=2".to_string(), "strategies=[\"allreduce\"]".into()],
+        ),
+    ];
+    for (label, name, sets) in cases {
+        let mut all = big.to_vec();
+        all.extend(sets);
+        let s = launch(concord, root, 2, &all, &out.join(name))?;
+        // Every byte crossed one process boundary (one worker per process, one server apart);
+        // the messages of a step follow one another, so bytes over run time is the rate.
+        let rate = number(&s, "bytes_sent")? / number(&s, "run_time_s")?;
+        println!(
+            "{label:<46} {:>12.2} {:>11.0}%  {}",
+            rate / 1e9,
+            100.0 * rate / ceiling,
+            if rate >= 0.5 * ceiling { "met" } else { "MISSED" }
+        );
+    }
+    let tiny = [
+        "workers=2".to_string(),
+        "servers=1".into(),
+        "model.hidden=[1]".into(),
+        "batch=1".into(),
+        "iterations=2000".into(),
+        "eval_every=2000".into(),
+        "stragglers=[]".into(),
+        "trace=\"off\"".into(),
+        "strategies=[\"bsp\"]".into(),
+    ];
+    let s = launch(concord, root, 2, &tiny, &out.join("small"))?;
+    let messages = number(&s, "messages_sent")?;
+    let per = number(&s, "run_time_s")? / messages;
+    println!(
+        "small messages: {:.1} µs of run time per message ({} messages of a tiny-model BSP job, \
+         two processes; an upper bound on the per-message cost)",
+        per * 1e6,
+        messages
+    );
+    Ok(())
+}
