@@ -100,9 +100,11 @@ fn a_cpu_fit_may_go_below_a_gpus_floors() {
 
 #[test]
 fn configs_without_layers_to_fit_are_refused_naming_why() {
-    let mut cfg = RunConfig::default();
-    cfg.model = ModelConfig::Profile {
-        name: "vgg16".into(),
+    let cfg = RunConfig {
+        model: ModelConfig::Profile {
+            name: "vgg16".into(),
+        },
+        ..RunConfig::default()
     };
     let e = HostModel::from_config("vgg.toml", &cfg)
         .unwrap_err()

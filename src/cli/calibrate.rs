@@ -34,16 +34,16 @@ pub struct CalibrateArgs {
     #[arg(long, conflicts_with = "host")]
     pub precision: Option<Precision>,
     /// With `--host`: name of the device profile written, `[cluster.devices.NAME]`.
-    #[arg(long, default_value = "host", requires = "host")]
+    #[arg(long, default_value = "host", conflicts_with = "from")]
     pub name: String,
     /// With `--host`: a config whose model is measured (repeatable; default:
     /// configs/default.toml when it exists, else the built-in default model). A larger MLP
     /// (784-1024-1024-10) is always measured too.
-    #[arg(long = "config", value_name = "FILE", requires = "host")]
+    #[arg(long = "config", value_name = "FILE", conflicts_with = "from")]
     pub configs: Vec<PathBuf>,
     /// With `--host`: fewer batch sizes (8, 32, 128), repeats and a 32 MiB stream instead of
     /// 256 MiB: a few seconds instead of a minute.
-    #[arg(long, requires = "host")]
+    #[arg(long, conflicts_with = "from")]
     pub quick: bool,
     /// Also write the profile TOML to this file.
     #[arg(long, value_name = "FILE")]

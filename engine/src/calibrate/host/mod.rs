@@ -24,8 +24,6 @@ pub use steps::{measure_steps, StepPoint};
 pub use timing::Repeats;
 pub use update::{measure_update, UpdatePoint};
 
-use std::path::PathBuf;
-
 /// Why this machine could not be measured.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -54,21 +52,13 @@ pub enum HostError {
         /// The batch size.
         batch: u32,
         /// The cause.
-        source: concord_workloads::WorkloadError,
+        source: Box<concord_workloads::WorkloadError>,
     },
     /// The loopback measurement failed.
     #[error("loopback TCP: cannot {what}: {source}")]
     Loopback {
         /// What was being done.
         what: &'static str,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The profile could not be written.
-    #[error("{path}: cannot write: {source}")]
-    Write {
-        /// The file.
-        path: PathBuf,
         /// The cause.
         source: std::io::Error,
     },

@@ -61,7 +61,7 @@ pub fn measure_steps(
         let (seconds, runs) = repeats.median(step).map_err(|source| HostError::Step {
             model: model.name.clone(),
             batch,
-            source,
+            source: Box::new(source),
         })?;
         out.push(StepPoint {
             model: model.name.clone(),
