@@ -1,28 +1,50 @@
-//! `concord calibrate`: fits a device's per-layer cost model to a measurement file and prints
-//! it as a device profile, with the per-point and leave-one-model-out errors.
+//! `concord calibrate`: fits a device's per-layer cost model to a measurement file
+//! (`--from`), or measures this machine and fits it (`--host`, see [`host`]), and prints it as
+//! a device profile, with the per-point and leave-one-model-out errors.
 
-use clap::Args;
+mod host;
+
+use clap::{ArgGroup, Args};
 use concord_engine::calibrate;
 use concord_engine::cluster::DeviceProfile;
 use concord_engine::layer_model::Precision;
 use std::path::PathBuf;
 
-/// Arguments of `calibrate`.
+/// Arguments of `calibrate`: exactly one of `--from` and `--host`.
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("source").required(true).args(["from", "host"])))]
 pub struct CalibrateArgs {
     /// Measurement file: a JSON list of `{"model", "mode", "batch", "ms_per_step"}` entries
     /// (model: a built-in profile name; mode: fp32, tf32 or bf16).
-    #[arg(long, value_name = "FILE")]
-    pub from: PathBuf,
-    /// Name of the fitted device. A built-in name (h200, h100, a100, v100) bounds the fit by
-    /// its spec-sheet peaks and memory bandwidth and lends the profile its memory and NIC
-    /// figures; any other name is fitted loosely bounded, with the h200's figures to edit.
-    #[arg(long, default_value = "h200")]
-    pub device: String,
-    /// The `precision` the printed profile selects (default: fp32 if measured, else the first
-    /// measured mode).
+    #[arg(long, value_name = "FILE", conflicts_with = "host")]
+    pub from: Option<PathBuf>,
+    /// Measure this machine instead: training steps of real models on one compute thread
+    /// (`RAYON_NUM_THREADS`, else 1), a parameter server's update, loopback TCP; fit a CPU
+    /// device profile to them.
     #[arg(long)]
+    pub host: bool,
+    /// With `--from`: name of the fitted device. A built-in name (h200, h100, a100, v100)
+    /// bounds the fit by its spec-sheet peaks and memory bandwidth and lends the profile its
+    /// memory and NIC figures; any other name is fitted loosely bounded, with the h200's
+    /// figures to edit.
+    #[arg(long, default_value = "h200", conflicts_with = "host")]
+    pub device: String,
+    /// With `--from`: the `precision` the printed profile selects (default: fp32 if measured,
+    /// else the first measured mode).
+    #[arg(long, conflicts_with = "host")]
     pub precision: Option<Precision>,
+    /// With `--host`: name of the device profile written, `[cluster.devices.NAME]`.
+    #[arg(long, default_value = "host", conflicts_with = "from")]
+    pub name: String,
+    /// With `--host`: a config whose model is measured (repeatable; default:
+    /// configs/default.toml when it exists, else the built-in default model). A larger MLP
+    /// (784-1024-1024-10) is always measured too.
+    #[arg(long = "config", value_name = "FILE", conflicts_with = "from")]
+    pub configs: Vec<PathBuf>,
+    /// With `--host`: fewer batch sizes (8, 32, 128), repeats and a 32 MiB stream instead of
+    /// 256 MiB: a few seconds instead of a minute.
+    #[arg(long, conflicts_with = "from")]
+    pub quick: bool,
     /// Also write the profile TOML to this file.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
@@ -30,13 +52,21 @@ pub struct CalibrateArgs {
 
 /// Runs `calibrate`.
 pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
-    let points = calibrate::load(&args.from)?;
+    match &args.from {
+        Some(from) => run_from(args, from),
+        None => host::run(args),
+    }
+}
+
+/// `calibrate --from FILE`.
+fn run_from(args: &CalibrateArgs, from: &std::path::Path) -> anyhow::Result<()> {
+    let points = calibrate::load(from)?;
     let model = calibrate::calibrate(&points, &args.device);
     let modes = model.modes();
     let precision = match args.precision {
         Some(p) if !modes.contains(&p) => anyhow::bail!(
             "--precision {p}: {} has no {p} measurements",
-            args.from.display()
+            from.display()
         ),
         Some(p) => p,
         None => *modes.first().unwrap_or(&Precision::Fp32),
@@ -48,7 +78,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("no h200 built-in profile"))?;
     let toml = calibrate::profile_toml(&args.device, base, &model, precision);
     println!("{toml}");
-    println!("# {} points from {}:", points.len(), args.from.display());
+    println!("# {} points from {}:", points.len(), from.display());
     for line in calibrate::table(&points, &model).lines() {
         println!("# {line}");
     }

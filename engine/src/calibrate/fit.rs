@@ -20,7 +20,9 @@ pub struct Sample<'a> {
     pub seconds: f64,
 }
 
-/// Upper bounds the fit keeps the rates within: the device's spec-sheet figures for the mode.
+/// Bounds the fit keeps the rates within: above, the device's spec-sheet figures for the mode;
+/// below, the slowest rates the kind of device can plausibly have (a GPU's floors sit far above
+/// a single CPU core's).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
     /// Peak matrix-product rate of the mode, TFLOP/s (bounds 1 × 1 convolutions and matrix
@@ -28,6 +30,33 @@ pub struct Limits {
     pub peak_tflops: f64,
     /// Spec memory bandwidth, TB/s.
     pub memory_tbps: f64,
+    /// Lowest arithmetic rate the fit may choose, TFLOP/s.
+    pub min_tflops: f64,
+    /// Lowest memory bandwidth the fit may choose, TB/s.
+    pub min_memory_tbps: f64,
+}
+
+impl Limits {
+    /// A GPU's limits: its spec-sheet peak and bandwidth, with floors of 10 GFLOP/s and 10 GB/s.
+    pub fn gpu(peak_tflops: f64, memory_tbps: f64) -> Limits {
+        Limits {
+            peak_tflops,
+            memory_tbps,
+            min_tflops: 0.01,
+            min_memory_tbps: 0.01,
+        }
+    }
+
+    /// A CPU's limits: at most 2 TFLOP/s and 1 TB/s (a many-core socket), at least 10 MFLOP/s
+    /// and 10 MB/s (one slow core, or one thread's share of small operations).
+    pub fn cpu() -> Limits {
+        Limits {
+            peak_tflops: 2.0,
+            memory_tbps: 1.0,
+            min_tflops: 1e-5,
+            min_memory_tbps: 1e-5,
+        }
+    }
 }
 
 /// Winograd F(2×2, 3×3) does 2.25 × fewer multiplies than a direct 3 × 3 convolution.
@@ -39,10 +68,10 @@ const DIMS: usize = 6;
 
 fn bounds(limits: &Limits) -> [(f64, f64); DIMS] {
     [
-        (0.01, WINOGRAD_GAIN * limits.peak_tflops),
-        (0.01, limits.peak_tflops),
+        (limits.min_tflops, WINOGRAD_GAIN * limits.peak_tflops),
+        (limits.min_tflops, limits.peak_tflops),
         (1e-3, 1e3),
-        (0.01, limits.memory_tbps),
+        (limits.min_memory_tbps, limits.memory_tbps),
         (1e-3, 1e3),
         (1e-2, 1e3),
     ]

@@ -8,7 +8,8 @@
 //! per step, `ms_per_step` the measured time of one training step (forward, backward, update).
 
 pub mod fit;
-mod toml_out;
+pub mod host;
+pub(crate) mod toml_out;
 
 use crate::cost::LayerCost;
 use crate::layer_model::{LayerModel, Precision};
@@ -59,7 +60,8 @@ pub enum CalibrateError {
 /// One measured training step.
 #[derive(Clone, Debug)]
 pub struct Measurement {
-    /// The model, as written in the file.
+    /// The model: a built-in profile's name as written in a measurement file, or the name a
+    /// host measurement gave a real model ([`Measurement::of_sheet`]).
     pub model: String,
     /// The precision mode.
     pub mode: Precision,
@@ -69,6 +71,27 @@ pub struct Measurement {
     pub ms_per_step: f64,
     /// The model's per-layer cost facts.
     pub layers: Arc<Vec<LayerCost>>,
+}
+
+impl Measurement {
+    /// A measured step of a model known by its cost sheet `layers` rather than by a built-in
+    /// profile's name: a real (trainable) model measured on this machine, named `model` in
+    /// tables.
+    pub fn of_sheet(
+        model: impl Into<String>,
+        mode: Precision,
+        batch: u32,
+        ms_per_step: f64,
+        layers: Arc<Vec<LayerCost>>,
+    ) -> Measurement {
+        Measurement {
+            model: model.into(),
+            mode,
+            batch,
+            ms_per_step,
+            layers,
+        }
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -161,24 +184,27 @@ pub fn limits_of(device: &str, mode: Precision) -> Limits {
         _ => None,
     };
     match spec {
-        Some((peaks, memory_tbps)) => Limits {
-            peak_tflops: peaks[mode as usize],
-            memory_tbps,
-        },
-        None => Limits {
-            peak_tflops: 5000.0,
-            memory_tbps: 50.0,
-        },
+        Some((peaks, memory_tbps)) => Limits::gpu(peaks[mode as usize], memory_tbps),
+        None => Limits::gpu(5000.0, 50.0),
     }
 }
 
 /// Fits a rate set for every mode present in `points`, within `device`'s limits.
 pub fn calibrate(points: &[Measurement], device: &str) -> LayerModel {
+    calibrate_within(points, |mode| limits_of(device, mode))
+}
+
+/// Fits a rate set for every mode present in `points`, within the limits `limits` gives each
+/// mode (e.g. [`Limits::cpu`] for this machine's processor).
+pub fn calibrate_within(
+    points: &[Measurement],
+    limits: impl Fn(Precision) -> Limits,
+) -> LayerModel {
     let mut model = LayerModel::default();
     for mode in Precision::ALL {
         let samples = samples(points.iter().filter(|p| p.mode == mode));
         if !samples.is_empty() {
-            model.set(mode, fit::fit(&samples, &limits_of(device, mode)));
+            model.set(mode, fit::fit(&samples, &limits(mode)));
         }
     }
     model
@@ -208,14 +234,20 @@ pub fn error_pct(predicted: f64, measured: f64) -> f64 {
 
 /// The per-point table: model, mode, batch, measured, predicted, error.
 pub fn table(points: &[Measurement], model: &LayerModel) -> String {
+    let w = points
+        .iter()
+        .map(|p| p.model.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(14);
     let mut s = format!(
-        "{:<14} {:<5} {:>6} {:>12} {:>13} {:>8}\n",
+        "{:<w$} {:<5} {:>6} {:>12} {:>13} {:>8}\n",
         "model", "mode", "batch", "measured_ms", "predicted_ms", "error"
     );
     for p in points {
         let pred = predict_ms(model, p).unwrap_or(f64::NAN);
         s += &format!(
-            "{:<14} {:<5} {:>6} {:>12.2} {:>13.2} {:>+7.1}%\n",
+            "{:<w$} {:<5} {:>6} {:>12.3} {:>13.3} {:>+7.1}%\n",
             p.model,
             p.mode,
             p.batch,
@@ -230,6 +262,14 @@ pub fn table(points: &[Measurement], model: &LayerModel) -> String {
 /// Leave-one-model-out: for each model of each mode (with at least two models), the fit
 /// without it and the worst error on its points. Rows: (model, mode, worst signed error %).
 pub fn leave_one_out(points: &[Measurement], device: &str) -> Vec<(String, Precision, f64)> {
+    leave_one_out_within(points, |mode| limits_of(device, mode))
+}
+
+/// [`leave_one_out`] with the limits `limits` gives each mode.
+pub fn leave_one_out_within(
+    points: &[Measurement],
+    limits: impl Fn(Precision) -> Limits,
+) -> Vec<(String, Precision, f64)> {
     let mut out = Vec::new();
     for mode in Precision::ALL {
         let of_mode: Vec<&Measurement> = points.iter().filter(|p| p.mode == mode).collect();
@@ -240,7 +280,7 @@ pub fn leave_one_out(points: &[Measurement], device: &str) -> Vec<(String, Preci
         }
         for left in models {
             let train = samples(of_mode.iter().copied().filter(|p| p.model != left));
-            let rates = fit::fit(&train, &limits_of(device, mode));
+            let rates = fit::fit(&train, &limits(mode));
             let worst = of_mode
                 .iter()
                 .filter(|p| p.model == left)

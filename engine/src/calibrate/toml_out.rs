@@ -29,7 +29,7 @@ pub fn profile_toml(
 }
 
 /// `v` rounded to `digits` significant digits (what a profile needs, and readable).
-fn round_sig(v: f64, digits: i32) -> f64 {
+pub(crate) fn round_sig(v: f64, digits: i32) -> f64 {
     if v == 0.0 || !v.is_finite() {
         return v;
     }

@@ -1,0 +1,118 @@
+//! Loopback TCP between two threads: the bandwidth of one long stream, and the latency of
+//! small messages (half the median round trip of a ping-pong), as roles in processes on this
+//! machine would see each other.
+
+use super::timing::median;
+use super::HostError;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::time::Instant;
+
+/// Bytes of each write of the stream, and of the reader's buffer.
+const CHUNK: usize = 1 << 20;
+/// Bytes of a ping-pong message (a small control message: a pull, an acknowledgement).
+pub const PING_BYTES: usize = 64;
+/// Ping-pongs before the timed ones.
+const PING_WARMUP: usize = 100;
+
+/// What loopback TCP measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Loopback {
+    /// Bytes streamed.
+    pub stream_bytes: u64,
+    /// Bandwidth of the stream, Gbit/s.
+    pub gbps: f64,
+    /// Round trips timed.
+    pub round_trips: usize,
+    /// Half the median round trip of a [`PING_BYTES`] message, µs.
+    pub latency_us: f64,
+}
+
+fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> HostError {
+    move |source| HostError::Loopback { what, source }
+}
+
+/// Streams `stream_bytes` from one thread to another over a loopback TCP connection (the time
+/// from the first write until the reader acknowledges the last byte), then times `round_trips`
+/// ping-pongs of small messages on it (`TCP_NODELAY` on both ends, as a runtime's control
+/// messages go).
+pub fn loopback(stream_bytes: u64, round_trips: usize) -> Result<Loopback, HostError> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(io("listen"))?;
+    let addr = listener.local_addr().map_err(io("listen"))?;
+    let peer = std::thread::spawn(move || -> Result<(), HostError> {
+        let (stream, _) = listener.accept().map_err(io("accept"))?;
+        serve_peer(stream, stream_bytes, PING_WARMUP + round_trips)
+    });
+    // On a failure here the receiving thread may wait for a peer that never comes: leave it.
+    let (seconds, mut trips) = measure(addr, stream_bytes, round_trips)?;
+    peer.join().unwrap_or_else(|_| {
+        Err(HostError::Loopback {
+            what: "run the receiving thread",
+            source: std::io::Error::other("it panicked"),
+        })
+    })?;
+    Ok(Loopback {
+        stream_bytes,
+        gbps: stream_bytes as f64 * 8.0 / seconds / 1e9,
+        round_trips: trips.len(),
+        latency_us: median(&mut trips) / 2.0 * 1e6,
+    })
+}
+
+/// The sending side: the stream's seconds and every timed round trip's seconds.
+fn measure(
+    addr: std::net::SocketAddr,
+    stream_bytes: u64,
+    round_trips: usize,
+) -> Result<(f64, Vec<f64>), HostError> {
+    let mut s = TcpStream::connect(addr).map_err(io("connect"))?;
+    s.set_nodelay(true).map_err(io("set TCP_NODELAY"))?;
+    let chunk = vec![0x5au8; CHUNK];
+    let t0 = Instant::now();
+    let mut left = stream_bytes;
+    while left > 0 {
+        let n = left.min(CHUNK as u64) as usize;
+        s.write_all(&chunk[..n]).map_err(io("stream"))?;
+        left -= n as u64;
+    }
+    let mut ack = [0u8; 1];
+    s.read_exact(&mut ack)
+        .map_err(io("read the acknowledgement"))?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let mut msg = [7u8; PING_BYTES];
+    let mut trips = Vec::with_capacity(round_trips);
+    for i in 0..PING_WARMUP + round_trips {
+        let t = Instant::now();
+        s.write_all(&msg).map_err(io("ping"))?;
+        s.read_exact(&mut msg).map_err(io("read a pong"))?;
+        if i >= PING_WARMUP {
+            trips.push(t.elapsed().as_secs_f64());
+        }
+    }
+    Ok((seconds, trips))
+}
+
+/// The receiving side: reads the stream, acknowledges it, then echoes `pings` messages.
+fn serve_peer(mut s: TcpStream, stream_bytes: u64, pings: usize) -> Result<(), HostError> {
+    s.set_nodelay(true).map_err(io("set TCP_NODELAY"))?;
+    let mut buf = vec![0u8; CHUNK];
+    let mut left = stream_bytes;
+    while left > 0 {
+        let want = left.min(CHUNK as u64) as usize;
+        let n = s.read(&mut buf[..want]).map_err(io("receive the stream"))?;
+        if n == 0 {
+            return Err(HostError::Loopback {
+                what: "receive the stream",
+                source: std::io::ErrorKind::UnexpectedEof.into(),
+            });
+        }
+        left -= n as u64;
+    }
+    s.write_all(&[1]).map_err(io("acknowledge the stream"))?;
+    let mut msg = [0u8; PING_BYTES];
+    for _ in 0..pings {
+        s.read_exact(&mut msg).map_err(io("read a ping"))?;
+        s.write_all(&msg).map_err(io("pong"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! The device profile of this machine: the fitted per-layer model for training steps, the
+//! measured update rate for what `sim` charges by FLOPs (servers' aggregation and updates,
+//! an allreduce worker's update), loopback TCP as the NIC, and the machine's memory.
+
+use super::Loopback;
+use crate::calibrate::toml_out::round_sig;
+use crate::cluster::{Backend, DeviceProfile};
+use crate::layer_model::{LayerModel, LayerRates, Precision};
+
+/// What `calibrate --host` found, ready to become a device profile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostProfile {
+    /// The device's name in `[cluster.devices.<name>]`.
+    pub name: String,
+    /// Compute threads per process the figures hold for.
+    pub threads: usize,
+    /// The fitted fp32 rates of training steps.
+    pub rates: LayerRates,
+    /// Whether a measured model had spatial convolutions (else `conv_tflops` is not measured and
+    /// is set to the matrix-product rate).
+    pub conv_measured: bool,
+    /// A server's measured rate on a clock, GFLOP/s of `sim`'s count.
+    pub update_gflops: f64,
+    /// Loopback TCP.
+    pub loopback: Loopback,
+    /// The machine's memory, GiB.
+    pub memory_gib: f64,
+}
+
+impl HostProfile {
+    /// The rates the profile charges steps by: the fit's, with the spatial-convolution rate set
+    /// to the matrix-product rate when no measured model had convolutions (the fit cannot see
+    /// it then, and a CPU runs both as matrix products).
+    pub fn layer_rates(&self) -> LayerRates {
+        let mut r = self.rates;
+        if !self.conv_measured {
+            r.conv_tflops = r.matmul_tflops;
+        }
+        r
+    }
+
+    /// The device profile. Its FLOP-model fields: `peak_tflops` is the saturated
+    /// matrix-product rate (an upper figure for this machine), and `efficiency` makes
+    /// `peak_tflops × efficiency` the measured update rate, which is what `sim` charges
+    /// batch-independent work by; `half_saturation_batch` is the fitted half-rate batch.
+    pub fn device(&self) -> DeviceProfile {
+        let rates = self.layer_rates();
+        let update_tflops = self.update_gflops / 1e3;
+        let peak = rates.matmul_tflops.max(update_tflops);
+        let mut layers = LayerModel::default();
+        layers.set(Precision::Fp32, rates);
+        DeviceProfile {
+            peak_tflops: peak,
+            efficiency: (update_tflops / peak).clamp(f64::MIN_POSITIVE, 1.0),
+            half_saturation_batch: rates.half_batch,
+            memory_gib: self.memory_gib,
+            nic_gbps: self.loopback.gbps,
+            latency_us: self.loopback.latency_us,
+            precision: Some(Precision::Fp32),
+            layers: Some(layers),
+            backend: Backend::Cpu,
+        }
+    }
+
+    /// The profile as a commented TOML table headed `[cluster.devices.<name>]`, its figures
+    /// rounded to 4 significant digits.
+    pub fn toml(&self) -> String {
+        let d = self.device();
+        let update_tflops = self.update_gflops / 1e3;
+        // Rounded so that the product of the two printed figures is the measured rate.
+        let peak = round_sig(d.peak_tflops, 4);
+        let efficiency = round_sig((update_tflops / peak).min(1.0), 4);
+        let name = &self.name;
+        let mut s = format!(
+            "# This machine, measured by `concord calibrate --host` with {} compute thread{} per process.\n",
+            self.threads,
+            if self.threads == 1 { "" } else { "s" }
+        );
+        s += &format!("[cluster.devices.{name}]\n");
+        s += "backend = \"cpu\"\n";
+        s += &format!(
+            "peak_tflops = {:?}  # saturated matrix-product rate of a training step\n",
+            peak
+        );
+        s += &format!(
+            "efficiency = {:?}  # peak x efficiency = {:.3} GFLOP/s: servers' aggregation and updates\n",
+            efficiency, self.update_gflops
+        );
+        s += &format!(
+            "half_saturation_batch = {:?}\n",
+            round_sig(d.half_saturation_batch, 4)
+        );
+        s += &format!("memory_gib = {:?}\n", round_sig(d.memory_gib, 4));
+        s += &format!(
+            "nic_gbps = {:?}  # loopback TCP, {} MiB stream\n",
+            round_sig(d.nic_gbps, 4),
+            self.loopback.stream_bytes >> 20
+        );
+        s += &format!(
+            "latency_us = {:?}  # loopback TCP, half the median round trip\n",
+            round_sig(d.latency_us, 4)
+        );
+        s += "precision = \"fp32\"\n";
+        s += &format!("\n[cluster.devices.{name}.layers.fp32]\n");
+        for (field, v) in LayerRates::NAMES.iter().zip(self.layer_rates().to_vec()) {
+            s += &format!("{field} = {:?}\n", round_sig(v, 4));
+        }
+        if !self.conv_measured {
+            s += "# conv_tflops: no measured model had convolutions; set to matmul_tflops\n";
+        }
+        s
+    }
+}

@@ -1,0 +1,75 @@
+//! Timing training steps as a worker takes them: load the parameters it read into the replica,
+//! then forward and backward on its batch (`Replica::step`), on the CPU.
+
+use super::{HostError, HostModel, Repeats};
+use crate::model::Replica;
+
+/// One measured step size of one model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepPoint {
+    /// The model's name.
+    pub model: String,
+    /// Samples per step.
+    pub batch: u32,
+    /// Median seconds of a step.
+    pub seconds: f64,
+    /// Timed runs behind the median.
+    pub runs: usize,
+    /// Training FLOPs of the step (forward and backward), by the model's own count.
+    pub flops: f64,
+}
+
+impl StepPoint {
+    /// The sustained rate of the step, GFLOP/s.
+    pub fn gflops(&self) -> f64 {
+        self.flops / self.seconds / 1e9
+    }
+}
+
+/// Times a worker's training step of `model` at every batch size of `batches`: per step, the
+/// replica loads the parameters (what a worker does with the values it pulled) and runs forward
+/// and backward on a freshly gathered batch.
+pub fn measure_steps(
+    model: &HostModel,
+    batches: &[u32],
+    repeats: &Repeats,
+) -> Result<Vec<StepPoint>, HostError> {
+    let setup = |e: concord_workloads::WorkloadError| HostError::Setup {
+        model: model.name.clone(),
+        source: Box::new(e.into()),
+    };
+    let replica = Replica::cpu(&model.spec)
+        .map_err(setup)?
+        .ok_or_else(|| HostError::Model {
+            model: model.name.clone(),
+            reason: "it has no trainable replica".into(),
+        })?;
+    let params = model
+        .spec
+        .init_values(model.seed)
+        .ok_or_else(|| HostError::Model {
+            model: model.name.clone(),
+            reason: "it has no initial parameters".into(),
+        })?;
+    let mut out = Vec::with_capacity(batches.len());
+    for &batch in batches {
+        let (features, labels) = model.batch(batch as usize);
+        let step = || {
+            replica.set_params(&params)?;
+            replica.step(features.clone(), &labels).map(|_| ())
+        };
+        let (seconds, runs) = repeats.median(step).map_err(|source| HostError::Step {
+            model: model.name.clone(),
+            batch,
+            source: Box::new(source),
+        })?;
+        out.push(StepPoint {
+            model: model.name.clone(),
+            batch,
+            seconds,
+            runs,
+            flops: model.training_flops_per_sample() * f64::from(batch),
+        });
+    }
+    Ok(out)
+}

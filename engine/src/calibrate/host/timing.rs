@@ -1,0 +1,105 @@
+//! Timing a measured operation: a warm-up, then repeats until enough of them and enough time
+//! have passed, and their median (robust to the odd preempted repeat).
+
+use std::time::Instant;
+
+/// How often an operation is repeated for one figure.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Repeats {
+    /// Runs before timing (caches, allocator, candle's first-use set-up).
+    pub warmup: usize,
+    /// Timed runs at least.
+    pub min_runs: usize,
+    /// Timed seconds at least (more runs for fast operations, for a stable median).
+    pub min_seconds: f64,
+    /// Timed runs at most.
+    pub max_runs: usize,
+}
+
+impl Repeats {
+    /// The full measurement: 3 warm-up runs, then at least 15 runs and 0.25 s.
+    pub fn full() -> Repeats {
+        Repeats {
+            warmup: 3,
+            min_runs: 15,
+            min_seconds: 0.25,
+            max_runs: 5000,
+        }
+    }
+
+    /// The quick measurement (`--quick`): 1 warm-up run, then at least 5 runs and 0.02 s.
+    pub fn quick() -> Repeats {
+        Repeats {
+            warmup: 1,
+            min_runs: 5,
+            min_seconds: 0.02,
+            max_runs: 1000,
+        }
+    }
+
+    /// The median seconds of `op` over the timed runs, and how many there were; the first error
+    /// `op` returns stops the measurement.
+    pub fn median<E>(&self, mut op: impl FnMut() -> Result<(), E>) -> Result<(f64, usize), E> {
+        for _ in 0..self.warmup {
+            op()?;
+        }
+        let mut times = Vec::with_capacity(self.min_runs);
+        let mut total = 0.0;
+        while times.len() < self.max_runs.max(1)
+            && (times.len() < self.min_runs.max(1) || total < self.min_seconds)
+        {
+            let t0 = Instant::now();
+            op()?;
+            let t = t0.elapsed().as_secs_f64();
+            total += t;
+            times.push(t);
+        }
+        Ok((median(&mut times), times.len()))
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count); NaN when empty.
+pub(super) fn median(values: &mut [f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        0.5 * (values[n / 2 - 1] + values[n / 2])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&mut []).is_nan());
+    }
+
+    #[test]
+    fn repeats_run_the_warmup_and_at_least_the_minimum() {
+        let r = Repeats {
+            warmup: 2,
+            min_runs: 4,
+            min_seconds: 0.0,
+            max_runs: 10,
+        };
+        let mut calls = 0;
+        let (_, runs) = r
+            .median(|| {
+                calls += 1;
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        assert_eq!((runs, calls), (4, 6));
+        let err = r.median(|| Err::<(), &str>("broken")).unwrap_err();
+        assert_eq!(err, "broken");
+    }
+}

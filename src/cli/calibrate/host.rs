@@ -1,0 +1,206 @@
+//! `concord calibrate --host`: measures this machine and prints (and with `--out` writes) its
+//! device profile. Every line but the profile is a TOML comment, so the whole output is a
+//! profile too.
+
+use super::CalibrateArgs;
+use crate::config;
+use concord_engine::calibrate::host::{self, HostModel, HostProfile, Repeats};
+use concord_engine::calibrate::{self, fit::Limits};
+use concord_engine::cluster::{Cluster, ClusterConfig};
+use concord_engine::RunConfig;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The larger MLP measured beside the configs' models: inputs, hidden layers, classes.
+const LARGE_MLP: (usize, [usize; 2], usize) = (784, [1024, 1024], 10);
+/// Ping-pongs of the latency measurement (full, quick).
+const ROUND_TRIPS: (usize, usize) = (2000, 200);
+/// Bytes of the bandwidth stream (full, quick).
+const STREAM_BYTES: (u64, u64) = (256 << 20, 32 << 20);
+
+/// Runs `calibrate --host`.
+pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
+    // Before any tensor math: candle sizes its thread pools on first use.
+    let threads = host::compute_threads();
+    check_name(&args.name)?;
+    println!(
+        "# compute threads: {} per process ({})",
+        threads.threads,
+        if threads.from_env {
+            "RAYON_NUM_THREADS"
+        } else {
+            "RAYON_NUM_THREADS unset: 1, as the process runtime runs one compute thread per process"
+        }
+    );
+    let models = models(&args.configs)?;
+    let repeats = if args.quick {
+        Repeats::quick()
+    } else {
+        Repeats::full()
+    };
+    let batches = host::batches(args.quick);
+    let mut points = Vec::new();
+    let mut updates = Vec::new();
+    println!("# training steps (parameters loaded, forward and backward; median):");
+    println!(
+        "#   {:<28} {:>6} {:>12} {:>9} {:>6}",
+        "model", "batch", "ms_per_step", "GFLOP/s", "runs"
+    );
+    for model in &models {
+        let steps = host::measure_steps(model, &batches, &repeats)?;
+        for p in &steps {
+            println!(
+                "#   {:<28} {:>6} {:>12.4} {:>9.2} {:>6}",
+                p.model,
+                p.batch,
+                p.seconds * 1e3,
+                p.gflops(),
+                p.runs
+            );
+        }
+        points.extend(host::measurements(model, &steps));
+        updates.push(host::measure_update(model, &repeats));
+    }
+    println!("# a server's clock (aggregate every worker's push, apply the mean; median):");
+    for u in &updates {
+        println!(
+            "#   {:<28} {} elements, {} pushes: {:.3} ms ({:.3} GFLOP/s); aggregate {:.3} GFLOP/s, apply {:.3} GFLOP/s",
+            u.model,
+            u.elems,
+            u.pushes,
+            u.clock_seconds() * 1e3,
+            u.clock_gflops(),
+            u.aggregate_gflops(),
+            u.apply_gflops()
+        );
+    }
+    // The largest model's: small ones run from cache and their updates take microseconds.
+    let update = updates
+        .iter()
+        .max_by_key(|u| u.elems)
+        .ok_or_else(|| anyhow::anyhow!("no model was measured"))?;
+    let (stream, trips) = if args.quick {
+        (STREAM_BYTES.1, ROUND_TRIPS.1)
+    } else {
+        (STREAM_BYTES.0, ROUND_TRIPS.0)
+    };
+    let loopback = host::loopback(stream, trips)?;
+    println!(
+        "# loopback TCP: {:.2} Gbit/s over a {} MiB stream; latency {:.1} us (half the median of {} round trips of {} bytes)",
+        loopback.gbps,
+        loopback.stream_bytes >> 20,
+        loopback.latency_us,
+        loopback.round_trips,
+        host::PING_BYTES
+    );
+    let memory_gib = match host::machine_memory_gib() {
+        Some(m) => m,
+        None => {
+            println!("# memory: not found in /proc/meminfo; 16 GiB written, edit memory_gib");
+            16.0
+        }
+    };
+    let rates = host::fit(&points).ok_or_else(|| anyhow::anyhow!("no step was measured"))?;
+    let profile = HostProfile {
+        name: args.name.clone(),
+        threads: threads.threads,
+        rates,
+        conv_measured: points
+            .iter()
+            .any(|p| p.layers.iter().any(|l| l.conv_flops > 0.0)),
+        update_gflops: update.clock_gflops(),
+        loopback,
+        memory_gib,
+    };
+    check_profile(&profile)?;
+    let toml = profile.toml();
+    println!("{toml}");
+    let mut model = concord_engine::layer_model::LayerModel::default();
+    model.set(
+        concord_engine::layer_model::Precision::Fp32,
+        profile.layer_rates(),
+    );
+    println!("# {} points, fitted:", points.len());
+    for line in calibrate::table(&points, &model).lines() {
+        println!("# {line}");
+    }
+    let loo = calibrate::leave_one_out_within(&points, |_| Limits::cpu());
+    if !loo.is_empty() {
+        println!("# leave one model out (worst error on the model left out):");
+        for (m, mode, worst) in loo {
+            println!("#   {mode} without {m}: {worst:+.1}%");
+        }
+    }
+    if let Some(out) = &args.out {
+        std::fs::write(out, &toml)
+            .map_err(|e| anyhow::anyhow!("--out {}: cannot write: {e}", out.display()))?;
+    }
+    Ok(())
+}
+
+/// The models measured: each `--config`'s (else the default config's), then the larger MLP
+/// trained as the first of them is.
+fn models(configs: &[PathBuf]) -> anyhow::Result<Vec<HostModel>> {
+    let default = Path::new("configs/default.toml");
+    let mut out = Vec::new();
+    if configs.is_empty() {
+        if default.exists() {
+            out.push(config_model(default)?);
+        } else {
+            out.push(HostModel::from_config(
+                "default model",
+                &RunConfig::default(),
+            )?);
+        }
+    }
+    for path in configs {
+        out.push(config_model(path)?);
+    }
+    let first = &out[0];
+    let (inputs, hidden, classes) = LARGE_MLP;
+    let name = format!(
+        "mlp-{inputs}-{}-{classes}",
+        hidden.map(|h| h.to_string()).join("-")
+    );
+    let large = HostModel::mlp(
+        &name,
+        inputs,
+        &hidden,
+        classes,
+        first.optimizer.clone(),
+        first.workers,
+    )?;
+    out.push(large);
+    Ok(out)
+}
+
+/// The model of the config in `path` (its layers: defaults, the file, the environment).
+fn config_model(path: &Path) -> anyhow::Result<HostModel> {
+    let cfg = config::load(Some(path), &[])?;
+    Ok(HostModel::from_config(&path.display().to_string(), &cfg)?)
+}
+
+/// A device name must be a TOML bare key: it is written as `[cluster.devices.NAME]`.
+fn check_name(name: &str) -> anyhow::Result<()> {
+    let bare = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    anyhow::ensure!(
+        bare,
+        "--name {name:?}: a device name must be letters, digits, '-' or '_'"
+    );
+    Ok(())
+}
+
+/// The profile must be one a config accepts (every figure finite and in range).
+fn check_profile(profile: &HostProfile) -> anyhow::Result<()> {
+    let cfg = ClusterConfig {
+        default_device: profile.name.clone(),
+        devices: BTreeMap::from([(profile.name.clone(), profile.device())]),
+        ..ClusterConfig::default()
+    };
+    Cluster::resolve(&cfg, 1, 1)
+        .map_err(|e| anyhow::anyhow!("the measured profile is not usable: {e}"))?;
+    Ok(())
+}

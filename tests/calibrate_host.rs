@@ -1,0 +1,126 @@
+//! `concord calibrate --host`: which of `--from` and `--host` it takes, and a quick measurement
+//! whose profile a simulated run of the default config accepts.
+
+mod common;
+
+use common::concord;
+use std::path::Path;
+
+fn stderr_of(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let out = concord(args, dir.path());
+    assert!(!out.status.success(), "{args:?} should fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn calibrate_needs_exactly_one_of_from_and_host() {
+    let e = stderr_of(&["calibrate"]);
+    assert!(e.contains("--from") && e.contains("--host"), "{e}");
+    let e = stderr_of(&["calibrate", "--host", "--from", "m.json"]);
+    assert!(
+        e.contains("--from") && e.contains("--host") && e.contains("cannot be used with"),
+        "{e}"
+    );
+}
+
+#[test]
+fn host_options_and_from_options_do_not_mix() {
+    for host_only in [
+        &["--quick"][..],
+        &["--name", "cpu2"],
+        &["--config", "c.toml"],
+    ] {
+        let mut args = vec!["calibrate", "--from", "m.json"];
+        args.extend_from_slice(host_only);
+        let e = stderr_of(&args);
+        assert!(
+            e.contains(host_only[0]) && e.contains("--from") && e.contains("cannot be used with"),
+            "{e}"
+        );
+    }
+    let e = stderr_of(&["calibrate", "--host", "--device", "h100"]);
+    assert!(e.contains("--device") && e.contains("--host"), "{e}");
+    let e = stderr_of(&["calibrate", "--host", "--quick", "--name", "my host"]);
+    assert!(e.contains("--name") && e.contains("my host"), "{e}");
+}
+
+#[test]
+fn a_config_without_layers_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("vgg.toml");
+    std::fs::write(&cfg, "[model]\nkind = \"profile\"\nname = \"vgg16\"\n").unwrap();
+    let out = concord(
+        &["calibrate", "--host", "--quick", "--config", "vgg.toml"],
+        dir.path(),
+    );
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("vgg.toml") && e.contains("throughput-mode"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_quick_host_profile_runs_the_default_config_in_sim() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = concord(
+        &["calibrate", "--host", "--quick", "--out", "host.toml"],
+        dir.path(),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // One compute thread unless the test's environment says otherwise; both models measured.
+    assert!(stdout.contains("compute threads:"), "{stdout}");
+    assert!(stdout.contains("mlp-784-1024-1024-10"), "{stdout}");
+    assert!(stdout.contains("loopback TCP"), "{stdout}");
+    // Everything printed is TOML (the figures as comments): the same profile as the file.
+    let printed: toml::Table = stdout.parse().unwrap();
+    let profile = std::fs::read_to_string(dir.path().join("host.toml")).unwrap();
+    let written: toml::Table = profile.parse().unwrap();
+    assert_eq!(printed, written);
+    let device = &written["cluster"]["devices"]["host"];
+    assert_eq!(device["backend"].as_str(), Some("cpu"));
+    assert!(
+        device["layers"]["fp32"]["matmul_tflops"]
+            .as_float()
+            .unwrap()
+            > 0.0
+    );
+    // The default config with the profile appended, run on it.
+    let default = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/default.toml");
+    let combined = std::fs::read_to_string(default).unwrap() + "\n" + &profile;
+    std::fs::write(dir.path().join("on-host.toml"), combined).unwrap();
+    let run = concord(
+        &[
+            "train",
+            "--quiet",
+            "--config",
+            "on-host.toml",
+            "--set",
+            "cluster.default_device=\"host\"",
+            "--set",
+            "iterations=2",
+            "--out",
+            "run",
+        ],
+        dir.path(),
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let resolved = std::fs::read_to_string(dir.path().join("run/config.toml")).unwrap();
+    assert!(resolved.contains("default_device = \"host\""), "{resolved}");
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("run/summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(summary["iterations"], 2);
+}
