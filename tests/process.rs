@@ -181,7 +181,10 @@ fn bsp_and_allreduce_end_with_the_parameters_of_sim() {
         assert!(!ma.is_empty());
         assert_eq!(ma.keys().collect::<Vec<_>>(), mb.keys().collect::<Vec<_>>());
         for (name, bits) in &ma {
-            assert!(bits == &mb[name], "{strategy}: tensor {name} differs from sim");
+            assert!(
+                bits == &mb[name],
+                "{strategy}: tensor {name} differs from sim"
+            );
         }
     }
 }
@@ -280,7 +283,9 @@ fn a_killed_worker_process_ends_the_run_with_a_named_error_and_no_run_folder() {
     let mut stderr = String::new();
     std::io::Read::read_to_string(ranks[0].stderr.as_mut().unwrap(), &mut stderr).unwrap();
     assert!(
-        stderr.contains("machine 2") && stderr.contains("worker 2") && stderr.contains("iterations"),
+        stderr.contains("machine 2")
+            && stderr.contains("worker 2")
+            && stderr.contains("iterations"),
         "rank 0 should name the lost machine, its roles and its progress: {stderr}"
     );
     assert!(!out.exists(), "a failed run left its folder behind");
@@ -318,7 +323,13 @@ fn bad_frames_are_refused_and_the_run_is_unaffected() {
         h[..h.len() / 2].to_vec()
     };
     let oversized = u32::MAX.to_be_bytes().to_vec();
-    for frame in [garbage, truncated, oversized, hello(&stranger), hello(&other_job)] {
+    for frame in [
+        garbage,
+        truncated,
+        oversized,
+        hello(&stranger),
+        hello(&other_job),
+    ] {
         if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
             let _ = s.write_all(&frame);
         }
@@ -335,7 +346,15 @@ fn bad_frames_are_refused_and_the_run_is_unaffected() {
     // 400 iterations: compare with a sim run of the same length.
     let long = dir.path().join("sim-long");
     let done = concord()
-        .args(["train", "--quiet", "--runtime", "sim", "--set", "iterations=400", "--config"])
+        .args([
+            "train",
+            "--quiet",
+            "--runtime",
+            "sim",
+            "--set",
+            "iterations=400",
+            "--config",
+        ])
         .arg(&cfg)
         .arg("--out")
         .arg(&long)

@@ -463,7 +463,9 @@ impl RoleContext {
             };
             sleep += match self.kind {
                 RuntimeKind::Sim => seconds * effect.compute_factor,
-                RuntimeKind::Wall | RuntimeKind::Process => seconds * (effect.compute_factor - 1.0).max(0.0),
+                RuntimeKind::Wall | RuntimeKind::Process => {
+                    seconds * (effect.compute_factor - 1.0).max(0.0)
+                }
             };
             charged += sleep;
             self.net.time().sleep(sleep).await;
@@ -540,7 +542,9 @@ impl RoleContext {
             let mut cost = if i == 0 { effect.extra_delay_s } else { 0.0 };
             cost += match self.kind {
                 RuntimeKind::Sim => part * effect.compute_factor,
-                RuntimeKind::Wall | RuntimeKind::Process => part * (effect.compute_factor - 1.0).max(0.0),
+                RuntimeKind::Wall | RuntimeKind::Process => {
+                    part * (effect.compute_factor - 1.0).max(0.0)
+                }
             };
             charged += cost;
         }

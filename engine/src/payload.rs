@@ -83,7 +83,14 @@ pub mod f32_bytes {
         if s.is_human_readable() {
             return values.serialize(s);
         }
-        let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+        if cfg!(target_endian = "little") {
+            // The values' own memory is their little-endian bytes: written without a copy.
+            return s.serialize_bytes(bytemuck::cast_slice(values));
+        }
+        let mut bytes = Vec::with_capacity(values.len() * 4);
+        for x in values {
+            bytes.extend_from_slice(&x.to_le_bytes());
+        }
         s.serialize_bytes(&bytes)
     }
 

@@ -14,16 +14,17 @@
 //! launch. A connection that closes before its peer's `Bye`, breaks, or is silent for
 //! `peer_timeout` is an [`Event::Lost`].
 
-use super::wire::{self, Frame, JobIdentity, WireError};
+use super::wire::{self, Encoded, Frame, JobIdentity, WireError};
 use super::World;
 use crate::error::{EngineError, Result};
 use crate::transport::Envelope;
-use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::{timeout, timeout_at, Instant};
@@ -65,6 +66,11 @@ pub enum Event {
         /// What happened.
         why: String,
     },
+    /// This process cannot go on (a message too large for a frame).
+    Failed {
+        /// What happened.
+        why: String,
+    },
 }
 
 /// The connections of this process once the rendezvous is over, not yet carrying frames.
@@ -84,9 +90,11 @@ pub type Deliver = Arc<dyn Fn(Envelope) + Send + Sync>;
 pub struct Peers {
     rank: u32,
     tag: u64,
-    queues: RwLock<Vec<Option<mpsc::UnboundedSender<Bytes>>>>,
+    queues: RwLock<Vec<Option<mpsc::UnboundedSender<Encoded>>>>,
     writers: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     last_iteration: Arc<Vec<AtomicU64>>,
+    max_frame: usize,
+    events: mpsc::UnboundedSender<Event>,
 }
 
 /// How long closing waits for the writers to send what is queued.
@@ -219,15 +227,13 @@ impl Mesh {
         let stream = loop {
             match TcpStream::connect(addr).await {
                 Ok(s) => break s,
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(process_error(
-                        rank,
-                        format!(
-                            "cannot connect to {addr} within {:.0} s (process.connect_timeout_s): {e}",
-                            self.limits.connect_timeout.as_secs_f64()
-                        ),
-                    ))
-                }
+                Err(e) if Instant::now() >= deadline => return Err(process_error(
+                    rank,
+                    format!(
+                        "cannot connect to {addr} within {:.0} s (process.connect_timeout_s): {e}",
+                        self.limits.connect_timeout.as_secs_f64()
+                    ),
+                )),
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         };
@@ -288,11 +294,20 @@ impl Mesh {
                 queues.push(None);
                 continue;
             };
-            let (sink, stream) = link.split();
+            // Frames go out as encoded (length included) straight onto the socket; frames come in
+            // through the codec, starting with whatever the handshake read ahead.
+            let parts = link.into_parts();
+            let (read_half, write_half) = parts.io.into_split();
+            let ahead = std::io::Cursor::new(parts.read_buf.to_vec());
+            let stream = FrameReader {
+                io: ahead.chain(BufReader::with_capacity(64 << 10, read_half)),
+                buf: Vec::new(),
+                max: self.limits.max_frame,
+            };
             let (tx, q) = mpsc::unbounded_channel();
             queues.push(Some(tx));
             writers.push(tokio::spawn(write_loop(
-                sink,
+                write_half,
                 q,
                 tag,
                 self.limits.heartbeat,
@@ -322,6 +337,8 @@ impl Mesh {
                 tag,
                 queues: RwLock::new(queues),
                 writers: std::sync::Mutex::new(writers),
+                max_frame: self.limits.max_frame,
+                events: events.clone(),
                 last_iteration,
             },
             rx,
@@ -379,8 +396,8 @@ async fn refuse_latecomers(
 }
 
 async fn write_loop(
-    mut sink: futures_util::stream::SplitSink<Link, Bytes>,
-    mut queue: mpsc::UnboundedReceiver<Bytes>,
+    mut sink: OwnedWriteHalf,
+    mut queue: mpsc::UnboundedReceiver<Encoded>,
     tag: u64,
     every: Duration,
     progress: Arc<AtomicU64>,
@@ -397,25 +414,62 @@ async fn write_loop(
             },
             _ = beat.tick() => {
                 let iteration = progress.load(Ordering::Relaxed);
-                match wire::encode(tag, &Frame::Heartbeat { iteration }) {
+                match wire::encode_framed(tag, &Frame::Heartbeat { iteration }) {
                     Ok(b) => b,
                     Err(_) => continue,
                 }
             }
         };
-        if let Err(e) = sink.send(bytes).await {
-            let _ = events.send(Event::Lost {
-                rank,
-                why: format!("sending to it failed: {e}"),
-            });
-            return;
+        for piece in &bytes.0 {
+            if let Err(e) = sink.write_all(piece).await {
+                let _ = events.send(Event::Lost {
+                    rank,
+                    why: format!("sending to it failed: {e}"),
+                });
+                return;
+            }
         }
+        wire::recycle(bytes);
     }
-    let _ = sink.close().await;
+    let _ = sink.shutdown().await;
+}
+
+/// Reads the length-prefixed frames [`wire::codec`] describes into one buffer kept for the
+/// connection's life: a large frame's pages are mapped once, not once per frame.
+struct FrameReader<R> {
+    io: R,
+    buf: Vec<u8>,
+    max: usize,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// The next frame's bytes; `None` when the stream ends between frames.
+    async fn next(&mut self) -> std::io::Result<Option<&[u8]>> {
+        let mut len = [0u8; 4];
+        if self.io.read(&mut len[..1]).await? == 0 {
+            return Ok(None);
+        }
+        self.io.read_exact(&mut len[1..]).await?;
+        let n = u32::from_be_bytes(len) as usize;
+        if n > self.max {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "a frame of {n} bytes, over the limit of {} (process.max_frame_mib)",
+                    self.max
+                ),
+            ));
+        }
+        if self.buf.len() < n {
+            self.buf.resize(n, 0);
+        }
+        self.io.read_exact(&mut self.buf[..n]).await?;
+        Ok(Some(&self.buf[..n]))
+    }
 }
 
 async fn read_loop(
-    mut stream: futures_util::stream::SplitStream<Link>,
+    mut stream: FrameReader<impl AsyncRead + Unpin>,
     tag: u64,
     silence: Duration,
     rank: u32,
@@ -428,7 +482,8 @@ async fn read_loop(
         let _ = events.send(Event::Lost { rank, why });
     };
     loop {
-        let bytes = match timeout(silence, stream.next()).await {
+        let next = timeout(silence, stream.next()).await;
+        let bytes = match next {
             Err(_) if said_bye => return,
             Err(_) => {
                 return lost(format!(
@@ -436,14 +491,14 @@ async fn read_loop(
                     silence.as_secs_f64()
                 ))
             }
-            Ok(None) if said_bye => return,
-            Ok(None) => return lost("it closed the connection".into()),
-            Ok(Some(Err(e))) if said_bye => {
+            Ok(Ok(None)) if said_bye => return,
+            Ok(Ok(None)) => return lost("it closed the connection".into()),
+            Ok(Err(e)) if said_bye => {
                 tracing::debug!("rank {rank} after its bye: {e}");
                 return;
             }
-            Ok(Some(Err(e))) => return lost(format!("its connection broke: {e}")),
-            Ok(Some(Ok(bytes))) => bytes,
+            Ok(Err(e)) => return lost(format!("its connection broke: {e}")),
+            Ok(Ok(Some(bytes))) => bytes,
         };
         match wire::decode(tag, &bytes) {
             Err(e) => tracing::warn!("dropped a frame from rank {rank}: {e}"),
@@ -481,7 +536,7 @@ impl Peers {
 
     /// Queues `frame` for `rank`; false when that connection is closed.
     pub fn send(&self, rank: u32, frame: &Frame) -> bool {
-        match wire::encode(self.tag, frame) {
+        match wire::encode_framed(self.tag, frame) {
             Ok(bytes) => self.send_encoded(rank, bytes),
             Err(e) => {
                 tracing::error!("{e}");
@@ -490,8 +545,19 @@ impl Peers {
         }
     }
 
-    /// Queues an encoded frame for `rank`.
-    pub fn send_encoded(&self, rank: u32, bytes: Bytes) -> bool {
+    /// Queues a frame [`wire::encode_framed`] encoded for `rank`; one over the frame limit fails
+    /// this process (the peer would refuse it) instead.
+    pub fn send_encoded(&self, rank: u32, bytes: Encoded) -> bool {
+        if bytes.body_len() > self.max_frame {
+            let _ = self.events.send(Event::Failed {
+                why: format!(
+                    "a message of {} MiB for rank {rank} exceeds process.max_frame_mib = {}",
+                    bytes.body_len() >> 20,
+                    self.max_frame >> 20
+                ),
+            });
+            return false;
+        }
         let queues = self.queues.read().unwrap_or_else(|p| p.into_inner());
         match queues.get(rank as usize) {
             Some(Some(q)) => q.send(bytes).is_ok(),
@@ -501,7 +567,7 @@ impl Peers {
 
     /// Queues `frame` for every peer.
     pub fn broadcast(&self, frame: &Frame) {
-        let Ok(bytes) = wire::encode(self.tag, frame) else {
+        let Ok(bytes) = wire::encode_framed(self.tag, frame) else {
             return;
         };
         let queues = self.queues.read().unwrap_or_else(|p| p.into_inner());

@@ -6,8 +6,8 @@
 //! connection without touching the run. After the handshake every frame still carries the job's
 //! tag, and one that does not decode or carries another tag is dropped and logged, never applied.
 
-use crate::contract::{CoordinatorReport, ServerReport, WorkerReport};
 use crate::context::RoleStats;
+use crate::contract::{CoordinatorReport, ServerReport, WorkerReport};
 use crate::ids::RoleId;
 use crate::message::Message;
 use crate::metrics::{IterRecord, TraceEvent};
@@ -265,29 +265,77 @@ impl Frame {
     }
 }
 
-/// Filler bytes on the wire: written as that many zero bytes, read back as their count.
+/// Filler bytes on the wire: written as that many zero bytes (in pieces of one shared zero
+/// block, so no buffer of their size is ever made), read back as their count.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Padding(pub u64);
 
+/// The zero block filler is written from.
+static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
+
 impl Serialize for Padding {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(&vec![0u8; self.0 as usize])
+        let block = ZEROS.len() as u64;
+        let pieces = (0..self.0.div_ceil(block)).map(|i| {
+            let len = (self.0 - i * block).min(block) as usize;
+            serde_bytes_ref(&ZEROS[..len])
+        });
+        s.collect_seq(pieces)
+    }
+}
+
+/// A byte slice that serializes as bytes (not as a list of numbers).
+fn serde_bytes_ref(b: &[u8]) -> BytesRef<'_> {
+    BytesRef(b)
+}
+
+struct BytesRef<'a>(&'a [u8]);
+
+impl Serialize for BytesRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(self.0)
+    }
+}
+
+/// The length of one piece of filler, read without copying it.
+struct PieceLen(u64);
+
+impl<'de> Deserialize<'de> for PieceLen {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PieceLen, D::Error> {
+        struct Len;
+        impl serde::de::Visitor<'_> for Len {
+            type Value = PieceLen;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("filler bytes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, b: &[u8]) -> Result<PieceLen, E> {
+                Ok(PieceLen(b.len() as u64))
+            }
+        }
+        d.deserialize_bytes(Len)
     }
 }
 
 impl<'de> Deserialize<'de> for Padding {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Padding, D::Error> {
-        struct Count;
-        impl serde::de::Visitor<'_> for Count {
+        struct Pieces;
+        impl<'de> serde::de::Visitor<'de> for Pieces {
             type Value = Padding;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("filler bytes")
+                f.write_str("a list of filler pieces")
             }
-            fn visit_bytes<E: serde::de::Error>(self, b: &[u8]) -> Result<Padding, E> {
-                Ok(Padding(b.len() as u64))
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Padding, A::Error> {
+                let mut total = 0u64;
+                while let Some(PieceLen(n)) = seq.next_element()? {
+                    total += n;
+                }
+                Ok(Padding(total))
             }
         }
-        d.deserialize_bytes(Count)
+        d.deserialize_seq(Pieces)
     }
 }
 
@@ -308,13 +356,108 @@ pub fn encode(tag: u64, frame: &Frame) -> Result<Bytes, WireError> {
         })
 }
 
+/// A frame ready for the socket: its 4-byte big-endian length (what [`codec`] reads) and body,
+/// in pieces of at most [`PIECE`] bytes, so a large message is never one large fresh buffer (whose
+/// pages the kernel would have to map anew for every message).
+#[derive(Clone, Debug)]
+pub struct Encoded(pub Vec<Bytes>);
+
+/// Largest piece of an [`Encoded`] frame.
+pub const PIECE: usize = 4 << 20;
+
+impl Encoded {
+    /// Bytes of the body (without the length).
+    pub fn body_len(&self) -> usize {
+        self.0.iter().map(Bytes::len).sum::<usize>() - 4
+    }
+}
+
+/// Pieces written out and free again, kept for the next frames (at most [`POOL_PIECES`]): a
+/// steady stream of large messages then reuses the same pages.
+static POOL: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+
+/// Most pieces the pool keeps (1 GiB: two frames of the largest models' gradients).
+const POOL_PIECES: usize = 256;
+
+/// A free piece of [`PIECE`] bytes' capacity.
+fn fresh_piece() -> Vec<u8> {
+    let reused = POOL.lock().unwrap_or_else(|p| p.into_inner()).pop();
+    let mut piece = reused.unwrap_or_else(|| Vec::with_capacity(PIECE));
+    piece.clear();
+    piece
+}
+
+/// Gives the pieces of a frame that has been written back for reuse.
+pub fn recycle(frame: Encoded) {
+    let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+    for piece in frame.0 {
+        if pool.len() >= POOL_PIECES {
+            break;
+        }
+        let piece = Vec::from(piece);
+        if piece.capacity() == PIECE {
+            pool.push(piece);
+        }
+    }
+}
+
+/// The writer that cuts an encoding into pieces.
+struct Pieces {
+    done: Vec<Vec<u8>>,
+    current: Vec<u8>,
+}
+
+impl std::io::Write for Pieces {
+    fn write(&mut self, mut buf: &[u8]) -> std::io::Result<usize> {
+        let n = buf.len();
+        while !buf.is_empty() {
+            if self.current.len() == PIECE {
+                let full = std::mem::replace(&mut self.current, fresh_piece());
+                self.done.push(full);
+            }
+            let room = PIECE - self.current.len();
+            let (now, later) = buf.split_at(room.min(buf.len()));
+            self.current.extend_from_slice(now);
+            buf = later;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Encodes `frame` for the job tagged `tag` behind its length, ready for the socket.
+pub fn encode_framed(tag: u64, frame: &Frame) -> Result<Encoded, WireError> {
+    let mut pieces = Pieces {
+        done: Vec::new(),
+        current: fresh_piece(),
+    };
+    pieces.current.extend_from_slice(&[0u8; 4]);
+    rmp_serde::encode::write(&mut pieces, &Tagged { tag, frame }).map_err(|e| {
+        WireError::Malformed {
+            len: 0,
+            reason: format!("cannot encode a {} frame: {e}", frame.kind()),
+        }
+    })?;
+    let Pieces { mut done, current } = pieces;
+    done.push(current);
+    let total: usize = done.iter().map(Vec::len).sum::<usize>() - 4;
+    let len = u32::try_from(total).map_err(|_| WireError::Malformed {
+        len: total,
+        reason: "a frame longer than 4 GiB cannot be sent".into(),
+    })?;
+    done[0][..4].copy_from_slice(&len.to_be_bytes());
+    Ok(Encoded(done.into_iter().map(Bytes::from).collect()))
+}
+
 /// Decodes a frame of the job tagged `tag` from `bytes`.
 pub fn decode(tag: u64, bytes: &[u8]) -> Result<Frame, WireError> {
-    let tagged: Tagged<Frame> =
-        rmp_serde::from_slice(bytes).map_err(|e| WireError::Malformed {
-            len: bytes.len(),
-            reason: e.to_string(),
-        })?;
+    let tagged: Tagged<Frame> = rmp_serde::from_slice(bytes).map_err(|e| WireError::Malformed {
+        len: bytes.len(),
+        reason: e.to_string(),
+    })?;
     if tagged.tag != tag {
         return Err(WireError::OtherJob {
             got: tagged.tag,
@@ -399,6 +542,25 @@ mod tests {
     }
 
     #[test]
+    fn a_framed_encoding_is_its_length_then_the_plain_encoding_in_pieces() {
+        let id = identity();
+        let frame = Frame::Deliver {
+            from: RoleId::Worker(0),
+            to: RoleId::Worker(1),
+            sent_at: 0.0,
+            msg: Message::WorkerDone,
+            pad: Padding(3 * PIECE as u64 + 5),
+        };
+        let framed = encode_framed(id.tag, &frame).unwrap();
+        assert!(framed.0.iter().all(|p| p.len() <= PIECE));
+        let all: Vec<u8> = framed.0.iter().flat_map(|p| p.iter().copied()).collect();
+        let plain = encode(id.tag, &frame).unwrap();
+        assert_eq!(&all[..4], &(plain.len() as u32).to_be_bytes());
+        assert_eq!(&all[4..], &plain[..]);
+        assert_eq!(framed.body_len(), plain.len());
+    }
+
+    #[test]
     fn real_payloads_stay_numbers_in_json() {
         let p = Payload::Real(vec![0.5, 2.0]);
         let json = serde_json::to_string(&p).unwrap();
@@ -420,7 +582,10 @@ mod tests {
         let bytes = encode(id.tag, &push()).unwrap();
         for cut in [0, 1, bytes.len() / 2, bytes.len() - 1] {
             let err = decode(id.tag, &bytes[..cut]).unwrap_err();
-            assert!(matches!(err, WireError::Malformed { .. }), "cut {cut}: {err}");
+            assert!(
+                matches!(err, WireError::Malformed { .. }),
+                "cut {cut}: {err}"
+            );
         }
         let err = decode(id.tag, b"\xc1\xff garbage").unwrap_err();
         assert!(matches!(err, WireError::Malformed { .. }), "{err}");
@@ -431,9 +596,21 @@ mod tests {
         let id = identity();
         assert_eq!(id.check_hello(&id.hello(1, 4, 9000), 4), Ok((1, 9000)));
         let cases = [
-            (JobIdentity::new("job-1", "other", "workers = 2\n"), 4, "token"),
-            (JobIdentity::new("job-1", "secret", "workers = 3\n"), 4, "config"),
-            (JobIdentity::new("job-9", "secret", "workers = 2\n"), 4, "job"),
+            (
+                JobIdentity::new("job-1", "other", "workers = 2\n"),
+                4,
+                "token",
+            ),
+            (
+                JobIdentity::new("job-1", "secret", "workers = 3\n"),
+                4,
+                "config",
+            ),
+            (
+                JobIdentity::new("job-9", "secret", "workers = 2\n"),
+                4,
+                "job",
+            ),
         ];
         for (them, world, what) in cases {
             let err = id.check_hello(&them.hello(1, world, 1), 4).unwrap_err();

@@ -447,6 +447,7 @@ impl Ranks {
             });
         };
         match event {
+            Event::Failed { why } => Err(EngineError::Process { rank, reason: why }),
             Event::Lost { rank: r, why } => Err(EngineError::Process {
                 rank,
                 reason: format!(
