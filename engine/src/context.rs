@@ -556,6 +556,15 @@ impl RoleContext {
         (out, done)
     }
 
+    /// Charges `seconds` of modeled work whose math has already run: slept in `sim` (where the
+    /// math took no virtual time), nothing in the real-time runtimes (where it took its real
+    /// time as it ran).
+    pub async fn charge_modeled(&mut self, seconds: f64) {
+        if self.kind == RuntimeKind::Sim {
+            self.net.time().sleep(seconds).await;
+        }
+    }
+
     /// Charges a request's service time on a server: `work` plus the injector's fixed per-request cost.
     ///
     /// The clock is read once before the wait and once after: a server calls this per request.

@@ -112,7 +112,7 @@ pub mod f32_bytes {
         }
 
         fn visit_bytes<E: de::Error>(self, bytes: &[u8]) -> Result<Vec<f32>, E> {
-            if bytes.len() % 4 != 0 {
+            if !bytes.len().is_multiple_of(4) {
                 return Err(E::invalid_length(bytes.len(), &"a multiple of 4 bytes"));
             }
             Ok(bytes

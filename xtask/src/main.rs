@@ -14,7 +14,8 @@
 //! - `bench --suite NAME [--filter S] [--jobs N] [--force]`: the cross-strategy benchmark
 //!   matrix (`bench/NAME.toml` → `bench/out/NAME/`: results.csv, REPORT.md, plots).
 //!   `--suite calibration` (also `calibration [--from FILE] [--out DIR]`): the calibrated device
-//!   profiles against their measurements (`bench/out/calibration/`).
+//!   profiles against their measurements (`bench/out/calibration/`). `--suite fidelity`: how
+//!   well `sim` on a `calibrate --host` profile predicts `--runtime process` on this machine.
 
 mod bench;
 mod bench_engine;
@@ -22,6 +23,7 @@ mod bench_process;
 mod bench_scale;
 mod calibration;
 mod cuda;
+mod fidelity;
 
 use clap::{Parser, Subcommand};
 use std::process::{Command, ExitCode};
@@ -98,6 +100,9 @@ fn main() -> ExitCode {
         Task::BenchProcess(args) => report("bench-process", bench_process::run(&args)),
         Task::BenchScaleCase(args) => report("bench-scale-case", bench_scale::case(&args)),
         Task::Calibration(args) => report("calibration", calibration::run(&args)),
+        Task::Bench(args) if args.suite == "fidelity" => {
+            report("bench --suite fidelity", fidelity::run())
+        }
         Task::Bench(args) if args.suite == "calibration" => report(
             "bench --suite calibration",
             calibration::run(&calibration::CalibrationArgs::default()),

@@ -227,13 +227,15 @@ impl Mesh {
         let stream = loop {
             match TcpStream::connect(addr).await {
                 Ok(s) => break s,
-                Err(e) if Instant::now() >= deadline => return Err(process_error(
-                    rank,
-                    format!(
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(process_error(
+                        rank,
+                        format!(
                         "cannot connect to {addr} within {:.0} s (process.connect_timeout_s): {e}",
                         self.limits.connect_timeout.as_secs_f64()
                     ),
-                )),
+                    ))
+                }
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         };
@@ -500,7 +502,7 @@ async fn read_loop(
             Ok(Err(e)) => return lost(format!("its connection broke: {e}")),
             Ok(Ok(Some(bytes))) => bytes,
         };
-        match wire::decode(tag, &bytes) {
+        match wire::decode(tag, bytes) {
             Err(e) => tracing::warn!("dropped a frame from rank {rank}: {e}"),
             Ok(Frame::Deliver {
                 from,

@@ -84,7 +84,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     } else {
         (STREAM_BYTES.0, ROUND_TRIPS.0)
     };
-    let loopback = host::loopback(stream, trips)?;
+    let mut loopback = host::loopback(stream, trips)?;
     println!(
         "# loopback TCP: {:.2} Gbit/s over a {} MiB stream; latency {:.1} us (half the median of {} round trips of {} bytes)",
         loopback.gbps,
@@ -93,6 +93,12 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         loopback.round_trips,
         host::PING_BYTES
     );
+    // What a role sees: the process runtime's transport (frames, its tasks, the socket).
+    let role_us = concord_engine::process::probe::role_latency(trips)? * 1e6;
+    println!(
+        "# role to role through the process runtime's transport: {role_us:.1} us (half the median of {trips} round trips); the profile's latency_us"
+    );
+    loopback.latency_us = role_us;
     let memory_gib = match host::machine_memory_gib() {
         Some(m) => m,
         None => {

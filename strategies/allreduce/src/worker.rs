@@ -104,8 +104,9 @@ impl Worker for AllreduceWorker {
             ctx.trace_span("allreduce", "comm", compute_end, reduced);
             self.model
                 .apply_reduced(&self.fusion, &buf, self.group.size(), reduced);
-            let t = ctx.now();
-            ctx.sleep(ctx.device().work_seconds(apply_flops)).await;
+            let t = reduced;
+            ctx.charge_modeled(ctx.device().work_seconds(apply_flops))
+                .await;
             ctx.trace_span("apply", "compute", t, ctx.now());
             let tally = ClockTally {
                 samples: b,

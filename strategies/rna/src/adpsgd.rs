@@ -199,7 +199,8 @@ impl Worker for AdPsgdWorker {
                 Some(g) => self.model.apply(&g, 1.0, averaged),
                 None => self.model.bump(averaged),
             }
-            ctx.sleep(ctx.device().work_seconds(apply_flops)).await;
+            ctx.charge_modeled(ctx.device().work_seconds(apply_flops))
+                .await;
             let tally = ClockTally {
                 samples: b,
                 compute_s: compute_end - start,

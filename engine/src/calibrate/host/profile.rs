@@ -97,7 +97,7 @@ impl HostProfile {
             self.loopback.stream_bytes >> 20
         );
         s += &format!(
-            "latency_us = {:?}  # loopback TCP, half the median round trip\n",
+            "latency_us = {:?}  # role to role through the process runtime's loopback TCP, half the median round trip\n",
             round_sig(d.latency_us, 4)
         );
         s += "precision = \"fp32\"\n";

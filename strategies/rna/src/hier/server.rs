@@ -133,7 +133,7 @@ impl ServerHandler for AveragingServer {
                     Merge::Delta => 2.0,
                 };
                 let secs = ctx.device().work_seconds(elems * adds);
-                ctx.sleep(secs).await;
+                ctx.charge_modeled(secs).await;
                 ctx.send(
                     env.from,
                     Message::Collective {

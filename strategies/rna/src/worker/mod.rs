@@ -197,7 +197,7 @@ impl Worker for RnaWorker {
         while (self.records.len() as u64) < rounds {
             if self.apply_debt > 0.0 {
                 let (t, debt) = (ctx.now(), std::mem::take(&mut self.apply_debt));
-                ctx.sleep(debt).await;
+                ctx.charge_modeled(debt).await;
                 ctx.trace_span("apply", "compute", t, ctx.now());
             }
             if let Some(done) = self.sync_pending.take() {

@@ -1,0 +1,193 @@
+//! `cargo xtask bench --suite fidelity`: how well `sim` predicts `--runtime process` on this
+//! machine. `concord calibrate --host` measures the machine (training steps of the suite's models,
+//! a server's update, loopback TCP, the role-to-role latency of the process runtime's transport)
+//! into a device profile; then each job runs as two processes (`concord launch`) and in `sim` on
+//! that profile, and the suite prints the steady-state time per iteration of both and the error
+//! of the prediction, against the goal of 15 % for BSP, SSP and allreduce
+//! (`bench/out/fidelity/`: the profile, every run folder, results.csv).
+
+use anyhow::Context;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+/// The goal: |sim − process| / process at most this.
+const GOAL: f64 = 0.15;
+/// Processes (one worker each): as many as a 2-core machine has cores.
+const PROCESSES: u32 = 2;
+/// Leading iterations left out of the steady state (start-up, first allocations).
+const WARM_UP_SHARE: f64 = 0.1;
+
+/// One model of the suite: a name and its config keys.
+struct Model {
+    name: &'static str,
+    keys: &'static str,
+    iterations: u64,
+}
+
+const MODELS: [Model; 2] = [
+    Model {
+        name: "MLP 32-64-10 (default)",
+        keys: "[model]\nkind = \"mlp\"\nhidden = [64]\n[data]\nkind = \"teacher\"\n",
+        iterations: 300,
+    },
+    Model {
+        name: "MLP 784-1024-1024-10",
+        keys: "[model]\nkind = \"mlp\"\nhidden = [1024, 1024]\n[data]\nkind = \"teacher\"\ndim = 784\n",
+        iterations: 40,
+    },
+];
+
+const STRATEGIES: [&str; 3] = ["bsp", "ssp", "allreduce"];
+
+/// The job file of `model` (without the device profile).
+fn job(model: &Model) -> String {
+    format!(
+        "seed = 42\nworkers = {PROCESSES}\nservers = {PROCESSES}\nbatch = 32\niterations = {it}\n\
+         eval_every = {it}\nstrategies = [\"bsp\"]\ntrace = \"off\"\n{keys}\
+         [optimizer]\nkind = \"sgd\"\nlr = 0.05\nmomentum = 0.9\n[cluster]\ndefault_device = \"host\"\n",
+        it = model.iterations,
+        keys = model.keys
+    )
+}
+
+/// Seconds per iteration after the warm-up, from a run folder's `metrics.jsonl`.
+fn steady_per_iteration(run: &Path) -> anyhow::Result<f64> {
+    let text = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .with_context(|| format!("reading {}", run.display()))?;
+    let ends: Vec<f64> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|row| row["time_s"].as_f64())
+        .collect();
+    let skip = ((ends.len() as f64 * WARM_UP_SHARE) as usize).max(1);
+    anyhow::ensure!(
+        ends.len() > skip + 1,
+        "too few iterations in {}",
+        run.display()
+    );
+    Ok((ends[ends.len() - 1] - ends[skip - 1]) / (ends.len() - skip) as f64)
+}
+
+fn run_ok(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
+    let out = cmd.output().with_context(|| format!("starting {what}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// Runs the suite and prints its table.
+pub fn run() -> anyhow::Result<()> {
+    let root = crate::bench::suite::load::workspace_root();
+    let out = root.join("bench").join("out").join("fidelity");
+    if out.exists() {
+        std::fs::remove_dir_all(&out)?;
+    }
+    std::fs::create_dir_all(&out)?;
+    let concord = std::env::current_exe()?.with_file_name("concord");
+    anyhow::ensure!(
+        concord.exists(),
+        "{} not found: build it first (cargo build --release -p concord)",
+        concord.display()
+    );
+    let mut csv = String::from("model,strategy,process_ms,sim_ms,error_pct,goal_met\n");
+    println!(
+        "sim vs --runtime process on this machine: {PROCESSES} processes, one worker each \
+         (steady state, after the first {:.0} % of iterations)",
+        WARM_UP_SHARE * 100.0
+    );
+    println!(
+        "{:<24} {:<10} {:>12} {:>12} {:>9}  goal: within {:.0} %",
+        "model",
+        "strategy",
+        "process ms",
+        "sim ms",
+        "error",
+        GOAL * 100.0
+    );
+    let mut missed = 0;
+    for (m, model) in MODELS.iter().enumerate() {
+        let dir = out.join(format!("model-{m}"));
+        std::fs::create_dir_all(&dir)?;
+        let job_file = dir.join("job.toml");
+        std::fs::write(&job_file, job(model))?;
+        let profile = dir.join("host.toml");
+        run_ok(
+            Command::new(&concord)
+                .current_dir(&root)
+                .args(["calibrate", "--host", "--config"])
+                .arg(&job_file)
+                .arg("--out")
+                .arg(&profile),
+            "concord calibrate --host",
+        )?;
+        let config = dir.join("config.toml");
+        std::fs::write(
+            &config,
+            format!("{}{}", job(model), std::fs::read_to_string(&profile)?),
+        )?;
+        for strategy in STRATEGIES {
+            let set = format!("strategies=[\"{strategy}\"]");
+            let (p, s) = (
+                dir.join(format!("{strategy}-process")),
+                dir.join(format!("{strategy}-sim")),
+            );
+            run_ok(
+                Command::new(&concord)
+                    .current_dir(&root)
+                    .args([
+                        "launch",
+                        "--nproc",
+                        &PROCESSES.to_string(),
+                        "train",
+                        "--quiet",
+                    ])
+                    .arg("--config")
+                    .arg(&config)
+                    .args(["--set", &set, "--out"])
+                    .arg(&p),
+                "the process run",
+            )?;
+            run_ok(
+                Command::new(&concord)
+                    .current_dir(&root)
+                    .args(["train", "--quiet", "--runtime", "sim", "--config"])
+                    .arg(&config)
+                    .args(["--set", &set, "--out"])
+                    .arg(&s),
+                "the sim run",
+            )?;
+            let (measured, predicted) = (steady_per_iteration(&p)?, steady_per_iteration(&s)?);
+            let error = predicted / measured - 1.0;
+            let met = error.abs() <= GOAL;
+            missed += usize::from(!met);
+            println!(
+                "{:<24} {:<10} {:>12.3} {:>12.3} {:>+8.1}%  {}",
+                model.name,
+                strategy,
+                measured * 1e3,
+                predicted * 1e3,
+                error * 100.0,
+                if met { "✓" } else { "✗" }
+            );
+            writeln!(
+                csv,
+                "{},{strategy},{:.6},{:.6},{:.2},{met}",
+                model.name,
+                measured * 1e3,
+                predicted * 1e3,
+                error * 100.0
+            )?;
+        }
+    }
+    std::fs::write(out.join("results.csv"), csv)?;
+    println!(
+        "{missed} of {} cases outside the goal; profiles, run folders and results.csv in {}",
+        MODELS.len() * STRATEGIES.len(),
+        out.display()
+    );
+    Ok(())
+}
