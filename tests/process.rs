@@ -407,3 +407,44 @@ fn the_process_runtime_without_a_launcher_names_the_launchers() {
     );
     common::nothing_written(dir.path(), &["job.toml"]);
 }
+
+/// A divergence on any process stops every process; rank 0 writes the stopped run (its summary
+/// says why) with the rows every worker completed, its own and the others'.
+#[test]
+fn a_divergence_anywhere_stops_every_process_and_rank_0_writes_the_stopped_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 2, 2, "", "");
+    let out = dir.path().join("run");
+    let done = concord()
+        .args(["launch", "--nproc", "2", "train", "--quiet", "--config"])
+        .arg(&cfg)
+        .args([
+            "--set",
+            "optimizer.lr=1000",
+            "--set",
+            "iterations=200",
+            "--set",
+            "eval_every=5",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!done.status.success(), "a diverged run exits non-zero");
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert!(err.contains("training diverged"), "{err}");
+    let s = summary(&out);
+    assert_eq!(s["stopped"]["reason"], "diverged", "{s}");
+    let rows = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    assert!(
+        rows.lines().count() > 0,
+        "the iterations before the stop are kept"
+    );
+    for row in rows.lines() {
+        let row: serde_json::Value = serde_json::from_str(row).unwrap();
+        assert_eq!(
+            row["samples"], 32,
+            "both workers' records in every row: {row}"
+        );
+    }
+}

@@ -525,10 +525,9 @@ impl Ranks {
             records,
         });
         if rank != 0 {
-            return EngineError::Process {
-                rank,
-                reason: format!("stopped: {reason}"),
-            };
+            // Its records are with rank 0, which writes the stopped run.
+            let stopped = finish::stopped(asm, job, reason, None, wall_start);
+            return EngineError::Stopped(Box::new(stopped));
         }
         let wait = job.config.process.limits().peer_timeout;
         let deadline = tokio::time::Instant::now() + wait;
