@@ -523,16 +523,21 @@ mod tests {
         assert_eq!(msg, sent);
     }
 
-    #[test]
-    fn virtual_payloads_travel_as_their_true_size() {
-        let id = identity();
-        let frame = Frame::Deliver {
+    /// A small message with `pad` bytes of filler.
+    fn padded(pad: u64) -> Frame {
+        Frame::Deliver {
             from: RoleId::Worker(0),
             to: RoleId::Worker(1),
             sent_at: 0.0,
             msg: Message::WorkerDone,
-            pad: Padding(1 << 20),
-        };
+            pad: Padding(pad),
+        }
+    }
+
+    #[test]
+    fn virtual_payloads_travel_as_their_true_size() {
+        let id = identity();
+        let frame = padded(1 << 20);
         let bytes = encode(id.tag, &frame).unwrap();
         assert!(bytes.len() > 1 << 20, "{} bytes", bytes.len());
         let Frame::Deliver { pad, .. } = decode(id.tag, &bytes).unwrap() else {
@@ -544,13 +549,7 @@ mod tests {
     #[test]
     fn a_framed_encoding_is_its_length_then_the_plain_encoding_in_pieces() {
         let id = identity();
-        let frame = Frame::Deliver {
-            from: RoleId::Worker(0),
-            to: RoleId::Worker(1),
-            sent_at: 0.0,
-            msg: Message::WorkerDone,
-            pad: Padding(3 * PIECE as u64 + 5),
-        };
+        let frame = padded(3 * PIECE as u64 + 5);
         let framed = encode_framed(id.tag, &frame).unwrap();
         assert!(framed.0.iter().all(|p| p.len() <= PIECE));
         let all: Vec<u8> = framed.0.iter().flat_map(|p| p.iter().copied()).collect();

@@ -8,25 +8,28 @@
 //! servers and coordinator get their shutdown behind every message they were sent. Each follower
 //! then sends rank 0 its outputs (`Outputs`) and waits for rank 0's `Bye`.
 
+mod outputs;
+mod ranks;
+
 use super::build::{self, Built};
 use super::finish;
-use super::launch::{self, Launched, RoleOutput};
+use super::launch;
 use super::{RunOptions, RunResult};
 use crate::cluster::Cluster;
 use crate::config::{RunConfig, RuntimeKind};
-use crate::contract::{Assembly, CoordinatorReport, ServerReport, WorkerReport};
+use crate::contract::Assembly;
 use crate::error::{EngineError, Result};
-use crate::guard::StopReason;
 use crate::ids::RoleId;
 use crate::job::{ProgressFn, Segment};
 use crate::message::Message;
-use crate::process::mesh::{Event, Mesh, Peers};
+use crate::process::mesh::{Mesh, Peers};
 use crate::process::net::{Mailboxes, MeshTransport};
-use crate::process::wire::{Frame, JobIdentity, ProcessOutputs, RemoteOutput};
+use crate::process::wire::{Frame, JobIdentity, ProcessOutputs};
 use crate::process::World;
-use crate::resume::NetworkState;
 use crate::time::TimeBase;
-use crate::transport::{Envelope, LinkTraffic};
+use crate::transport::Envelope;
+use outputs::{gather, remote};
+use ranks::{join_listening, Ranks};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -250,10 +253,9 @@ async fn rank_body(
     let total_servers = servers.len() as u32;
     // Every process starts its roles (and its clock) once all have built theirs.
     ranks.peers.broadcast(&Frame::Ready);
-    while ranks.ready.len() + 1 < ranks.world as usize {
-        let event = ranks.events.recv().await;
-        ranks.handle(event, &job)?;
-    }
+    ranks
+        .wait(&job, |r| r.ready.len() + 1 >= r.world as usize)
+        .await?;
     let time = TimeBase::starting_at(false, 0.0);
     let roles = all_roles(config, total_servers);
     let net = Arc::new(MeshTransport::new(
@@ -300,31 +302,12 @@ async fn rank_body(
     let limit = config.time_limit_s;
     let body = async {
         // 1. This process's workers, while listening to the others.
-        let mut w_out = Vec::new();
-        while !worker_set.is_empty() {
-            tokio::select! {
-                joined = worker_set.join_next() => {
-                    let Some(joined) = joined else { break };
-                    let out = joined.map_err(|e| {
-                        EngineError::protocol(RoleId::Coordinator, format!("a worker task failed: {e}"))
-                    })?;
-                    if let Err(e) = out.result {
-                        return Err(EngineError::Process {
-                            rank,
-                            reason: format!("{} failed: {e}", out.role.label()),
-                        });
-                    }
-                    w_out.push(out);
-                }
-                event = ranks.events.recv() => ranks.handle(event, &job)?,
-            }
-        }
+        let w_out = join_listening(&mut worker_set, ranks, &job, rank).await?;
         // 2. Tell the others, and hear from all of them.
         ranks.peers.broadcast(&Frame::WorkersDone);
-        while ranks.done.len() + 1 < ranks.world as usize {
-            let event = ranks.events.recv().await;
-            ranks.handle(event, &job)?;
-        }
+        ranks
+            .wait(&job, |r| r.done.len() + 1 >= r.world as usize)
+            .await?;
         // 3. Shut this process's servers and coordinator down behind everything they were sent.
         for role in roles.iter().copied().filter(|&r| here(r)) {
             if !matches!(role, RoleId::Worker(_)) {
@@ -339,19 +322,7 @@ async fn rank_body(
                 );
             }
         }
-        let mut s_out = Vec::new();
-        while !server_set.is_empty() {
-            tokio::select! {
-                joined = server_set.join_next() => {
-                    let Some(joined) = joined else { break };
-                    let out = joined.map_err(|e| {
-                        EngineError::protocol(RoleId::Coordinator, format!("a server task failed: {e}"))
-                    })?;
-                    s_out.push(out);
-                }
-                event = ranks.events.recv() => ranks.handle(event, &job)?,
-            }
-        }
+        let s_out = join_listening(&mut server_set, ranks, &job, rank).await?;
         let c_out = match coord {
             Some(handle) => Some(handle.await.map_err(|e| {
                 EngineError::protocol(
@@ -376,14 +347,6 @@ async fn rank_body(
         return Err(ranks.stop(&job, reason, asm, wall_start).await);
     }
     let (w_out, s_out, c_out) = outcome?;
-    for out in s_out.iter().map(|o| (&o.role, &o.result)) {
-        if let (role, Err(e)) = out {
-            return Err(EngineError::Process {
-                rank,
-                reason: format!("{} failed: {e}", role.label()),
-            });
-        }
-    }
     if let Some(Err(e)) = c_out.as_ref().map(|c| &c.result) {
         return Err(EngineError::Process {
             rank,
@@ -398,16 +361,12 @@ async fn rank_body(
     };
     if rank != 0 {
         ranks.peers.send(0, &Frame::Outputs(Box::new(mine)));
-        while !ranks.byes.contains(&0) {
-            let event = ranks.events.recv().await;
-            ranks.handle(event, &job)?;
-        }
+        ranks.wait(&job, |r| r.byes.contains(&0)).await?;
         return Ok(RankOutcome::Follower);
     }
-    while ranks.outputs.len() + 1 < ranks.world as usize {
-        let event = ranks.events.recv().await;
-        ranks.handle(event, &job)?;
-    }
+    ranks
+        .wait(&job, |r| r.outputs.len() + 1 >= r.world as usize)
+        .await?;
     let mut all = vec![mine];
     all.extend(std::mem::take(&mut ranks.outputs).into_values());
     let launched = gather(all)?;
@@ -415,216 +374,4 @@ async fn rank_body(
     ranks.peers.close().await;
     let result = finish::finish(asm, &job, launched, None, wall_start)?;
     Ok(RankOutcome::Leader(Box::new(result)))
-}
-
-/// What this rank knows of the others while its roles run.
-struct Ranks {
-    peers: Arc<Peers>,
-    events: mpsc::UnboundedReceiver<Event>,
-    cluster: Arc<Cluster>,
-    progress: Option<ProgressFn>,
-    /// Ranks that built their roles.
-    ready: BTreeSet<u32>,
-    /// Ranks whose workers are done.
-    done: BTreeSet<u32>,
-    /// Followers' outputs (rank 0).
-    outputs: BTreeMap<u32, ProcessOutputs>,
-    /// Ranks that said bye.
-    byes: BTreeSet<u32>,
-    /// Ranks that sent their records after a divergence stop.
-    diverged: BTreeSet<u32>,
-    world: u32,
-}
-
-impl Ranks {
-    /// Takes in one event; an error when it means the run cannot go on.
-    fn handle(&mut self, event: Option<Event>, job: &crate::job::Job) -> Result<()> {
-        let rank = self.peers.rank();
-        let Some(event) = event else {
-            return Err(EngineError::Process {
-                rank,
-                reason: "every connection to the other processes is gone".into(),
-            });
-        };
-        match event {
-            Event::Failed { why } => Err(EngineError::Process { rank, reason: why }),
-            Event::Lost { rank: r, why } => Err(EngineError::Process {
-                rank,
-                reason: format!(
-                    "lost the process of machine {r} ({}): {why}; it had reported {} completed \
-                     iterations",
-                    roles_on(&self.cluster, r),
-                    self.peers.last_iteration(r)
-                ),
-            }),
-            Event::Frame { rank: r, frame } => match frame {
-                Frame::Ready => {
-                    self.ready.insert(r);
-                    Ok(())
-                }
-                Frame::WorkersDone => {
-                    self.done.insert(r);
-                    Ok(())
-                }
-                Frame::Outputs(out) => {
-                    self.outputs.insert(r, *out);
-                    Ok(())
-                }
-                Frame::Progress { worker, clocks } => {
-                    if let Some(p) = &self.progress {
-                        p(worker, clocks);
-                    }
-                    Ok(())
-                }
-                Frame::Bye => {
-                    self.byes.insert(r);
-                    Ok(())
-                }
-                Frame::Abort { reason } => Err(EngineError::Process {
-                    rank,
-                    reason: format!("the run stopped elsewhere: {reason}"),
-                }),
-                Frame::Diverged { reason, records } => {
-                    self.diverged.insert(r);
-                    for (w, recs) in records {
-                        job.guard.absorb(w, recs);
-                    }
-                    if let Ok(reason) = serde_json::from_value::<StopReason>(reason) {
-                        job.guard.stop_with(reason);
-                    }
-                    Ok(())
-                }
-                other => {
-                    tracing::warn!("ignored an unexpected {} frame from rank {r}", other.kind());
-                    Ok(())
-                }
-            },
-        }
-    }
-
-    /// After this rank's guard stopped the run: tell the others (with this rank's records), and
-    /// on rank 0 gather theirs; the stopped run's result (rank 0) or the reason (others).
-    async fn stop(
-        &mut self,
-        job: &crate::job::Job,
-        reason: StopReason,
-        asm: &Assembly,
-        wall_start: std::time::Instant,
-    ) -> EngineError {
-        let rank = self.peers.rank();
-        let records: Vec<(u32, Vec<crate::metrics::IterRecord>)> = job
-            .guard
-            .records()
-            .into_iter()
-            .enumerate()
-            .filter(|(w, _)| job.cluster.machine_of(RoleId::Worker(*w as u32)) == rank)
-            .map(|(w, r)| (w as u32, r))
-            .collect();
-        self.peers.broadcast(&Frame::Diverged {
-            reason: serde_json::to_value(&reason).unwrap_or_default(),
-            records,
-        });
-        if rank != 0 {
-            // Its records are with rank 0, which writes the stopped run.
-            let stopped = finish::stopped(asm, job, reason, None, wall_start);
-            return EngineError::Stopped(Box::new(stopped));
-        }
-        let wait = job.config.process.limits().peer_timeout;
-        let deadline = tokio::time::Instant::now() + wait;
-        while self.diverged.len() + 1 < self.world as usize {
-            match tokio::time::timeout_at(deadline, self.events.recv()).await {
-                Ok(event) => {
-                    if self.handle(event, job).is_err() {
-                        break;
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-        let stopped = finish::stopped(asm, job, reason, None, wall_start);
-        EngineError::Stopped(Box::new(stopped))
-    }
-}
-
-/// The roles of machine `m`, e.g. `coordinator, server 0, workers 0, 4`.
-fn roles_on(cluster: &Cluster, m: u32) -> String {
-    let mut parts = Vec::new();
-    if m == 0 {
-        parts.push("coordinator".to_string());
-    }
-    let list = |ids: Vec<String>, one: &str, many: &str| match ids.len() {
-        0 => None,
-        1 => Some(format!("{one} {}", ids[0])),
-        _ => Some(format!("{many} {}", ids.join(", "))),
-    };
-    let servers: Vec<String> = (0..cluster.server_machine.len())
-        .filter(|&s| cluster.server_machine[s] == m)
-        .map(|s| s.to_string())
-        .collect();
-    let workers: Vec<String> = (0..cluster.worker_machine.len())
-        .filter(|&w| cluster.worker_machine[w] == m)
-        .map(|w| w.to_string())
-        .collect();
-    parts.extend(list(servers, "server", "servers"));
-    parts.extend(list(workers, "worker", "workers"));
-    parts.join("; ")
-}
-
-/// A finished local role's output as it crosses to rank 0 (a failed one was reported already).
-fn remote<T>(out: RoleOutput<T>) -> Option<RemoteOutput<T>> {
-    Some(RemoteOutput {
-        role: out.role,
-        report: out.result.ok()?,
-        stats: out.stats,
-        trace: out.trace,
-        peak_memory: out.peak_memory,
-        end_s: out.end_s,
-        stragglers: out.stragglers,
-    })
-}
-
-/// A role output as the one-process launch returns it.
-fn local<T>(out: RemoteOutput<T>) -> RoleOutput<T> {
-    RoleOutput {
-        role: out.role,
-        result: Ok(out.report),
-        stats: out.stats,
-        trace: out.trace,
-        peak_memory: out.peak_memory,
-        end_s: out.end_s,
-        stragglers: out.stragglers,
-    }
-}
-
-/// Every process's outputs as one launch's: roles in order, traffic summed.
-fn gather(all: Vec<ProcessOutputs>) -> Result<Launched> {
-    let mut workers: Vec<RoleOutput<WorkerReport>> = Vec::new();
-    let mut servers: Vec<RoleOutput<ServerReport>> = Vec::new();
-    let mut coordinator: Option<RoleOutput<CoordinatorReport>> = None;
-    let mut traffic: BTreeMap<(RoleId, RoleId), LinkTraffic> = BTreeMap::new();
-    for p in all {
-        workers.extend(p.workers.into_iter().map(local));
-        servers.extend(p.servers.into_iter().map(local));
-        if let Some(c) = p.coordinator {
-            coordinator = Some(local(c));
-        }
-        for (pair, t) in p.traffic {
-            let link = traffic.entry(pair).or_default();
-            link.messages += t.messages;
-            link.bytes += t.bytes;
-        }
-    }
-    workers.sort_by_key(|o| o.role);
-    servers.sort_by_key(|o| o.role);
-    let coordinator = coordinator.ok_or_else(|| EngineError::Process {
-        rank: 0,
-        reason: "no process returned the coordinator's output".into(),
-    })?;
-    Ok(Launched {
-        workers,
-        servers,
-        coordinator,
-        traffic,
-        network: NetworkState::default(),
-    })
 }

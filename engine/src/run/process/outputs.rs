@@ -1,0 +1,69 @@
+//! Role outputs as they cross to rank 0, and every rank's outputs merged into one launch's.
+
+use super::super::launch::{Launched, RoleOutput};
+use crate::contract::{CoordinatorReport, ServerReport, WorkerReport};
+use crate::error::{EngineError, Result};
+use crate::ids::RoleId;
+use crate::process::wire::{ProcessOutputs, RemoteOutput};
+use crate::resume::NetworkState;
+use crate::transport::LinkTraffic;
+use std::collections::BTreeMap;
+
+/// A finished local role's output as it crosses to rank 0 (a failed one was reported already).
+pub(super) fn remote<T>(out: RoleOutput<T>) -> Option<RemoteOutput<T>> {
+    Some(RemoteOutput {
+        role: out.role,
+        report: out.result.ok()?,
+        stats: out.stats,
+        trace: out.trace,
+        peak_memory: out.peak_memory,
+        end_s: out.end_s,
+        stragglers: out.stragglers,
+    })
+}
+
+/// A role output as the one-process launch returns it.
+fn local<T>(out: RemoteOutput<T>) -> RoleOutput<T> {
+    RoleOutput {
+        role: out.role,
+        result: Ok(out.report),
+        stats: out.stats,
+        trace: out.trace,
+        peak_memory: out.peak_memory,
+        end_s: out.end_s,
+        stragglers: out.stragglers,
+    }
+}
+
+/// Every process's outputs as one launch's: roles in order, traffic summed.
+pub(super) fn gather(all: Vec<ProcessOutputs>) -> Result<Launched> {
+    let mut workers: Vec<RoleOutput<WorkerReport>> = Vec::new();
+    let mut servers: Vec<RoleOutput<ServerReport>> = Vec::new();
+    let mut coordinator: Option<RoleOutput<CoordinatorReport>> = None;
+    let mut traffic: BTreeMap<(RoleId, RoleId), LinkTraffic> = BTreeMap::new();
+    for p in all {
+        workers.extend(p.workers.into_iter().map(local));
+        servers.extend(p.servers.into_iter().map(local));
+        if let Some(c) = p.coordinator {
+            coordinator = Some(local(c));
+        }
+        for (pair, t) in p.traffic {
+            let link = traffic.entry(pair).or_default();
+            link.messages += t.messages;
+            link.bytes += t.bytes;
+        }
+    }
+    workers.sort_by_key(|o| o.role);
+    servers.sort_by_key(|o| o.role);
+    let coordinator = coordinator.ok_or_else(|| EngineError::Process {
+        rank: 0,
+        reason: "no process returned the coordinator's output".into(),
+    })?;
+    Ok(Launched {
+        workers,
+        servers,
+        coordinator,
+        traffic,
+        network: NetworkState::default(),
+    })
+}

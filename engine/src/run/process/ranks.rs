@@ -1,0 +1,210 @@
+//! What one rank knows of the others while its roles run: which have built their roles, finished
+//! their workers, sent their outputs or said bye; and what their events mean for the run.
+
+use super::super::finish;
+use super::super::launch::RoleOutput;
+use crate::cluster::Cluster;
+use crate::contract::Assembly;
+use crate::error::{EngineError, Result};
+use crate::guard::StopReason;
+use crate::ids::RoleId;
+use crate::job::{Job, ProgressFn};
+use crate::process::mesh::{Event, Peers};
+use crate::process::wire::{Frame, ProcessOutputs};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+/// What this rank knows of the others while its roles run.
+pub(super) struct Ranks {
+    pub(super) peers: Arc<Peers>,
+    pub(super) events: mpsc::UnboundedReceiver<Event>,
+    pub(super) cluster: Arc<Cluster>,
+    pub(super) progress: Option<ProgressFn>,
+    /// Ranks that built their roles.
+    pub(super) ready: BTreeSet<u32>,
+    /// Ranks whose workers are done.
+    pub(super) done: BTreeSet<u32>,
+    /// Followers' outputs (rank 0).
+    pub(super) outputs: BTreeMap<u32, ProcessOutputs>,
+    /// Ranks that said bye.
+    pub(super) byes: BTreeSet<u32>,
+    /// Ranks that sent their records after a divergence stop.
+    pub(super) diverged: BTreeSet<u32>,
+    pub(super) world: u32,
+}
+
+/// Joins every role task of `set` while taking in the other ranks' events; their outputs, or the
+/// first role's failure.
+pub(super) async fn join_listening<T: Send + 'static>(
+    set: &mut JoinSet<RoleOutput<T>>,
+    ranks: &mut Ranks,
+    job: &Job,
+    rank: u32,
+) -> Result<Vec<RoleOutput<T>>> {
+    let mut outputs = Vec::new();
+    while !set.is_empty() {
+        tokio::select! {
+            joined = set.join_next() => {
+                let Some(joined) = joined else { break };
+                let out = joined.map_err(|e| EngineError::Process {
+                    rank,
+                    reason: format!("a role task failed: {e}"),
+                })?;
+                if let Err(e) = &out.result {
+                    return Err(EngineError::Process {
+                        rank,
+                        reason: format!("{} failed: {e}", out.role.label()),
+                    });
+                }
+                outputs.push(out);
+            }
+            event = ranks.events.recv() => ranks.handle(event, job)?,
+        }
+    }
+    Ok(outputs)
+}
+
+impl Ranks {
+    /// Takes in the other ranks' events until `done` holds.
+    pub(super) async fn wait(&mut self, job: &Job, done: impl Fn(&Ranks) -> bool) -> Result<()> {
+        while !done(self) {
+            let event = self.events.recv().await;
+            self.handle(event, job)?;
+        }
+        Ok(())
+    }
+
+    /// Takes in one event; an error when it means the run cannot go on.
+    pub(super) fn handle(&mut self, event: Option<Event>, job: &Job) -> Result<()> {
+        let rank = self.peers.rank();
+        let Some(event) = event else {
+            return Err(EngineError::Process {
+                rank,
+                reason: "every connection to the other processes is gone".into(),
+            });
+        };
+        match event {
+            Event::Failed { why } => Err(EngineError::Process { rank, reason: why }),
+            Event::Lost { rank: r, why } => Err(EngineError::Process {
+                rank,
+                reason: format!(
+                    "lost the process of machine {r} ({}): {why}; it had reported {} completed \
+                     iterations",
+                    roles_on(&self.cluster, r),
+                    self.peers.last_iteration(r)
+                ),
+            }),
+            Event::Frame { rank: r, frame } => match frame {
+                Frame::Ready => {
+                    self.ready.insert(r);
+                    Ok(())
+                }
+                Frame::WorkersDone => {
+                    self.done.insert(r);
+                    Ok(())
+                }
+                Frame::Outputs(out) => {
+                    self.outputs.insert(r, *out);
+                    Ok(())
+                }
+                Frame::Progress { worker, clocks } => {
+                    if let Some(p) = &self.progress {
+                        p(worker, clocks);
+                    }
+                    Ok(())
+                }
+                Frame::Bye => {
+                    self.byes.insert(r);
+                    Ok(())
+                }
+                Frame::Abort { reason } => Err(EngineError::Process {
+                    rank,
+                    reason: format!("the run stopped elsewhere: {reason}"),
+                }),
+                Frame::Diverged { reason, records } => {
+                    self.diverged.insert(r);
+                    for (w, recs) in records {
+                        job.guard.absorb(w, recs);
+                    }
+                    if let Ok(reason) = serde_json::from_value::<StopReason>(reason) {
+                        job.guard.stop_with(reason);
+                    }
+                    Ok(())
+                }
+                other => {
+                    tracing::warn!("ignored an unexpected {} frame from rank {r}", other.kind());
+                    Ok(())
+                }
+            },
+        }
+    }
+
+    /// After this rank's guard stopped the run: tell the others (with this rank's records), and
+    /// on rank 0 gather theirs; the stopped run's result (rank 0) or the reason (others).
+    pub(super) async fn stop(
+        &mut self,
+        job: &Job,
+        reason: StopReason,
+        asm: &Assembly,
+        wall_start: std::time::Instant,
+    ) -> EngineError {
+        let rank = self.peers.rank();
+        let records: Vec<(u32, Vec<crate::metrics::IterRecord>)> = job
+            .guard
+            .records()
+            .into_iter()
+            .enumerate()
+            .filter(|(w, _)| job.cluster.machine_of(RoleId::Worker(*w as u32)) == rank)
+            .map(|(w, r)| (w as u32, r))
+            .collect();
+        self.peers.broadcast(&Frame::Diverged {
+            reason: serde_json::to_value(&reason).unwrap_or_default(),
+            records,
+        });
+        if rank != 0 {
+            // Its records are with rank 0, which writes the stopped run.
+            let stopped = finish::stopped(asm, job, reason, None, wall_start);
+            return EngineError::Stopped(Box::new(stopped));
+        }
+        let wait = job.config.process.limits().peer_timeout;
+        let deadline = tokio::time::Instant::now() + wait;
+        while self.diverged.len() + 1 < self.world as usize {
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Ok(event) => {
+                    if self.handle(event, job).is_err() {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        let stopped = finish::stopped(asm, job, reason, None, wall_start);
+        EngineError::Stopped(Box::new(stopped))
+    }
+}
+
+/// The roles of machine `m`, e.g. `coordinator, server 0, workers 0, 4`.
+fn roles_on(cluster: &Cluster, m: u32) -> String {
+    let mut parts = Vec::new();
+    if m == 0 {
+        parts.push("coordinator".to_string());
+    }
+    let list = |ids: Vec<String>, one: &str, many: &str| match ids.len() {
+        0 => None,
+        1 => Some(format!("{one} {}", ids[0])),
+        _ => Some(format!("{many} {}", ids.join(", "))),
+    };
+    let servers: Vec<String> = (0..cluster.server_machine.len())
+        .filter(|&s| cluster.server_machine[s] == m)
+        .map(|s| s.to_string())
+        .collect();
+    let workers: Vec<String> = (0..cluster.worker_machine.len())
+        .filter(|&w| cluster.worker_machine[w] == m)
+        .map(|w| w.to_string())
+        .collect();
+    parts.extend(list(servers, "server", "servers"));
+    parts.extend(list(workers, "worker", "workers"));
+    parts.join("; ")
+}
