@@ -206,22 +206,25 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Starts every rank of a `world`-process job by hand (so the test holds their pids).
+/// Starts rank `rank` of a `world`-process job by hand (so the test holds its pid).
+fn start_rank(rank: u32, world: u32, cfg: &Path, out: &Path, port: u16, extra: &[&str]) -> Child {
+    let mut c = concord();
+    rank_env(&mut c, rank, world, port, "hand-started");
+    c.args(["train", "--quiet", "--runtime", "process", "--config"])
+        .arg(cfg)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Starts every rank of a `world`-process job by hand.
 fn start(world: u32, cfg: &Path, out: &Path, port: u16, extra: &[&str]) -> Vec<Child> {
     (0..world)
-        .map(|rank| {
-            let mut c = concord();
-            rank_env(&mut c, rank, world, port, "hand-started");
-            c.args(["train", "--quiet", "--runtime", "process", "--config"])
-                .arg(cfg)
-                .arg("--out")
-                .arg(out)
-                .args(extra)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+        .map(|rank| start_rank(rank, world, cfg, out, port, extra))
         .collect()
 }
 
@@ -291,8 +294,9 @@ fn a_killed_worker_process_ends_the_run_with_a_named_error_and_no_run_folder() {
     assert!(!out.exists(), "a failed run left its folder behind");
 }
 
-/// Hand-made bad frames at rank 0's rendezvous port while the job runs: garbage, a truncated
-/// frame, an oversized length, a hello with the wrong token and a hello of another job. Each is
+/// Hand-made bad frames at rank 0's rendezvous port, before the other rank has joined and again
+/// while the job runs: garbage, a truncated frame, an oversized length, a hello with the wrong
+/// token and a hello of another job, beside a stranger that connects and says nothing. Each is
 /// refused (and logged); the run ends as `sim` does.
 #[test]
 fn bad_frames_are_refused_and_the_run_is_unaffected() {
@@ -303,8 +307,7 @@ fn bad_frames_are_refused_and_the_run_is_unaffected() {
     sim(&cfg, &a);
     let port = free_port();
     let extra = ["--set", "iterations=400"];
-    let mut ranks = start(2, &cfg, &b, port, &extra);
-    wait_until_running(&b);
+    let mut ranks = vec![start_rank(0, 2, &cfg, &b, port, &extra)];
     let stranger = JobIdentity::new("hand-started", "wrong token", "not the config");
     let other_job = JobIdentity::new("another job", "", "");
     let hello = |id: &JobIdentity| {
@@ -323,15 +326,33 @@ fn bad_frames_are_refused_and_the_run_is_unaffected() {
         h[..h.len() / 2].to_vec()
     };
     let oversized = u32::MAX.to_be_bytes().to_vec();
-    for frame in [
+    let frames = [
         garbage,
         truncated,
         oversized,
         hello(&stranger),
         hello(&other_job),
-    ] {
+    ];
+    let connect = || {
+        let start = Instant::now();
+        loop {
+            match std::net::TcpStream::connect(("127.0.0.1", port)) {
+                Ok(s) => return s,
+                Err(e) if start.elapsed() > Duration::from_secs(60) => panic!("rank 0: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    };
+    // Before rank 1 joins: rank 0 is in its rendezvous. The silent stranger stays connected.
+    let _silent = connect();
+    for frame in &frames {
+        let _ = connect().write_all(frame);
+    }
+    ranks.push(start_rank(1, 2, &cfg, &b, port, &extra));
+    // And while it runs (the run may be over already: best effort).
+    for frame in &frames {
         if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            let _ = s.write_all(&frame);
+            let _ = s.write_all(frame);
         }
     }
     for (rank, child) in ranks.iter_mut().enumerate() {
@@ -340,7 +361,8 @@ fn bad_frames_are_refused_and_the_run_is_unaffected() {
         std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
         assert!(status.success(), "rank {rank}: {stderr}");
         if rank == 0 {
-            assert!(stderr.contains("refused a connection"), "{stderr}");
+            let refused = stderr.matches("refused a connection").count();
+            assert!(refused >= frames.len(), "{refused} refusals: {stderr}");
         }
     }
     // 400 iterations: compare with a sim run of the same length.

@@ -142,22 +142,8 @@ impl Mesh {
         if rank == 0 {
             let mut addrs = vec![format!("{}:{}", world.master_host, world.master_port)];
             addrs.resize(world.size as usize, String::new());
-            while links.iter().skip(1).any(Option::is_none) {
-                let Ok(accepted) = timeout_at(deadline, mesh.listener.accept()).await else {
-                    return Err(err(format!(
-                        "the rendezvous timed out after {:.0} s (process.connect_timeout_s) \
-                         waiting for ranks {}",
-                        limits.connect_timeout.as_secs_f64(),
-                        missing(&links)
-                    )));
-                };
-                let Ok((stream, from)) = accepted else {
-                    continue;
-                };
-                if let Some((r, link, their_port)) = mesh.greet(stream, from, &links, 1).await {
-                    addrs[r as usize] = SocketAddr::new(from.ip(), their_port).to_string();
-                    links[r as usize] = Some(link);
-                }
+            for (r, addr) in mesh.accept_ranks(&mut links, 1, deadline).await? {
+                addrs[r as usize] = addr.to_string();
             }
             let roster = wire::encode(mesh.identity.tag, &Frame::Roster { addrs })
                 .map_err(|e| err(e.to_string()))?;
@@ -200,22 +186,7 @@ impl Mesh {
             for (r, addr) in addrs.iter().enumerate().take(rank as usize).skip(1) {
                 links[r] = Some(mesh.dial(addr, deadline, port).await?);
             }
-            while links.iter().skip(rank as usize + 1).any(Option::is_none) {
-                let Ok(accepted) = timeout_at(deadline, mesh.listener.accept()).await else {
-                    return Err(err(format!(
-                        "timed out after {:.0} s (process.connect_timeout_s) waiting for ranks {} \
-                         to connect",
-                        limits.connect_timeout.as_secs_f64(),
-                        missing(&links)
-                    )));
-                };
-                let Ok((stream, from)) = accepted else {
-                    continue;
-                };
-                if let Some((r, link, _)) = mesh.greet(stream, from, &links, rank + 1).await {
-                    links[r as usize] = Some(link);
-                }
-            }
+            mesh.accept_ranks(&mut links, rank + 1, deadline).await?;
         }
         mesh.links = links;
         Ok(mesh)
@@ -250,30 +221,62 @@ impl Mesh {
         Ok(link)
     }
 
-    /// Reads a newcomer's hello; its rank, link and listening port when it is a rank of this job
-    /// at or above `lowest` not yet connected. Anything else is logged and dropped.
-    async fn greet(
+    /// Accepts the ranks from `lowest` up until each has a link in `links`, reading every
+    /// newcomer's hello on a task of its own (a stranger that says nothing holds up no one);
+    /// anything but a hello of a rank still expected is logged and dropped. Returns where each
+    /// accepted rank listens.
+    async fn accept_ranks(
         &self,
-        stream: TcpStream,
-        from: SocketAddr,
-        links: &[Option<Link>],
+        links: &mut [Option<Link>],
         lowest: u32,
-    ) -> Option<(u32, Link, u16)> {
-        let _ = stream.set_nodelay(true);
-        let mut link = Framed::new(stream, wire::codec(self.limits.max_frame));
-        match read_hello(&mut link, &self.identity, self.world.size).await {
-            Ok((r, _)) if r < lowest || links[r as usize].is_some() => {
-                tracing::warn!(
-                    "refused a connection from {from}: rank {r} is not expected to connect here"
-                );
-                None
-            }
-            Ok((r, port)) => Some((r, link, port)),
-            Err(why) => {
-                tracing::warn!("refused a connection from {from}: {why}");
-                None
+        deadline: Instant,
+    ) -> Result<Vec<(u32, SocketAddr)>> {
+        let mut hellos = tokio::task::JoinSet::new();
+        let mut listening = Vec::new();
+        let expected =
+            |links: &[Option<Link>]| links.iter().skip(lowest as usize).any(Option::is_none);
+        while expected(links) {
+            let next = tokio::select! {
+                accepted = self.listener.accept() => {
+                    if let Ok((stream, from)) = accepted {
+                        let _ = stream.set_nodelay(true);
+                        let mut link = Framed::new(stream, wire::codec(self.limits.max_frame));
+                        let identity = self.identity.clone();
+                        let world = self.world.size;
+                        hellos.spawn(async move {
+                            let hello = read_hello(&mut link, &identity, world).await;
+                            (from, link, hello)
+                        });
+                    }
+                    continue;
+                }
+                Some(Ok(greeted)) = hellos.join_next() => greeted,
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(process_error(
+                        self.world.rank,
+                        format!(
+                            "the rendezvous timed out after {:.0} s (process.connect_timeout_s) \
+                             waiting for ranks {}",
+                            self.limits.connect_timeout.as_secs_f64(),
+                            missing(links)
+                        ),
+                    ));
+                }
+            };
+            match next {
+                (from, _, Ok((r, _))) if r < lowest || links[r as usize].is_some() => {
+                    tracing::warn!(
+                        "refused a connection from {from}: rank {r} is not expected to connect here"
+                    );
+                }
+                (from, link, Ok((r, port))) => {
+                    links[r as usize] = Some(link);
+                    listening.push((r, SocketAddr::new(from.ip(), port)));
+                }
+                (from, _, Err(why)) => tracing::warn!("refused a connection from {from}: {why}"),
             }
         }
+        Ok(listening)
     }
 
     /// Starts carrying frames: a writer and a reader task per peer, role messages handed to
