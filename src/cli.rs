@@ -40,10 +40,12 @@ pub enum Command {
     Config(ConfigArgs),
     /// List the strategies this build knows and the slots they fill.
     Strategies,
-    /// Fit a device's per-layer cost model to measured step times; print it as a device profile.
+    /// Fit a device's per-layer cost model to measured step times (`--from`), or measure this
+    /// machine (`--host`); print it as a device profile.
     Calibrate(CalibrateArgs),
     /// Start N local processes of a `--runtime process` job on this machine (loopback), as
-    /// torchrun would: `concord launch --nproc 4 train --config configs/default.toml`.
+    /// torchrun would: `concord launch --nproc 8 train --config configs/default.toml` (8 workers,
+    /// one machine each).
     Launch(LaunchArgs),
 }
 
