@@ -56,7 +56,7 @@ pub fn run(args: &ProcessArgs) -> anyhow::Result<()> {
 }
 
 /// The `concord` binary built beside this program.
-fn concord_binary() -> anyhow::Result<PathBuf> {
+pub fn concord_binary() -> anyhow::Result<PathBuf> {
     let me = std::env::current_exe()?;
     let bin = me.with_file_name(format!("concord{}", std::env::consts::EXE_SUFFIX));
     anyhow::ensure!(

@@ -87,12 +87,7 @@ pub fn run() -> anyhow::Result<()> {
         std::fs::remove_dir_all(&out)?;
     }
     std::fs::create_dir_all(&out)?;
-    let concord = std::env::current_exe()?.with_file_name("concord");
-    anyhow::ensure!(
-        concord.exists(),
-        "{} not found: build it first (cargo build --release -p concord)",
-        concord.display()
-    );
+    let concord = crate::bench_process::concord_binary()?;
     let mut csv = String::from("model,strategy,process_ms,sim_ms,error_pct,goal_met\n");
     println!(
         "sim vs --runtime process on this machine: {PROCESSES} processes, one worker each \

@@ -15,7 +15,6 @@ use crate::transport::LinkTraffic;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
 use tokio_util::codec::LengthDelimitedCodec;
 
 /// Version of the frame format; processes of different versions refuse each other.
@@ -473,13 +472,6 @@ pub fn codec(max_bytes: usize) -> LengthDelimitedCodec {
         .length_field_type::<u32>()
         .max_frame_length(max_bytes)
         .new_codec()
-}
-
-/// Per-pair traffic as the list a frame carries.
-pub fn traffic_list(
-    map: BTreeMap<(RoleId, RoleId), LinkTraffic>,
-) -> Vec<((RoleId, RoleId), LinkTraffic)> {
-    map.into_iter().collect()
 }
 
 #[cfg(test)]

@@ -151,9 +151,7 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
     let from = job.segment_start();
     let origin = from.as_ref().map_or(0.0, |p| p.earliest_s());
     let time = TimeBase::starting_at(cfg.runtime == RuntimeKind::Sim, origin);
-    let mut roles = vec![RoleId::Coordinator];
-    roles.extend((0..total_servers).map(RoleId::Server));
-    roles.extend((0..cfg.workers).map(RoleId::Worker));
+    let roles = all_roles(cfg.workers, total_servers);
     let restored = from.as_ref().map(|p| &p.history.network);
     let transfers: TransferCounts = Arc::new(Mutex::new(
         restored.map(|n| n.transfers.clone()).unwrap_or_default(),
@@ -279,6 +277,15 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
             transfers,
         },
     })
+}
+
+/// Every role of a job of `workers` workers and `servers` servers: the coordinator, the servers,
+/// the workers.
+pub(super) fn all_roles(workers: u32, servers: u32) -> Vec<RoleId> {
+    let mut roles = vec![RoleId::Coordinator];
+    roles.extend((0..servers).map(RoleId::Server));
+    roles.extend((0..workers).map(RoleId::Worker));
+    roles
 }
 
 /// Which timelines the run keeps and where they go.

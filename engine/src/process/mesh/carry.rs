@@ -180,7 +180,7 @@ impl Peers {
 
     /// Queues a frame [`wire::encode_framed`] encoded for `rank`; one over the frame limit fails
     /// this process (the peer would refuse it) instead.
-    pub fn send_encoded(&self, rank: u32, bytes: Encoded) -> bool {
+    fn send_encoded(&self, rank: u32, bytes: Encoded) -> bool {
         if bytes.body_len() > self.max_frame {
             let _ = self.events.send(Event::Failed {
                 why: format!(
@@ -214,11 +214,6 @@ impl Peers {
         self.last_iteration
             .get(rank as usize)
             .map_or(0, |a| a.load(Ordering::Relaxed))
-    }
-
-    /// The tag frames of this job carry.
-    pub fn tag(&self) -> u64 {
-        self.tag
     }
 
     /// Says `Bye` to every peer, closes the queues and waits (a bounded time) for the writers

@@ -32,7 +32,7 @@ use outputs::{gather, remote};
 use ranks::{join_listening, Ranks};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -57,7 +57,7 @@ pub fn run_process(
     world: &World,
 ) -> Result<RankOutcome> {
     config.validate()?;
-    check(config, asm, world, &options)?;
+    let cluster = check(config, asm, world, &options)?;
     let wall_start = std::time::Instant::now();
     let text = toml::to_string(config)
         .map_err(|e| EngineError::config("(resolved config)", "", e.to_string()))?;
@@ -71,15 +71,22 @@ pub fn run_process(
             path: "tokio runtime".into(),
             source,
         })?;
-    let outcome = rt.block_on(rank_main(config, asm, options, world, identity, wall_start));
+    let outcome = rt.block_on(rank_main(
+        config, asm, options, world, identity, cluster, wall_start,
+    ));
     // Writers still flushing a bye get a moment; nothing else is left running.
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     outcome
 }
 
 /// The checks before any connection: a world that matches the cluster, and what this runtime
-/// does not do yet.
-fn check(config: &RunConfig, asm: &Assembly, world: &World, options: &RunOptions) -> Result<()> {
+/// does not do yet. Returns the cluster.
+fn check(
+    config: &RunConfig,
+    asm: &Assembly,
+    world: &World,
+    options: &RunOptions,
+) -> Result<Cluster> {
     if config.runtime != RuntimeKind::Process {
         return Err(EngineError::config(
             "runtime",
@@ -115,15 +122,7 @@ fn check(config: &RunConfig, asm: &Assembly, world: &World, options: &RunOptions
             ),
         ));
     }
-    Ok(())
-}
-
-/// Every role of the job, coordinator first.
-fn all_roles(config: &RunConfig, servers: u32) -> Vec<RoleId> {
-    let mut roles = vec![RoleId::Coordinator];
-    roles.extend((0..servers).map(RoleId::Server));
-    roles.extend((0..config.workers).map(RoleId::Worker));
-    roles
+    Ok(cluster)
 }
 
 async fn rank_main(
@@ -132,12 +131,12 @@ async fn rank_main(
     options: RunOptions,
     world: &World,
     identity: JobIdentity,
+    cluster: Cluster,
     wall_start: std::time::Instant,
 ) -> Result<RankOutcome> {
     let rank = world.rank;
     let servers = build::total_servers(config, asm);
-    let cluster = Cluster::resolve(&config.cluster, config.workers, servers)?;
-    let roles = all_roles(config, servers);
+    let roles = launch::all_roles(config.workers, servers);
     let local: Vec<RoleId> = roles
         .iter()
         .copied()
@@ -163,7 +162,7 @@ async fn rank_main(
     let mut ranks = Ranks {
         peers: peers.clone(),
         events,
-        cluster: Arc::new(cluster.clone()),
+        cluster: Arc::new(cluster),
         progress: options.progress.clone(),
         ready: BTreeSet::new(),
         done: BTreeSet::new(),
@@ -205,21 +204,16 @@ async fn rank_main(
 /// The progress observer of this rank: rank 0 reports to `options.progress`; the others send
 /// rank 0 a `Progress` frame. Both keep `local` at the most clocks any local worker completed
 /// (what heartbeats carry).
-fn progress_of(
-    rank: u32,
-    options: &RunOptions,
-    peers: Arc<OnceLock<Arc<Peers>>>,
-    local: Arc<AtomicU64>,
-) -> ProgressFn {
+fn progress_of(options: &RunOptions, peers: Arc<Peers>, local: Arc<AtomicU64>) -> ProgressFn {
     let report = options.progress.clone();
     Arc::new(move |worker, clocks| {
         local.fetch_max(clocks, Ordering::Relaxed);
-        if rank == 0 {
+        if peers.rank() == 0 {
             if let Some(p) = &report {
                 p(worker, clocks);
             }
-        } else if let Some(p) = peers.get() {
-            p.send(0, &Frame::Progress { worker, clocks });
+        } else {
+            peers.send(0, &Frame::Progress { worker, clocks });
         }
     })
 }
@@ -236,9 +230,7 @@ async fn rank_body(
     wall_start: std::time::Instant,
 ) -> Result<RankOutcome> {
     let rank = ranks.peers.rank();
-    let cell = Arc::new(OnceLock::new());
-    let _ = cell.set(ranks.peers.clone());
-    let progress = progress_of(rank, options, cell, local_progress);
+    let progress = progress_of(options, ranks.peers.clone(), local_progress);
     let job = Arc::new(build::job(config, asm, Some(progress))?);
     job.set_segment(Segment {
         clocks: 0..config.iterations,
@@ -257,7 +249,7 @@ async fn rank_body(
         .wait(&job, |r| r.ready.len() + 1 >= r.world as usize)
         .await?;
     let time = TimeBase::starting_at(false, 0.0);
-    let roles = all_roles(config, total_servers);
+    let roles = launch::all_roles(config.workers, total_servers);
     let net = Arc::new(MeshTransport::new(
         job.cluster.clone(),
         time,
