@@ -24,6 +24,7 @@ fn config(strategy: &str, options: &str, workers: u32, iterations: u64) -> RunCo
             peak_tflops: 0.00004,
             efficiency: 0.5,
             half_saturation_batch: 0.0,
+            matmul_half_saturation_batch: None,
             memory_gib: 1.0,
             nic_gbps: 10.0,
             latency_us: 50.0,

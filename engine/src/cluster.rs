@@ -24,6 +24,14 @@ pub struct DeviceProfile {
     /// the device. Compute time is then linear in the batch with an offset (`t ∝ b + b½`).
     #[serde(default)]
     pub half_saturation_batch: f64,
+    /// The half-saturation batch of fully-connected layers where it differs from
+    /// `half_saturation_batch`: a matrix product over features has far less parallel work per
+    /// sample than a convolution, so it needs a much larger batch to fill the device (Fela's
+    /// profiling on a K40c: convolutions saturate near batch 16, a 4096 × 4096 layer near 2048).
+    /// Used by the FLOP model when it charges a step from the model's per-layer facts; unset,
+    /// every layer saturates alike.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matmul_half_saturation_batch: Option<f64>,
     /// Device memory, in GiB.
     pub memory_gib: f64,
     /// The machine's NIC bandwidth, in Gbit/s (per direction).
@@ -75,6 +83,7 @@ impl DeviceProfile {
             peak_tflops: peak,
             efficiency: 0.5,
             half_saturation_batch: half,
+            matmul_half_saturation_batch: None,
             memory_gib: mem,
             nic_gbps: nic,
             latency_us: lat,
@@ -149,8 +158,23 @@ impl DeviceProfile {
     pub fn step_seconds(&self, layers: &[LayerCost], flops_per_sample: f64, batch: f64) -> f64 {
         match self.layer_rates() {
             Some(rates) if !layers.is_empty() && batch > 0.0 => rates.step_seconds(layers, batch),
-            _ => self.compute_seconds(flops_per_sample, batch),
+            _ => self.compute_seconds(flops_per_sample, batch) + self.matmul_lag(layers, batch),
         }
+    }
+
+    /// The extra seconds fully-connected layers cost on the FLOP model when they saturate later
+    /// than the rest ([`DeviceProfile::matmul_half_saturation_batch`]): their training FLOPs
+    /// charged at their own half-saturation batch instead of the device's.
+    fn matmul_lag(&self, layers: &[LayerCost], batch: f64) -> f64 {
+        let Some(h_mm) = self.matmul_half_saturation_batch else {
+            return 0.0;
+        };
+        if batch <= 0.0 {
+            return 0.0;
+        }
+        let matmul: f64 = layers.iter().map(|l| 3.0 * l.matmul_flops).sum();
+        let rate = self.peak_tflops * 1e12 * self.efficiency;
+        matmul * (h_mm - self.half_saturation_batch) / rate
     }
 
     /// Seconds to run a batch-independent amount of work (e.g. an optimizer update).
@@ -194,6 +218,15 @@ impl DeviceProfile {
                 self.efficiency,
                 "must be in (0, 1]",
             ));
+        }
+        if let Some(h) = self.matmul_half_saturation_batch {
+            if !(h.is_finite() && h >= 0.0) {
+                return Err(EngineError::config(
+                    format!("{key}.matmul_half_saturation_batch"),
+                    h,
+                    "must be >= 0",
+                ));
+            }
         }
         if !(self.latency_us >= 0.0 && self.half_saturation_batch >= 0.0) {
             return Err(EngineError::config(
@@ -452,6 +485,7 @@ pub(crate) fn test_cluster(machines: u32) -> std::sync::Arc<Cluster> {
             peak_tflops: 1.0,
             efficiency: 1.0,
             half_saturation_batch: 0.0,
+            matmul_half_saturation_batch: None,
             memory_gib: 1.0,
             nic_gbps: 8.0,
             latency_us: 10.0,

@@ -43,6 +43,30 @@ pub struct Work {
     /// backward, update): a device with a per-layer cost model charges it from the job's
     /// per-layer facts instead of `flops_per_sample`.
     pub training: bool,
+    /// Where the work is a part of a training step rather than all of it: which layers and
+    /// which share of their step (see [`Work::step_part`]).
+    pub part: Option<StepPart>,
+}
+
+/// A part of a training step: the forward or backward pass of a contiguous run of the model's
+/// layers, as strategies that split the model between workers (token scheduling, pipelines)
+/// charge their pieces.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepPart {
+    /// The first layer (an index into the job's per-layer cost facts).
+    pub first: usize,
+    /// One past the last layer.
+    pub end: usize,
+    /// The share of those layers' training step charged: 1/3 for a forward pass, 2/3 for a
+    /// backward pass (it computes the gradients of both the input and the weights).
+    pub share: f64,
+}
+
+impl StepPart {
+    /// The share of a training step the forward pass is.
+    pub const FORWARD: f64 = 1.0 / 3.0;
+    /// The share of a training step the backward pass is.
+    pub const BACKWARD: f64 = 2.0 / 3.0;
 }
 
 impl Work {
@@ -53,6 +77,20 @@ impl Work {
             flops_per_sample,
             batch,
             training: true,
+            part: None,
+        }
+    }
+
+    /// The share `part.share` of a training step of layers `part.first..part.end` on `batch`
+    /// samples, those layers costing `flops_per_sample` training FLOPs per sample: charged like
+    /// [`Work::training_step`] restricted to those layers (their per-layer facts on a calibrated
+    /// device, their FLOPs otherwise), times the share.
+    pub fn step_part(part: StepPart, flops_per_sample: f64, batch: f64) -> Work {
+        Work {
+            flops_per_sample: flops_per_sample * part.share,
+            batch,
+            training: true,
+            part: Some(part),
         }
     }
 
@@ -62,6 +100,7 @@ impl Work {
             flops_per_sample: flops,
             batch: 0.0,
             training: false,
+            part: None,
         }
     }
 
@@ -207,7 +246,11 @@ impl RoleContext {
     /// charges before straggler effects).
     pub fn nominal_seconds(&self, work: Work) -> f64 {
         if work.batch > 0.0 {
-            if work.training {
+            if let Some(part) = work.part {
+                let sheet = self.cost_sheet.get(part.first..part.end).unwrap_or(&[]);
+                let flops = work.flops_per_sample / part.share.max(f64::MIN_POSITIVE);
+                self.device.step_seconds(sheet, flops, work.batch) * part.share
+            } else if work.training {
                 self.device
                     .step_seconds(&self.cost_sheet, work.flops_per_sample, work.batch)
             } else {
@@ -587,6 +630,26 @@ impl RoleContext {
         if cost > 0.0 {
             self.trace_span(label, "serve", t0, t1);
         }
+    }
+
+    /// Sleeps the delay the straggler patterns put at the start of this role's current iteration
+    /// (a sleep-before-computing pattern such as Fela's `round-robin-sleep`) and returns it: for
+    /// a worker that asks for its work piece by piece, the iteration starts late *before* it
+    /// claims any, so its share can go to others meanwhile. The patterns report such a delay once
+    /// per iteration, so the first compute of the iteration does not charge it again.
+    pub async fn iteration_start_delay(&mut self) -> f64 {
+        if self.stragglers.is_empty() {
+            return 0.0;
+        }
+        let t0 = self.now();
+        let delay = self.stragglers.effect(&self.probe(0.0, 0.0)).extra_delay_s;
+        if delay > 0.0 {
+            self.net.time().sleep(delay).await;
+            self.stats.compute_s += delay;
+            let t1 = self.now();
+            self.trace_span("late start", "compute", t0, t1);
+        }
+        delay
     }
 
     /// Waits `s` seconds of run time.

@@ -6,7 +6,7 @@
 //! ```
 
 pub use crate::config::RunConfig;
-pub use crate::context::{IterSpan, RoleContext, RuntimeKind, Work};
+pub use crate::context::{IterSpan, RoleContext, RuntimeKind, StepPart, Work};
 pub use crate::contract::{
     ApplyMode, Assembly, Consistency, Coordinator, CoordinatorFactory, CoordinatorReport,
     MemoryPolicy, MemoryPolicyFactory, ModelState, Placement, ReadRecord, RoleCheckpoint,

@@ -61,6 +61,7 @@ pub fn slow_device(memory_gib: f64) -> DeviceProfile {
         peak_tflops: 0.002,
         efficiency: 0.5,
         half_saturation_batch: 0.0,
+        matmul_half_saturation_batch: None,
         memory_gib,
         nic_gbps: 10.0,
         latency_us: 50.0,

@@ -137,6 +137,53 @@ impl LocalModel {
         }
     }
 
+    /// The values and optimizer state of parameter tensors `tensors`, packed into one vector
+    /// (values, then each optimizer slot, tensor by tensor): what a worker hands a peer that
+    /// starts keeping those tensors (a sub-model changing hands). Empty in throughput mode.
+    pub fn export(&self, tensors: std::ops::Range<usize>) -> Vec<f32> {
+        let Some(params) = &self.params else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for i in tensors {
+            out.extend_from_slice(&params[i]);
+            for slot in &self.states[i].slots {
+                out.extend_from_slice(slot);
+            }
+        }
+        out
+    }
+
+    /// Takes over tensors `tensors` from a peer's [`LocalModel::export`] at run time `now`;
+    /// `false` (and nothing changed) when `packed` does not have their size.
+    pub fn import(&mut self, tensors: std::ops::Range<usize>, packed: &[f32], now: f64) -> bool {
+        let Some(params) = &self.params else {
+            return true;
+        };
+        let need: usize = tensors
+            .clone()
+            .map(|i| params[i].len() * (1 + self.states[i].slots.len()))
+            .sum();
+        if need != packed.len() {
+            return false;
+        }
+        let held = &self.params;
+        self.timed.before_change(now, || held.clone());
+        let (Some(params), mut at) = (self.params.as_mut(), 0) else {
+            return true;
+        };
+        for i in tensors {
+            let n = params[i].len();
+            params[i].copy_from_slice(&packed[at..at + n]);
+            at += n;
+            for slot in &mut self.states[i].slots {
+                slot.copy_from_slice(&packed[at..at + n]);
+                at += n;
+            }
+        }
+        true
+    }
+
     /// Continues from a checkpoint: the parameters and optimizer state of `model` (cut into
     /// `layout`'s blocks, as [`LocalModel::report`] gives them) after `updates` updates.
     pub fn restore(&mut self, layout: &ParamLayout, model: &ModelState, updates: u64) {

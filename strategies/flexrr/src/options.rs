@@ -366,6 +366,7 @@ mod tests {
     fn saturated() -> DeviceProfile {
         DeviceProfile {
             half_saturation_batch: 0.0,
+            matmul_half_saturation_batch: None,
             ..builtin("cpu")
         }
     }

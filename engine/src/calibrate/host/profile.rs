@@ -53,6 +53,7 @@ impl HostProfile {
             peak_tflops: peak,
             efficiency: (update_tflops / peak).clamp(f64::MIN_POSITIVE, 1.0),
             half_saturation_batch: rates.half_batch,
+            matmul_half_saturation_batch: None,
             memory_gib: self.memory_gib,
             nic_gbps: self.loopback.gbps,
             latency_us: self.loopback.latency_us,
