@@ -632,22 +632,22 @@ impl RoleContext {
         }
     }
 
-    /// Sleeps the delay the straggler patterns put at the start of this role's current iteration
-    /// (a sleep-before-computing pattern such as Fela's `round-robin-sleep`) and returns it: for
-    /// a worker that asks for its work piece by piece, the iteration starts late *before* it
-    /// claims any, so its share can go to others meanwhile. The patterns report such a delay once
-    /// per iteration, so the first compute of the iteration does not charge it again.
-    pub async fn iteration_start_delay(&mut self) -> f64 {
+    /// The delay the straggler patterns put at the start of this role's current iteration (a
+    /// sleep-before-computing pattern such as Fela's `round-robin-sleep`), booked as compute from
+    /// now, without waiting for it: the caller starts no compute before now + the delay, while
+    /// its communication goes on — the patterns delay a worker's computation, not its network.
+    /// For a worker that asks for its work piece by piece, the iteration thus starts late
+    /// *before* it claims any, so its share can go to others meanwhile. The patterns report such
+    /// a delay once per iteration, so the first compute of the iteration does not charge it again.
+    pub fn iteration_start_delay(&mut self) -> f64 {
         if self.stragglers.is_empty() {
             return 0.0;
         }
         let t0 = self.now();
         let delay = self.stragglers.effect(&self.probe(0.0, 0.0)).extra_delay_s;
         if delay > 0.0 {
-            self.net.time().sleep(delay).await;
             self.stats.compute_s += delay;
-            let t1 = self.now();
-            self.trace_span("late start", "compute", t0, t1);
+            self.trace_span("late start", "compute", t0, t0 + delay);
         }
         delay
     }

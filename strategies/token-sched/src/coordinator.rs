@@ -273,6 +273,12 @@ impl TokenServerRole {
                 *secs,
             ));
         }
+        let times: Vec<f64> = self.tuner.results().iter().map(|(_, t)| *t).collect();
+        if times.len() > 1 {
+            let worst = times.iter().copied().fold(f64::MIN, f64::max);
+            let best = times.iter().copied().fold(f64::MAX, f64::min);
+            f.push(("fela.tuning_gap".to_string(), (worst - best) / worst));
+        }
         let tuned = self.tuner.results().len() as u64 * self.opts.tune_iters;
         let after: Vec<f64> = self
             .iter_times

@@ -108,6 +108,8 @@ pub struct FelaWorker {
     compute_s: f64,
     stats: WorkerStats,
     in_flight: Option<InFlight>,
+    /// When the trainer is free of a late start's delay.
+    trainer_free_at: f64,
 }
 
 impl FelaWorker {
@@ -138,6 +140,7 @@ impl FelaWorker {
             compute_s: 0.0,
             stats: WorkerStats::default(),
             in_flight: None,
+            trainer_free_at: 0.0,
         })
     }
 
@@ -696,16 +699,25 @@ impl Worker for FelaWorker {
             ctx.set_iter(iter);
             let start = ctx.now();
             (self.rows_done, self.compute_s, self.loss) = (0, 0.0, f64::NAN);
+            // A late start delays the trainer's first request; the worker's communication
+            // (outputs, gradients, syncs) goes on meanwhile. The trainer may still be asleep
+            // from a start delay longer than the last iteration.
             if self.opts.late_start {
-                self.compute_s += ctx.iteration_start_delay().await;
+                let delay = ctx.iteration_start_delay();
+                self.compute_s += delay;
+                self.trainer_free_at = self.trainer_free_at.max(start) + delay;
             }
-            let req = Request {
-                iter,
-                completed: None,
-                loss_sum: None,
-            };
-            ctx.send(RoleId::Coordinator, Message::strategy(&req)?);
+            let mut first_request_at = Some(self.trainer_free_at.max(start));
             while self.reduced.len() < self.levels() {
+                if first_request_at.is_some_and(|t| t <= ctx.now()) {
+                    first_request_at = None;
+                    let req = Request {
+                        iter,
+                        completed: None,
+                        loss_sum: None,
+                    };
+                    ctx.send(RoleId::Coordinator, Message::strategy(&req)?);
+                }
                 if self.in_flight.is_none() {
                     if let Some(work) = self.next_work() {
                         self.start(ctx, work)?;
@@ -714,12 +726,21 @@ impl Worker for FelaWorker {
                 let deadline = self
                     .in_flight
                     .as_ref()
-                    .map_or(f64::INFINITY, |f| f.ready_at);
+                    .map_or(f64::INFINITY, |f| f.ready_at)
+                    .min(first_request_at.unwrap_or(f64::INFINITY));
                 match ctx.recv_until(deadline).await? {
                     Some(env) => self.on_message(ctx, env)?,
+                    // The deadline passed: whatever was due by then is done (the clock's reading
+                    // may fall a tick short of it).
                     None => {
-                        if let Some(f) = self.in_flight.take() {
-                            self.finish(ctx, f.done)?;
+                        if first_request_at.is_some_and(|t| t <= deadline) {
+                            first_request_at = Some(f64::NEG_INFINITY);
+                        }
+                        let ready = self.in_flight.as_ref().is_some_and(|f| f.ready_at <= deadline);
+                        if ready {
+                            if let Some(f) = self.in_flight.take() {
+                                self.finish(ctx, f.done)?;
+                            }
                         }
                     }
                 }

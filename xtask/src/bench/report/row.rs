@@ -69,6 +69,11 @@ pub struct Row {
     /// Mean iteration time in the disturbed phases over the undisturbed phase (scenarios with
     /// `phases`).
     pub phase_ratio: Option<f64>,
+    /// Steady time per iteration less that of the same strategy and seed in the scenario's
+    /// `calm` twin (scenarios with `calm`): the delay stragglers add per iteration once
+    /// adaptive strategies have settled.
+    #[serde(default)]
+    pub per_iteration_delay_s: Option<f64>,
     /// Virtual seconds of the whole run.
     pub run_time_s: f64,
     /// Training loss of the last iteration.
@@ -117,6 +122,7 @@ impl Row {
             "time_to_target_s" => self.time_to_target_s,
             "iterations_to_target" => self.iterations_to_target.map(|i| i as f64),
             "phase_ratio" => self.phase_ratio,
+            "per_iteration_delay_s" => self.per_iteration_delay_s,
             "run_time_s" => Some(self.run_time_s),
             "final_loss" => self.final_loss,
             "final_accuracy" => self.final_accuracy,
@@ -137,6 +143,44 @@ impl Row {
 
 /// One CSV row per cell that has a result, in cell order.
 pub fn rows(
+    suite: &Suite,
+    scenarios: &[Scenario],
+    cells: &[Cell],
+    results: &[Option<CellResult>],
+) -> Vec<Row> {
+    let mut rows = cell_rows(suite, scenarios, cells, results);
+    // Per-iteration delays against each scenario's calm twin (same strategy and seed).
+    let calm_time: BTreeMap<(String, String, u64), f64> = rows
+        .iter()
+        .map(|r| {
+            let key = (r.scenario.clone(), r.strategy.clone(), r.seed);
+            (key, steady_or_mean(r))
+        })
+        .collect();
+    let calm_of: BTreeMap<&str, &str> = scenarios
+        .iter()
+        .filter_map(|sc| Some((sc.label.as_str(), sc.spec.calm.as_deref()?)))
+        .collect();
+    for row in &mut rows {
+        let Some(calm) = calm_of.get(row.scenario.as_str()) else {
+            continue;
+        };
+        let key = (calm.to_string(), row.strategy.clone(), row.seed);
+        row.per_iteration_delay_s = calm_time
+            .get(&key)
+            .map(|t| steady_or_mean(row) - t);
+    }
+    rows
+}
+
+/// A row's steady time per iteration, or its mean where the run is too short for one.
+fn steady_or_mean(r: &Row) -> f64 {
+    r.steady_time_per_iteration_s
+        .unwrap_or(r.time_per_iteration_s)
+}
+
+/// The rows of the cells that have a result, without cross-scenario measures.
+fn cell_rows(
     suite: &Suite,
     scenarios: &[Scenario],
     cells: &[Cell],
@@ -165,6 +209,7 @@ pub fn rows(
                 time_to_target_resolution_s: reached.map(|t| t.resolution_s),
                 iterations_to_target_resolution: reached.map(|t| t.resolution_iterations),
                 phase_ratio: sc.spec.phases.as_ref().and_then(|p| phase_ratio(r, p)),
+                per_iteration_delay_s: None,
                 run_time_s: m.run_time_s,
                 final_loss: m.final_loss,
                 final_accuracy: m.final_accuracy,

@@ -23,6 +23,10 @@ pub const METRICS: &[(&str, &str)] = &[
         "phase_ratio",
         "mean iteration time in disturbed phases / undisturbed phase",
     ),
+    (
+        "per_iteration_delay_s",
+        "steady time per iteration less the same strategy's in the scenario's `calm` twin (Fela's PID)",
+    ),
     ("run_time_s", "virtual seconds of the whole run"),
     ("final_loss", "training loss of the last iteration"),
     ("final_accuracy", "test accuracy at the end"),

@@ -81,6 +81,11 @@ pub struct ScenarioSpec {
     /// iteration time in the disturbed phases relative to the undisturbed one (`phase_ratio`).
     #[serde(default)]
     pub phases: Option<Phases>,
+    /// Label of the scenario that is this one without its stragglers: the report gives each
+    /// cell's per-iteration delay (`per_iteration_delay_s`, Fela's PID), its time per iteration
+    /// less that of the same strategy and seed there.
+    #[serde(default)]
+    pub calm: Option<String>,
     /// Labels of the suite's strategies run in this scenario (default: all of them, in suite
     /// order). Cells, tables, plots and claims of the scenario cover only these.
     #[serde(default)]

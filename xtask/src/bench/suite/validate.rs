@@ -81,6 +81,26 @@ pub fn check(suite: &Suite, bad: &dyn Fn(&str, String) -> BenchError) -> Result<
                 }
             }
         }
+        if let Some(calm) = &s.calm {
+            let other = suite.scenarios.iter().find(|o| &o.label == calm);
+            match other {
+                Some(o) if o.sweep.is_none() && o.label != s.label => {
+                    let runs = |sc| suite.scenario_strategies(sc);
+                    if !runs(s).iter().all(|t| runs(o).contains(t)) {
+                        return Err(bad(
+                            &format!("scenarios[{i}].calm"),
+                            format!("{calm:?} does not run every strategy this scenario runs"),
+                        ));
+                    }
+                }
+                _ => {
+                    return Err(bad(
+                        &format!("scenarios[{i}].calm"),
+                        format!("{calm:?} is not another, unswept scenario of this suite"),
+                    ))
+                }
+            }
+        }
         let in_scenario: Vec<&str> = suite
             .scenario_strategies(s)
             .into_iter()

@@ -63,6 +63,7 @@ pub fn row(strategy: &str, seed: u64, tpi: f64) -> Row {
         time_to_target_resolution_s: None,
         iterations_to_target_resolution: None,
         phase_ratio: None,
+        per_iteration_delay_s: None,
         steady_time_per_iteration_s: Some(tpi),
         run_time_s: tpi * 10.0,
         final_loss: Some(0.5),
