@@ -45,9 +45,7 @@ pub fn balanced_cuts(costs: &[f64], parts: usize) -> Vec<usize> {
     // where its last run starts.
     let mut best = vec![vec![f64::INFINITY; n + 1]; parts];
     let mut from = vec![vec![0usize; n + 1]; parts];
-    for i in 1..=n {
-        best[0][i] = prefix[i];
-    }
+    best[0][1..].copy_from_slice(&prefix[1..]);
     for k in 1..parts {
         for i in (k + 1)..=n {
             for j in k..i {

@@ -14,7 +14,9 @@
 //! traffic grows with X and that worker becomes the bottleneck at large batches.
 
 use super::held::{activations, Grads, Held};
-use super::math::{backward, forward, loss_seed, rows_from, samples, stage_output_shapes};
+use super::math::{
+    backward, forward, labels_of, loss_seed, rows_from, samples, stage_output_shapes,
+};
 use super::options::HpPlan;
 use super::protocol::{is_for, Act, Busy, Grad};
 use crate::submodel::{stage_input_shapes, Rows};
@@ -183,7 +185,7 @@ impl HybridWorker {
             parts.push(rows_from(payloads, a.rows, self.shape(plan.fc_from), net)?);
         }
         let x = Rows::concat(&parts)?;
-        let (_, labels) = samples(&job, net, total, iter, 0, total)?;
+        let labels = labels_of(&job, total, iter, 0, total);
         let work = plan.submodels.work(FC, total, 1.0);
         let t0 = ctx.now();
         let out = ctx

@@ -34,6 +34,15 @@ pub fn samples(
     Ok((Rows::Real(x), Some(labels)))
 }
 
+/// The labels of rows `offset..offset + rows` of iteration `iter`'s global batch (what the
+/// stage that computes the loss needs; `None` in throughput mode).
+pub fn labels_of(job: &Job, total: u64, iter: u64, offset: u64, rows: u64) -> Option<Vec<u32>> {
+    let data = job.data.as_ref()?;
+    let start = iter as u128 * total as u128 + offset as u128;
+    let idx = job.stream.range(start, rows as usize);
+    Some(idx.iter().map(|&i| data.train.labels[i]).collect())
+}
+
 /// Forward of `stages` on `x`: the output, and every stage's input kept for the backward pass.
 pub fn forward(
     net: Option<&StagedModel>,

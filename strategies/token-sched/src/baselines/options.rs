@@ -238,12 +238,9 @@ mod tests {
             matmul_flops: 1.0,
             ..LayerCost::default()
         };
-        assert_eq!(
-            first_fc(&[conv.clone(), conv.clone(), fc.clone(), fc.clone()]),
-            Some(2)
-        );
+        assert_eq!(first_fc(&[conv, conv, fc, fc]), Some(2));
         // An MLP is all FC: no conv part.
-        assert_eq!(first_fc(&[fc.clone(), fc]), None);
+        assert_eq!(first_fc(&[fc, fc]), None);
         assert_eq!(first_fc(&[conv]), None);
     }
 }

@@ -15,7 +15,9 @@
 //! computes, and messages meanwhile wait in its mailbox.
 
 use super::held::{accumulate, activations, Grads, Held};
-use super::math::{backward, forward, loss_seed, rows_from, samples, stage_output_shapes};
+use super::math::{
+    backward, forward, labels_of, loss_seed, rows_from, samples, stage_output_shapes,
+};
 use super::options::MpPlan;
 use super::protocol::{is_for, Act, Busy, Grad};
 use crate::submodel::{stage_input_shapes, Rows};
@@ -97,11 +99,9 @@ impl PipelineWorker {
                 })?;
                 let shape = self.shapes.as_ref().map(|sh| sh[stages.start].as_slice());
                 let x = rows_from(payloads, a.rows, shape, net)?;
-                let labels = if last {
-                    samples(&job, net, total, iter, offset, rows)?.1
-                } else {
-                    None
-                };
+                let labels = last
+                    .then(|| labels_of(&job, total, iter, offset, rows))
+                    .flatten();
                 (x, labels)
             };
             let work = plan.submodels.work(s, rows, StepPart::FORWARD);
