@@ -36,6 +36,7 @@
 
 #![warn(missing_docs)]
 
+pub mod baselines;
 pub mod coordinator;
 pub mod options;
 pub mod partition;
@@ -110,5 +111,6 @@ impl Strategy for Fela {
 /// Registers `fela`.
 pub fn register(registry: &mut Registry) -> Result<()> {
     registry.register(Arc::new(Fela))?;
+    baselines::register(registry)?;
     Ok(())
 }
