@@ -30,27 +30,50 @@ fn tiny(strategies: &[&str], options: &[(&str, &str)]) -> RunConfig {
 /// Optimizer state slots per parameter under the default optimizer (SGD with momentum).
 const MOMENTUM_SLOTS: u64 = 1;
 
-/// One run per strategy, with the smallest valid config, and the resident state its workers hold
-/// beyond parameters and gradients (in multiples of the parameter bytes).
-fn cases() -> Vec<(&'static str, RunConfig, u64)> {
+/// How much of the model each worker of a strategy holds.
+#[derive(Clone, Copy, Debug)]
+enum Holds {
+    /// A whole replica, with this many parameter-sized optimizer slots beside it.
+    Replica(u64),
+    /// A part (a pipeline stage, a hybrid worker's layers): the workers' parts together hold
+    /// the whole model's parameters and gradients, with this many optimizer slots.
+    Part(u64),
+}
+
+/// `tiny` with a deeper MLP (four stages), for strategies that split the model by stages.
+fn staged(strategies: &[&str], options: &[(&str, &str)]) -> RunConfig {
+    let mut cfg = tiny(strategies, options);
+    cfg.model = toml::from_str("kind = \"mlp\"\nhidden = [32, 16, 16]").expect("model");
+    cfg
+}
+
+/// One run per strategy, with the smallest valid config, and what its workers hold.
+fn cases() -> Vec<(&'static str, RunConfig, Holds)> {
     let mut resident = tiny(&["bsp"], &[]);
     resident.memory = Some("resident".into());
     let mut flexrr = tiny(&["flexrr"], &[("flexrr", "units = 4\ngroup_size = 2")]);
     flexrr.optimizer = toml::from_str("kind = \"sgd\"\nlr = 0.05\nmomentum = 0.0").expect("sgd");
+    let fela = staged(&["fela"], &[("fela", "boundaries = [1, 3]\nthreshold_batch = 4")]);
+    use Holds::{Part, Replica};
     vec![
-        ("bsp", tiny(&["bsp"], &[]), 0),
-        ("ssp", tiny(&["ssp"], &[]), 0),
-        ("asp", tiny(&["asp"], &[]), 0),
-        ("lb-bsp", tiny(&["bsp", "lb-bsp"], &[]), 0),
-        ("resident", resident, 0),
-        ("elastic-ps", tiny(&["elastic-ps"], &[]), 0),
+        ("bsp", tiny(&["bsp"], &[]), Replica(0)),
+        ("ssp", tiny(&["ssp"], &[]), Replica(0)),
+        ("asp", tiny(&["asp"], &[]), Replica(0)),
+        ("lb-bsp", tiny(&["bsp", "lb-bsp"], &[]), Replica(0)),
+        ("resident", resident, Replica(0)),
+        ("elastic-ps", tiny(&["elastic-ps"], &[]), Replica(0)),
         // Workers that apply the update themselves keep the optimizer state beside the replica.
-        ("allreduce", tiny(&["allreduce"], &[]), MOMENTUM_SLOTS),
-        ("rna", tiny(&["rna"], &[]), MOMENTUM_SLOTS),
-        ("eager-sgd", tiny(&["eager-sgd"], &[]), MOMENTUM_SLOTS),
-        ("ad-psgd", tiny(&["ad-psgd"], &[]), MOMENTUM_SLOTS),
+        ("allreduce", tiny(&["allreduce"], &[]), Replica(MOMENTUM_SLOTS)),
+        ("rna", tiny(&["rna"], &[]), Replica(MOMENTUM_SLOTS)),
+        ("eager-sgd", tiny(&["eager-sgd"], &[]), Replica(MOMENTUM_SLOTS)),
+        ("ad-psgd", tiny(&["ad-psgd"], &[]), Replica(MOMENTUM_SLOTS)),
         // FlexRR workers apply plain SGD deltas: no optimizer state.
-        ("flexrr", flexrr, 0),
+        ("flexrr", flexrr, Replica(0)),
+        // Any Fela worker may run any sub-model: a whole replica each.
+        ("fela", fela, Replica(MOMENTUM_SLOTS)),
+        // Fela's baselines split the model: a stage per worker, or conv and FC workers.
+        ("fela-mp", staged(&["fela-mp"], &[]), Part(MOMENTUM_SLOTS)),
+        ("fela-hp", staged(&["fela-hp"], &[("fela-hp", "fc_from = 2")]), Part(MOMENTUM_SLOTS)),
     ]
 }
 
@@ -81,25 +104,42 @@ fn the_cases_cover_every_registered_strategy() {
 
 #[test]
 fn every_strategy_reports_each_workers_measured_peak_memory() {
-    for (name, cfg, extra_state) in cases() {
+    for (name, cfg, holds) in cases() {
         let r = run(&cfg);
         let p = param_bytes(&r);
         assert!(p > 0, "{name}");
-        let floor = (2 + extra_state) * p;
-        for w in 0..cfg.workers {
-            let role = format!("worker-{w}");
-            let peak = *r
-                .summary
-                .peak_memory
-                .get(&role)
-                .unwrap_or_else(|| panic!("{name}: no peak for {role}: {:?}", r.summary));
-            assert!(peak > 0, "{name}: {role} peak is zero");
-            // Parameters and gradients (and optimizer state where the worker keeps it) are
-            // resident all run; a step's activations come on top.
-            assert!(
-                peak > floor,
-                "{name}: {role} peak {peak} B, parameters {p} B: expected more than {floor} B"
-            );
+        let peaks: Vec<u64> = (0..cfg.workers)
+            .map(|w| {
+                let role = format!("worker-{w}");
+                let peak = *r
+                    .summary
+                    .peak_memory
+                    .get(&role)
+                    .unwrap_or_else(|| panic!("{name}: no peak for {role}: {:?}", r.summary));
+                assert!(peak > 0, "{name}: {role} peak is zero");
+                peak
+            })
+            .collect();
+        // Parameters and gradients (and optimizer state where the worker keeps it) are resident
+        // all run; a step's activations come on top.
+        match holds {
+            Holds::Replica(extra) => {
+                let floor = (2 + extra) * p;
+                for (w, peak) in peaks.iter().enumerate() {
+                    assert!(
+                        *peak > floor,
+                        "{name}: worker-{w} peak {peak} B, parameters {p} B: expected more than {floor} B"
+                    );
+                }
+            }
+            Holds::Part(extra) => {
+                let floor = (2 + extra) * p;
+                let total: u64 = peaks.iter().sum();
+                assert!(
+                    total > floor,
+                    "{name}: worker peaks {peaks:?} sum to {total} B, parameters {p} B: expected more than {floor} B"
+                );
+            }
         }
         eprintln!(
             "{name}: parameters {p} B, worker peaks {:?}",

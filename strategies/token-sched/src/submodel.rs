@@ -236,6 +236,31 @@ pub fn stage_input_shapes(model: &ModelSpec) -> Option<Vec<Vec<usize>>> {
     }
 }
 
+/// The per-sample shape of each stage's output of a real model (`None` in throughput mode):
+/// what the gradient of a stage range's output is shaped like. It differs from the next
+/// stage's input shape where a convolution feeds a dense layer, which flattens its input.
+pub fn stage_output_shapes(model: &ModelSpec) -> Option<Vec<Vec<usize>>> {
+    let ModelSpec::Real { stages, .. } = model else {
+        return None;
+    };
+    Some(
+        stages
+            .iter()
+            .map(|s| match *s {
+                StageSpec::Dense { outputs, .. } => vec![outputs],
+                StageSpec::Conv {
+                    input,
+                    channels,
+                    pool,
+                } => {
+                    let d = if pool { 2 } else { 1 };
+                    vec![channels, input[1] / d, input[2] / d]
+                }
+            })
+            .collect(),
+    )
+}
+
 /// Forward of sub-model stages `stages` on `x`: the output, and every stage's input (kept for
 /// the backward pass).
 pub fn forward(

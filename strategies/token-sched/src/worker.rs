@@ -21,9 +21,10 @@ use crate::protocol::{
     Synced, WorkerStats,
 };
 use crate::server::{Token, TokenId};
-use crate::submodel::{self, stage_input_shapes, tensor_error, Rows};
+use crate::submodel::{self, stage_input_shapes, stage_output_shapes, tensor_error, Rows};
 use candle_core::Tensor;
 use concord_engine::collective::{Group, LocalModel, RingAllreduce};
+use concord_engine::memory::MemEvent;
 use concord_engine::model::Replica;
 use concord_engine::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -88,6 +89,8 @@ pub struct FelaWorker {
     replica: Option<Replica>,
     model: LocalModel,
     shapes: Option<Vec<Vec<usize>>>,
+    /// Per-sample shape of each stage's output (what a gradient of it is shaped like).
+    output_shapes: Option<Vec<Vec<usize>>>,
     iter: u64,
     assigned: Option<(Token, Vec<(TokenId, WorkerId)>)>,
     /// Outputs this worker produced and still holds.
@@ -121,6 +124,7 @@ impl FelaWorker {
             replica: job.replica(RoleId::Worker(id))?,
             model: LocalModel::new(&job),
             shapes: stage_input_shapes(&job.model),
+            output_shapes: stage_output_shapes(&job.model),
             job,
             opts,
             iter: 0,
@@ -235,9 +239,9 @@ impl FelaWorker {
                 )
             })?;
             let shape = self
-                .shapes
+                .output_shapes
                 .as_ref()
-                .map(|s| s[self.opts.submodels.stages(level).end].clone());
+                .map(|s| s[self.opts.submodels.stages(level).end - 1].clone());
             let device = self
                 .net()
                 .map(|n| n.device().clone())
@@ -406,9 +410,33 @@ impl FelaWorker {
         Some(Task::Forward(token, holders))
     }
 
-    /// Starts `work` on the trainer.
-    fn start(&mut self, ctx: &mut RoleContext, work: Task) -> Result<()> {
+    /// Starts `work` on the trainer, telling the memory policy about the activations it keeps
+    /// (a forward pass) or frees (a backward pass; the last level's token does both at once).
+    async fn start(&mut self, ctx: &mut RoleContext, work: Task) -> Result<()> {
         let t0 = ctx.now();
+        let (level, rows, forward, backward) = match &work {
+            Task::Forward(token, _) => {
+                let last = token.level + 1 == self.levels();
+                (token.level, token.batch(), true, last)
+            }
+            Task::Backward(token, _) => match self.saved.get(token) {
+                Some(s) => (s.level, s.rows, false, true),
+                None => (0, 0, false, false),
+            },
+        };
+        let stages = self.opts.submodels.stages(level);
+        if forward {
+            for stage in stages.clone() {
+                let bytes = self.job.stage_activation_bytes[stage] * rows;
+                ctx.memory_event(MemEvent::Forward { stage, bytes }).await?;
+            }
+        }
+        if backward {
+            for stage in stages.rev() {
+                let bytes = self.job.stage_activation_bytes[stage] * rows;
+                ctx.memory_event(MemEvent::Backward { stage, bytes }).await?;
+            }
+        }
         let (done, ready_at) = match work {
             Task::Forward(token, holders) => self.forward(ctx, token, holders)?,
             Task::Backward(token, grad) => self.backward_pass(ctx, token, grad)?,
@@ -720,7 +748,7 @@ impl Worker for FelaWorker {
                 }
                 if self.in_flight.is_none() {
                     if let Some(work) = self.next_work() {
-                        self.start(ctx, work)?;
+                        self.start(ctx, work).await?;
                     }
                 }
                 let deadline = self
@@ -736,7 +764,10 @@ impl Worker for FelaWorker {
                         if first_request_at.is_some_and(|t| t <= deadline) {
                             first_request_at = Some(f64::NEG_INFINITY);
                         }
-                        let ready = self.in_flight.as_ref().is_some_and(|f| f.ready_at <= deadline);
+                        let ready = self
+                            .in_flight
+                            .as_ref()
+                            .is_some_and(|f| f.ready_at <= deadline);
                         if ready {
                             if let Some(f) = self.in_flight.take() {
                                 self.finish(ctx, f.done)?;

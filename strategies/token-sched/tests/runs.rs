@@ -65,6 +65,25 @@ fn every_schedule_trains_sgd_over_the_global_batch() {
 }
 
 #[test]
+fn a_cnn_split_between_convolutions_and_dense_layers_trains_sgd() {
+    // Two conv stages and a dense one (the data's 32 features as 2 × 4 × 4): gradients cross
+    // conv → conv and conv → dense cuts.
+    let mut base = small(4, 8, 4);
+    base.model = toml::from_str("kind = \"cnn\"\nchannels = [4, 4]\nimage = [2, 4, 4]").unwrap();
+    let dp = run(&base);
+    for opts in [
+        "boundaries = [1]",
+        "boundaries = [2]",
+        "boundaries = [1, 2]",
+    ] {
+        let cfg = fela(base.clone(), &format!("{opts}\nthreshold_batch = 4\n"));
+        let r = run(&cfg);
+        let d = max_diff(dp.params.as_ref().unwrap(), r.params.as_ref().unwrap());
+        assert!(d < 1e-5, "{opts}: max |Δ| = {d}");
+    }
+}
+
+#[test]
 fn one_worker_equals_single_process_sgd() {
     let base = base(1, 32, 4);
     let dp = run(&base);

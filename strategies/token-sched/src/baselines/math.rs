@@ -6,7 +6,7 @@
 use super::held::Grads;
 use crate::submodel::{self, tensor_error, Rows};
 use candle_core::Tensor;
-use concord_engine::model::{ModelSpec, StageSpec, StagedModel};
+use concord_engine::model::StagedModel;
 use concord_engine::prelude::*;
 use std::ops::Range;
 
@@ -111,29 +111,4 @@ pub fn rows_from(
         .next()
         .unwrap_or(Payload::Virtual { elems: 0 });
     Rows::from_payload(payload, rows, shape, &device)
-}
-
-/// The per-sample shape of each stage's output of a real model (`None` in throughput mode):
-/// what the gradient of a stage range's output is shaped like. It differs from the next
-/// stage's input shape where a convolution feeds a dense layer, which flattens its input.
-pub fn stage_output_shapes(model: &ModelSpec) -> Option<Vec<Vec<usize>>> {
-    let ModelSpec::Real { stages, .. } = model else {
-        return None;
-    };
-    Some(
-        stages
-            .iter()
-            .map(|s| match *s {
-                StageSpec::Dense { outputs, .. } => vec![outputs],
-                StageSpec::Conv {
-                    input,
-                    channels,
-                    pool,
-                } => {
-                    let d = if pool { 2 } else { 1 };
-                    vec![channels, input[1] / d, input[2] / d]
-                }
-            })
-            .collect(),
-    )
 }

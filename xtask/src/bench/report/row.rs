@@ -166,9 +166,7 @@ pub fn rows(
             continue;
         };
         let key = (calm.to_string(), row.strategy.clone(), row.seed);
-        row.per_iteration_delay_s = calm_time
-            .get(&key)
-            .map(|t| steady_or_mean(row) - t);
+        row.per_iteration_delay_s = calm_time.get(&key).map(|t| steady_or_mean(row) - t);
     }
     rows
 }
