@@ -53,7 +53,10 @@ fn cases() -> Vec<(&'static str, RunConfig, Holds)> {
     resident.memory = Some("resident".into());
     let mut flexrr = tiny(&["flexrr"], &[("flexrr", "units = 4\ngroup_size = 2")]);
     flexrr.optimizer = toml::from_str("kind = \"sgd\"\nlr = 0.05\nmomentum = 0.0").expect("sgd");
-    let fela = staged(&["fela"], &[("fela", "boundaries = [1, 3]\nthreshold_batch = 4")]);
+    let fela = staged(
+        &["fela"],
+        &[("fela", "boundaries = [1, 3]\nthreshold_batch = 4")],
+    );
     use Holds::{Part, Replica};
     vec![
         ("bsp", tiny(&["bsp"], &[]), Replica(0)),
@@ -63,9 +66,17 @@ fn cases() -> Vec<(&'static str, RunConfig, Holds)> {
         ("resident", resident, Replica(0)),
         ("elastic-ps", tiny(&["elastic-ps"], &[]), Replica(0)),
         // Workers that apply the update themselves keep the optimizer state beside the replica.
-        ("allreduce", tiny(&["allreduce"], &[]), Replica(MOMENTUM_SLOTS)),
+        (
+            "allreduce",
+            tiny(&["allreduce"], &[]),
+            Replica(MOMENTUM_SLOTS),
+        ),
         ("rna", tiny(&["rna"], &[]), Replica(MOMENTUM_SLOTS)),
-        ("eager-sgd", tiny(&["eager-sgd"], &[]), Replica(MOMENTUM_SLOTS)),
+        (
+            "eager-sgd",
+            tiny(&["eager-sgd"], &[]),
+            Replica(MOMENTUM_SLOTS),
+        ),
         ("ad-psgd", tiny(&["ad-psgd"], &[]), Replica(MOMENTUM_SLOTS)),
         // FlexRR workers apply plain SGD deltas: no optimizer state.
         ("flexrr", flexrr, Replica(0)),
@@ -73,7 +84,11 @@ fn cases() -> Vec<(&'static str, RunConfig, Holds)> {
         ("fela", fela, Replica(MOMENTUM_SLOTS)),
         // Fela's baselines split the model: a stage per worker, or conv and FC workers.
         ("fela-mp", staged(&["fela-mp"], &[]), Part(MOMENTUM_SLOTS)),
-        ("fela-hp", staged(&["fela-hp"], &[("fela-hp", "fc_from = 2")]), Part(MOMENTUM_SLOTS)),
+        (
+            "fela-hp",
+            staged(&["fela-hp"], &[("fela-hp", "fc_from = 2")]),
+            Part(MOMENTUM_SLOTS),
+        ),
     ]
 }
 

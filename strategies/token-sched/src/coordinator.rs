@@ -205,7 +205,7 @@ impl TokenServerRole {
     fn change_case(&mut self, ctx: &mut RoleContext, case: Case) -> Result<()> {
         let level = self.opts.ctd_level;
         let old = self.members(level);
-        let lock = self.server_lock_hold();
+        let lock = self.lock_hold_s;
         let counters = self.server.counters().clone();
         merge(&mut self.past, &counters);
         self.server = build_server(&self.opts, self.workers, &case, lock)?;
@@ -225,9 +225,6 @@ impl TokenServerRole {
         Ok(())
     }
 
-    fn server_lock_hold(&self) -> f64 {
-        self.lock_hold_s
-    }
 
     fn figures(&self) -> Vec<(String, f64)> {
         let mut c = self.past.clone();

@@ -35,3 +35,43 @@ fn two_runs_of_the_same_cell_give_the_same_row() {
     assert_ne!(key, cache_key("v", &other));
     assert_ne!(key, cache_key("w", &cell.config));
 }
+
+#[test]
+fn a_scenario_with_a_calm_twin_gives_the_per_iteration_delay() {
+    // "some" is "all" with a slow worker; "all" is its calm twin.
+    let text = super::common::SUBSETS.replace(
+        "label = \"some\"\nstrategies = [\"asp\", \"bsp\"]\nconfig = { workers = 2, servers = 1, iterations = 12 }",
+        "label = \"some\"\nstrategies = [\"asp\", \"bsp\"]\ncalm = \"all\"\nconfig = { workers = 2, servers = 1, iterations = 12, stragglers = [{ pattern = \"slow-worker\", delay = 1.0 }] }",
+    );
+    let s = parse(&text).expect("suite");
+    let scenarios = s.scenarios_expanded();
+    let cells = s.cells(&scenarios).expect("cells");
+    let results: Vec<_> = cells.iter().map(|c| run_cell(&c.config).ok()).collect();
+    let rows = rows(&s, &scenarios, &cells, &results);
+    for r in rows.iter().filter(|r| r.scenario == "some") {
+        let calm = rows
+            .iter()
+            .find(|c| c.scenario == "all" && c.strategy == r.strategy && c.seed == r.seed)
+            .expect("calm row");
+        let steady = |r: &crate::bench::report::row::Row| {
+            r.steady_time_per_iteration_s
+                .unwrap_or(r.time_per_iteration_s)
+        };
+        let d = r.per_iteration_delay_s.expect("a delay");
+        assert!((d - (steady(r) - steady(calm))).abs() < 1e-12, "{r:?}");
+        assert!(d > 0.0, "a slow worker adds delay: {r:?}");
+    }
+    assert!(rows
+        .iter()
+        .filter(|r| r.scenario == "all")
+        .all(|r| r.per_iteration_delay_s.is_none()));
+    // The twin must be another, unswept scenario of the suite that runs every strategy.
+    for (calm, why) in [("nowhere", "not another"), ("some", "not another")] {
+        let bad = text.replace("calm = \"all\"", &format!("calm = \"{calm}\""));
+        let msg = parse(&bad).expect_err("bad twin").to_string();
+        assert!(
+            msg.contains("scenarios[1].calm") && msg.contains(why),
+            "{msg}"
+        );
+    }
+}

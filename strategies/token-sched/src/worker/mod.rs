@@ -1,0 +1,367 @@
+//! The Fela worker (§III-C): a trainer that runs whatever token it is given, a coordinator that
+//! sends and receives the outputs tokens depend on, and the parameter chunks it keeps.
+//!
+//! One event loop: the trainer's compute runs on the role's clock without blocking the
+//! communication side ([`RoleContext::compute_deferred`]), which meanwhile answers the token
+//! server's send requests, stores arriving outputs and gradients, and runs sub-model
+//! synchronizations (ring allreduce over the sub-model's members) as soon as the token server
+//! says a sub-model's backward passes are all done — so the sync of one sub-model overlaps the
+//! backward passes of the others.
+//!
+//! Backward passes are not scheduled as tokens (the paper leaves them out; spec A1.10): a token's
+//! backward runs on the worker that ran its forward, which holds its activations. A last-level
+//! token runs forward, loss and backward in one go and sends each dependency's slice of its
+//! input gradient to that dependency's holder, and so on down. The trainer runs pending backward
+//! passes before new tokens. The loss of a token is its rows' share of the iteration's mean loss,
+//! so the summed gradients are exactly those of one SGD step over the X samples.
+
+mod sync;
+mod trainer;
+
+use crate::options::Resolved;
+use crate::protocol::{
+    Assign, Grad, Handover, Joining, Output, Params, PrepareSend, Request, Sync, Synced,
+    WorkerStats,
+};
+use crate::server::{Token, TokenId};
+use crate::submodel::{stage_input_shapes, stage_output_shapes, Rows};
+use concord_engine::collective::{LocalModel, RingAllreduce};
+use concord_engine::model::Replica;
+use concord_engine::prelude::*;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use trainer::{InFlight, Saved, Task};
+
+/// One Fela worker.
+pub struct FelaWorker {
+    id: WorkerId,
+    job: Arc<Job>,
+    opts: Resolved,
+    replica: Option<Replica>,
+    model: LocalModel,
+    shapes: Option<Vec<Vec<usize>>>,
+    /// Per-sample shape of each stage's output (what a gradient of it is shaped like).
+    output_shapes: Option<Vec<Vec<usize>>>,
+    iter: u64,
+    assigned: Option<(Token, Vec<(TokenId, WorkerId)>)>,
+    /// Outputs this worker produced and still holds.
+    outputs: BTreeMap<TokenId, Rows>,
+    /// Outputs fetched from other workers.
+    fetched: BTreeMap<TokenId, Rows>,
+    saved: BTreeMap<TokenId, Saved>,
+    backward: VecDeque<(TokenId, Rows)>,
+    /// Per sub-model gradient sums of this iteration (real models).
+    grads: Vec<Option<Vec<Vec<f32>>>>,
+    rings: BTreeMap<usize, RingAllreduce>,
+    reduced: BTreeMap<usize, Option<Payload>>,
+    pending_syncs: Vec<Sync>,
+    early_hops: Vec<Envelope>,
+    stale: BTreeSet<usize>,
+    loss: f64,
+    rows_done: u64,
+    compute_s: f64,
+    stats: WorkerStats,
+    in_flight: Option<InFlight>,
+    /// When the trainer is free of a late start's delay.
+    trainer_free_at: f64,
+}
+
+impl FelaWorker {
+    /// Worker `id` of `job`.
+    pub fn new(job: Arc<Job>, id: WorkerId, opts: Resolved) -> Result<FelaWorker> {
+        let levels = opts.submodels.len();
+        Ok(FelaWorker {
+            id,
+            replica: job.replica(RoleId::Worker(id))?,
+            model: LocalModel::new(&job),
+            shapes: stage_input_shapes(&job.model),
+            output_shapes: stage_output_shapes(&job.model),
+            job,
+            opts,
+            iter: 0,
+            assigned: None,
+            outputs: BTreeMap::new(),
+            fetched: BTreeMap::new(),
+            saved: BTreeMap::new(),
+            backward: VecDeque::new(),
+            grads: vec![None; levels],
+            rings: BTreeMap::new(),
+            reduced: BTreeMap::new(),
+            pending_syncs: Vec::new(),
+            early_hops: Vec::new(),
+            stale: BTreeSet::new(),
+            loss: f64::NAN,
+            rows_done: 0,
+            compute_s: 0.0,
+            stats: WorkerStats::default(),
+            in_flight: None,
+            trainer_free_at: 0.0,
+        })
+    }
+
+    fn levels(&self) -> usize {
+        self.opts.submodels.len()
+    }
+
+    fn net(&self) -> Option<&concord_engine::model::StagedModel> {
+        self.replica.as_ref().and_then(Replica::model)
+    }
+
+    /// The per-sample shape of sub-model `level`'s input.
+    fn input_shape(&self, level: usize) -> Option<&[usize]> {
+        let first = self.opts.submodels.stages(level).start;
+        self.shapes.as_ref().map(|s| s[first].as_slice())
+    }
+
+    fn send_rows<T: StrategyMessage>(
+        &mut self,
+        ctx: &RoleContext,
+        to: WorkerId,
+        body: &T,
+        rows: &Rows,
+        bytes_per_row: u64,
+    ) -> Result<()> {
+        let payload = rows.to_payload(bytes_per_row)?;
+        ctx.send(
+            RoleId::Worker(to),
+            Message::strategy_with(body, vec![payload])?,
+        );
+        Ok(())
+    }
+
+    /// Handles one message from a peer or the token server.
+    fn on_message(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<()> {
+        if matches!(env.msg, Message::Collective { .. }) {
+            let level = self
+                .rings
+                .iter()
+                .find(|(_, r)| r.wants(&env))
+                .map(|(l, _)| *l);
+            match level {
+                Some(l) => {
+                    if let Some(r) = self.rings.get_mut(&l) {
+                        r.on_message(ctx, env)?;
+                    }
+                    self.finish_rings();
+                }
+                None => self.early_hops.push(env),
+            }
+            return Ok(());
+        }
+        let from = env.from;
+        let msg = env.msg;
+        if let Some((a, _)) = msg.clone().into_strategy::<Assign>()? {
+            self.on_assign(a);
+        } else if let Some(p) = msg.decode::<PrepareSend>()? {
+            for t in p.tokens {
+                let rows = self.outputs.remove(&t).ok_or_else(|| {
+                    EngineError::protocol(
+                        ctx.id(),
+                        format!("asked for the output of token {t}, which it does not hold"),
+                    )
+                })?;
+                let level = self.saved.get(&t).map_or(0, |s| s.level);
+                let body = Output {
+                    iter: p.iter,
+                    token: t,
+                    rows: rows.rows()?,
+                };
+                let per_row = self.opts.submodels.output_bytes(level);
+                self.send_rows(ctx, p.to, &body, &rows, per_row)?;
+            }
+        } else if let Some((o, payloads)) = msg.clone().into_strategy::<Output>()? {
+            let level = self.assigned.as_ref().map_or(1, |(t, _)| t.level);
+            let shape = self.input_shape(level).map(<[usize]>::to_vec);
+            let device = self
+                .net()
+                .map(|n| n.device().clone())
+                .unwrap_or(candle_core::Device::Cpu);
+            let payload = payloads
+                .into_iter()
+                .next()
+                .unwrap_or(Payload::Virtual { elems: 0 });
+            let rows = Rows::from_payload(payload, o.rows, shape.as_deref(), &device)?;
+            self.fetched.insert(o.token, rows);
+        } else if let Some((g, payloads)) = msg.clone().into_strategy::<Grad>()? {
+            let level = self.saved.get(&g.token).map(|s| s.level).ok_or_else(|| {
+                EngineError::protocol(
+                    ctx.id(),
+                    format!("a gradient for token {} it did not run", g.token),
+                )
+            })?;
+            let shape = self
+                .output_shapes
+                .as_ref()
+                .map(|s| s[self.opts.submodels.stages(level).end - 1].clone());
+            let device = self
+                .net()
+                .map(|n| n.device().clone())
+                .unwrap_or(candle_core::Device::Cpu);
+            let payload = payloads
+                .into_iter()
+                .next()
+                .unwrap_or(Payload::Virtual { elems: 0 });
+            let rows = Rows::from_payload(payload, g.rows, shape.as_deref(), &device)?;
+            self.backward.push_back((g.token, rows));
+        } else if let Some(s) = msg.decode::<Sync>()? {
+            if let Some(l) = s.loss {
+                self.loss = l;
+            }
+            self.pending_syncs.push(s);
+            self.start_syncs(ctx)?;
+        } else if let Some(h) = msg.decode::<Handover>()? {
+            let payload = match self.model.params() {
+                Some(_) => Payload::Real(self.model.export(self.opts.submodels.params(h.level))),
+                None => Payload::Virtual {
+                    elems: self.opts.submodels.param_bytes(h.level) / 4,
+                },
+            };
+            for to in h.to {
+                let msg =
+                    Message::strategy_with(&Params { level: h.level }, vec![payload.clone()])?;
+                ctx.send(RoleId::Worker(to), msg);
+            }
+        } else if let Some(j) = msg.decode::<Joining>()? {
+            self.stale.insert(j.level);
+        } else if let Some((p, payloads)) = msg.clone().into_strategy::<Params>()? {
+            self.take_params(ctx, p.level, payloads)?;
+            self.start_syncs(ctx)?;
+        } else {
+            return Err(EngineError::protocol(
+                ctx.id(),
+                format!("unexpected message from {from}: {msg:?}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn on_assign(&mut self, a: Assign) {
+        for &(_, holder) in &a.holders {
+            if holder == self.id {
+                self.stats.local_fetches += 1;
+            } else {
+                self.stats.remote_fetches += 1;
+            }
+        }
+        self.assigned = Some((a.token, a.holders));
+    }
+
+    /// The next work for the trainer: a pending backward pass first, then the assigned token
+    /// once its inputs are here (never work on a sub-model whose parameters are still coming).
+    fn next_work(&mut self) -> Option<Task> {
+        let pos = self.backward.iter().position(|(t, _)| {
+            self.saved
+                .get(t)
+                .is_some_and(|s| !self.stale.contains(&s.level))
+        });
+        if let Some(p) = pos {
+            let (t, g) = self.backward.remove(p)?;
+            return Some(Task::Backward(t, g));
+        }
+        let (token, holders) = self.assigned.as_ref()?;
+        if self.stale.contains(&token.level) {
+            return None;
+        }
+        let have = holders.iter().all(|(d, h)| {
+            if *h == self.id {
+                self.outputs.contains_key(d)
+            } else {
+                self.fetched.contains_key(d)
+            }
+        });
+        if !have {
+            return None;
+        }
+        let (token, holders) = self.assigned.take()?;
+        Some(Task::Forward(token, holders))
+    }
+}
+
+#[async_trait]
+impl Worker for FelaWorker {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
+        let job = self.job.clone();
+        hold_replica(ctx, &job).await?;
+        hold_optimizer_state(ctx, &job).await?;
+        if let (Some(r), Some(p)) = (&self.replica, self.model.params()) {
+            r.set_params(p)?;
+        }
+        let mut records = Vec::new();
+        for iter in job.clocks() {
+            self.iter = iter;
+            ctx.set_iter(iter);
+            let start = ctx.now();
+            (self.rows_done, self.compute_s, self.loss) = (0, 0.0, f64::NAN);
+            // A late start delays the trainer's first request; the worker's communication
+            // (outputs, gradients, syncs) goes on meanwhile. The trainer may still be asleep
+            // from a start delay longer than the last iteration.
+            if self.opts.late_start {
+                let delay = ctx.iteration_start_delay();
+                self.compute_s += delay;
+                self.trainer_free_at = self.trainer_free_at.max(start) + delay;
+            }
+            let mut first_request_at = Some(self.trainer_free_at.max(start));
+            while self.reduced.len() < self.levels() {
+                if first_request_at.is_some_and(|t| t <= ctx.now()) {
+                    first_request_at = None;
+                    let req = Request {
+                        iter,
+                        completed: None,
+                        loss_sum: None,
+                    };
+                    ctx.send(RoleId::Coordinator, Message::strategy(&req)?);
+                }
+                if self.in_flight.is_none() {
+                    if let Some(work) = self.next_work() {
+                        self.start(ctx, work).await?;
+                    }
+                }
+                let deadline = self
+                    .in_flight
+                    .as_ref()
+                    .map_or(f64::INFINITY, |f| f.ready_at)
+                    .min(first_request_at.unwrap_or(f64::INFINITY));
+                match ctx.recv_until(deadline).await? {
+                    Some(env) => self.on_message(ctx, env)?,
+                    // The deadline passed: whatever was due by then is done (the clock's reading
+                    // may fall a tick short of it).
+                    None => {
+                        if first_request_at.is_some_and(|t| t <= deadline) {
+                            first_request_at = Some(f64::NEG_INFINITY);
+                        }
+                        let ready = self
+                            .in_flight
+                            .as_ref()
+                            .is_some_and(|f| f.ready_at <= deadline);
+                        if ready {
+                            if let Some(f) = self.in_flight.take() {
+                                self.finish(ctx, f.done)?;
+                            }
+                        }
+                    }
+                }
+            }
+            self.apply(ctx)?;
+            self.outputs.clear();
+            self.fetched.clear();
+            ctx.send(RoleId::Coordinator, Message::strategy(&Synced { iter })?);
+            let tally = ClockTally {
+                samples: self.rows_done,
+                compute_s: self.compute_s,
+                wait_s: 0.0,
+                comm_s: 0.0,
+                loss: self.loss,
+                version_read: iter as i64,
+                bytes_sent: 0,
+            };
+            records.push(close_clock(ctx, &job, iter, start, tally));
+        }
+        ctx.send(RoleId::Coordinator, Message::strategy(&self.stats)?);
+        ctx.send(RoleId::Coordinator, Message::WorkerDone);
+        Ok(WorkerReport {
+            iterations: records,
+            model: (self.id == 0).then(|| self.model.report(&job.layout)),
+            state: None,
+        })
+    }
+}
