@@ -225,7 +225,6 @@ impl TokenServerRole {
         Ok(())
     }
 
-
     fn figures(&self) -> Vec<(String, f64)> {
         let mut c = self.past.clone();
         merge(&mut c, self.server.counters());

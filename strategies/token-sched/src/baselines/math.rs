@@ -94,21 +94,3 @@ pub fn backward(
         _ => Ok((None, Rows::Virtual { rows: g.rows()? })),
     }
 }
-
-/// Rows out of a received payload, shaped `[rows, shape..]` on `net`'s device (virtual in
-/// throughput mode).
-pub fn rows_from(
-    payloads: Vec<Payload>,
-    rows: u64,
-    shape: Option<&[usize]>,
-    net: Option<&StagedModel>,
-) -> Result<Rows> {
-    let device = net
-        .map(|n| n.device().clone())
-        .unwrap_or(candle_core::Device::Cpu);
-    let payload = payloads
-        .into_iter()
-        .next()
-        .unwrap_or(Payload::Virtual { elems: 0 });
-    Rows::from_payload(payload, rows, shape, &device)
-}

@@ -15,10 +15,10 @@
 //! computes, and messages meanwhile wait in its mailbox.
 
 use super::held::{accumulate, activations, Grads, Held};
-use super::math::{backward, forward, labels_of, loss_seed, rows_from, samples};
+use super::math::{backward, forward, labels_of, loss_seed, samples};
 use super::options::MpPlan;
 use super::protocol::{is_for, Act, Busy, Grad};
-use crate::submodel::{stage_input_shapes, stage_output_shapes, Rows};
+use crate::submodel::{rows_from, stage_input_shapes, stage_output_shapes, Rows};
 use candle_core::Tensor;
 use concord_engine::model::{Replica, StagedModel};
 use concord_engine::prelude::*;

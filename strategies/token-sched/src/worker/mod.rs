@@ -24,7 +24,7 @@ use crate::protocol::{
     WorkerStats,
 };
 use crate::server::{Token, TokenId};
-use crate::submodel::{stage_input_shapes, stage_output_shapes, Rows};
+use crate::submodel::{rows_from, stage_input_shapes, stage_output_shapes, Rows};
 use concord_engine::collective::{LocalModel, RingAllreduce};
 use concord_engine::model::Replica;
 use concord_engine::prelude::*;
@@ -150,87 +150,104 @@ impl FelaWorker {
         }
         let from = env.from;
         let msg = env.msg;
-        if let Some((a, _)) = msg.clone().into_strategy::<Assign>()? {
-            self.on_assign(a);
-        } else if let Some(p) = msg.decode::<PrepareSend>()? {
-            for t in p.tokens {
-                let rows = self.outputs.remove(&t).ok_or_else(|| {
+        let tag = match &msg {
+            Message::Custom(m) => m.tag.clone(),
+            _ => String::new(),
+        };
+        let me = ctx.id();
+        match tag.as_str() {
+            Assign::TAG => {
+                let (a, _) = typed::<Assign>(me, msg)?;
+                self.on_assign(a);
+            }
+            PrepareSend::TAG => {
+                let p = typed::<PrepareSend>(me, msg)?.0;
+                self.send_outputs(ctx, p)?;
+            }
+            Output::TAG => {
+                let (o, payloads) = typed::<Output>(me, msg)?;
+                let level = self.assigned.as_ref().map_or(1, |(t, _)| t.level);
+                let shape = self.input_shape(level).map(<[usize]>::to_vec);
+                let rows = rows_from(payloads, o.rows, shape.as_deref(), self.net())?;
+                self.fetched.insert(o.token, rows);
+            }
+            Grad::TAG => {
+                let (g, payloads) = typed::<Grad>(me, msg)?;
+                let level = self.saved.get(&g.token).map(|s| s.level).ok_or_else(|| {
                     EngineError::protocol(
                         ctx.id(),
-                        format!("asked for the output of token {t}, which it does not hold"),
+                        format!("a gradient for token {} it did not run", g.token),
                     )
                 })?;
-                let level = self.saved.get(&t).map_or(0, |s| s.level);
-                let body = Output {
-                    iter: p.iter,
-                    token: t,
-                    rows: rows.rows()?,
-                };
-                let per_row = self.opts.submodels.output_bytes(level);
-                self.send_rows(ctx, p.to, &body, &rows, per_row)?;
+                let last_stage = self.opts.submodels.stages(level).end - 1;
+                let shape = self.output_shapes.as_ref().map(|s| s[last_stage].clone());
+                let rows = rows_from(payloads, g.rows, shape.as_deref(), self.net())?;
+                self.backward.push_back((g.token, rows));
             }
-        } else if let Some((o, payloads)) = msg.clone().into_strategy::<Output>()? {
-            let level = self.assigned.as_ref().map_or(1, |(t, _)| t.level);
-            let shape = self.input_shape(level).map(<[usize]>::to_vec);
-            let device = self
-                .net()
-                .map(|n| n.device().clone())
-                .unwrap_or(candle_core::Device::Cpu);
-            let payload = payloads
-                .into_iter()
-                .next()
-                .unwrap_or(Payload::Virtual { elems: 0 });
-            let rows = Rows::from_payload(payload, o.rows, shape.as_deref(), &device)?;
-            self.fetched.insert(o.token, rows);
-        } else if let Some((g, payloads)) = msg.clone().into_strategy::<Grad>()? {
-            let level = self.saved.get(&g.token).map(|s| s.level).ok_or_else(|| {
+            Sync::TAG => {
+                let s = typed::<Sync>(me, msg)?.0;
+                if let Some(l) = s.loss {
+                    self.loss = l;
+                }
+                self.pending_syncs.push(s);
+                self.start_syncs(ctx)?;
+            }
+            Handover::TAG => {
+                let h = typed::<Handover>(me, msg)?.0;
+                self.hand_over(ctx, h)?;
+            }
+            Joining::TAG => {
+                let j = typed::<Joining>(me, msg)?.0;
+                self.stale.insert(j.level);
+            }
+            Params::TAG => {
+                let (p, payloads) = typed::<Params>(me, msg)?;
+                self.take_params(ctx, p.level, payloads)?;
+                self.start_syncs(ctx)?;
+            }
+            _ => {
+                return Err(EngineError::protocol(
+                    me,
+                    format!("unexpected message from {from}: {msg:?}"),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the outputs the token server asked for to the worker that needs them.
+    fn send_outputs(&mut self, ctx: &RoleContext, p: PrepareSend) -> Result<()> {
+        for t in p.tokens {
+            let rows = self.outputs.remove(&t).ok_or_else(|| {
                 EngineError::protocol(
                     ctx.id(),
-                    format!("a gradient for token {} it did not run", g.token),
+                    format!("asked for the output of token {t}, which it does not hold"),
                 )
             })?;
-            let shape = self
-                .output_shapes
-                .as_ref()
-                .map(|s| s[self.opts.submodels.stages(level).end - 1].clone());
-            let device = self
-                .net()
-                .map(|n| n.device().clone())
-                .unwrap_or(candle_core::Device::Cpu);
-            let payload = payloads
-                .into_iter()
-                .next()
-                .unwrap_or(Payload::Virtual { elems: 0 });
-            let rows = Rows::from_payload(payload, g.rows, shape.as_deref(), &device)?;
-            self.backward.push_back((g.token, rows));
-        } else if let Some(s) = msg.decode::<Sync>()? {
-            if let Some(l) = s.loss {
-                self.loss = l;
-            }
-            self.pending_syncs.push(s);
-            self.start_syncs(ctx)?;
-        } else if let Some(h) = msg.decode::<Handover>()? {
-            let payload = match self.model.params() {
-                Some(_) => Payload::Real(self.model.export(self.opts.submodels.params(h.level))),
-                None => Payload::Virtual {
-                    elems: self.opts.submodels.param_bytes(h.level) / 4,
-                },
+            let level = self.saved.get(&t).map_or(0, |s| s.level);
+            let body = Output {
+                iter: p.iter,
+                token: t,
+                rows: rows.rows()?,
             };
-            for to in h.to {
-                let msg =
-                    Message::strategy_with(&Params { level: h.level }, vec![payload.clone()])?;
-                ctx.send(RoleId::Worker(to), msg);
-            }
-        } else if let Some(j) = msg.decode::<Joining>()? {
-            self.stale.insert(j.level);
-        } else if let Some((p, payloads)) = msg.clone().into_strategy::<Params>()? {
-            self.take_params(ctx, p.level, payloads)?;
-            self.start_syncs(ctx)?;
-        } else {
-            return Err(EngineError::protocol(
-                ctx.id(),
-                format!("unexpected message from {from}: {msg:?}"),
-            ));
+            let per_row = self.opts.submodels.output_bytes(level);
+            self.send_rows(ctx, p.to, &body, &rows, per_row)?;
+        }
+        Ok(())
+    }
+
+    /// Gives sub-model `h.level`'s values and optimizer state to the workers joining its CTD
+    /// subset.
+    fn hand_over(&mut self, ctx: &RoleContext, h: Handover) -> Result<()> {
+        let payload = match self.model.params() {
+            Some(_) => Payload::Real(self.model.export(self.opts.submodels.params(h.level))),
+            None => Payload::Virtual {
+                elems: self.opts.submodels.param_bytes(h.level) / 4,
+            },
+        };
+        for to in h.to {
+            let msg = Message::strategy_with(&Params { level: h.level }, vec![payload.clone()])?;
+            ctx.send(RoleId::Worker(to), msg);
         }
         Ok(())
     }
@@ -275,6 +292,13 @@ impl FelaWorker {
         let (token, holders) = self.assigned.take()?;
         Some(Task::Forward(token, holders))
     }
+}
+
+/// A strategy message whose tag was matched, with its tensors.
+fn typed<T: StrategyMessage>(me: RoleId, msg: Message) -> Result<(T, Vec<Payload>)> {
+    msg.into_strategy::<T>()?.ok_or_else(|| {
+        EngineError::protocol(me, format!("a message tagged {} that is not one", T::TAG))
+    })
 }
 
 #[async_trait]
