@@ -94,15 +94,20 @@ fn summary(run: &Path) -> serde_json::Value {
 
 /// Runs `strategies` (with `body` appended to the config) under 2 processes of 2 workers each.
 fn runs_under_processes(strategies: &str, body: &str) {
+    runs_under_processes_with(strategies, body, &[]);
+}
+
+/// [`runs_under_processes`] with more `--set` overrides.
+fn runs_under_processes_with(strategies: &str, body: &str, sets: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), 2, 4, "", body);
     let out = dir.path().join("run");
-    launch(
-        2,
-        &cfg,
-        &out,
-        &["--set", &format!("strategies={strategies}")],
-    );
+    let strategies = format!("strategies={strategies}");
+    let mut args = vec!["--set", strategies.as_str()];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    launch(2, &cfg, &out, &args);
     let s = summary(&out);
     assert_eq!(s["runtime"], "process");
     assert_eq!(s["workers"], 4);
@@ -165,6 +170,27 @@ fn flexrr_runs_under_processes_and_its_ledger_verifies() {
 #[test]
 fn elastic_ps_runs_under_processes() {
     runs_under_processes("[\"elastic-ps\"]", "");
+}
+
+/// Fela tunes through weight cases and CTD subsets (a sub-model handed over between processes)
+/// while tokens, outputs and gradients cross them.
+#[test]
+fn fela_runs_under_processes() {
+    runs_under_processes_with(
+        "[\"fela\"]",
+        "[strategy.fela]\nboundaries = [1, 2]\nthreshold_batch = 4\ntune_iters = 1\n",
+        &["model.hidden=[32, 16]"],
+    );
+}
+
+#[test]
+fn fela_mp_runs_under_processes() {
+    runs_under_processes_with("[\"fela-mp\"]", "", &["model.hidden=[32, 16, 16]"]);
+}
+
+#[test]
+fn fela_hp_runs_under_processes() {
+    runs_under_processes_with("[\"fela-hp\"]", "[strategy.fela-hp]\nfc_from = 1\n", &[]);
 }
 
 /// BSP and allreduce aggregate in a canonical order: eight processes end where `sim` ends.

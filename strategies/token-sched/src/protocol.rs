@@ -55,6 +55,9 @@ pub struct Output {
     pub iter: u64,
     /// The token whose output this is.
     pub token: TokenId,
+    /// The token's level: the output is the input of sub-model `level + 1` (the message may
+    /// arrive before the assignment that needs it).
+    pub level: usize,
     /// Rows.
     pub rows: u64,
 }

@@ -57,6 +57,8 @@ pub struct FelaWorker {
     pending_syncs: Vec<Sync>,
     early_hops: Vec<Envelope>,
     stale: BTreeSet<usize>,
+    /// Sub-models whose values arrived before the notice that this worker joins their subset.
+    early_params: BTreeSet<usize>,
     loss: f64,
     rows_done: u64,
     compute_s: f64,
@@ -90,6 +92,7 @@ impl FelaWorker {
             pending_syncs: Vec::new(),
             early_hops: Vec::new(),
             stale: BTreeSet::new(),
+            early_params: BTreeSet::new(),
             loss: f64::NAN,
             rows_done: 0,
             compute_s: 0.0,
@@ -166,8 +169,7 @@ impl FelaWorker {
             }
             Output::TAG => {
                 let (o, payloads) = typed::<Output>(me, msg)?;
-                let level = self.assigned.as_ref().map_or(1, |(t, _)| t.level);
-                let shape = self.input_shape(level).map(<[usize]>::to_vec);
+                let shape = self.input_shape(o.level + 1).map(<[usize]>::to_vec);
                 let rows = rows_from(payloads, o.rows, shape.as_deref(), self.net())?;
                 self.fetched.insert(o.token, rows);
             }
@@ -197,8 +199,11 @@ impl FelaWorker {
                 self.hand_over(ctx, h)?;
             }
             Joining::TAG => {
+                // The values may have come first (messages from two senders race).
                 let j = typed::<Joining>(me, msg)?.0;
-                self.stale.insert(j.level);
+                if !self.early_params.remove(&j.level) {
+                    self.stale.insert(j.level);
+                }
             }
             Params::TAG => {
                 let (p, payloads) = typed::<Params>(me, msg)?;
@@ -228,6 +233,7 @@ impl FelaWorker {
             let body = Output {
                 iter: p.iter,
                 token: t,
+                level,
                 rows: rows.rows()?,
             };
             let per_row = self.opts.submodels.output_bytes(level);

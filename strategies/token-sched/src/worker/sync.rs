@@ -33,7 +33,9 @@ impl FelaWorker {
                 r.set_params(p)?;
             }
         }
-        self.stale.remove(&level);
+        if !self.stale.remove(&level) {
+            self.early_params.insert(level);
+        }
         Ok(())
     }
 
