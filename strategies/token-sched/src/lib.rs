@@ -38,6 +38,7 @@
 
 pub mod baselines;
 pub mod coordinator;
+pub mod math;
 pub mod options;
 pub mod partition;
 pub mod plan;

@@ -8,6 +8,7 @@
 //! training step, a backward pass two thirds.
 
 use candle_core::{Device, Tensor};
+use concord_engine::memory::MemEvent;
 use concord_engine::model::{ModelSpec, StageSpec, StagedModel};
 use concord_engine::prelude::*;
 use std::ops::Range;
@@ -331,4 +332,31 @@ pub fn rows_from(
         .next()
         .unwrap_or(Payload::Virtual { elems: 0 });
     Rows::from_payload(payload, rows, shape, &device)
+}
+
+/// Tells the memory policy that stages `stages` ran forward on `rows` samples and keep their
+/// activations for the backward pass (`kept`), or ran backward and free them. A pipeline stage
+/// keeps every micro-batch's activations until its backward pass (no recomputation).
+pub async fn activations(
+    ctx: &mut RoleContext,
+    job: &Job,
+    stages: Range<usize>,
+    rows: u64,
+    kept: bool,
+) -> Result<()> {
+    let per_sample = &job.stage_activation_bytes;
+    let mut order: Vec<usize> = stages.collect();
+    if !kept {
+        order.reverse();
+    }
+    for stage in order {
+        let bytes = per_sample.get(stage).copied().unwrap_or(0) * rows;
+        let event = if kept {
+            MemEvent::Forward { stage, bytes }
+        } else {
+            MemEvent::Backward { stage, bytes }
+        };
+        ctx.memory_event(event).await?;
+    }
+    Ok(())
 }

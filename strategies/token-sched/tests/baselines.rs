@@ -5,36 +5,10 @@
 
 use concord_engine::config::RunConfig;
 use concord_engine::context::RuntimeKind;
-use concord_engine::run::RunResult;
-use concord_test_support::{max_diff, param_bits, registry, run_with, small, with_runtime};
+use concord_test_support::{max_diff, param_bits, small, with_runtime};
 
-fn with(mut cfg: RunConfig, strategy: &str, options: &str) -> RunConfig {
-    cfg.strategies = vec![strategy.into()];
-    cfg.strategy
-        .insert(strategy.into(), toml::from_str(options).expect("options"));
-    cfg
-}
-
-fn run(cfg: &RunConfig) -> RunResult {
-    run_with(&registry(&[concord_token_sched::register]), cfg)
-}
-
-fn compose_err(cfg: &RunConfig) -> String {
-    match registry(&[concord_token_sched::register]).compose(cfg) {
-        Ok(asm) => match concord_engine::run(cfg, &asm, Default::default()) {
-            Ok(_) => panic!("expected an error"),
-            Err(e) => e.to_string(),
-        },
-        Err(e) => e.to_string(),
-    }
-}
-
-fn figure(r: &RunResult, name: &str) -> f64 {
-    *r.summary
-        .figures
-        .get(name)
-        .unwrap_or_else(|| panic!("figure {name} missing: {:?}", r.summary.figures))
-}
+mod common;
+use common::{compose_err, figure, run, with};
 
 /// `small` with a three-stage MLP.
 fn mlp(workers: u32, batch: u64, iterations: u64) -> RunConfig {

@@ -2,37 +2,13 @@
 //! absorbed by fast workers, throughput mode, determinism and bad input.
 
 use concord_engine::config::RunConfig;
-use concord_engine::run::RunResult;
-use concord_test_support::{
-    max_diff, param_bits, registry, run_with, slow_device, small, straggler,
-};
+use concord_test_support::{max_diff, param_bits, slow_device, small, straggler};
 
-fn fela(mut cfg: RunConfig, options: &str) -> RunConfig {
-    cfg.strategies = vec!["fela".into()];
-    cfg.strategy
-        .insert("fela".into(), toml::from_str(options).expect("options"));
-    cfg
-}
+mod common;
+use common::{compose_err, figure, run, with};
 
-fn run(cfg: &RunConfig) -> RunResult {
-    run_with(&registry(&[concord_token_sched::register]), cfg)
-}
-
-fn compose_err(cfg: &RunConfig) -> String {
-    match registry(&[concord_token_sched::register]).compose(cfg) {
-        Ok(asm) => match concord_engine::run(cfg, &asm, Default::default()) {
-            Ok(_) => panic!("expected an error"),
-            Err(e) => e.to_string(),
-        },
-        Err(e) => e.to_string(),
-    }
-}
-
-fn figure(r: &RunResult, name: &str) -> f64 {
-    *r.summary
-        .figures
-        .get(name)
-        .unwrap_or_else(|| panic!("figure {name} missing: {:?}", r.summary.figures))
+fn fela(cfg: RunConfig, options: &str) -> RunConfig {
+    with(cfg, "fela", options)
 }
 
 /// An MLP of three stages, one sub-model each.

@@ -6,15 +6,13 @@
 //! and report code applies unchanged) but updates and reports only its range: the run's final
 //! model is the union of the holders' parts, each block exactly once.
 
+use crate::math::Grads;
 use concord_engine::collective::LocalModel;
 use concord_engine::memory::{MemEvent, TensorClass};
 use concord_engine::model::Replica;
 use concord_engine::prelude::*;
 use concord_engine::ps::ParamLayout;
 use std::ops::Range;
-
-/// Per-tensor gradients of a held range (real models).
-pub type Grads = Option<Vec<Vec<f32>>>;
 
 /// Parameters `range` of the job's model, held and updated by one worker.
 pub struct Held {
@@ -111,21 +109,6 @@ impl Held {
     }
 }
 
-/// Adds `g` into the running sum `acc`.
-pub fn accumulate(acc: &mut Grads, g: Grads) {
-    let Some(g) = g else { return };
-    match acc {
-        Some(a) => {
-            for (x, y) in a.iter_mut().zip(&g) {
-                for (p, q) in x.iter_mut().zip(y) {
-                    *p += *q;
-                }
-            }
-        }
-        None => *acc = Some(g),
-    }
-}
-
 /// The blocks of `state` (final values, optimizer state, snapshots) that belong to parameter
 /// tensors `range`.
 pub fn part_of(mut state: ModelState, layout: &ParamLayout, range: &Range<usize>) -> ModelState {
@@ -146,31 +129,4 @@ pub fn part_of(mut state: ModelState, layout: &ParamLayout, range: &Range<usize>
         }
     }
     state
-}
-
-/// Tells the memory policy that stages `stages` ran forward on `rows` samples and keep their
-/// activations for the backward pass (`kept`), or ran backward and free them. A pipeline stage
-/// keeps every micro-batch's activations until its backward pass (no recomputation).
-pub async fn activations(
-    ctx: &mut RoleContext,
-    job: &Job,
-    stages: Range<usize>,
-    rows: u64,
-    kept: bool,
-) -> Result<()> {
-    let per_sample = &job.stage_activation_bytes;
-    let mut order: Vec<usize> = stages.collect();
-    if !kept {
-        order.reverse();
-    }
-    for stage in order {
-        let bytes = per_sample.get(stage).copied().unwrap_or(0) * rows;
-        let event = if kept {
-            MemEvent::Forward { stage, bytes }
-        } else {
-            MemEvent::Backward { stage, bytes }
-        };
-        ctx.memory_event(event).await?;
-    }
-    Ok(())
 }

@@ -13,11 +13,11 @@
 //! The FC worker receives and sends activations for all X samples each iteration, so HP's
 //! traffic grows with X and that worker becomes the bottleneck at large batches.
 
-use super::held::{activations, Grads, Held};
-use super::math::{backward, forward, labels_of, loss_seed, samples};
+use super::held::Held;
 use super::options::HpPlan;
 use super::protocol::{is_for, Act, Busy, Grad};
-use crate::submodel::{rows_from, stage_input_shapes, stage_output_shapes, Rows};
+use crate::math::{backward, forward, labels_of, loss_seed, samples, Grads};
+use crate::submodel::{activations, rows_from, stage_input_shapes, stage_output_shapes, Rows};
 use concord_engine::collective::{Allreduce, Group};
 use concord_engine::model::{Replica, StagedModel};
 use concord_engine::prelude::*;

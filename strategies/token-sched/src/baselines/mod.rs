@@ -33,7 +33,6 @@ pub mod balance;
 pub mod figures;
 pub mod held;
 pub mod hybrid;
-pub mod math;
 pub mod options;
 pub mod pipeline;
 pub mod protocol;

@@ -14,11 +14,11 @@
 //! Compute is charged with [`RoleContext::compute`]: a stage has nothing else to do while it
 //! computes, and messages meanwhile wait in its mailbox.
 
-use super::held::{accumulate, activations, Grads, Held};
-use super::math::{backward, forward, labels_of, loss_seed, samples};
+use super::held::Held;
 use super::options::MpPlan;
 use super::protocol::{is_for, Act, Busy, Grad};
-use crate::submodel::{rows_from, stage_input_shapes, stage_output_shapes, Rows};
+use crate::math::{accumulate, backward, forward, labels_of, loss_seed, samples, Grads};
+use crate::submodel::{activations, rows_from, stage_input_shapes, stage_output_shapes, Rows};
 use candle_core::Tensor;
 use concord_engine::model::{Replica, StagedModel};
 use concord_engine::prelude::*;

@@ -4,19 +4,17 @@
 //! gradients sent back to the holders of the rows.
 
 use super::FelaWorker;
+use crate::math::{self, accumulate, Grads};
 use crate::protocol::{BackwardDone, Grad, Request};
 use crate::server::{Token, TokenId};
-use crate::submodel::{self, tensor_error, Rows};
+use crate::submodel::{activations, Rows};
 use candle_core::Tensor;
-use concord_engine::memory::MemEvent;
 use concord_engine::prelude::*;
 
 /// Each dependency of a token, its holder and its rows.
 pub(super) type DepRows = Vec<(TokenId, WorkerId, u64)>;
 /// A gradient with respect to a token's input, and the dependencies its rows belong to.
 pub(super) type InputGrad = Option<(Rows, DepRows)>;
-/// Parameter gradients of one sub-model (real models).
-pub(super) type Grads = Option<Vec<Vec<f32>>>;
 /// What a token's forward math gives: its output, the stage inputs it kept, and for the last
 /// level the loss sum, the parameter gradients and the input gradient.
 pub(super) type ForwardOut = (Option<Rows>, Vec<Tensor>, Option<f64>, Grads, Option<Rows>);
@@ -78,18 +76,12 @@ impl FelaWorker {
             },
         };
         let stages = self.opts.submodels.stages(level);
+        let job = self.job.clone();
         if forward {
-            for stage in stages.clone() {
-                let bytes = self.job.stage_activation_bytes[stage] * rows;
-                ctx.memory_event(MemEvent::Forward { stage, bytes }).await?;
-            }
+            activations(ctx, &job, stages.clone(), rows, true).await?;
         }
         if backward {
-            for stage in stages.rev() {
-                let bytes = self.job.stage_activation_bytes[stage] * rows;
-                ctx.memory_event(MemEvent::Backward { stage, bytes })
-                    .await?;
-            }
+            activations(ctx, &job, stages, rows, false).await?;
         }
         let (done, ready_at) = match work {
             Task::Forward(token, holders) => self.forward(ctx, token, holders)?,
@@ -130,8 +122,8 @@ impl FelaWorker {
         let x = (level > 0).then(|| Rows::concat(&parts)).transpose()?;
         let share = if last { 1.0 } else { StepPart::FORWARD };
         let work = self.opts.submodels.work(level, rows, share);
-        let math = self.forward_math(&token, x)?;
-        let (out, ready_at) = ctx.compute_deferred("token", work, math);
+        let step = self.forward_math(&token, x)?;
+        let (out, ready_at) = ctx.compute_deferred("token", work, step);
         let (output, inputs, loss_sum, grads, grad_in) = out?;
         let grad_in = grad_in.map(|g| (g, deps.clone()));
         let saved = (!last).then(|| Saved {
@@ -154,7 +146,8 @@ impl FelaWorker {
     }
 
     /// The forward math of a token as a closure for the charge: its output and the stage inputs
-    /// (and for the last level the loss sum, parameter gradients and input gradient).
+    /// (and for the last level the loss sum, parameter gradients and input gradient). A level-0
+    /// token's input is its samples of the iteration's global batch; `x` is a deeper token's.
     pub(super) fn forward_math<'a>(
         &'a self,
         token: &Token,
@@ -164,46 +157,34 @@ impl FelaWorker {
         let last = level + 1 == self.levels();
         let rows = token.batch();
         let stages = self.opts.submodels.stages(level);
-        let total = self.opts.total_batch as f64;
-        // The samples of a level-0 token (and the labels of a last-level one).
-        let (features, labels) = match &self.job.data {
-            Some(data) if self.net().is_some() => {
-                let base = self.iter as u128 * self.opts.total_batch as u128;
-                let mut idx = Vec::with_capacity(rows as usize);
-                for &(off, n) in &token.spans {
-                    idx.extend(self.job.stream.range(base + off as u128, n as usize));
-                }
-                let (f, l) = data.train.gather(&idx);
-                (Some(f), Some(l))
+        let (job, net, total) = (&self.job, self.net(), self.opts.total_batch);
+        let x = match x {
+            Some(x) => x,
+            None => {
+                let (offset, n) = token.spans.first().copied().unwrap_or((0, rows));
+                math::samples(job, net, total, self.iter, offset, n)?.0
             }
-            _ => (None, None),
         };
-        let net = self.net();
+        // The labels of a last-level token's rows, span by span.
+        let labels: Option<Vec<u32>> = if last {
+            let spans = token.spans.iter();
+            spans
+                .map(|&(o, n)| math::labels_of(job, total, self.iter, o, n))
+                .collect::<Option<Vec<_>>>()
+                .map(|parts| parts.concat())
+        } else {
+            None
+        };
         Ok(move || {
-            let Some(net) = net else {
-                let out = (!last).then_some(Rows::Virtual { rows });
-                let gin = (last && level > 0).then_some(Rows::Virtual { rows });
-                return Ok((out, Vec::new(), None, None, gin));
-            };
-            let input = match x {
-                Some(Rows::Real(t)) => t,
-                _ => net
-                    .input(features.unwrap_or_default(), rows as usize)
-                    .map_err(|e| tensor_error("token input", e))?,
-            };
-            let (y, inputs) = submodel::forward(net, stages.clone(), &input)?;
+            let (y, inputs) = math::forward(net, stages.clone(), &x)?;
             if !last {
-                return Ok((Some(Rows::Real(y)), inputs, None, None, None));
+                return Ok((Some(y), inputs, None, None, None));
             }
-            let labels = labels.unwrap_or_default();
-            let (loss, g) = net
-                .loss_grad(&y, &labels)
-                .map_err(|e| tensor_error("loss", e))?;
-            let g =
-                (g * (rows as f64 / total)).map_err(|e| tensor_error("scale loss gradient", e))?;
-            let (grads, gx) = submodel::backward(net, stages, &inputs, &g)?;
-            let gin = (level > 0).then_some(Rows::Real(gx));
-            Ok((None, Vec::new(), Some(loss * rows as f64), Some(grads), gin))
+            let scale = rows as f64 / total as f64;
+            let (loss, seed) = math::loss_seed(net, &y, labels.as_deref(), scale)?;
+            let (grads, gx) = math::backward(net, stages, &inputs, &seed)?;
+            let gin = (level > 0).then_some(gx);
+            Ok((None, Vec::new(), loss.map(|l| l * rows as f64), grads, gin))
         })
     }
 
@@ -224,19 +205,11 @@ impl FelaWorker {
         let net = self.net();
         let inputs = saved.inputs;
         let level = saved.level;
-        let math = move || -> Result<(Grads, Option<Rows>)> {
-            match (net, grad) {
-                (Some(net), Rows::Real(g)) => {
-                    let (grads, gx) = submodel::backward(net, stages, &inputs, &g)?;
-                    Ok((Some(grads), (level > 0).then_some(Rows::Real(gx))))
-                }
-                (_, g) => Ok((
-                    None,
-                    (level > 0).then_some(Rows::Virtual { rows: g.rows()? }),
-                )),
-            }
+        let step = move || -> Result<(Grads, Option<Rows>)> {
+            let (grads, gx) = math::backward(net, stages, &inputs, &grad)?;
+            Ok((grads, (level > 0).then_some(gx)))
         };
-        let (out, ready_at) = ctx.compute_deferred("backward", work, math);
+        let (out, ready_at) = ctx.compute_deferred("backward", work, step);
         let (grads, gin) = out?;
         let grad_in = gin.map(|g| (g, saved.deps));
         Ok((
@@ -248,20 +221,6 @@ impl FelaWorker {
             },
             ready_at,
         ))
-    }
-
-    pub(super) fn accumulate(&mut self, level: usize, grads: Option<Vec<Vec<f32>>>) {
-        let Some(g) = grads else { return };
-        match &mut self.grads[level] {
-            Some(acc) => {
-                for (a, x) in acc.iter_mut().zip(&g) {
-                    for (p, q) in a.iter_mut().zip(x) {
-                        *p += *q;
-                    }
-                }
-            }
-            slot => *slot = Some(g),
-        }
     }
 
     /// Sends each dependency's slice of an input gradient to its holder.
@@ -309,7 +268,7 @@ impl FelaWorker {
                 if let Some(s) = saved {
                     self.saved.insert(token.id, s);
                 }
-                self.accumulate(token.level, grads);
+                accumulate(&mut self.grads[token.level], grads);
                 if let Some((g, deps)) = grad_in {
                     self.send_grads(ctx, token.level, g, deps)?;
                 }
@@ -326,7 +285,7 @@ impl FelaWorker {
                 grads,
                 grad_in,
             } => {
-                self.accumulate(level, grads);
+                accumulate(&mut self.grads[level], grads);
                 if let Some((g, deps)) = grad_in {
                     self.send_grads(ctx, level, g, deps)?;
                 }

@@ -1,14 +1,17 @@
-//! The math of a run of stages on rows, real or virtual: the samples a piece of the global
+//! The math of a run of stages on rows, real or virtual, shared by Fela's workers and its
+//! baselines: the samples a piece of the global
 //! batch starts from, forward, the loss and its gradient seed, backward. Virtual rows (throughput
 //! mode) pass through with their row counts, so the same worker code runs both modes; the
 //! workers charge the cost around these calls.
 
-use super::held::Grads;
 use crate::submodel::{self, tensor_error, Rows};
 use candle_core::Tensor;
 use concord_engine::model::StagedModel;
 use concord_engine::prelude::*;
 use std::ops::Range;
+
+/// Parameter gradients of a run of stages, per tensor (`None` in throughput mode).
+pub type Grads = Option<Vec<Vec<f32>>>;
 
 /// Rows `offset..offset + rows` of iteration `iter`'s global batch of `total` samples: the
 /// first stage's input and the labels (virtual rows and no labels in throughput mode). The
@@ -92,5 +95,20 @@ pub fn backward(
             Ok((Some(grads), Rows::Real(gx)))
         }
         _ => Ok((None, Rows::Virtual { rows: g.rows()? })),
+    }
+}
+
+/// Adds `g` into the running sum `acc`.
+pub fn accumulate(acc: &mut Grads, g: Grads) {
+    let Some(g) = g else { return };
+    match acc {
+        Some(a) => {
+            for (x, y) in a.iter_mut().zip(&g) {
+                for (p, q) in x.iter_mut().zip(y) {
+                    *p += *q;
+                }
+            }
+        }
+        None => *acc = Some(g),
     }
 }
