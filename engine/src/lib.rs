@@ -42,6 +42,7 @@ pub mod registry;
 pub mod resume;
 pub mod run;
 pub mod serve;
+pub mod submodel;
 pub use concord_stragglers as stragglers;
 pub mod time;
 pub mod trace;

@@ -1,6 +1,6 @@
 //! # Fela: token-based scheduling for flexible hybrid parallelism
 //!
-//! The model is split offline into a few sequential sub-models ([`partition`], [`submodel`]).
+//! The model is split offline into a few sequential sub-models ([`partition`], `concord_engine::submodel`).
 //! A central **token server** (the coordinator role, [`TokenServerRole`]) holds no parameters:
 //! it hands out **tokens**, "train sub-model i on b_i samples", to workers that ask for them
 //! ([`server`], [`plan`]). Higher-level tokens appear as the lower-level tokens they depend on
@@ -38,13 +38,11 @@
 
 pub mod baselines;
 pub mod coordinator;
-pub mod math;
 pub mod options;
 pub mod partition;
 pub mod plan;
 pub mod protocol;
 pub mod server;
-pub mod submodel;
 pub mod tuner;
 pub mod worker;
 

@@ -1,8 +1,8 @@
 //! `[strategy.fela]`: the split, the token plan, the policies and the tuner.
 
 use crate::partition::{bin_boundaries, threshold_batch};
-use crate::submodel::SubModels;
 use concord_engine::prelude::*;
+use concord_engine::submodel::SubModels;
 
 /// What users write under `[strategy.fela]`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]

@@ -13,14 +13,16 @@
 //! The FC worker receives and sends activations for all X samples each iteration, so HP's
 //! traffic grows with X and that worker becomes the bottleneck at large batches.
 
-use super::held::Held;
 use super::options::HpPlan;
 use super::protocol::{is_for, Act, Busy, Grad};
-use crate::math::{backward, forward, labels_of, loss_seed, samples, Grads};
-use crate::submodel::{activations, rows_from, stage_input_shapes, stage_output_shapes, Rows};
 use concord_engine::collective::{Allreduce, Group};
 use concord_engine::model::{Replica, StagedModel};
 use concord_engine::prelude::*;
+use concord_engine::submodel::math::{backward, forward, labels_of, loss_seed, samples, Grads};
+use concord_engine::submodel::Held;
+use concord_engine::submodel::{
+    activations, rows_from, stage_input_shapes, stage_output_shapes, Rows,
+};
 use std::sync::Arc;
 
 /// The conv part is sub-model 0, the FC block sub-model 1.

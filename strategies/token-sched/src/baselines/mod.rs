@@ -31,7 +31,6 @@
 
 pub mod balance;
 pub mod figures;
-pub mod held;
 pub mod hybrid;
 pub mod options;
 pub mod pipeline;

@@ -3,9 +3,9 @@
 //! micro-batches, each conv worker's share of the global batch) when the roles are built.
 
 use super::balance::{balanced_cuts, layer_seconds};
-use crate::submodel::SubModels;
 use concord_engine::model::ModelSpec;
 use concord_engine::prelude::*;
+use concord_engine::submodel::SubModels;
 
 const MP: &str = "strategy.fela-mp";
 const HP: &str = "strategy.fela-hp";

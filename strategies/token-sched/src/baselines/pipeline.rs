@@ -14,14 +14,18 @@
 //! Compute is charged with [`RoleContext::compute`]: a stage has nothing else to do while it
 //! computes, and messages meanwhile wait in its mailbox.
 
-use super::held::Held;
 use super::options::MpPlan;
 use super::protocol::{is_for, Act, Busy, Grad};
-use crate::math::{accumulate, backward, forward, labels_of, loss_seed, samples, Grads};
-use crate::submodel::{activations, rows_from, stage_input_shapes, stage_output_shapes, Rows};
 use candle_core::Tensor;
 use concord_engine::model::{Replica, StagedModel};
 use concord_engine::prelude::*;
+use concord_engine::submodel::math::{
+    accumulate, backward, forward, labels_of, loss_seed, samples, Grads,
+};
+use concord_engine::submodel::Held;
+use concord_engine::submodel::{
+    activations, rows_from, stage_input_shapes, stage_output_shapes, Rows,
+};
 use std::sync::Arc;
 
 /// What a micro-batch's forward pass kept for its backward pass.

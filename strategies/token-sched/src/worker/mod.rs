@@ -24,10 +24,10 @@ use crate::protocol::{
     WorkerStats,
 };
 use crate::server::{Token, TokenId};
-use crate::submodel::{rows_from, stage_input_shapes, stage_output_shapes, Rows};
 use concord_engine::collective::{LocalModel, RingAllreduce};
 use concord_engine::model::Replica;
 use concord_engine::prelude::*;
+use concord_engine::submodel::{rows_from, stage_input_shapes, stage_output_shapes, Rows};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use trainer::{InFlight, Saved, Task};

@@ -4,12 +4,12 @@
 //! gradients sent back to the holders of the rows.
 
 use super::FelaWorker;
-use crate::math::{self, accumulate, Grads};
 use crate::protocol::{BackwardDone, Grad, Request};
 use crate::server::{Token, TokenId};
-use crate::submodel::{activations, Rows};
 use candle_core::Tensor;
 use concord_engine::prelude::*;
+use concord_engine::submodel::math::{self, accumulate, Grads};
+use concord_engine::submodel::{activations, Rows};
 
 /// Each dependency of a token, its holder and its rows.
 pub(super) type DepRows = Vec<(TokenId, WorkerId, u64)>;

@@ -6,12 +6,12 @@
 //! and report code applies unchanged) but updates and reports only its range: the run's final
 //! model is the union of the holders' parts, each block exactly once.
 
-use crate::math::Grads;
-use concord_engine::collective::LocalModel;
-use concord_engine::memory::{MemEvent, TensorClass};
-use concord_engine::model::Replica;
-use concord_engine::prelude::*;
-use concord_engine::ps::ParamLayout;
+use super::math::Grads;
+use crate::collective::LocalModel;
+use crate::memory::{MemEvent, TensorClass};
+use crate::model::Replica;
+use crate::prelude::*;
+use crate::ps::ParamLayout;
 use std::ops::Range;
 
 /// Parameters `range` of the job's model, held and updated by one worker.

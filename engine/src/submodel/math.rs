@@ -1,13 +1,14 @@
-//! The math of a run of stages on rows, real or virtual, shared by Fela's workers and its
-//! baselines: the samples a piece of the global
+//! The math of a run of stages on rows, real or virtual, shared by the strategies that split
+//! the model into sub-models: the samples a piece of the global
 //! batch starts from, forward, the loss and its gradient seed, backward. Virtual rows (throughput
 //! mode) pass through with their row counts, so the same worker code runs both modes; the
 //! workers charge the cost around these calls.
 
-use crate::submodel::{self, tensor_error, Rows};
+use super::{tensor_error, Rows};
+use crate::model::StagedModel;
+use crate::prelude::*;
+use crate::submodel;
 use candle_core::Tensor;
-use concord_engine::model::StagedModel;
-use concord_engine::prelude::*;
 use std::ops::Range;
 
 /// Parameter gradients of a run of stages, per tensor (`None` in throughput mode).

@@ -1,17 +1,22 @@
 //! The model cut into sub-models: contiguous runs of its stages (a real network's stages, a
 //! profile's layers), each with its own parameters, run forward and backward on any batch size.
 //!
-//! A sub-model is what one token trains (Fela §III-A) and what one pipeline stage or hybrid
-//! worker holds in the baselines. On a real model its math runs on the worker's staged candle
+//! A sub-model is what one token trains (Fela), what one pipeline stage holds (PipeDream,
+//! GPipe, model parallelism) and what one worker of a hybrid split holds. On a real model its math runs on the worker's staged candle
 //! network; in throughput mode only its cost is charged. Costs come from the device model
 //! restricted to the sub-model's layers ([`Work::step_part`]): a forward pass is a third of their
 //! training step, a backward pass two thirds.
 
+use crate::memory::MemEvent;
+use crate::model::{ModelSpec, StageSpec, StagedModel};
+use crate::prelude::*;
 use candle_core::{Device, Tensor};
-use concord_engine::memory::MemEvent;
-use concord_engine::model::{ModelSpec, StageSpec, StagedModel};
-use concord_engine::prelude::*;
 use std::ops::Range;
+
+pub mod held;
+pub mod math;
+
+pub use held::Held;
 
 /// The sub-models of a job's model: which stages and which parameter tensors each owns.
 #[derive(Clone, Debug, PartialEq)]
