@@ -158,7 +158,12 @@ fn merge_clock(iteration: u64, present: &[(u32, &IterRecord)], all: bool) -> Ite
     let loss = if samples == 0 {
         f64::NAN
     } else {
-        recs.iter().map(|r| r.loss * r.samples as f64).sum::<f64>() / samples as f64
+        // Records without samples carry no loss of their own (a pipeline's inner stages).
+        recs.iter()
+            .filter(|r| r.samples > 0)
+            .map(|r| r.loss * r.samples as f64)
+            .sum::<f64>()
+            / samples as f64
     };
     IterationRow {
         iteration,

@@ -22,6 +22,9 @@ pub struct LocalModel {
     optimizer: OptimizerConfig,
     updates: u64,
     snapshot_every: u64,
+    /// Snapshot every this many of the holder's own iterations instead of by updates
+    /// ([`LocalModel::snapshot_by_iterations`]).
+    by_iterations: Option<u64>,
     /// `(updates, run time, values)` every `snapshot_every` updates.
     snapshots: Vec<HeldSnapshot>,
     /// Values at fixed run times (`eval_every_s`).
@@ -55,6 +58,7 @@ impl LocalModel {
             optimizer,
             updates: 0,
             snapshot_every: snapshots.every.max(1),
+            by_iterations: None,
             snapshots: Vec::new(),
             timed: TimedSnapshots::new(snapshots.every_s),
         }
@@ -118,10 +122,27 @@ impl LocalModel {
         }
     }
 
+    /// Snapshots at the holder's own iterations ([`LocalModel::iteration_done`]) rather than
+    /// every `eval_every` updates: for a holder whose updates do not count the job's iterations
+    /// (a pipeline stage updates once per minibatch, or per round of its replicas).
+    pub fn snapshot_by_iterations(&mut self) {
+        self.by_iterations = Some(self.snapshot_every);
+    }
+
+    /// The holder has finished `iterations` of the job's iterations at `now`: a snapshot when due
+    /// under [`LocalModel::snapshot_by_iterations`] (nothing otherwise).
+    pub fn iteration_done(&mut self, iterations: u64, now: f64) {
+        if let Some(every) = self.by_iterations {
+            if iterations.is_multiple_of(every) {
+                self.snapshots.push((iterations, now, self.params.clone()));
+            }
+        }
+    }
+
     /// Counts an update with no math (throughput mode, or an update made elsewhere).
     pub fn bump(&mut self, now: f64) {
         self.updates += 1;
-        if self.updates.is_multiple_of(self.snapshot_every) {
+        if self.by_iterations.is_none() && self.updates.is_multiple_of(self.snapshot_every) {
             // Blocks are cut at report time; keep the values (one copy per snapshot).
             self.snapshots
                 .push((self.updates, now, self.params.clone()));

@@ -28,8 +28,8 @@ use crate::contract::ReadRecord;
 use crate::error::{EngineError, Result};
 use crate::guard::StopReason;
 use crate::ids::RoleId;
-use crate::job::ProgressFn;
 use crate::job::Segment;
+use crate::job::{Job, ProgressFn};
 use crate::metrics::{IterRecord, IterationRow, Summary, TimedEvaluation, TraceEvent};
 use crate::resume::ResumePoint;
 use crate::transport::LinkTraffic;
@@ -84,6 +84,14 @@ pub struct RunResult {
     pub model: FinalModel,
     /// Where the run stopped, to continue from (when its strategies can resume).
     pub resume: Option<ResumePoint>,
+}
+
+/// The job a run of `config` composed as `asm` would build, without running it: the resolved
+/// model and data, the placed cluster, the initial parameters and the sample stream. For tools
+/// that plan a run (a pipeline planner's profile) and for tests that reproduce a run's math
+/// outside its roles.
+pub fn prepare(config: &RunConfig, asm: &Assembly) -> Result<Job> {
+    build::job(config, asm, None)
 }
 
 /// Runs `config` with the parts in `asm` to completion: from the start, or from

@@ -36,6 +36,23 @@ impl Held {
         }
     }
 
+    /// Snapshots at the holder's iterations ([`Held::iteration_done`]) instead of by updates.
+    pub fn snapshot_by_iterations(mut self) -> Held {
+        self.model.snapshot_by_iterations();
+        self
+    }
+
+    /// The holder has finished `iterations` of the job's iterations at `now` (see
+    /// [`LocalModel::iteration_done`]).
+    pub fn iteration_done(&mut self, iterations: u64, now: f64) {
+        self.model.iteration_done(iterations, now);
+    }
+
+    /// The current values of the held tensors (`None` in throughput mode).
+    pub fn values(&self) -> Option<Vec<Vec<f32>>> {
+        self.model.params().map(|p| p[self.range.clone()].to_vec())
+    }
+
     /// Elements held.
     pub fn elems(&self) -> u64 {
         self.sizes.iter().map(|&n| n as u64).sum()

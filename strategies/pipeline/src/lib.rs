@@ -1,6 +1,134 @@
 //! # PipeDream: pipeline-parallel training (Harlap thesis ch. 5; Narayanan et al., SOSP'19)
 //!
 //! The model's layers are cut into stages, each a run of consecutive layers on one or more
-//! workers; minibatches flow through the stages in a pipeline.
+//! workers; minibatches flow through the stages in a pipeline. Three strategies share the
+//! stages, the routing and the runtime and differ in their schedule:
+//!
+//! - **`pipedream`**: the planner ([`planner`]) picks the stages and their replication from a
+//!   per-layer profile and the cluster's topology (or the config gives them); 1F1B-RR keeps
+//!   NOAM minibatches in flight and every worker alternating forward and backward passes;
+//!   weight stashing runs each minibatch's backward pass on the weights its forward pass saw;
+//!   replicated stages average their gradients every round; vertical sync is an option.
+//! - **`pipedream-mp`**: model parallelism, the baseline — the same stages, one minibatch in
+//!   flight, so one stage works at a time.
+//! - **`gpipe`**: rounds of `depth` minibatches, all forward then all backward, the stage's
+//!   forward pass recomputed in the backward pass (only stage inputs kept), one update per
+//!   round at a pipeline flush.
+//!
+//! Data parallelism, the other baseline, is the engine's (`allreduce`, or `bsp`).
+//!
+//! ```toml
+//! strategies = ["pipedream"]
+//! [strategy.pipedream]
+//! # boundaries = [13]      # layers where stages 2, 3, … start; unset: the planner's choice
+//! # replicas = [12, 1]     # workers per stage; unset with boundaries: one each
+//! # depth = 4              # minibatches in flight at the input stage; unset: NOAM
+//! # stash = true           # weight stashing (false: the ablation without it)
+//! # vertical_sync = false
+//! # search = "flat"        # the planner: "flat" or "hierarchical" (level by level)
+//! ```
+//!
+//! A job's iteration is one round of the output stage (one minibatch of `batch` samples when it
+//! is not replicated). Figures: `<name>.stages`, `.workers_used`, `.noam`, `.depth`,
+//! `.predicted_s`, `.replicas.stage-<s>`, `.first_layer.stage-<s>`, `.warmup.stage-<s>`,
+//! `.max_versions.stage-<s>`, `.steady_utilisation.{max,mean}`, `.utilisation`,
+//! `.bytes_per_sample`, `.boundary_bytes_per_sample`.
 
+pub mod choose;
+pub mod coordinator;
+pub mod layout;
+pub mod options;
 pub mod planner;
+pub mod protocol;
+pub mod schedule;
+pub mod versions;
+pub mod worker;
+
+pub use coordinator::PipelineCoordinator;
+pub use layout::Layout;
+pub use options::{Kind, PipeOptions};
+pub use worker::StageWorker;
+
+use concord_engine::collective::NoServer;
+use concord_engine::prelude::*;
+use std::sync::{Arc, Mutex};
+
+const SLOTS: &[Slot] = &[Slot::Worker, Slot::Coordinator, Slot::Consistency];
+
+/// One of the pipeline strategies.
+#[derive(Debug)]
+pub struct Pipeline {
+    kind: Kind,
+}
+
+impl Strategy for Pipeline {
+    fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+    fn summary(&self) -> &'static str {
+        match self.kind {
+            Kind::PipeDream => "PipeDream: planned pipeline stages with replication, 1F1B-RR scheduling and weight stashing (Harlap thesis ch. 5, SOSP'19)",
+            Kind::ModelParallel => "model parallelism: PipeDream's stages with one minibatch in flight (PipeDream's baseline)",
+            Kind::GPipe => "GPipe: pipelined rounds with recomputation and a flush per round (PipeDream's baseline)",
+        }
+    }
+    fn slots(&self) -> &'static [Slot] {
+        SLOTS
+    }
+    fn install(
+        &self,
+        options: Option<&toml::Value>,
+        config: &RunConfig,
+        asm: &mut Assembly,
+    ) -> Result<()> {
+        let o: PipeOptions = parse_options(self.name(), options)?;
+        o.check(self.kind, config)?;
+        asm.consistency = Some(Arc::new(NoServer));
+        let resolved = Arc::new(Resolved {
+            kind: self.kind,
+            options: o,
+            layout: Mutex::new(None),
+        });
+        let r = resolved.clone();
+        asm.set_worker(move |job, id| {
+            let layout = r.layout(&job)?;
+            StageWorker::new(job, id, layout)
+        });
+        asm.set_coordinator(move |job| Ok(PipelineCoordinator::new(resolved.layout(&job)?)));
+        Ok(())
+    }
+}
+
+/// The layout of a job, resolved (and planned) once for all its roles.
+struct Resolved {
+    kind: Kind,
+    options: PipeOptions,
+    /// The job it was resolved for (by address) and the layout.
+    layout: Mutex<Option<(usize, Arc<Layout>)>>,
+}
+
+impl Resolved {
+    fn layout(&self, job: &Arc<Job>) -> Result<Arc<Layout>> {
+        let key = Arc::as_ptr(job) as usize;
+        let mut cached = self.layout.lock().map_err(|_| {
+            EngineError::protocol(RoleId::Coordinator, "pipeline layout lock poisoned")
+        })?;
+        if let Some((k, l)) = cached.as_ref() {
+            if *k == key {
+                return Ok(l.clone());
+            }
+        }
+        let plan = choose::plan(job, self.kind, &self.options)?;
+        let layout = Arc::new(Layout::new(job, self.kind, &self.options, plan)?);
+        *cached = Some((key, layout.clone()));
+        Ok(layout)
+    }
+}
+
+/// Registers `pipedream`, `pipedream-mp` and `gpipe`.
+pub fn register(registry: &mut Registry) -> Result<()> {
+    for kind in [Kind::PipeDream, Kind::ModelParallel, Kind::GPipe] {
+        registry.register(Arc::new(Pipeline { kind }))?;
+    }
+    Ok(())
+}

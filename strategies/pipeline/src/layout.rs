@@ -1,0 +1,264 @@
+//! A pipeline configuration resolved against a job: its stages and their sub-models, which
+//! worker runs which replica of which stage, the routing of minibatches, each stage's warm-up,
+//! and the run's minibatches.
+//!
+//! Stages sit on consecutive workers in order (stage 0's replicas first), so a stage's replicas
+//! share machines where they can; workers after the last stage's stay idle (the planner's
+//! "12-1" answers leave some). Minibatch `b` runs on replica `b mod r_s` of stage `s`, forward
+//! and backward. A job's iteration is one round of the output stage: `r_{S−1}` minibatches of
+//! `batch` samples each (one minibatch for an unreplicated output stage; plain data
+//! parallelism's global batch when the whole model is one stage on every worker).
+
+use crate::options::{Kind, PipeOptions};
+use crate::planner::{PipelinePlan, StagePlan};
+use crate::schedule::{self, Op};
+use crate::versions::Weights;
+use concord_engine::model::ModelSpec;
+use concord_engine::prelude::*;
+use concord_engine::submodel::SubModels;
+
+/// A worker's place in the pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Position {
+    /// The stage.
+    pub stage: usize,
+    /// The replica of the stage.
+    pub replica: u32,
+}
+
+/// A pipeline resolved against a job.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// The schedule.
+    pub kind: Kind,
+    /// The stages and their replicas.
+    pub stages: Vec<StagePlan>,
+    /// One sub-model per stage.
+    pub submodels: SubModels,
+    /// Each stage's first worker.
+    first_worker: Vec<u32>,
+    /// Minibatches each stage admits before its first backward pass.
+    pub warmup: Vec<u32>,
+    /// Minibatches in flight at the input stage (PipeDream), or per flush (GPipe).
+    pub depth: u32,
+    /// NOAM of the configuration.
+    pub noam: u32,
+    /// Samples per minibatch.
+    pub minibatch: u64,
+    /// Minibatches of the run.
+    pub minibatches: u64,
+    /// Which weights a minibatch's passes run on.
+    pub weights: Weights,
+    /// The planner's predicted time per minibatch (`None` for a configuration given by hand
+    /// before the planner evaluated it).
+    pub predicted_s: Option<f64>,
+}
+
+impl Layout {
+    /// Resolves `plan` for `job` under the options of `kind`.
+    pub fn new(job: &Job, kind: Kind, options: &PipeOptions, plan: PipelinePlan) -> Result<Layout> {
+        if let ModelSpec::Mf(_) = job.model {
+            return Err(EngineError::config(
+                "model.kind",
+                "\"mf\"",
+                format!("{} needs a model made of layers", kind.name()),
+            ));
+        }
+        let mut boundaries = Vec::new();
+        for s in &plan.stages[1..] {
+            boundaries.push(s.layers.start);
+        }
+        let submodels = SubModels::new(
+            &job.model,
+            &boundaries,
+            &format!("{}.boundaries", kind.key()),
+        )?;
+        let replicas: Vec<u32> = plan.stages.iter().map(|s| s.replicas).collect();
+        let mut first_worker = Vec::with_capacity(replicas.len());
+        let mut at = 0;
+        for &r in &replicas {
+            first_worker.push(at);
+            at += r;
+        }
+        if at > job.config.workers {
+            return Err(EngineError::config(
+                format!("{}.replicas", kind.key()),
+                format!("{replicas:?}"),
+                format!("{at} workers, but the job has {}", job.config.workers),
+            ));
+        }
+        let noam = schedule::noam(&replicas);
+        let depth = match kind {
+            Kind::ModelParallel => 1,
+            _ => options.depth.unwrap_or(noam),
+        };
+        let warmup = schedule::warmups(&replicas, depth);
+        let out_replicas = replicas.last().copied().unwrap_or(1) as u64;
+        let layout = Layout {
+            kind,
+            submodels,
+            first_worker,
+            warmup,
+            depth,
+            noam,
+            minibatch: job.config.batch,
+            minibatches: job.clocks().end * out_replicas,
+            weights: options.weights(kind),
+            predicted_s: plan.predicted_s,
+            stages: plan.stages,
+        };
+        layout.check_memory(job)?;
+        Ok(layout)
+    }
+
+    /// Number of stages.
+    pub fn len(&self) -> usize {
+        self.stages.len()
+    }
+
+    /// Whether there are no stages (never, for a resolved layout).
+    pub fn is_empty(&self) -> bool {
+        self.stages.is_empty()
+    }
+
+    /// Replicas of stage `s`.
+    pub fn replicas(&self, s: usize) -> u32 {
+        self.stages[s].replicas
+    }
+
+    /// Workers the pipeline uses.
+    pub fn workers_used(&self) -> u32 {
+        self.stages.iter().map(|s| s.replicas).sum()
+    }
+
+    /// Where worker `w` sits; `None` for an idle worker.
+    pub fn position(&self, w: WorkerId) -> Option<Position> {
+        (0..self.len()).find_map(|s| {
+            let first = self.first_worker[s];
+            (w >= first && w < first + self.replicas(s)).then_some(Position {
+                stage: s,
+                replica: w - first,
+            })
+        })
+    }
+
+    /// The worker that runs replica `replica` of stage `s`.
+    pub fn worker(&self, s: usize, replica: u32) -> WorkerId {
+        self.first_worker[s] + replica
+    }
+
+    /// The worker of stage `s` that runs minibatch `b` (round-robin on its id).
+    pub fn route(&self, s: usize, b: u64) -> WorkerId {
+        self.worker(s, (b % self.replicas(s) as u64) as u32)
+    }
+
+    /// The workers of stage `s`.
+    pub fn stage_workers(&self, s: usize) -> Vec<RoleId> {
+        (0..self.replicas(s))
+            .map(|r| RoleId::Worker(self.worker(s, r)))
+            .collect()
+    }
+
+    /// The job iteration minibatch `b` belongs to.
+    pub fn clock_of(&self, b: u64) -> u64 {
+        b / self.replicas(self.len() - 1) as u64
+    }
+
+    /// The schedule of the worker at `at`.
+    pub fn ops(&self, at: Position) -> Vec<Op> {
+        let r = self.replicas(at.stage);
+        let own = schedule::own_minibatches(self.minibatches, r, at.replica);
+        match self.kind {
+            Kind::GPipe => schedule::gpipe(&own, self.depth, self.minibatches),
+            _ => schedule::one_f_one_b(&own, self.warmup[at.stage], r, self.minibatches),
+        }
+    }
+
+    /// The configuration as the thesis writes it: replicas per stage, `"12-1"`.
+    pub fn config_string(&self) -> String {
+        let parts: Vec<String> = self.stages.iter().map(|s| s.replicas.to_string()).collect();
+        parts.join("-")
+    }
+
+    /// Bytes one worker of stage `s` holds at most: its parameters, their gradients and
+    /// optimizer state, the weight versions its in-flight minibatches keep (one each beyond the
+    /// latest, when stashing), and their activations.
+    pub fn stage_memory(&self, job: &Job, s: usize) -> u64 {
+        let params = self.submodels.param_bytes(s);
+        let slots = job.config.optimizer.init_state(0).slots.len() as u64;
+        let in_flight = match self.kind {
+            Kind::GPipe => self.depth as u64,
+            _ => self.warmup[s] as u64,
+        };
+        let stashed = match self.weights {
+            Weights::Latest => 0,
+            _ if self.kind == Kind::PipeDream => in_flight.saturating_sub(1),
+            _ => 0,
+        };
+        let layers = self.submodels.stages(s);
+        let per_sample: u64 = job.stage_activation_bytes[layers.clone()].iter().sum();
+        // GPipe keeps only each stage input and recomputes the rest in the backward pass.
+        let kept = match self.kind {
+            Kind::GPipe => job
+                .stage_activation_bytes
+                .get(layers.start)
+                .copied()
+                .unwrap_or(0),
+            _ => per_sample,
+        };
+        params * (2 + slots + stashed) + kept * self.minibatch * in_flight
+    }
+
+    /// Refuses a configuration some stage's memory cannot hold.
+    fn check_memory(&self, job: &Job) -> Result<()> {
+        for s in 0..self.len() {
+            let w = RoleId::Worker(self.worker(s, 0));
+            let device = job.cluster.device_of(w);
+            let have = device.memory_bytes();
+            let need = self.stage_memory(job, s);
+            if need > have {
+                return Err(EngineError::config(
+                    format!("{}.boundaries", self.kind.key()),
+                    format!("{:?}", self.submodels.stages(s)),
+                    format!(
+                        "stage {s} (layers {:?}, config {}) needs {:.2} GiB on {} ({} minibatches in flight), which has {:.2} GiB",
+                        self.submodels.stages(s),
+                        self.config_string(),
+                        need as f64 / 1024f64.powi(3),
+                        job.cluster.device_label(w),
+                        match self.kind { Kind::GPipe => self.depth, _ => self.warmup[s] },
+                        have as f64 / 1024f64.powi(3),
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The configuration `options` give by hand (`boundaries`, `replicas`), or `None` when the
+/// planner is to choose.
+pub fn given(options: &PipeOptions, job: &Job) -> Option<PipelinePlan> {
+    let n = job.model.stage_facts().len();
+    let (boundaries, replicas) = match (&options.boundaries, &options.replicas) {
+        (None, None) => return None,
+        (None, Some(r)) => (Vec::new(), r.clone()),
+        (Some(b), r) => (b.clone(), r.clone().unwrap_or_else(|| vec![1; b.len() + 1])),
+    };
+    let mut cuts = vec![0];
+    cuts.extend(boundaries.iter().copied());
+    cuts.push(n);
+    let stages = cuts
+        .windows(2)
+        .zip(&replicas)
+        .map(|(w, &r)| StagePlan {
+            layers: w[0]..w[1],
+            replicas: r,
+        })
+        .collect::<Vec<_>>();
+    Some(PipelinePlan {
+        noam: schedule::noam(&replicas),
+        stages,
+        predicted_s: None,
+    })
+}

@@ -1,0 +1,532 @@
+//! A pipeline stage's worker: runs its schedule's operations in order, on the weight version
+//! each minibatch's pass needs, sends activations forward and gradients back, averages
+//! gradients with its stage's other replicas, and closes the job's iterations as the
+//! minibatches in them finish here.
+
+use crate::layout::{Layout, Position};
+use crate::options::Kind;
+use crate::protocol::{is_for, Act, Grad, StageStats};
+use crate::schedule::Op;
+use crate::versions::{Values, Versions};
+use candle_core::Tensor;
+use concord_engine::collective::{Allreduce, Group};
+use concord_engine::memory::{MemEvent, TensorClass};
+use concord_engine::model::{Replica, StagedModel};
+use concord_engine::prelude::*;
+use concord_engine::submodel::math::{
+    accumulate, backward, forward, labels_of, loss_seed, samples, Grads,
+};
+use concord_engine::submodel::{
+    activations, rows_from, stage_input_shapes, stage_output_shapes, tensor_error, Held, Rows,
+};
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// What a minibatch's forward pass left for its backward pass.
+struct Kept {
+    /// Every layer's input (real models).
+    inputs: Vec<Tensor>,
+    /// The loss gradient (output stage).
+    seed: Option<Rows>,
+    /// The minibatch's loss (output stage, real models).
+    loss: Option<f64>,
+}
+
+/// What the worker has counted since it last closed an iteration.
+#[derive(Default)]
+struct Open {
+    start_s: f64,
+    busy_s: f64,
+    comm_s: f64,
+    bytes: u64,
+    samples: u64,
+    loss_sum: f64,
+    losses: u64,
+}
+
+/// One worker of a pipeline: a replica of one stage, or idle.
+pub struct StageWorker {
+    job: Arc<Job>,
+    layout: Arc<Layout>,
+    at: Option<Position>,
+    replica: Option<Replica>,
+    held: Held,
+    versions: Versions,
+    /// The version the replica's stage parameters hold now.
+    loaded: Option<u64>,
+    /// Per-sample input shape of every layer of a real model, then its output's.
+    shapes: Option<Vec<Vec<usize>>>,
+    /// Per-sample output shape of every layer of a real model.
+    outputs: Option<Vec<Vec<usize>>>,
+    kept: BTreeMap<u64, Kept>,
+    /// Gradients waiting for the next sync or flush, and how many minibatches they sum.
+    pending: Grads,
+    allreduce: Option<Allreduce>,
+    /// `(start, end, forward?)` of every operation that computed.
+    spans: Vec<(f64, f64, bool)>,
+    boundary_bytes: u64,
+    sync_bytes: u64,
+    open: Open,
+    /// The next job iteration to close.
+    next_clock: u64,
+    records: Vec<IterRecord>,
+}
+
+impl StageWorker {
+    /// Worker `id` of `job` in `layout`.
+    pub fn new(job: Arc<Job>, id: WorkerId, layout: Arc<Layout>) -> Result<StageWorker> {
+        let at = layout.position(id);
+        let range = at.map_or(0..0, |p| layout.submodels.params(p.stage));
+        let held = Held::new(&job, range).snapshot_by_iterations();
+        let versions = Versions::new(layout.weights, held.values().map(Arc::new));
+        Ok(StageWorker {
+            replica: match at {
+                Some(_) => job.replica(RoleId::Worker(id))?,
+                None => None,
+            },
+            shapes: stage_input_shapes(&job.model),
+            outputs: stage_output_shapes(&job.model),
+            held,
+            versions,
+            loaded: None,
+            kept: BTreeMap::new(),
+            pending: None,
+            allreduce: None,
+            spans: Vec::new(),
+            boundary_bytes: 0,
+            sync_bytes: 0,
+            open: Open::default(),
+            next_clock: job.clocks().start,
+            records: Vec::new(),
+            at,
+            job,
+            layout,
+        })
+    }
+
+    fn net(&self) -> Option<&StagedModel> {
+        self.replica.as_ref().and_then(Replica::model)
+    }
+
+    fn layers(&self, at: Position) -> Range<usize> {
+        self.layout.submodels.stages(at.stage)
+    }
+
+    /// Loads version `id` into the replica's stage parameters (real models), unless it is
+    /// there already.
+    fn load(&mut self, at: Position, id: u64) -> Result<()> {
+        if self.loaded == Some(id) {
+            return Ok(());
+        }
+        let values: Values = self.versions.values(id);
+        if let (Some(net), Some(values)) = (self.net(), values) {
+            let layers = self.layers(at);
+            let first = net.stage_param_range(layers.start).start;
+            for layer in layers {
+                let range = net.stage_param_range(layer);
+                for (var, k) in net.stage_vars(layer).into_iter().zip(range) {
+                    let v = &values[k - first];
+                    let t = Tensor::from_slice(v, var.shape(), net.device())
+                        .map_err(|e| tensor_error("load a weight version", e))?;
+                    var.set(&t)
+                        .map_err(|e| tensor_error("load a weight version", e))?;
+                }
+            }
+        }
+        self.loaded = Some(id);
+        Ok(())
+    }
+
+    async fn run_op(&mut self, ctx: &mut RoleContext, at: Position, op: Op) -> Result<()> {
+        match op {
+            Op::Forward(b) => self.forward(ctx, at, b).await,
+            Op::Backward(b) => self.backward(ctx, at, b).await,
+            Op::Sync(round) => {
+                let count = self.round_size(at, round);
+                self.average_and_apply(ctx, round, count).await?;
+                self.close_until(ctx, at, (round + 1) * self.layout.replicas(at.stage) as u64);
+                Ok(())
+            }
+            Op::Flush(round) => {
+                let m = self.layout.depth as u64;
+                let count = ((round + 1) * m).min(self.layout.minibatches) - round * m;
+                self.average_and_apply(ctx, round, count).await?;
+                self.close_until(ctx, at, ((round + 1) * m).min(self.layout.minibatches));
+                Ok(())
+            }
+        }
+    }
+
+    /// Minibatches in round `round` of a replicated stage.
+    fn round_size(&self, at: Position, round: u64) -> u64 {
+        let r = self.layout.replicas(at.stage) as u64;
+        ((round + 1) * r).min(self.layout.minibatches) - round * r
+    }
+
+    async fn forward(&mut self, ctx: &mut RoleContext, at: Position, b: u64) -> Result<()> {
+        let job = self.job.clone();
+        let layout = self.layout.clone();
+        let s = at.stage;
+        let (first, last) = (s == 0, s + 1 == layout.len());
+        let g = layout.minibatch;
+        let layers = self.layers(at);
+        let (x, watermark) = if first {
+            let (x, _) = samples(&job, self.net(), g, b, 0, g)?;
+            let mark = (layout.weights == crate::versions::Weights::VerticalSync)
+                .then(|| self.versions.watermark());
+            (x, mark)
+        } else {
+            let from = layout.route(s - 1, b);
+            let t0 = ctx.now();
+            let env = ctx
+                .recv_matching(|e| is_for::<Act>(e, RoleId::Worker(from), b))
+                .await?;
+            self.open.comm_s += ctx.now() - t0;
+            let (a, payloads) = env.msg.into_strategy::<Act>()?.ok_or_else(|| {
+                EngineError::protocol(ctx.id(), "expected a minibatch's activations")
+            })?;
+            let shape = self.shapes.as_ref().map(|sh| sh[layers.start].as_slice());
+            (rows_from(payloads, a.rows, shape, self.net())?, a.watermark)
+        };
+        let id = self.versions.forward(b, watermark);
+        self.load(at, id)?;
+        let labels = if last {
+            labels_of(&job, g, b, 0, g)
+        } else {
+            None
+        };
+        let work = layout.submodels.work(s, g, StepPart::FORWARD);
+        let net = self.replica.as_ref().and_then(Replica::model);
+        let t0 = ctx.now();
+        let out = ctx
+            .compute("forward", work, || -> Result<_> {
+                let (y, inputs) = forward(net, layers.clone(), &x)?;
+                let seeded = last
+                    .then(|| loss_seed(net, &y, labels.as_deref(), 1.0))
+                    .transpose()?;
+                Ok((y, inputs, seeded))
+            })
+            .await;
+        self.spans.push((t0, ctx.now(), true));
+        self.open.busy_s += ctx.now() - t0;
+        let (y, inputs, seeded) = out?;
+        self.hold_activations(ctx, at, true).await?;
+        if !last {
+            let body = Act {
+                minibatch: b,
+                stage: s as u32 + 1,
+                rows: g,
+                watermark,
+            };
+            let payload = y.to_payload(layout.submodels.output_bytes(s))?;
+            let msg = Message::strategy_with(&body, vec![payload])?;
+            self.boundary_bytes += msg.wire_bytes();
+            self.open.bytes += msg.wire_bytes();
+            ctx.send(RoleId::Worker(layout.route(s + 1, b)), msg);
+        }
+        let (loss, seed) = match seeded {
+            Some((loss, seed)) => (loss, Some(seed)),
+            None => (None, None),
+        };
+        self.kept.insert(b, Kept { inputs, seed, loss });
+        Ok(())
+    }
+
+    async fn backward(&mut self, ctx: &mut RoleContext, at: Position, b: u64) -> Result<()> {
+        let layout = self.layout.clone();
+        let s = at.stage;
+        let g_rows = layout.minibatch;
+        let layers = self.layers(at);
+        let kept = self.kept.remove(&b).ok_or_else(|| {
+            EngineError::protocol(
+                ctx.id(),
+                format!("backward pass of minibatch {b} before its forward pass"),
+            )
+        })?;
+        let grad = match kept.seed {
+            Some(seed) => seed,
+            None => {
+                let from = layout.route(s + 1, b);
+                let t0 = ctx.now();
+                let env = ctx
+                    .recv_matching(|e| is_for::<Grad>(e, RoleId::Worker(from), b))
+                    .await?;
+                self.open.comm_s += ctx.now() - t0;
+                let (gm, payloads) = env.msg.into_strategy::<Grad>()?.ok_or_else(|| {
+                    EngineError::protocol(ctx.id(), "expected a minibatch's gradient")
+                })?;
+                let shape = self
+                    .outputs
+                    .as_ref()
+                    .map(|sh| sh[layers.end - 1].as_slice());
+                rows_from(payloads, gm.rows, shape, self.net())?
+            }
+        };
+        let id = self.versions.backward(b);
+        self.load(at, id)?;
+        // GPipe recomputes the stage's forward pass before its backward pass.
+        let share = match layout.kind {
+            Kind::GPipe => StepPart::BACKWARD + StepPart::FORWARD,
+            _ => StepPart::BACKWARD,
+        };
+        let work = layout.submodels.work(s, g_rows, share);
+        let net = self.replica.as_ref().and_then(Replica::model);
+        let t0 = ctx.now();
+        let out = ctx
+            .compute("backward", work, || {
+                backward(net, layers.clone(), &kept.inputs, &grad)
+            })
+            .await;
+        self.spans.push((t0, ctx.now(), false));
+        self.open.busy_s += ctx.now() - t0;
+        let (g_params, g_input) = out?;
+        self.hold_activations(ctx, at, false).await?;
+        if s > 0 {
+            let body = Grad {
+                minibatch: b,
+                stage: s as u32 - 1,
+                rows: g_rows,
+            };
+            let payload = g_input.to_payload(layout.submodels.output_bytes(s - 1))?;
+            let msg = Message::strategy_with(&body, vec![payload])?;
+            self.boundary_bytes += msg.wire_bytes();
+            self.open.bytes += msg.wire_bytes();
+            ctx.send(RoleId::Worker(layout.route(s - 1, b)), msg);
+        }
+        self.versions.release(b);
+        if s + 1 == layout.len() {
+            self.open.samples += g_rows;
+            if let Some(l) = kept.loss {
+                self.open.loss_sum += l;
+                self.open.losses += 1;
+            }
+        }
+        accumulate(&mut self.pending, g_params);
+        if layout.kind != Kind::GPipe && layout.replicas(s) == 1 {
+            // An unreplicated stage applies each minibatch's gradient as soon as it has it.
+            let grads = self.pending.take();
+            self.apply(ctx, grads, b + 1)?;
+            self.close_until(ctx, at, b + 1);
+        }
+        Ok(())
+    }
+
+    /// Averages the pending gradients of `count` minibatches over the stage's replicas, then
+    /// applies them.
+    async fn average_and_apply(
+        &mut self,
+        ctx: &mut RoleContext,
+        round: u64,
+        count: u64,
+    ) -> Result<()> {
+        let Some(at) = self.at else { return Ok(()) };
+        let mut grads = self.pending.take();
+        if let Some(ar) = self.allreduce.as_mut() {
+            let mut buf = match &grads {
+                Some(g) => Payload::Real(g.concat()),
+                None if self.replica.is_some() => {
+                    Payload::Real(vec![0.0; self.held.elems() as usize])
+                }
+                None => Payload::Virtual {
+                    elems: self.held.elems(),
+                },
+            };
+            let t0 = ctx.now();
+            let sent = ar.sum(ctx, round, &mut buf, &[]).await?;
+            self.open.comm_s += ctx.now() - t0;
+            self.sync_bytes += sent;
+            self.open.bytes += sent;
+            ctx.trace_span("allreduce", "comm", t0, ctx.now());
+            grads = buf.values().map(|flat| self.held.unflatten(flat));
+        }
+        if let Some(g) = grads.as_mut() {
+            let scale = 1.0 / count.max(1) as f32;
+            for t in g.iter_mut() {
+                for x in t.iter_mut() {
+                    *x *= scale;
+                }
+            }
+        }
+        let r = self.layout.replicas(at.stage) as u64;
+        let mark = match self.layout.kind {
+            Kind::GPipe => ((round + 1) * self.layout.depth as u64).min(self.layout.minibatches),
+            _ => ((round + 1) * r).min(self.layout.minibatches),
+        };
+        self.apply(ctx, grads, mark)
+    }
+
+    /// One optimizer step of the stage, making a new latest version that took in minibatches
+    /// `0..watermark`.
+    fn apply(&mut self, ctx: &RoleContext, grads: Grads, watermark: u64) -> Result<()> {
+        self.held.apply(grads, None, ctx.now())?;
+        self.versions
+            .update(self.held.values().map(Arc::new), watermark);
+        Ok(())
+    }
+
+    /// Closes the job's iterations whose minibatches this worker has all finished, given that
+    /// every minibatch before `done` is finished here.
+    fn close_until(&mut self, ctx: &RoleContext, _at: Position, done: u64) {
+        let per = self.layout.replicas(self.layout.len() - 1) as u64;
+        let end = self.job.clocks().end;
+        while self.next_clock < end && (self.next_clock + 1) * per <= done {
+            self.close(ctx);
+        }
+    }
+
+    /// Closes the next iteration with what was counted since the last.
+    fn close(&mut self, ctx: &RoleContext) {
+        let open = std::mem::take(&mut self.open);
+        let clock = self.next_clock;
+        let tally = ClockTally {
+            samples: open.samples,
+            compute_s: open.busy_s,
+            wait_s: 0.0,
+            comm_s: open.comm_s,
+            loss: if open.losses > 0 {
+                open.loss_sum / open.losses as f64
+            } else {
+                f64::NAN
+            },
+            version_read: self.versions.latest() as i64,
+            bytes_sent: open.bytes,
+        };
+        let record = close_clock(ctx, &self.job, clock, open.start_s, tally);
+        self.records.push(record);
+        self.held.iteration_done(clock + 1, ctx.now());
+        self.next_clock += 1;
+        self.open.start_s = ctx.now();
+    }
+
+    /// Tells the memory policy about a minibatch's activations: kept from the forward to the
+    /// backward pass (PipeDream, model parallelism), or only the stage input kept and the rest
+    /// live during the recomputing backward pass (GPipe).
+    async fn hold_activations(
+        &mut self,
+        ctx: &mut RoleContext,
+        at: Position,
+        forward: bool,
+    ) -> Result<()> {
+        let job = self.job.clone();
+        let layers = self.layers(at);
+        let rows = self.layout.minibatch;
+        if self.layout.kind != Kind::GPipe {
+            return activations(ctx, &job, layers, rows, forward).await;
+        }
+        let input = job
+            .stage_activation_bytes
+            .get(layers.start)
+            .copied()
+            .unwrap_or(0)
+            * rows;
+        if forward {
+            let what = "a minibatch's stage input (recomputed from in the backward pass)";
+            ctx.memory_event(MemEvent::Allocate {
+                class: TensorClass::Activations,
+                bytes: input,
+                what: what.into(),
+            })
+            .await
+        } else {
+            activations(ctx, &job, layers.clone(), rows, true).await?;
+            activations(ctx, &job, layers, rows, false).await?;
+            ctx.memory_event(MemEvent::Release {
+                class: TensorClass::Activations,
+                bytes: input,
+            })
+            .await
+        }
+    }
+
+    /// Tells the memory policy about the stashed weight versions when their count changes.
+    async fn hold_versions(&mut self, ctx: &mut RoleContext, held: &mut usize) -> Result<()> {
+        let now = self.versions.alive().saturating_sub(1);
+        let bytes = self.held.elems() * 4;
+        while *held < now {
+            ctx.memory_event(MemEvent::Allocate {
+                class: TensorClass::Params,
+                bytes,
+                what: "a stashed weight version".into(),
+            })
+            .await?;
+            *held += 1;
+        }
+        while *held > now {
+            ctx.memory_event(MemEvent::Release {
+                class: TensorClass::Params,
+                bytes,
+            })
+            .await?;
+            *held -= 1;
+        }
+        Ok(())
+    }
+
+    /// The share of the steady state spent computing: from the end of the first backward pass
+    /// to the start of the last forward pass.
+    fn steady_utilisation(&self) -> Option<f64> {
+        let from = self.spans.iter().find(|s| !s.2)?.1;
+        let to = self.spans.iter().rev().find(|s| s.2)?.0;
+        if to <= from {
+            return None;
+        }
+        let busy: f64 = self
+            .spans
+            .iter()
+            .map(|&(a, b, _)| (b.min(to) - a.max(from)).max(0.0))
+            .sum();
+        Some(busy / (to - from))
+    }
+}
+
+#[async_trait]
+impl Worker for StageWorker {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
+        let Some(at) = self.at else {
+            // An idle worker: the plan leaves it out.
+            return Ok(WorkerReport {
+                iterations: Vec::new(),
+                model: None,
+                state: None,
+            });
+        };
+        let job = self.job.clone();
+        let layout = self.layout.clone();
+        self.held.reserve(ctx, &job).await?;
+        if layout.replicas(at.stage) > 1 {
+            let group = Group::new(layout.stage_workers(at.stage))?;
+            self.allreduce = Some(Allreduce::join(ctx, &job, group).await?);
+        }
+        self.open.start_s = ctx.now();
+        let mut stashed = 0;
+        for op in layout.ops(at) {
+            self.run_op(ctx, at, op).await?;
+            self.hold_versions(ctx, &mut stashed).await?;
+        }
+        while self.next_clock < job.clocks().end {
+            self.close(ctx);
+        }
+        let span_s = match (self.spans.first(), self.spans.last()) {
+            (Some(a), Some(b)) => b.1 - a.0,
+            _ => 0.0,
+        };
+        let stats = StageStats {
+            stage: at.stage as u32,
+            busy_s: self.spans.iter().map(|s| s.1 - s.0).sum(),
+            span_s,
+            steady_utilisation: self.steady_utilisation(),
+            max_versions: self.versions.max_alive() as u32,
+            boundary_bytes: self.boundary_bytes,
+            sync_bytes: self.sync_bytes,
+        };
+        ctx.send(RoleId::Coordinator, Message::strategy(&stats)?);
+        // Every replica of a stage holds the same values: the first one reports them.
+        let model = (at.replica == 0).then(|| self.held.report(&job.layout));
+        Ok(WorkerReport {
+            iterations: std::mem::take(&mut self.records),
+            model,
+            state: None,
+        })
+    }
+}

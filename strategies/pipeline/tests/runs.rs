@@ -1,0 +1,288 @@
+//! End-to-end pipeline runs on real math: the equivalences that pin each schedule's SGD
+//! (model parallelism and GPipe are plain SGD; one replicated stage is BSP data parallelism;
+//! PipeDream with stashing is SGD on the thesis's stale-but-consistent weights), the ablation
+//! without stashing, determinism, memory bounds and bad input.
+
+use concord_engine::config::RunConfig;
+use concord_engine::model::Replica;
+use concord_test_support::{max_diff, param_bits};
+
+mod common;
+use common::{compose_err, figure, mlp, reg, run, with};
+
+/// One worker, batch `g`, `iterations` steps: plain SGD.
+fn sgd(g: u64, iterations: u64) -> RunConfig {
+    mlp(1, g, iterations)
+}
+
+fn params(r: &concord_engine::run::RunResult) -> &[(String, Vec<f32>)] {
+    r.params.as_deref().expect("real model")
+}
+
+#[test]
+fn model_parallelism_is_sgd_on_one_minibatch_at_a_time() {
+    let r = run(&with(mlp(3, 8, 10), "pipedream-mp", "boundaries = [1, 2]"));
+    let d = max_diff(params(&run(&sgd(8, 10))), params(&r));
+    assert!(d < 1e-5, "max |Δ| = {d}");
+    assert_eq!(r.summary.iterations, 10);
+}
+
+#[test]
+fn gpipe_is_sgd_on_each_rounds_minibatches_together() {
+    // Depth 2: ten minibatches of 8 are five steps on 16 samples.
+    let r = run(&with(
+        mlp(3, 8, 10),
+        "gpipe",
+        "boundaries = [1, 2]\ndepth = 2",
+    ));
+    let d = max_diff(params(&run(&sgd(16, 5))), params(&r));
+    assert!(d < 1e-5, "max |Δ| = {d}");
+}
+
+#[test]
+fn one_stage_on_every_worker_is_bsp_data_parallelism() {
+    let base = mlp(4, 8, 6);
+    let dp = run(&base);
+    let r = run(&with(base, "pipedream", "replicas = [4]"));
+    let d = max_diff(params(&dp), params(&r));
+    assert!(d < 1e-5, "max |Δ| = {d}");
+    assert_eq!(r.summary.iterations, 6);
+    assert_eq!(
+        r.rows.iter().map(|x| x.samples).sum::<u64>(),
+        dp.rows.iter().map(|x| x.samples).sum::<u64>()
+    );
+}
+
+/// PipeDream's update with stashing, computed directly (thesis §5.3.3): minibatch `b` at stage
+/// `s` of a straight pipeline of `S` stages runs forward and backward on the weights after
+/// `max(0, b − (S − s) + 1)` updates, the full gradient at that mixed weight vector is exact,
+/// and each stage applies its part to its latest weights.
+fn stashed_reference(cfg: &RunConfig, boundaries: &[usize], minibatches: u64) -> Vec<Vec<f32>> {
+    let asm = reg().compose(cfg).expect("composes");
+    let job = concord_engine::run::prepare(cfg, &asm).expect("job");
+    let replica = Replica::cpu(&job.model).expect("replica").expect("real");
+    let net = replica.model().expect("staged");
+    let data = job.data.as_ref().expect("data");
+    let g = cfg.batch;
+    let mut cuts = vec![0];
+    cuts.extend_from_slice(boundaries);
+    cuts.push(net.len());
+    let stages = cuts.len() - 1;
+    let stage_of_param: Vec<usize> = (0..net.params().len())
+        .map(|p| {
+            (0..stages)
+                .find(|&s| {
+                    let a = net.stage_param_range(cuts[s]).start;
+                    let b = net.stage_param_range(cuts[s + 1] - 1).end;
+                    (a..b).contains(&p)
+                })
+                .expect("a stage owns every parameter")
+        })
+        .collect();
+    let init = job.init.clone().expect("real");
+    // history[s][k]: the whole parameter list as stage s sees it after k of its updates.
+    let mut history: Vec<Vec<Vec<Vec<f32>>>> = vec![vec![init.clone()]; stages];
+    let mut states: Vec<_> = init
+        .iter()
+        .map(|v| cfg.optimizer.init_state(v.len()))
+        .collect();
+    for b in 0..minibatches {
+        let mixed: Vec<Vec<f32>> = (0..init.len())
+            .map(|p| {
+                let s = stage_of_param[p];
+                let w = (stages - s) as u64;
+                let k = (b + 1).saturating_sub(w) as usize;
+                history[s][k][p].clone()
+            })
+            .collect();
+        replica.set_params(&mixed).expect("load");
+        let idx = job.stream.range(b as u128 * g as u128, g as usize);
+        let (x, y) = data.train.gather(&idx);
+        let out = replica.step(x, &y).expect("step");
+        for s in 0..stages {
+            let mut next = history[s].last().expect("a version").clone();
+            for p in (0..init.len()).filter(|&p| stage_of_param[p] == s) {
+                cfg.optimizer
+                    .step(&mut next[p], &out.grads[p], &mut states[p]);
+            }
+            history[s].push(next);
+        }
+    }
+    (0..init.len())
+        .map(|p| history[stage_of_param[p]].last().expect("a version")[p].clone())
+        .collect()
+}
+
+fn flat(params: &[(String, Vec<f32>)]) -> Vec<Vec<f32>> {
+    params.iter().map(|(_, v)| v.clone()).collect()
+}
+
+fn max_abs_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    a.iter()
+        .zip(b)
+        .flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs()))
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn stashing_trains_on_the_exact_gradient_at_the_stashed_weights() {
+    let mut cfg = with(mlp(3, 8, 12), "pipedream", "boundaries = [1, 2]");
+    cfg.optimizer = toml::from_str("kind = \"sgd\"\nlr = 0.2").expect("optimizer");
+    let r = run(&cfg);
+    let reference = stashed_reference(&cfg, &[1, 2], 12);
+    let d = max_abs_diff(&flat(params(&r)), &reference);
+    assert!(
+        d < 1e-5,
+        "stashing vs the stale-weights reference: max |Δ| = {d}"
+    );
+    // The schedule really was stale: plain SGD lands elsewhere.
+    let mut plain = sgd(8, 12);
+    plain.optimizer = cfg.optimizer.clone();
+    let d_sgd = max_diff(params(&run(&plain)), params(&r));
+    assert!(d_sgd > 1e-4, "PipeDream equals plain SGD: {d_sgd}");
+}
+
+#[test]
+fn without_stashing_the_gradients_are_not_the_stashed_ones_and_drift_more_with_depth_and_lr() {
+    let drift = |workers: u32, boundaries: &str, lr: f64| {
+        let mut cfg = mlp(workers, 8, 12);
+        cfg.model = toml::from_str("kind = \"mlp\"\nhidden = [32, 32, 16]").expect("model");
+        cfg.optimizer = toml::from_str(&format!("kind = \"sgd\"\nlr = {lr}")).expect("optimizer");
+        let stash = run(&with(cfg.clone(), "pipedream", boundaries));
+        let naive = run(&with(
+            cfg,
+            "pipedream",
+            &format!("{boundaries}\nstash = false"),
+        ));
+        max_diff(params(&stash), params(&naive))
+    };
+    let shallow = drift(2, "boundaries = [2]", 0.1);
+    let deep = drift(4, "boundaries = [1, 2, 3]", 0.1);
+    let deep_fast = drift(4, "boundaries = [1, 2, 3]", 0.4);
+    assert!(shallow > 0.0, "no stashing changed nothing");
+    assert!(deep > shallow, "depth: {deep} vs {shallow}");
+    assert!(deep_fast > deep, "learning rate: {deep_fast} vs {deep}");
+}
+
+#[test]
+fn vertical_sync_trains_and_keeps_the_stage_weights_consistent() {
+    let cfg = with(
+        mlp(3, 8, 12),
+        "pipedream",
+        "boundaries = [1, 2]\nvertical_sync = true",
+    );
+    let r = run(&cfg);
+    assert!(r.summary.final_loss.is_finite());
+    let stash = run(&with(mlp(3, 8, 12), "pipedream", "boundaries = [1, 2]"));
+    assert!(
+        max_diff(params(&stash), params(&r)) > 0.0,
+        "vertical sync changed nothing"
+    );
+}
+
+#[test]
+fn stashed_versions_never_exceed_the_warm_up_depth() {
+    let mut cfg = mlp(4, 8, 16);
+    cfg.model = toml::from_str("kind = \"mlp\"\nhidden = [32, 32, 16]").expect("model");
+    let r = run(&with(cfg, "pipedream", "boundaries = [1, 2, 3]"));
+    for s in 0..4 {
+        let held = figure(&r, &format!("pipedream.max_versions.stage-{s}"));
+        let warmup = figure(&r, &format!("pipedream.warmup.stage-{s}"));
+        assert_eq!(warmup, (4 - s) as f64);
+        assert!(
+            held <= warmup,
+            "stage {s}: {held} versions, warm-up {warmup}"
+        );
+    }
+    // The input stage does keep one version per minibatch in flight.
+    assert_eq!(figure(&r, "pipedream.max_versions.stage-0"), 4.0);
+}
+
+#[test]
+fn replicated_stages_route_round_robin_and_train() {
+    // 2-1 and 2-1-1 (the routing is asserted by every backward pass finding its forward pass's
+    // activations on the replica it lands on), and a replicated output stage.
+    for (workers, opts, iterations) in [
+        (3, "boundaries = [1]\nreplicas = [2, 1]", 8),
+        (4, "boundaries = [1, 2]\nreplicas = [2, 1, 1]", 8),
+        (3, "boundaries = [2]\nreplicas = [1, 2]", 4),
+        (5, "boundaries = [1]\nreplicas = [3, 2]", 4),
+    ] {
+        let r = run(&with(mlp(workers, 8, iterations), "pipedream", opts));
+        assert_eq!(r.summary.iterations, iterations, "{opts}");
+        assert!(r.summary.final_loss.is_finite(), "{opts}");
+    }
+}
+
+#[test]
+fn idle_workers_take_no_part() {
+    let r = run(&with(
+        mlp(4, 8, 6),
+        "pipedream",
+        "boundaries = [2]\nreplicas = [2, 1]",
+    ));
+    assert_eq!(figure(&r, "pipedream.workers_used"), 3.0);
+    assert_eq!(r.summary.iterations, 6);
+}
+
+#[test]
+fn same_seed_same_bits() {
+    let cfg = with(
+        mlp(4, 8, 6),
+        "pipedream",
+        "boundaries = [1]\nreplicas = [3, 1]",
+    );
+    assert_eq!(param_bits(&run(&cfg)), param_bits(&run(&cfg)));
+}
+
+#[test]
+fn bad_configurations_are_refused_before_any_work() {
+    let e = compose_err(&with(mlp(3, 8, 2), "pipedream", "boundaries = [1, 2, 3]"));
+    assert!(
+        e.contains("strategy.pipedream.boundaries") && e.contains("stages"),
+        "{e}"
+    );
+    let e = compose_err(&with(
+        mlp(4, 8, 2),
+        "pipedream",
+        "boundaries = [1, 2, 3, 4, 5]",
+    ));
+    assert!(e.contains("strategy.pipedream.boundaries"), "{e}");
+    let e = compose_err(&with(
+        mlp(3, 8, 2),
+        "pipedream",
+        "boundaries = [1]\nreplicas = [3, 1]",
+    ));
+    assert!(
+        e.contains("strategy.pipedream.replicas") && e.contains("4 workers"),
+        "{e}"
+    );
+    let e = compose_err(&with(mlp(3, 8, 2), "pipedream", "replicas = [1, 1]"));
+    assert!(e.contains("strategy.pipedream.replicas"), "{e}");
+    let e = compose_err(&with(mlp(3, 8, 2), "gpipe", "stash = false"));
+    assert!(e.contains("strategy.gpipe.stash"), "{e}");
+    let e = compose_err(&with(
+        mlp(3, 8, 2),
+        "pipedream",
+        "stash = false\nvertical_sync = true",
+    ));
+    assert!(e.contains("vertical_sync"), "{e}");
+    let e = compose_err(&with(mlp(3, 8, 2), "pipedream", "depth = 0"));
+    assert!(e.contains("strategy.pipedream.depth"), "{e}");
+    // A pipeline with a parameter-server consistency strategy.
+    let mut cfg = with(mlp(3, 8, 2), "pipedream", "boundaries = [1]");
+    cfg.strategies.push("ssp".into());
+    let e = compose_err(&cfg);
+    assert!(e.contains("pipedream") && e.contains("ssp"), "{e}");
+}
+
+#[test]
+fn a_plan_that_does_not_fit_memory_is_refused() {
+    let mut cfg = with(mlp(3, 8, 2), "pipedream", "boundaries = [1, 2]");
+    cfg = concord_test_support::on_device(cfg, "tiny", concord_test_support::slow_device(1e-6));
+    let e = compose_err(&cfg);
+    assert!(
+        e.contains("strategy.pipedream.boundaries") && e.contains("GiB"),
+        "{e}"
+    );
+}
