@@ -186,6 +186,9 @@ fn conv_heavy_models_get_data_parallelism_at_high_bandwidth() {
     }
 }
 
+/// A check of a plan's shape.
+type Shape = dyn Fn(&PipelinePlan) -> bool;
+
 /// What the thesis reports for VGG-16 (Table 5.1): 4x4 → "12-1", 2x8 → "15-1" (§7.4 item 18:
 /// the flat DP's), 1x4 → "3-1". Printed with `--nocapture`. Links inside a machine are free,
 /// as the transport charges them today. What the flat DP gives on our profile:
@@ -209,7 +212,7 @@ fn vgg16_gets_replicated_first_stage_plans() {
             && got.stages.last().is_some_and(|s| s.replicas == 1)
     };
     let dp = |got: &PipelinePlan| got.is_data_parallel() && got.stages[0].replicas == 4;
-    let cases: [(&str, Topology, &dyn Fn(&PipelinePlan) -> bool); 5] = [
+    let cases: [(&str, Topology, &Shape); 5] = [
         (
             "2x8, 25 Gbit/s",
             Topology::two_level(8, free, 2, gbps(25.0)),
