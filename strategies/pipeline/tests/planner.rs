@@ -5,8 +5,8 @@
 use concord_engine::cluster::DeviceProfile;
 use concord_engine::model::{ModelConfig, ModelSpec};
 use concord_pipeline::planner::{
-    bytes_per_sample, evaluate, exhaustive, plan, LayerProfile, PipelinePlan, PlanError,
-    PlanOptions, Profile, Search, StagePlan, Topology,
+    bytes_per_sample, evaluate, exhaustive, plan, validate_stages, LayerProfile, PipelinePlan,
+    PlanError, PlanOptions, Profile, Search, StagePlan, Topology,
 };
 use proptest::prelude::*;
 
@@ -69,8 +69,16 @@ fn small_profile() -> impl Strategy<Value = Profile> {
         .prop_map(|(layers, batch)| Profile { layers, batch })
 }
 
+/// The seed of the property tests: every run tries the same cases.
+const SEED: u64 = 0x91A2_2ED5;
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(SEED),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     /// The flat DP's time is brute force's minimum, and its plan evaluates to that time.
     #[test]
@@ -132,7 +140,7 @@ proptest! {
     }
 
     /// On two levels, the flat DP is brute force's minimum with each stage and boundary charged
-    /// at the links it spans; the level-wise DP can only be slower or equal.
+    /// at the links it spans; the level-wise DP gives a valid plan on at most the workers.
     #[test]
     fn two_levels_flat_equals_exhaustive(
         p in small_profile(),
@@ -145,7 +153,8 @@ proptest! {
         prop_assert_eq!(got.predicted_s, Some(best));
         let h = PlanOptions { search: Search::Hierarchical, ..flat() };
         let hier = plan(&p, &t, &h).expect("hierarchical");
-        prop_assert!(hier.predicted_s.expect("predicted") >= best);
+        prop_assert!(validate_stages(&p, &hier.stages).is_ok());
+        prop_assert!(hier.workers_used() <= t.workers());
     }
 }
 
@@ -252,7 +261,6 @@ fn vgg16_gets_replicated_first_stage_plans() {
         println!("  data parallel on {}: {:.3} ms", t.workers(), dp_s * 1e3);
         assert!(expected(&got), "{name}: {got:?}");
         assert!(got.predicted_s.expect("predicted") <= dp_s);
-        assert!(hier.predicted_s >= got.predicted_s, "{name}");
     }
 }
 
@@ -394,4 +402,34 @@ fn bad_inputs_are_named_errors() {
         plan(&p, &Topology::flat(2, 1.0), &zero).unwrap_err(),
         PlanError::NoStages
     );
+}
+
+/// The level-wise search's prediction is for its own layout, which the collapsed list of
+/// stages on contiguous workers does not keep: here it puts layer 0 on one device of machine 0
+/// (its other two idle) and layer 1 on the three devices of machine 1, synced over the fast
+/// link (1.75 s); collapsed to "1-3" on workers 0..4, layer 1's replicas span both machines
+/// and sync over the slow link (2 s, which is also the flat search's best contiguous plan).
+#[test]
+fn the_hierarchical_prediction_is_for_its_machine_replicated_layout() {
+    let l = |c: f64, w: u64| LayerProfile {
+        compute_s: c,
+        activation_bytes: 0,
+        weight_bytes: w,
+    };
+    let p = Profile {
+        layers: vec![l(0.0, 124), l(5.25, 3)],
+        batch: 1,
+    };
+    let t = Topology::two_level(3, 64.0, 2, 2.0);
+    let flat_plan = plan(&p, &t, &flat()).expect("flat");
+    let h = PlanOptions {
+        search: Search::Hierarchical,
+        ..flat()
+    };
+    let hier = plan(&p, &t, &h).expect("hierarchical");
+    show("flat", &flat_plan, &p);
+    show("hierarchical", &hier, &p);
+    let hier_s = hier.predicted_s.expect("predicted");
+    assert!(hier_s < flat_plan.predicted_s.expect("predicted"));
+    assert!(evaluate(&p, &t, &hier.stages) > hier_s);
 }

@@ -4,7 +4,11 @@
 //! Boundaries at a level above 1 fall on that level's unit boundaries, and a unit's inner plan
 //! is the same on each of its replicas. The result is collapsed into one list of stages, an
 //! inner stage replicated `r` times inside a unit replicated `m` times becoming one stage on
-//! `r·m` workers; its predicted time is the search's `A^L`.
+//! `r·m` workers; its predicted time is the search's `A^L`. That time is for the search's own
+//! layout (each upper-level unit running its inner plan, idle devices where the inner plan
+//! leaves them); laid out on contiguous workers, as a [`super::PipelinePlan`] is, the stages of
+//! a plan with idle devices inside a machine, or with a replicated multi-stage unit, sit on
+//! other links, and [`super::evaluate`] of them may differ.
 //!
 //! Memory and the stage limit are not part of this search: its plan is checked against them
 //! and refused with [`PlanError::HierarchicalLimit`] when it breaks one.
