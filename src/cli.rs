@@ -3,9 +3,11 @@
 mod calibrate;
 mod launch;
 mod out_dir;
+mod plan;
 
 pub use calibrate::CalibrateArgs;
 pub use launch::LaunchArgs;
+pub use plan::{PlanArgs, SearchArg};
 
 pub use out_dir::{default_out_dir, prepare_out_dir, OutDir, OutDirError};
 
@@ -47,6 +49,9 @@ pub enum Command {
     /// torchrun would: `concord launch --nproc 8 train --config configs/default.toml` (8 workers,
     /// one machine each).
     Launch(LaunchArgs),
+    /// Plan a PipeDream pipeline for the configured job: the stages, their replicas, the
+    /// predicted time per minibatch, beside plain data parallelism.
+    Plan(PlanArgs),
 }
 
 /// Where the configuration comes from.
@@ -153,6 +158,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Train(args) => train(args),
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Launch(args) => launch::run(&args),
+        Command::Plan(args) => plan::run(&args),
     }
 }
 

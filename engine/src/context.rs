@@ -104,6 +104,26 @@ impl Work {
         }
     }
 
+    /// Undelayed seconds this work costs on `device` for a job whose per-layer cost facts are
+    /// `sheet` (see [`crate::job::Job::cost_sheet`]): the one cost model every role's
+    /// [`RoleContext::compute`] charges by, public so that planners predict exactly what the
+    /// runtime will charge.
+    pub fn seconds_on(&self, device: &DeviceProfile, sheet: &[LayerCost]) -> f64 {
+        if self.batch > 0.0 {
+            if let Some(part) = self.part {
+                let sheet = sheet.get(part.first..part.end).unwrap_or(&[]);
+                let flops = self.flops_per_sample / part.share.max(f64::MIN_POSITIVE);
+                device.step_seconds(sheet, flops, self.batch) * part.share
+            } else if self.training {
+                device.step_seconds(sheet, self.flops_per_sample, self.batch)
+            } else {
+                device.compute_seconds(self.flops_per_sample, self.batch)
+            }
+        } else {
+            device.work_seconds(self.flops_per_sample)
+        }
+    }
+
     /// Total FLOPs.
     pub fn flops(&self) -> f64 {
         if self.batch > 0.0 {
@@ -245,21 +265,7 @@ impl RoleContext {
     /// Undelayed seconds `work` costs on this role's device by the cost model (what `sim`
     /// charges before straggler effects).
     pub fn nominal_seconds(&self, work: Work) -> f64 {
-        if work.batch > 0.0 {
-            if let Some(part) = work.part {
-                let sheet = self.cost_sheet.get(part.first..part.end).unwrap_or(&[]);
-                let flops = work.flops_per_sample / part.share.max(f64::MIN_POSITIVE);
-                self.device.step_seconds(sheet, flops, work.batch) * part.share
-            } else if work.training {
-                self.device
-                    .step_seconds(&self.cost_sheet, work.flops_per_sample, work.batch)
-            } else {
-                self.device
-                    .compute_seconds(work.flops_per_sample, work.batch)
-            }
-        } else {
-            self.device.work_seconds(work.flops_per_sample)
-        }
+        work.seconds_on(&self.device, &self.cost_sheet)
     }
 
     /// The same context recording its timeline with `recorder` instead of keeping every event

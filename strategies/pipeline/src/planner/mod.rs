@@ -7,6 +7,18 @@
 
 use std::ops::Range;
 
+mod costs;
+pub mod dp;
+mod error;
+pub mod exhaustive;
+mod hierarchical;
+pub mod profile;
+pub mod topology;
+
+pub use costs::{bytes_per_sample, evaluate, stage_memory_bytes, validate_stages};
+pub use dp::plan;
+pub use error::PlanError;
+
 /// What one layer of the model costs on one worker, for one minibatch.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LayerProfile {
@@ -66,4 +78,92 @@ pub struct PipelinePlan {
     /// The planner's predicted time per minibatch in steady state (the slowest stage), seconds;
     /// `None` for a plan given by hand.
     pub predicted_s: Option<f64>,
+}
+
+impl StagePlan {
+    /// Number of layers the stage runs.
+    pub fn len(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Whether the stage runs no layer (never, in a valid plan).
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+}
+
+impl PipelinePlan {
+    /// A plan of `stages` with its NOAM computed and no prediction (a plan given by hand).
+    pub fn of_stages(stages: Vec<StagePlan>) -> PipelinePlan {
+        let noam = noam(&stages);
+        PipelinePlan {
+            stages,
+            noam,
+            predicted_s: None,
+        }
+    }
+
+    /// Workers the plan occupies: the sum of its stages' replicas (workers past these idle).
+    pub fn workers_used(&self) -> u32 {
+        workers_used(&self.stages)
+    }
+
+    /// The configuration in the thesis's notation: replicas per stage joined by `-` ("3-1"
+    /// is two stages, the first on 3 workers; "16" is plain data parallelism on 16).
+    pub fn config_string(&self) -> String {
+        config_string(&self.stages)
+    }
+
+    /// Whether the plan is plain data parallelism: one stage holding every layer.
+    pub fn is_data_parallel(&self) -> bool {
+        self.stages.len() == 1
+    }
+}
+
+/// Workers `stages` occupy: the sum of their replicas.
+pub fn workers_used(stages: &[StagePlan]) -> u32 {
+    stages.iter().map(|s| s.replicas).sum()
+}
+
+/// NOAM of `stages`: ⌈workers used / input-stage replicas⌉ (0 for no stages).
+pub fn noam(stages: &[StagePlan]) -> u32 {
+    match stages.first() {
+        Some(first) if first.replicas > 0 => workers_used(stages).div_ceil(first.replicas),
+        _ => 0,
+    }
+}
+
+/// `stages` in the thesis's notation, e.g. "3-1".
+pub fn config_string(stages: &[StagePlan]) -> String {
+    stages
+        .iter()
+        .map(|s| s.replicas.to_string())
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+/// Which dynamic programme [`plan`] runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Search {
+    /// One level over all workers (the default). Stage boundaries may fall anywhere, so it
+    /// reaches configurations such as "15-1" on two 8-worker machines that the level-wise search
+    /// cannot; on a two-level topology it charges each replicated stage's weight sync and each
+    /// boundary at the slowest link they span, with the stages on contiguous workers.
+    #[default]
+    Flat,
+    /// The thesis's level-by-level search: the best pipeline inside a machine first, then
+    /// across machines; boundaries at upper levels fall on machine boundaries only.
+    Hierarchical,
+}
+
+/// What [`plan`] searches and under which limits.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PlanOptions {
+    /// The dynamic programme.
+    pub search: Search,
+    /// Device memory of one worker, bytes: stages whose estimated need exceeds it are rejected
+    /// (see [`stage_memory_bytes`]). `None`: no limit.
+    pub memory_bytes: Option<u64>,
+    /// The most stages a plan may have. `None`: no limit.
+    pub max_stages: Option<usize>,
 }

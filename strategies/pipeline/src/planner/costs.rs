@@ -1,0 +1,303 @@
+//! The planner's cost model (thesis §5.3.1): a stage's time on its replicas, a boundary's
+//! transfer time, a stage's memory need, and from them a whole configuration's predicted time
+//! and traffic. The searches and [`evaluate`] share these functions and the sums in [`Costs`],
+//! so a plan's predicted time is the same number whichever computes it.
+
+use super::{PlanError, Profile, StagePlan, Topology};
+
+/// Per-range sums of a profile, each summed layer by layer in order.
+pub(crate) struct Costs {
+    n: usize,
+    /// `compute[i * (n + 1) + j]`: Σ compute_s of layers `i..j`.
+    compute: Vec<f64>,
+    /// Σ weight bytes of layers `i..j`.
+    weights: Vec<f64>,
+    /// Σ activation bytes of layers `i..j`.
+    activations: Vec<f64>,
+    /// Activation bytes of each layer's output (what a boundary after it carries).
+    outputs: Vec<f64>,
+}
+
+impl Costs {
+    /// The sums of `profile`, checking it has layers with finite, non-negative times.
+    pub(crate) fn of(profile: &Profile) -> Result<Costs, PlanError> {
+        if profile.layers.is_empty() {
+            return Err(PlanError::EmptyProfile);
+        }
+        for (layer, l) in profile.layers.iter().enumerate() {
+            if !(l.compute_s.is_finite() && l.compute_s >= 0.0) {
+                return Err(PlanError::Compute {
+                    layer,
+                    compute_s: l.compute_s,
+                });
+            }
+        }
+        let n = profile.layers.len();
+        let mut c = Costs {
+            n,
+            compute: vec![0.0; (n + 1) * (n + 1)],
+            weights: vec![0.0; (n + 1) * (n + 1)],
+            activations: vec![0.0; (n + 1) * (n + 1)],
+            outputs: profile
+                .layers
+                .iter()
+                .map(|l| l.activation_bytes as f64)
+                .collect(),
+        };
+        for i in 0..n {
+            let (mut t, mut w, mut a) = (0.0, 0.0, 0.0);
+            for (j, l) in profile.layers.iter().enumerate().skip(i) {
+                t += l.compute_s;
+                w += l.weight_bytes as f64;
+                a += l.activation_bytes as f64;
+                let at = i * (n + 1) + j + 1;
+                c.compute[at] = t;
+                c.weights[at] = w;
+                c.activations[at] = a;
+            }
+        }
+        Ok(c)
+    }
+
+    /// Layers in the profile.
+    pub(crate) fn layers(&self) -> usize {
+        self.n
+    }
+
+    /// Σ compute of layers `i..j` on one worker, seconds.
+    pub(crate) fn compute(&self, i: usize, j: usize) -> f64 {
+        self.compute[i * (self.n + 1) + j]
+    }
+
+    /// Σ weight bytes of layers `i..j`.
+    pub(crate) fn weights(&self, i: usize, j: usize) -> f64 {
+        self.weights[i * (self.n + 1) + j]
+    }
+
+    /// Time of a stage of layers `i..j` whose one-worker time is `inner`, replicated on `m`
+    /// units joined at `bandwidth`: `(1/m)·max(inner, 2(m−1)·|w|/B)` (the thesis's `T`).
+    pub(crate) fn replicated(&self, i: usize, j: usize, inner: f64, m: u32, bandwidth: f64) -> f64 {
+        let sync = if m > 1 {
+            2.0 * f64::from(m - 1) * self.weights(i, j) / bandwidth
+        } else {
+            0.0
+        };
+        inner.max(sync) / f64::from(m)
+    }
+
+    /// Time of the boundary after layer `s − 1` (between a stage ending at `s` and the next):
+    /// activations forward plus gradients back, `2·a/B`.
+    pub(crate) fn boundary(&self, s: usize, bandwidth: f64) -> f64 {
+        2.0 * self.outputs[s - 1] / bandwidth
+    }
+
+    /// Memory one worker of a stage of layers `i..j` needs with `warmup` minibatches in flight:
+    /// `|w|·(1 + warmup)` (the weights and a stashed version per minibatch in flight) plus
+    /// the stage's activations of each minibatch in flight, bytes.
+    pub(crate) fn memory(&self, i: usize, j: usize, warmup: u32) -> f64 {
+        let k = f64::from(warmup);
+        self.weights[i * (self.n + 1) + j] * (1.0 + k) + self.activations[i * (self.n + 1) + j] * k
+    }
+}
+
+/// Minibatches in flight at a stage with `replicas` replicas and `downstream` workers from it
+/// to the output stage, itself included: `⌈downstream / replicas⌉` (the 1F1B warm-up).
+pub(crate) fn warmup(downstream: u32, replicas: u32) -> u32 {
+    downstream.div_ceil(replicas.max(1))
+}
+
+/// Checks `stages` are a plan of `profile`: consecutive, non-empty layer ranges covering every
+/// layer, each on at least one worker.
+pub fn validate_stages(profile: &Profile, stages: &[StagePlan]) -> Result<(), PlanError> {
+    let n = profile.layers.len();
+    let mut next = 0;
+    for (k, s) in stages.iter().enumerate() {
+        if s.layers.start != next || s.layers.end <= s.layers.start || s.layers.end > n {
+            return Err(PlanError::InvalidStages(format!(
+                "stage {k} runs layers {:?}; stages must run consecutive, non-empty ranges \
+                 from layer {next}, within the profile's {n} layers",
+                s.layers
+            )));
+        }
+        if s.replicas == 0 {
+            return Err(PlanError::InvalidStages(format!(
+                "stage {k} has 0 replicas"
+            )));
+        }
+        next = s.layers.end;
+    }
+    if next != n || stages.is_empty() {
+        return Err(PlanError::InvalidStages(format!(
+            "the stages cover layers 0..{next} of the profile's {n}"
+        )));
+    }
+    Ok(())
+}
+
+/// The predicted time per minibatch of `stages` laid out on workers `0..` in order: the slowest
+/// of each stage's time on its replicas (weight sync at the slowest link it spans) and each
+/// boundary's transfer (at the link between the two stages' adjacent workers), seconds. `NaN`
+/// where `stages` are not a plan of `profile` ([`validate_stages`] says why).
+pub fn evaluate(profile: &Profile, topology: &Topology, stages: &[StagePlan]) -> f64 {
+    if validate_stages(profile, stages).is_err() {
+        return f64::NAN;
+    }
+    let Ok(costs) = Costs::of(profile) else {
+        return f64::NAN;
+    };
+    evaluate_with(&costs, topology, stages)
+}
+
+/// [`evaluate`] on prepared sums and valid stages.
+pub(crate) fn evaluate_with(costs: &Costs, topology: &Topology, stages: &[StagePlan]) -> f64 {
+    let mut worst: f64 = 0.0;
+    let mut lo = 0u32;
+    for (k, s) in stages.iter().enumerate() {
+        let (i, j) = (s.layers.start, s.layers.end);
+        let hi = lo + s.replicas;
+        let inner = costs.compute(i, j);
+        let t = costs.replicated(i, j, inner, s.replicas, topology.span_bandwidth(lo, hi));
+        worst = worst.max(t);
+        if k + 1 < stages.len() {
+            worst = worst.max(costs.boundary(j, topology.link_bandwidth(hi - 1, hi)));
+        }
+        lo = hi;
+    }
+    worst
+}
+
+/// Bytes sent per training sample by `stages`: each boundary's activations and gradients
+/// (`2·a`) plus each replicated stage's weight sync (`2(m−1)/m·|w|` per minibatch), over the
+/// minibatch's samples. One stage on m workers is data parallelism's `2(m−1)/m·|W| / G`.
+pub fn bytes_per_sample(profile: &Profile, stages: &[StagePlan]) -> f64 {
+    let mut bytes = 0.0;
+    for (k, s) in stages.iter().enumerate() {
+        let w: u64 = profile
+            .layers
+            .get(s.layers.clone())
+            .map_or(0, |ls| ls.iter().map(|l| l.weight_bytes).sum());
+        let m = f64::from(s.replicas.max(1));
+        bytes += 2.0 * (m - 1.0) / m * w as f64;
+        if k + 1 < stages.len() {
+            let a = s
+                .layers
+                .end
+                .checked_sub(1)
+                .and_then(|l| profile.layers.get(l))
+                .map_or(0, |l| l.activation_bytes);
+            bytes += 2.0 * a as f64;
+        }
+    }
+    bytes / profile.batch.max(1) as f64
+}
+
+/// Each stage's memory need per worker, bytes: `|w|·(1 + warmup) + activations·warmup`, with
+/// `warmup` its 1F1B warm-up depth (`⌈workers from it to the end / its replicas⌉`) and
+/// activations the outputs of its layers for one minibatch (what a minibatch in flight keeps for
+/// its backward pass).
+pub fn stage_memory_bytes(profile: &Profile, stages: &[StagePlan]) -> Vec<u64> {
+    let mut downstream: u32 = stages.iter().map(|s| s.replicas).sum();
+    stages
+        .iter()
+        .map(|s| {
+            let k = u64::from(warmup(downstream, s.replicas));
+            downstream = downstream.saturating_sub(s.replicas);
+            let layers = profile.layers.get(s.layers.clone()).unwrap_or(&[]);
+            let w: u64 = layers.iter().map(|l| l.weight_bytes).sum();
+            let a: u64 = layers.iter().map(|l| l.activation_bytes).sum();
+            w.saturating_mul(1 + k).saturating_add(a.saturating_mul(k))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::LayerProfile;
+    use super::*;
+
+    fn profile() -> Profile {
+        let l = |c, a, w| LayerProfile {
+            compute_s: c,
+            activation_bytes: a,
+            weight_bytes: w,
+        };
+        Profile {
+            layers: vec![l(3.0, 10, 100), l(1.0, 20, 1000)],
+            batch: 10,
+        }
+    }
+
+    #[test]
+    fn evaluate_charges_stages_and_boundaries() {
+        let p = profile();
+        let t = Topology::flat(4, 100.0);
+        let dp = [StagePlan {
+            layers: 0..2,
+            replicas: 4,
+        }];
+        // (1/4)·max(4, 2·3·1100/100 = 66) = 16.5.
+        assert_eq!(evaluate(&p, &t, &dp), 16.5);
+        let pp = [
+            StagePlan {
+                layers: 0..1,
+                replicas: 3,
+            },
+            StagePlan {
+                layers: 1..2,
+                replicas: 1,
+            },
+        ];
+        // stage 0: (1/3)·max(3, 2·2·100/100 = 4) = 4/3; boundary 2·10/100; stage 1: 1.
+        assert_eq!(evaluate(&p, &t, &pp), 4.0 / 3.0);
+        assert!(evaluate(&p, &t, &pp[..1]).is_nan());
+    }
+
+    #[test]
+    fn bytes_per_sample_counts_boundaries_and_sync() {
+        let p = profile();
+        let dp = [StagePlan {
+            layers: 0..2,
+            replicas: 4,
+        }];
+        assert_eq!(bytes_per_sample(&p, &dp), 2.0 * 3.0 / 4.0 * 1100.0 / 10.0);
+        let pp = [
+            StagePlan {
+                layers: 0..1,
+                replicas: 2,
+            },
+            StagePlan {
+                layers: 1..2,
+                replicas: 1,
+            },
+        ];
+        assert_eq!(bytes_per_sample(&p, &pp), (100.0 + 20.0) / 10.0);
+    }
+
+    #[test]
+    fn memory_grows_with_warmup() {
+        let p = profile();
+        let pp = [
+            StagePlan {
+                layers: 0..1,
+                replicas: 1,
+            },
+            StagePlan {
+                layers: 1..2,
+                replicas: 1,
+            },
+        ];
+        // stage 0: warmup 2 → 100·3 + 10·2; stage 1: warmup 1 → 1000·2 + 20.
+        assert_eq!(stage_memory_bytes(&p, &pp), vec![320, 2020]);
+    }
+
+    #[test]
+    fn invalid_stages_are_named() {
+        let p = profile();
+        let gap = [StagePlan {
+            layers: 1..2,
+            replicas: 1,
+        }];
+        let e = validate_stages(&p, &gap).unwrap_err().to_string();
+        assert!(e.contains("stage 0 runs layers 1..2"), "{e}");
+    }
+}
