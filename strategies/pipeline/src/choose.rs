@@ -1,18 +1,47 @@
-//! The configuration a run uses: the one the options give, or the planner's.
+//! The configuration a run uses: the one the options give (with the planner's prediction for
+//! it), the best straight pipeline (`straight = true`), or the planner's choice.
 
 use crate::layout::given;
 use crate::options::{Kind, PipeOptions};
-use crate::planner::PipelinePlan;
+use crate::planner::{self, PipelinePlan, PlanOptions, Profile, Search, Topology};
 use concord_engine::prelude::*;
 
-/// The stages and replicas of `job` under `options`.
+/// The stages and replicas of `job` under `options`, planned on worker 0's device (the
+/// planner assumes identical workers) and the cluster's topology.
 pub fn plan(job: &Job, kind: Kind, options: &PipeOptions) -> Result<PipelinePlan> {
-    match given(options, job) {
-        Some(p) => Ok(p),
-        None => Err(EngineError::config(
-            format!("{}.boundaries", kind.key()),
-            "unset",
-            "the planner is not wired yet",
-        )),
+    let profile = Profile::of_job(job, 0);
+    let topology = Topology::of_cluster(&job.cluster, job.config.workers);
+    let key = kind.key();
+    let refuse = |what: &str, value: String, e: planner::PlanError| {
+        EngineError::config(format!("{key}.{what}"), value, e.to_string())
+    };
+    if let Some(mut p) = given(options, job) {
+        planner::validate_stages(&profile, &p.stages)
+            .map_err(|e| refuse("boundaries", format!("{:?}", options.boundaries), e))?;
+        let t = planner::evaluate(&profile, &topology, &p.stages);
+        p.predicted_s = t.is_finite().then_some(t);
+        return Ok(p);
     }
+    if options.straight {
+        let stages = job.config.workers as usize;
+        return planner::straight(&profile, &topology, stages)
+            .map_err(|e| refuse("straight", "true".into(), e));
+    }
+    let search = match options.search.as_str() {
+        "hierarchical" => Search::Hierarchical,
+        _ => Search::Flat,
+    };
+    let device = job.cluster.device_of(RoleId::Worker(0));
+    let planned = PlanOptions {
+        search,
+        memory_bytes: Some(device.memory_bytes()),
+        max_stages: None,
+    };
+    planner::plan(&profile, &topology, &planned).map_err(|e| {
+        refuse(
+            "search",
+            format!("{:?} (the planner's choice)", options.search),
+            e,
+        )
+    })
 }

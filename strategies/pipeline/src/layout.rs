@@ -64,6 +64,14 @@ impl Layout {
                 format!("{} needs a model made of layers", kind.name()),
             ));
         }
+        // Model parallelism runs the same layer ranges with no replication: one minibatch in
+        // flight keeps a single stage busy at a time, so replicas would only idle.
+        let mut plan = plan;
+        if kind == Kind::ModelParallel {
+            for s in &mut plan.stages {
+                s.replicas = 1;
+            }
+        }
         let mut boundaries = Vec::new();
         for s in &plan.stages[1..] {
             boundaries.push(s.layers.start);

@@ -9,8 +9,8 @@
 //!   NOAM minibatches in flight and every worker alternating forward and backward passes;
 //!   weight stashing runs each minibatch's backward pass on the weights its forward pass saw;
 //!   replicated stages average their gradients every round; vertical sync is an option.
-//! - **`pipedream-mp`**: model parallelism, the baseline — the same stages, one minibatch in
-//!   flight, so one stage works at a time.
+//! - **`pipedream-mp`**: model parallelism, the baseline — the same layer ranges, unreplicated,
+//!   one minibatch in flight, so one stage works at a time.
 //! - **`gpipe`**: rounds of `depth` minibatches, all forward then all backward, the stage's
 //!   forward pass recomputed in the backward pass (only stage inputs kept), one update per
 //!   round at a pipeline flush.
@@ -22,6 +22,7 @@
 //! [strategy.pipedream]
 //! # boundaries = [13]      # layers where stages 2, 3, … start; unset: the planner's choice
 //! # replicas = [12, 1]     # workers per stage; unset with boundaries: one each
+//! # straight = false       # true: the best straight pipeline, one stage per worker
 //! # depth = 4              # minibatches in flight at the input stage; unset: NOAM
 //! # stash = true           # weight stashing (false: the ablation without it)
 //! # vertical_sync = false

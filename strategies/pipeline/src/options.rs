@@ -48,6 +48,9 @@ pub struct PipeOptions {
     pub stash: bool,
     /// Vertical sync (PipeDream; off by default, as in the thesis).
     pub vertical_sync: bool,
+    /// The best straight pipeline instead of the planner's choice: one unreplicated stage per
+    /// worker, compute and boundaries balanced (the thesis's "pipelining alone").
+    pub straight: bool,
     /// The planner's search: `"flat"` (one level, every worker) or `"hierarchical"` (level by
     /// level, the thesis's DP as printed).
     pub search: String,
@@ -61,6 +64,7 @@ impl Default for PipeOptions {
             depth: None,
             stash: true,
             vertical_sync: false,
+            straight: false,
             search: "flat".into(),
         }
     }
@@ -100,6 +104,13 @@ impl PipeOptions {
                 format!("{key}.search"),
                 format!("{:?}", self.search),
                 "one of \"flat\", \"hierarchical\"",
+            ));
+        }
+        if self.straight && (self.boundaries.is_some() || self.replicas.is_some()) {
+            return Err(EngineError::config(
+                format!("{key}.straight"),
+                "true",
+                "a straight pipeline is planned: leave boundaries and replicas unset",
             ));
         }
         if let Some(reps) = &self.replicas {

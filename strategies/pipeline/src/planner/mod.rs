@@ -13,11 +13,13 @@ mod error;
 pub mod exhaustive;
 mod hierarchical;
 pub mod profile;
+pub mod straight;
 pub mod topology;
 
 pub use costs::{bytes_per_sample, evaluate, stage_memory_bytes, validate_stages};
 pub use dp::plan;
 pub use error::PlanError;
+pub use straight::straight;
 
 /// What one layer of the model costs on one worker, for one minibatch.
 #[derive(Clone, Debug, PartialEq)]

@@ -106,6 +106,9 @@ impl Row {
             "iterations_to_target" => self
                 .iterations_to_target_resolution
                 .map_or(0.0, |i| i as f64),
+            "samples_to_target" => self.iterations_to_target_resolution.map_or(0.0, |i| {
+                i as f64 * self.samples() / self.iterations.max(1) as f64
+            }),
             _ => 0.0,
         }
     }
@@ -129,10 +132,23 @@ impl Row {
             "efficiency" => Some(self.efficiency),
             "wait_share" => Some(self.wait_share),
             "bytes_sent" => Some(self.bytes_sent as f64),
+            "bytes_per_sample" => {
+                let samples = self.samples();
+                (samples > 0.0).then(|| self.bytes_sent as f64 / samples)
+            }
+            "samples_to_target" => {
+                let per_iteration = self.samples() / self.iterations.max(1) as f64;
+                self.iterations_to_target.map(|i| i as f64 * per_iteration)
+            }
             "throughput_samples_per_s" => Some(self.throughput_samples_per_s),
             "peak_worker_memory_bytes" => Some(self.peak_worker_memory_bytes as f64),
             _ => None,
         }
+    }
+
+    /// Training samples of the run (throughput × run time).
+    fn samples(&self) -> f64 {
+        (self.throughput_samples_per_s * self.run_time_s).round()
     }
 
     /// A strategy figure by name, from the `figures` column.

@@ -33,6 +33,14 @@ pub const METRICS: &[(&str, &str)] = &[
     ("efficiency", "ideal time / achieved time"),
     ("wait_share", "share of worker time waiting for parameters"),
     ("bytes_sent", "bytes moved over the transport"),
+    (
+        "bytes_per_sample",
+        "bytes moved over the transport per training sample (PipeDream's Fig. 5.17 measure)",
+    ),
+    (
+        "samples_to_target",
+        "training samples until the scenario's target (epochs × data-set size; comparable across strategies whose iterations hold different batches)",
+    ),
     ("throughput_samples_per_s", "samples per virtual second"),
     (
         "peak_worker_memory_bytes",
