@@ -36,13 +36,22 @@ pub fn own_minibatches(minibatches: u64, replicas: u32, replica: u32) -> Vec<u64
         .collect()
 }
 
-/// The warm-up of every stage of a pipeline with `replicas` per stage, at most `depth`
-/// minibatches (NOAM, `⌈Σ r / r_0⌉`, at the input stage when `depth` is not smaller).
+/// The warm-up of every stage of a pipeline with `replicas` per stage when the input stage
+/// keeps `depth` minibatches in flight per replica (NOAM by default): the input stage admits
+/// `depth`; stage `s` admits `⌈Σ_{t≥s} r_t / r_s⌉` of its own (`S − s` in a straight
+/// pipeline), but never more than the input stage's window of `depth · r_0` minibatches holds
+/// for each of its replicas, so no stage waits on a minibatch the input stage has not admitted.
 pub fn warmups(replicas: &[u32], depth: u32) -> Vec<u32> {
+    let depth = depth.max(1);
+    let window = depth * replicas.first().copied().unwrap_or(1).max(1);
     (0..replicas.len())
         .map(|s| {
+            if s == 0 {
+                return depth;
+            }
+            let r = replicas[s].max(1);
             let downstream: u32 = replicas[s..].iter().sum();
-            downstream.div_ceil(replicas[s].max(1)).min(depth.max(1))
+            downstream.div_ceil(r).min(window / r).max(1)
         })
         .collect()
 }
@@ -136,6 +145,10 @@ mod tests {
         assert_eq!(warmups(&[2, 1, 1], 2), vec![2, 2, 1]);
         // Depth 1 is model parallelism.
         assert_eq!(warmups(&[1, 1, 1, 1], 1), vec![1, 1, 1, 1]);
+        // A deeper pipeline admits more at the input stage only (thesis Fig. 5.18).
+        assert_eq!(warmups(&[1, 1, 1, 1], 7), vec![7, 3, 2, 1]);
+        // A stage replicated beyond the input window gets what the window holds.
+        assert_eq!(warmups(&[2, 13, 1], noam(&[2, 13, 1])), vec![8, 1, 1]);
     }
 
     #[test]
