@@ -38,10 +38,11 @@ pub struct DeviceProfile {
     pub nic_gbps: f64,
     /// One-way network latency, in microseconds.
     pub latency_us: f64,
-    /// Bandwidth of the link between this machine's devices, in Gbit/s per direction (PCIe 3.0
-    /// x16 ≈ 128 Gbit/s for its 16 GB/s; NVLink on V100s 300 Gbit/s): a message between two roles
-    /// of such a machine occupies the sender's port out and the receiver's port in for
-    /// `bytes / bandwidth`, as the NIC does between machines. Unset, roles of one machine exchange
+    /// Bandwidth of the link between this machine's devices, in Gbit/s per direction: what one
+    /// device sends another (PCIe 3.0 x16 ≈ 126 Gbit/s for its 15.75 GB/s; NVLink 2.0 on 8-GPU
+    /// V100 servers 300 Gbit/s, see the built-ins). A message between two roles of such a
+    /// machine occupies the sender's port out and the receiver's port in (one per role) for
+    /// `bytes / bandwidth`, as NICs do between machines. Unset, roles of one machine exchange
     /// messages for free (the behaviour of configs written before the field existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bus_gbps: Option<f64>,
@@ -84,7 +85,8 @@ fn default_efficiency() -> f64 {
 }
 
 impl DeviceProfile {
-    /// Built-in profiles from public figures (fp32 peak, memory, typical NIC of such nodes).
+    /// Built-in profiles from public figures (fp32 peak, memory, typical NIC of such nodes, and
+    /// for GPUs the link between the devices of one server).
     pub fn builtins() -> BTreeMap<String, DeviceProfile> {
         let mk = |peak, half, mem, nic, lat| DeviceProfile {
             peak_tflops: peak,
@@ -104,31 +106,52 @@ impl DeviceProfile {
         // 3.35 TB/s instead of 141 GB of HBM3e at 4.8 TB/s: the H200's fitted compute and
         // overheads, its memory bandwidth scaled by the ratio of the two.
         let h100_layers = h200.with_memory_scaled(3.35 / 4.8);
+        let bus = |gbps, p: DeviceProfile| DeviceProfile {
+            bus_gbps: Some(gbps),
+            ..p
+        };
         BTreeMap::from([
             // A laptop/server CPU socket: ~0.2 TFLOP/s fp32 with AVX2, 16 GiB, 10 GbE.
             ("cpu".to_string(), mk(0.2, 4.0, 16.0, 10.0, 50.0)),
-            // Tesla K40c: 4.29 TFLOP/s fp32, 12 GB; the Fela testbed's 10 Gbps links.
-            ("k40c".to_string(), mk(4.29, 16.0, 12.0, 10.0, 25.0)),
-            // Tesla V100 (SXM2): 15.7 TFLOP/s fp32, 16 GB; 25 Gbps between servers.
-            ("v100".to_string(), mk(15.7, 32.0, 16.0, 25.0, 10.0)),
-            // A100 (SXM4 40 GB): 19.5 TFLOP/s fp32; 100 Gbps NICs.
-            ("a100".to_string(), mk(19.5, 48.0, 40.0, 100.0, 5.0)),
-            // H100 (SXM5): 67 TFLOP/s fp32, 80 GB; 400 Gbps NICs; per-layer model from the
-            // H200 fit (above).
+            // Tesla K40c: 4.29 TFLOP/s fp32, 12 GB; the Fela testbed's 10 Gbps links; GPUs of a
+            // server talk over PCIe 3.0 x16, 15.75 GB/s = 126 Gbit/s per direction.
+            (
+                "k40c".to_string(),
+                bus(126.0, mk(4.29, 16.0, 12.0, 10.0, 25.0)),
+            ),
+            // Tesla V100 (SXM2): 15.7 TFLOP/s fp32, 16 GB; 25 Gbps between servers; NVLink 2.0,
+            // 25 GB/s per link and direction, six links per GPU: in the hybrid cube-mesh of
+            // 8-GPU servers (DGX-1, AWS p3.16xlarge) a GPU reaches each of its four peers over
+            // one or two links, 1.5 on average: 37.5 GB/s = 300 Gbit/s. (The datasheet's
+            // "300 GB/s" is all six links, both directions.)
+            (
+                "v100".to_string(),
+                bus(300.0, mk(15.7, 32.0, 16.0, 25.0, 10.0)),
+            ),
+            // A100 (SXM4 40 GB): 19.5 TFLOP/s fp32; 100 Gbps NICs; NVLink 3.0 through NVSwitch,
+            // 600 GB/s both directions: 300 GB/s = 2400 Gbit/s per direction to any peer.
+            (
+                "a100".to_string(),
+                bus(2400.0, mk(19.5, 48.0, 40.0, 100.0, 5.0)),
+            ),
+            // H100 (SXM5): 67 TFLOP/s fp32, 80 GB; 400 Gbps NICs; NVLink 4 through NVSwitch,
+            // 900 GB/s both directions: 450 GB/s = 3600 Gbit/s per direction; per-layer model
+            // from the H200 fit (above).
             (
                 "h100".to_string(),
                 DeviceProfile {
                     layers: Some(h100_layers),
-                    ..mk(67.0, 64.0, 80.0, 400.0, 5.0)
+                    ..bus(3600.0, mk(67.0, 64.0, 80.0, 400.0, 5.0))
                 },
             ),
-            // H200 (SXM): 67 TFLOP/s fp32, 141 GB (131.3 GiB); 400 Gbps NICs; per-layer model
-            // fitted to PyTorch step times (bench/calibration).
+            // H200 (SXM): 67 TFLOP/s fp32, 141 GB (131.3 GiB); 400 Gbps NICs; NVLink 4 as the
+            // H100's, 3600 Gbit/s per direction; per-layer model fitted to PyTorch step times
+            // (bench/calibration).
             (
                 "h200".to_string(),
                 DeviceProfile {
                     layers: Some(h200),
-                    ..mk(67.0, 64.0, 131.3, 400.0, 5.0)
+                    ..bus(3600.0, mk(67.0, 64.0, 131.3, 400.0, 5.0))
                 },
             ),
         ])

@@ -16,6 +16,9 @@
 //! far below the transfers a bus carries), and for free when it has none. The NIC slowdown
 //! patterns (the bandwidth shaper) shape the NICs only. A single delivery pump hands messages over
 //! in (arrival time, send order), so a simulated run is deterministic.
+//!
+//! The process mesh has no link model: its messages take what the real sockets and memory take,
+//! so neither `nic_gbps` nor `bus_gbps` charges anything there.
 
 use crate::cluster::Cluster;
 use crate::ids::RoleId;
