@@ -28,6 +28,7 @@ fn config(strategy: &str, options: &str, workers: u32, iterations: u64) -> RunCo
             memory_gib: 1.0,
             nic_gbps: 10.0,
             latency_us: 50.0,
+            bus_gbps: None,
             backend: Default::default(),
             precision: None,
             layers: None,

@@ -38,6 +38,14 @@ pub struct DeviceProfile {
     pub nic_gbps: f64,
     /// One-way network latency, in microseconds.
     pub latency_us: f64,
+    /// Bandwidth of the link between this machine's devices, in Gbit/s per direction: what one
+    /// device sends another (PCIe 3.0 x16 ≈ 126 Gbit/s for its 15.75 GB/s; NVLink 2.0 on 8-GPU
+    /// V100 servers 300 Gbit/s, see the built-ins). A message between two roles of such a
+    /// machine occupies the sender's port out and the receiver's port in (one per role) for
+    /// `bytes / bandwidth`, as NICs do between machines. Unset, roles of one machine exchange
+    /// messages for free (the behaviour of configs written before the field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bus_gbps: Option<f64>,
     /// Numeric mode of training steps (`fp32`, `tf32`, `bf16`), selecting the `layers` rates it
     /// charges by; default `fp32`. Only meaningful with a `layers` model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -77,7 +85,8 @@ fn default_efficiency() -> f64 {
 }
 
 impl DeviceProfile {
-    /// Built-in profiles from public figures (fp32 peak, memory, typical NIC of such nodes).
+    /// Built-in profiles from public figures (fp32 peak, memory, typical NIC of such nodes, and
+    /// for GPUs the link between the devices of one server).
     pub fn builtins() -> BTreeMap<String, DeviceProfile> {
         let mk = |peak, half, mem, nic, lat| DeviceProfile {
             peak_tflops: peak,
@@ -87,6 +96,7 @@ impl DeviceProfile {
             memory_gib: mem,
             nic_gbps: nic,
             latency_us: lat,
+            bus_gbps: None,
             backend: Backend::Cpu,
             precision: None,
             layers: None,
@@ -96,31 +106,52 @@ impl DeviceProfile {
         // 3.35 TB/s instead of 141 GB of HBM3e at 4.8 TB/s: the H200's fitted compute and
         // overheads, its memory bandwidth scaled by the ratio of the two.
         let h100_layers = h200.with_memory_scaled(3.35 / 4.8);
+        let bus = |gbps, p: DeviceProfile| DeviceProfile {
+            bus_gbps: Some(gbps),
+            ..p
+        };
         BTreeMap::from([
             // A laptop/server CPU socket: ~0.2 TFLOP/s fp32 with AVX2, 16 GiB, 10 GbE.
             ("cpu".to_string(), mk(0.2, 4.0, 16.0, 10.0, 50.0)),
-            // Tesla K40c: 4.29 TFLOP/s fp32, 12 GB; the Fela testbed's 10 Gbps links.
-            ("k40c".to_string(), mk(4.29, 16.0, 12.0, 10.0, 25.0)),
-            // Tesla V100 (SXM2): 15.7 TFLOP/s fp32, 16 GB; 25 Gbps between servers.
-            ("v100".to_string(), mk(15.7, 32.0, 16.0, 25.0, 10.0)),
-            // A100 (SXM4 40 GB): 19.5 TFLOP/s fp32; 100 Gbps NICs.
-            ("a100".to_string(), mk(19.5, 48.0, 40.0, 100.0, 5.0)),
-            // H100 (SXM5): 67 TFLOP/s fp32, 80 GB; 400 Gbps NICs; per-layer model from the
-            // H200 fit (above).
+            // Tesla K40c: 4.29 TFLOP/s fp32, 12 GB; the Fela testbed's 10 Gbps links; GPUs of a
+            // server talk over PCIe 3.0 x16, 15.75 GB/s = 126 Gbit/s per direction.
+            (
+                "k40c".to_string(),
+                bus(126.0, mk(4.29, 16.0, 12.0, 10.0, 25.0)),
+            ),
+            // Tesla V100 (SXM2): 15.7 TFLOP/s fp32, 16 GB; 25 Gbps between servers; NVLink 2.0,
+            // 25 GB/s per link and direction, six links per GPU: in the hybrid cube-mesh of
+            // 8-GPU servers (DGX-1, AWS p3.16xlarge) a GPU reaches each of its four peers over
+            // one or two links, 1.5 on average: 37.5 GB/s = 300 Gbit/s. (The datasheet's
+            // "300 GB/s" is all six links, both directions.)
+            (
+                "v100".to_string(),
+                bus(300.0, mk(15.7, 32.0, 16.0, 25.0, 10.0)),
+            ),
+            // A100 (SXM4 40 GB): 19.5 TFLOP/s fp32; 100 Gbps NICs; NVLink 3.0 through NVSwitch,
+            // 600 GB/s both directions: 300 GB/s = 2400 Gbit/s per direction to any peer.
+            (
+                "a100".to_string(),
+                bus(2400.0, mk(19.5, 48.0, 40.0, 100.0, 5.0)),
+            ),
+            // H100 (SXM5): 67 TFLOP/s fp32, 80 GB; 400 Gbps NICs; NVLink 4 through NVSwitch,
+            // 900 GB/s both directions: 450 GB/s = 3600 Gbit/s per direction; per-layer model
+            // from the H200 fit (above).
             (
                 "h100".to_string(),
                 DeviceProfile {
                     layers: Some(h100_layers),
-                    ..mk(67.0, 64.0, 80.0, 400.0, 5.0)
+                    ..bus(3600.0, mk(67.0, 64.0, 80.0, 400.0, 5.0))
                 },
             ),
-            // H200 (SXM): 67 TFLOP/s fp32, 141 GB (131.3 GiB); 400 Gbps NICs; per-layer model
-            // fitted to PyTorch step times (bench/calibration).
+            // H200 (SXM): 67 TFLOP/s fp32, 141 GB (131.3 GiB); 400 Gbps NICs; NVLink 4 as the
+            // H100's, 3600 Gbit/s per direction; per-layer model fitted to PyTorch step times
+            // (bench/calibration).
             (
                 "h200".to_string(),
                 DeviceProfile {
                     layers: Some(h200),
-                    ..mk(67.0, 64.0, 131.3, 400.0, 5.0)
+                    ..bus(3600.0, mk(67.0, 64.0, 131.3, 400.0, 5.0))
                 },
             ),
         ])
@@ -187,6 +218,12 @@ impl DeviceProfile {
         self.nic_gbps * 1e9 / 8.0
     }
 
+    /// Bandwidth of the link between this machine's devices in bytes per second; `None` when the
+    /// profile has no `bus_gbps` (same-machine messages are then free).
+    pub fn bus_bytes_per_s(&self) -> Option<f64> {
+        self.bus_gbps.map(|g| g * 1e9 / 8.0)
+    }
+
     /// Memory budget in bytes.
     pub fn memory_bytes(&self) -> u64 {
         (self.memory_gib * (1u64 << 30) as f64) as u64
@@ -212,6 +249,9 @@ impl DeviceProfile {
         positive("peak_tflops", self.peak_tflops)?;
         positive("memory_gib", self.memory_gib)?;
         positive("nic_gbps", self.nic_gbps)?;
+        if let Some(bus) = self.bus_gbps {
+            positive("bus_gbps", bus)?;
+        }
         if !(self.efficiency > 0.0 && self.efficiency <= 1.0) {
             return Err(EngineError::config(
                 format!("{key}.efficiency"),
@@ -478,6 +518,17 @@ impl Cluster {
 /// latency, 1 TFLOP/s; one server.
 #[cfg(test)]
 pub(crate) fn test_cluster(machines: u32) -> std::sync::Arc<Cluster> {
+    test_cluster_with(machines, 1, None)
+}
+
+/// For tests: like [`test_cluster`], with `slots` workers per machine (every slot filled) and
+/// the machines' bus at `bus_gbps`.
+#[cfg(test)]
+pub(crate) fn test_cluster_with(
+    machines: u32,
+    slots: u32,
+    bus_gbps: Option<f64>,
+) -> std::sync::Arc<Cluster> {
     let mut cfg = ClusterConfig::default();
     cfg.devices.insert(
         "nic".into(),
@@ -489,6 +540,7 @@ pub(crate) fn test_cluster(machines: u32) -> std::sync::Arc<Cluster> {
             memory_gib: 1.0,
             nic_gbps: 8.0,
             latency_us: 10.0,
+            bus_gbps,
             backend: Backend::Cpu,
             precision: None,
             layers: None,
@@ -497,9 +549,10 @@ pub(crate) fn test_cluster(machines: u32) -> std::sync::Arc<Cluster> {
     cfg.machines = vec![MachineGroup {
         device: "nic".into(),
         count: machines,
-        slots: 1,
+        slots,
     }];
-    std::sync::Arc::new(Cluster::resolve(&cfg, machines, 1).expect("a valid test cluster"))
+    let workers = machines * slots;
+    std::sync::Arc::new(Cluster::resolve(&cfg, workers, 1).expect("a valid test cluster"))
 }
 
 #[cfg(test)]
@@ -565,6 +618,53 @@ mod tests {
             e.contains("cluster.default_device") && e.contains("tpu9"),
             "{e}"
         );
+    }
+
+    /// A cluster config with one machine of two slots of the `bus` device, whose `bus_gbps` is
+    /// `bus`.
+    fn with_bus(bus: Option<f64>) -> ClusterConfig {
+        let mut device = DeviceProfile::builtins()["cpu"].clone();
+        device.bus_gbps = bus;
+        ClusterConfig {
+            machines: vec![MachineGroup {
+                device: "bus".into(),
+                count: 1,
+                slots: 2,
+            }],
+            devices: BTreeMap::from([("bus".to_string(), device)]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_bus_that_is_not_a_positive_number_is_a_named_error() {
+        for bad in [0.0, -8.0, f64::NAN, f64::INFINITY] {
+            let e = Cluster::resolve(&with_bus(Some(bad)), 2, 1)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("cluster.devices.bus.bus_gbps") && e.contains("positive"),
+                "{bad}: {e}"
+            );
+        }
+        let c = Cluster::resolve(&with_bus(Some(8.0)), 2, 1).expect("a valid bus");
+        assert_eq!(c.device_of(RoleId::Worker(1)).bus_bytes_per_s(), Some(1e9));
+        let c = Cluster::resolve(&with_bus(None), 2, 1).expect("no bus");
+        assert_eq!(c.device_of(RoleId::Worker(1)).bus_bytes_per_s(), None);
+    }
+
+    #[test]
+    fn bus_gbps_reads_from_toml_and_is_left_out_of_a_written_profile_without_one() {
+        let text = "peak_tflops = 1.0\nmemory_gib = 1.0\nnic_gbps = 10.0\nlatency_us = 5.0\n";
+        let plain: DeviceProfile = toml::from_str(text).expect("parses");
+        assert_eq!(plain.bus_gbps, None);
+        assert!(!toml::to_string(&plain).unwrap().contains("bus_gbps"));
+        let bus: DeviceProfile =
+            toml::from_str(&format!("{text}bus_gbps = 300.0\n")).expect("parses");
+        assert_eq!(bus.bus_gbps, Some(300.0));
+        assert_eq!(bus.bus_bytes_per_s(), Some(37.5e9));
+        let typo = toml::from_str::<DeviceProfile>(&format!("{text}bus_gbit = 300.0\n"));
+        assert!(typo.unwrap_err().to_string().contains("bus_gbit"));
     }
 
     #[test]

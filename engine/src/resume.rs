@@ -22,7 +22,7 @@ use crate::contract::ModelState;
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
 use crate::metrics::{IterRecord, IterationRow, TimedEvaluation};
-use crate::transport::LinkTraffic;
+use crate::transport::{BusQueues, LinkTraffic};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -66,8 +66,8 @@ pub struct RoleCheckpoint {
     pub stragglers: Vec<Option<serde_json::Value>>,
 }
 
-/// The network's queues at a checkpoint: when each machine's NIC is free again, and how many
-/// transfers each role has made (the wire's slowdown patterns count them).
+/// The network's queues at a checkpoint: when each machine's NIC and each role's bus port is free
+/// again, and how many transfers each role has made (the wire's slowdown patterns count them).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NetworkState {
     /// Per machine: run time at which its egress is free.
@@ -76,6 +76,10 @@ pub struct NetworkState {
     pub ingress_free: Vec<f64>,
     /// Per role: transfers made so far.
     pub transfers: BTreeMap<RoleId, u64>,
+    /// Per role: when its port on its machine's bus is free (empty without buses, and in
+    /// checkpoints written before buses existed).
+    #[serde(default, skip_serializing_if = "BusQueues::is_empty")]
+    pub bus: BusQueues,
 }
 
 /// What the run accumulated up to a checkpoint: the part of its result that the clocks after it

@@ -9,21 +9,29 @@
 //! `b` bytes from machine A to machine B occupies A's NIC egress and B's NIC ingress for
 //! `b / bandwidth` each (NICs are shared FIFO by all roles of a machine, full duplex) and arrives
 //! one latency after it leaves the second NIC. Roles on the same machine exchange messages without
-//! touching the NIC. A single delivery pump hands messages over in (arrival time, send order), so a
-//! simulated run is deterministic.
+//! touching the NIC: over the machine's bus when its device profile has one
+//! ([`crate::cluster::DeviceProfile::bus_gbps`]), each role then having a port of its own (the
+//! sender's port out and the receiver's port in, each FIFO, full duplex, cut-through as between
+//! NICs, for `b / bus bandwidth`, with no latency added: a peer-to-peer hop costs microseconds,
+//! far below the transfers a bus carries), and for free when it has none. The NIC slowdown
+//! patterns (the bandwidth shaper) shape the NICs only. A single delivery pump hands messages over
+//! in (arrival time, send order), so a simulated run is deterministic.
+//!
+//! The process mesh has no link model: its messages take what the real sockets and memory take,
+//! so neither `nic_gbps` nor `bus_gbps` charges anything there.
 
 use crate::cluster::Cluster;
 use crate::ids::RoleId;
 use crate::message::Message;
 use crate::time::TimeBase;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 pub(crate) mod tables;
-use tables::{ByRole, LinkCounts, Slots};
+use tables::{ByRole, LinkCounts, PortClocks, Slots};
 
 /// A message in flight or delivered, with its addressing.
 #[derive(Clone, Debug)]
@@ -58,9 +66,47 @@ struct State {
     seq: u64,
     egress_free: Vec<f64>,
     ingress_free: Vec<f64>,
+    /// Per role, when its bus port out / in is free (machines with a bus only).
+    bus_out: PortClocks,
+    bus_in: PortClocks,
     traffic: LinkCounts,
     shaper: Option<BandwidthShaper>,
     closed: bool,
+}
+
+/// When each role's bus port is free again, run-time seconds, for the roles whose port has carried
+/// a message: the part of the link model's queues a checkpoint keeps besides the NICs'.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BusQueues {
+    /// Per role: when its port out is free.
+    pub egress_free: BTreeMap<RoleId, f64>,
+    /// Per role: when its port in is free.
+    pub ingress_free: BTreeMap<RoleId, f64>,
+}
+
+impl BusQueues {
+    /// Whether no port has carried a message (every run on machines without a bus).
+    pub fn is_empty(&self) -> bool {
+        self.egress_free.is_empty() && self.ingress_free.is_empty()
+    }
+}
+
+/// One transfer through a sender's port out and a receiver's port in, cut-through: the receiver
+/// takes bytes as they leave the sender. Given when each port is free, the clock, and the seconds
+/// each side needs for the bytes, returns (when the first byte leaves, when the port out is free,
+/// when the message is fully received).
+fn cut_through(
+    out_free: f64,
+    in_free: f64,
+    now: f64,
+    tx_time: f64,
+    rx_time: f64,
+) -> (f64, f64, f64) {
+    let out_start = out_free.max(now);
+    let out_end = out_start + tx_time;
+    let in_start = in_free.max(out_start);
+    let in_end = (in_start + rx_time).max(out_end);
+    (out_start, out_end, in_end)
 }
 
 /// When a sent message leaves its sender and reaches its receiver, run-time seconds.
@@ -138,6 +184,8 @@ impl Network {
                 seq: 0,
                 egress_free: vec![0.0; n],
                 ingress_free: vec![0.0; n],
+                bus_out: PortClocks::default(),
+                bus_in: PortClocks::default(),
                 traffic: LinkCounts::new(roles),
                 shaper,
                 closed: false,
@@ -182,6 +230,27 @@ impl Network {
         }
     }
 
+    /// When each role's bus port is free again: the queues of the machines' buses a checkpoint
+    /// keeps beside [`Network::queues`].
+    pub fn bus_queues(&self) -> BusQueues {
+        let st = self.lock();
+        BusQueues {
+            egress_free: st.bus_out.to_map(),
+            ingress_free: st.bus_in.to_map(),
+        }
+    }
+
+    /// Restores the bus queues [`Network::bus_queues`] returned (roles not listed stay free).
+    pub fn restore_bus_queues(&self, queues: &BusQueues) {
+        let mut st = self.lock();
+        for (&role, &at) in &queues.egress_free {
+            st.bus_out.busy_until(role, at);
+        }
+        for (&role, &at) in &queues.ingress_free {
+            st.bus_in.busy_until(role, at);
+        }
+    }
+
     /// The run's time base.
     pub fn time(&self) -> TimeBase {
         self.time
@@ -218,7 +287,23 @@ impl Network {
         let (src, dst) = (self.cluster.machine_of(from), self.cluster.machine_of(to));
         let mut start = now;
         let arrive = if src == dst {
-            now
+            match self.cluster.machines[src as usize].device.bus_bytes_per_s() {
+                None => now,
+                Some(rate) => {
+                    let time = bytes as f64 / rate;
+                    let (out_start, out_end, in_end) = cut_through(
+                        st.bus_out.free_at(from),
+                        st.bus_in.free_at(to),
+                        now,
+                        time,
+                        time,
+                    );
+                    start = out_start;
+                    st.bus_out.busy_until(from, out_end);
+                    st.bus_in.busy_until(to, in_end);
+                    in_end
+                }
+            }
         } else {
             let (fs, fd) = match st.shaper.as_mut() {
                 Some(shape) => (shape(from, now), shape(to, now)),
@@ -228,13 +313,15 @@ impl Network {
             let d_dev = &self.cluster.machines[dst as usize].device;
             let tx_time = bytes as f64 / (s_dev.nic_bytes_per_s() * fs.max(1e-9));
             let rx_time = bytes as f64 / (d_dev.nic_bytes_per_s() * fd.max(1e-9));
-            let out_start = st.egress_free[src as usize].max(now);
+            let (out_start, out_end, in_end) = cut_through(
+                st.egress_free[src as usize],
+                st.ingress_free[dst as usize],
+                now,
+                tx_time,
+                rx_time,
+            );
             start = out_start;
-            let out_end = out_start + tx_time;
             st.egress_free[src as usize] = out_end;
-            // Cut-through: the receiver's NIC takes bytes as they leave the sender's.
-            let in_start = st.ingress_free[dst as usize].max(out_start);
-            let in_end = (in_start + rx_time).max(out_end);
             st.ingress_free[dst as usize] = in_end;
             in_end + s_dev.latency_us.max(d_dev.latency_us) * 1e-6
         };
@@ -453,4 +540,139 @@ mod tests {
     }
 
     const HEADER_BYTES_TEST: u64 = crate::message::HEADER_BYTES;
+
+    /// One machine of four workers whose bus is 8 Gbit/s (1 GB/s) when `bus` is set, and the
+    /// network between them (paused virtual time).
+    fn one_machine(
+        bus: bool,
+    ) -> (
+        Arc<Network>,
+        BTreeMap<RoleId, mpsc::UnboundedReceiver<Envelope>>,
+    ) {
+        let cluster = crate::cluster::test_cluster_with(1, 4, bus.then_some(8.0));
+        let roles: Vec<RoleId> = (0..4).map(RoleId::Worker).collect();
+        Network::new(cluster, TimeBase::new(true), &roles, None)
+    }
+
+    fn w(i: u32) -> RoleId {
+        RoleId::Worker(i)
+    }
+
+    /// A message of exactly 1 MB on the wire (header included).
+    fn one_mb() -> Message {
+        let msg = push((1_000_000 - HEADER_BYTES_TEST) / 4);
+        assert_eq!(msg.wire_bytes(), 1_000_000);
+        msg
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bus_charges_bytes_over_its_bandwidth_and_delivers_then() {
+        let (net, mut rx) = one_machine(true);
+        let pump = tokio::spawn(net.clone().pump());
+        let sent = net.send_timed(w(0), w(1), one_mb());
+        assert_eq!(sent.start, 0.0);
+        assert!((sent.arrival - 1e-3).abs() < 1e-12, "{}", sent.arrival);
+        let got = rx.get_mut(&w(1)).unwrap().recv().await.unwrap();
+        assert_eq!(got.from, w(0));
+        assert!(
+            (net.now() - 1e-3).abs() < 1e-6,
+            "delivered at {}",
+            net.now()
+        );
+        assert_eq!(net.traffic()[&(w(0), w(1))].bytes, 1_000_000);
+        net.close();
+        rx.clear();
+        pump.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_bus_a_message_on_one_machine_arrives_at_once() {
+        let (net, mut rx) = one_machine(false);
+        let pump = tokio::spawn(net.clone().pump());
+        let sent = net.send_timed(w(0), w(1), one_mb());
+        assert_eq!(
+            sent,
+            Departure {
+                start: 0.0,
+                arrival: 0.0
+            }
+        );
+        let got = rx
+            .get_mut(&w(1))
+            .unwrap()
+            .try_recv()
+            .expect("handed over at once");
+        assert_eq!(got.from, w(0));
+        assert_eq!(net.bus_queues(), BusQueues::default());
+        net.close();
+        pump.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn messages_from_one_sender_queue_on_its_port() {
+        let (net, mut rx) = one_machine(true);
+        let pump = tokio::spawn(net.clone().pump());
+        let first = net.send_timed(w(0), w(1), one_mb());
+        let second = net.send_timed(w(0), w(2), one_mb());
+        assert!((first.arrival - 1e-3).abs() < 1e-12, "{first:?}");
+        assert!((second.start - 1e-3).abs() < 1e-12, "{second:?}");
+        assert!((second.arrival - 2e-3).abs() < 1e-12, "{second:?}");
+        // One receiver's port takes the messages of two senders one after the other too.
+        let third = net.send_timed(w(3), w(2), one_mb());
+        assert_eq!(third.start, 0.0, "w3's own port is free");
+        assert!((third.arrival - 3e-3).abs() < 1e-12, "{third:?}");
+        let inbox = rx.get_mut(&w(2)).unwrap();
+        assert_eq!(inbox.recv().await.unwrap().from, w(0));
+        assert_eq!(inbox.recv().await.unwrap().from, w(3));
+        assert!((net.now() - 3e-3).abs() < 1e-6, "{}", net.now());
+        net.close();
+        rx.clear();
+        pump.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_senders_to_two_receivers_go_in_parallel_and_ports_are_full_duplex() {
+        let (net, mut rx) = one_machine(true);
+        let pump = tokio::spawn(net.clone().pump());
+        let a = net.send(w(0), w(1), one_mb());
+        let b = net.send(w(2), w(3), one_mb());
+        // The receivers send back at once: their ports out are free while their ports in work.
+        let c = net.send(w(1), w(0), one_mb());
+        for t in [a, b, c] {
+            assert!((t - 1e-3).abs() < 1e-12, "{a} {b} {c}");
+        }
+        for (to, from) in [(1, 0), (3, 2), (0, 1)] {
+            let got = rx.get_mut(&w(to)).unwrap().recv().await.unwrap();
+            assert_eq!(got.from, w(from));
+        }
+        assert!((net.now() - 1e-3).abs() < 1e-6, "{}", net.now());
+        net.close();
+        rx.clear();
+        pump.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bus_queues_restore_into_a_fresh_network() {
+        let (net, _rx) = one_machine(true);
+        net.send(w(0), w(1), one_mb());
+        net.send(w(0), w(1), one_mb());
+        let queues = net.bus_queues();
+        assert_eq!(queues.egress_free.len(), 1);
+        assert!(
+            (queues.egress_free[&w(0)] - 2e-3).abs() < 1e-12,
+            "{queues:?}"
+        );
+        assert!(
+            (queues.ingress_free[&w(1)] - 2e-3).abs() < 1e-12,
+            "{queues:?}"
+        );
+        // A resumed stretch's first message waits behind the ports' last ones.
+        let (fresh, _rx) = one_machine(true);
+        fresh.restore_bus_queues(&queues);
+        assert_eq!(fresh.bus_queues(), queues);
+        let next = fresh.send_timed(w(0), w(2), one_mb());
+        assert!((next.start - 2e-3).abs() < 1e-12, "{next:?}");
+        let into = fresh.send_timed(w(3), w(1), one_mb());
+        assert!((into.arrival - 3e-3).abs() < 1e-12, "{into:?}");
+    }
 }

@@ -65,6 +65,7 @@ pub fn slow_device(memory_gib: f64) -> DeviceProfile {
         memory_gib,
         nic_gbps: 10.0,
         latency_us: 50.0,
+        bus_gbps: None,
         backend: Default::default(),
         precision: None,
         layers: None,

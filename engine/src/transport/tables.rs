@@ -16,6 +16,15 @@ fn slot_of(role: RoleId) -> usize {
     }
 }
 
+/// The role a dense number stands for (the inverse of [`slot_of`]).
+fn role_of(slot: usize) -> RoleId {
+    match slot {
+        0 => RoleId::Coordinator,
+        s if s % 2 == 1 => RoleId::Server(((s - 1) / 2) as u32),
+        s => RoleId::Worker(((s - 2) / 2) as u32),
+    }
+}
+
 /// Storage for values that wait by number: freed numbers are reused, so a steady stream of
 /// messages in flight allocates nothing once the store has grown to its peak.
 pub(super) struct Slots<T> {
@@ -123,11 +132,6 @@ impl LinkCounts {
 
     /// Every pair that carried a message, in role order.
     pub(crate) fn to_map(&self) -> BTreeMap<(RoleId, RoleId), LinkTraffic> {
-        let role_of = |slot: usize| match slot {
-            0 => RoleId::Coordinator,
-            s if s % 2 == 1 => RoleId::Server(((s - 1) / 2) as u32),
-            s => RoleId::Worker(((s - 2) / 2) as u32),
-        };
         let dense = self.rows.iter().enumerate().flat_map(|(from, row)| {
             row.iter()
                 .enumerate()
@@ -136,6 +140,39 @@ impl LinkCounts {
         });
         dense
             .chain(self.others.iter().map(|(&link, &t)| (link, t)))
+            .collect()
+    }
+}
+
+/// When each role's port is free again, run-time seconds: one clock per role, by dense number,
+/// growing as far as the roles used; a role never seen is free from the start (0).
+#[derive(Default)]
+pub(crate) struct PortClocks {
+    free: Vec<f64>,
+}
+
+impl PortClocks {
+    /// When `role`'s port is free.
+    pub(crate) fn free_at(&self, role: RoleId) -> f64 {
+        self.free.get(slot_of(role)).copied().unwrap_or(0.0)
+    }
+
+    /// Marks `role`'s port busy until `at`.
+    pub(crate) fn busy_until(&mut self, role: RoleId, at: f64) {
+        let slot = slot_of(role);
+        if self.free.len() <= slot {
+            self.free.resize(slot + 1, 0.0);
+        }
+        self.free[slot] = at;
+    }
+
+    /// Every port that has carried a message, in role order.
+    pub(crate) fn to_map(&self) -> BTreeMap<RoleId, f64> {
+        self.free
+            .iter()
+            .enumerate()
+            .filter(|(_, &t)| t > 0.0)
+            .map(|(slot, &t)| (role_of(slot), t))
             .collect()
     }
 }
@@ -176,6 +213,25 @@ mod tests {
             };
             assert_eq!(map[pair], expected, "{pair:?}");
         }
+    }
+
+    #[test]
+    fn port_clocks_keep_each_role_apart_and_list_only_ports_used() {
+        let mut ports = PortClocks::default();
+        assert_eq!(ports.free_at(RoleId::Worker(5)), 0.0);
+        ports.busy_until(RoleId::Worker(1), 2.5);
+        ports.busy_until(RoleId::Server(1), 1.5);
+        ports.busy_until(RoleId::Coordinator, 0.5);
+        assert_eq!(ports.free_at(RoleId::Worker(1)), 2.5);
+        assert_eq!(ports.free_at(RoleId::Server(1)), 1.5);
+        assert_eq!(ports.free_at(RoleId::Worker(0)), 0.0);
+        let map = ports.to_map();
+        let expected = BTreeMap::from([
+            (RoleId::Coordinator, 0.5),
+            (RoleId::Server(1), 1.5),
+            (RoleId::Worker(1), 2.5),
+        ]);
+        assert_eq!(map, expected);
     }
 
     #[test]

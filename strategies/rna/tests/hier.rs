@@ -34,6 +34,7 @@ fn config(
             memory_gib: 1.0,
             nic_gbps: 10.0,
             latency_us: 50.0,
+            bus_gbps: None,
             backend: Default::default(),
             precision: None,
             layers: None,

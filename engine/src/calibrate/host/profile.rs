@@ -57,6 +57,7 @@ impl HostProfile {
             memory_gib: self.memory_gib,
             nic_gbps: self.loopback.gbps,
             latency_us: self.loopback.latency_us,
+            bus_gbps: None,
             precision: Some(Precision::Fp32),
             layers: Some(layers),
             backend: Backend::Cpu,
