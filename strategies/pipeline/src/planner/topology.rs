@@ -4,10 +4,11 @@ use super::{Level, PlanError, Topology};
 use concord_engine::cluster::{Cluster, DeviceProfile};
 use concord_engine::ids::RoleId;
 
-/// Bandwidth between two devices of one machine, bytes per second: unbounded, as the transport
-/// charges nothing for messages between roles of one machine.
-fn intra_bandwidth(_device: &DeviceProfile) -> f64 {
-    f64::INFINITY
+/// Bandwidth between two devices of one machine, bytes per second: the machine's bus
+/// (`bus_gbps`), or unbounded where the device sets none, as the transport then charges nothing
+/// for messages between roles of one machine.
+fn intra_bandwidth(device: &DeviceProfile) -> f64 {
+    device.bus_bytes_per_s().unwrap_or(f64::INFINITY)
 }
 
 impl Topology {
