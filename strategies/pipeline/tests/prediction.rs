@@ -1,0 +1,79 @@
+//! The planner's predicted time per minibatch against the simulated one across candidate
+//! configurations of one job (the thesis's Fig. 5.15: "strongly linearly correlated").
+
+use concord_engine::config::RunConfig;
+
+
+mod common;
+use common::{figure, run, with};
+
+/// VGG-16 in throughput mode on 4 machines of 4 V100s (PCIe inside, 10 Gbit/s between).
+fn cluster_a() -> RunConfig {
+    let mut cfg = concord_test_support::small(16, 64, 10);
+    cfg.model = toml::from_str("kind = \"profile\"\nname = \"vgg16\"").expect("model");
+    cfg.cluster = toml::from_str(
+        r#"
+default_device = "v100-a"
+[[machines]]
+device = "v100-a"
+count = 4
+slots = 4
+[devices.v100-a]
+peak_tflops = 15.7
+efficiency = 0.5
+half_saturation_batch = 32.0
+memory_gib = 16.0
+nic_gbps = 10.0
+latency_us = 10.0
+bus_gbps = 126.0
+"#,
+    )
+    .expect("cluster");
+    cfg
+}
+
+/// The least-squares R² of `y` on `x`.
+fn r_squared(x: &[f64], y: &[f64]) -> f64 {
+    let n = x.len() as f64;
+    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
+    let sxy: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let sxx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum();
+    let syy: f64 = y.iter().map(|b| (b - my).powi(2)).sum();
+    sxy * sxy / (sxx * syy)
+}
+
+#[test]
+fn predicted_time_per_minibatch_tracks_the_simulated_one() {
+    // Candidate configurations the thesis's Fig. 5.15 kind of sweep would try on 16 workers.
+    let candidates = [
+        ("boundaries = [13]\nreplicas = [12, 1]", 1),
+        ("boundaries = [13]\nreplicas = [12, 4]", 4),
+        ("boundaries = [13]\nreplicas = [15, 1]", 1),
+        ("boundaries = [13]\nreplicas = [8, 8]", 8),
+        ("boundaries = [10]\nreplicas = [12, 1]", 1),
+        ("boundaries = [10, 13]\nreplicas = [8, 4, 1]", 1),
+        ("boundaries = [3, 6, 9]", 1),
+        ("boundaries = [3, 6, 9, 13]", 1),
+        ("replicas = [4]", 4),
+        ("replicas = [16]", 16),
+    ];
+    let (mut predicted, mut simulated) = (Vec::new(), Vec::new());
+    for (opts, out_replicas) in candidates {
+        // Enough minibatches for the steady state to dominate.
+        let mut cfg = with(cluster_a(), "pipedream", opts);
+        cfg.iterations = 240 / out_replicas;
+        cfg.eval_every = cfg.iterations;
+        let r = run(&cfg);
+        let minibatches = (cfg.iterations * out_replicas) as f64;
+        predicted.push(figure(&r, "pipedream.predicted_s"));
+        simulated.push(r.summary.run_time_s / minibatches);
+        eprintln!(
+            "{opts:?}: predicted {:.1} ms, simulated {:.1} ms per minibatch",
+            predicted.last().unwrap() * 1e3,
+            simulated.last().unwrap() * 1e3
+        );
+    }
+    let r2 = r_squared(&predicted, &simulated);
+    eprintln!("R² = {r2:.3}");
+    assert!(r2 > 0.9, "R² = {r2}");
+}
