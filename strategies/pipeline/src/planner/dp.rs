@@ -9,6 +9,16 @@
 //! workers last; where links differ (two levels), a stage's weight sync is charged at the
 //! slowest link inside its workers and a boundary at the link between its two sides, so the
 //! search runs once per number of workers used (the layout then fixes every stage's workers).
+//!
+//! Replicas never grow along the pipeline: every plan has `r_0 ≥ r_1 ≥ … ≥ r_{S−1}`. The
+//! thesis leaves this implicit, but its runtime assumes it: the input stage admits NOAM =
+//! ⌈workers / r_0⌉ minibatches per replica and a replicated stage syncs its weights in rounds of
+//! `r_s` consecutive minibatches, so a stage on more workers than the one before it waits every
+//! round for minibatches the stage before cannot yet send (every configuration the thesis
+//! reports, "12-1", "15-1", "3-1", "2-1-1", straight pipelines and data parallelism, keeps
+//! replicas from growing). The table therefore also indexes a suffix by a cap on its first
+//! stage's replicas, so a stage on `r` workers combines with the best rest whose first stage has
+//! at most `r`: still exact, in `O(N²·W²)` per table.
 
 use super::costs::{warmup, Costs};
 use super::{hierarchical, PipelinePlan, PlanError, PlanOptions, Profile, Search, StagePlan};
@@ -16,6 +26,12 @@ use super::{noam, Topology};
 
 /// The plan of `profile` on `topology` that minimises the slowest stage's time (thesis
 /// §5.3.1), under `options`' limits. `predicted_s` is that time per minibatch.
+///
+/// Every search returns a plan whose replicas never grow from one stage to the next
+/// (`r_0 ≥ r_1 ≥ … ≥ r_{S−1}`): the runtime admits NOAM = ⌈workers / r_0⌉ minibatches per
+/// input-stage replica and syncs a replicated stage in rounds of `r_s` consecutive minibatches,
+/// which a stage wider than the one feeding it cannot fill. The thesis leaves the restriction
+/// implicit (its NOAM formula assumes it, and every configuration it reports keeps it).
 pub fn plan(
     profile: &Profile,
     topology: &Topology,
@@ -111,9 +127,10 @@ struct Table<'a> {
     depth: usize,
 }
 
-/// A filled table for plans on exactly `used` workers: `value[d][i][m]` is the best value of
-/// layers `i..` on the last `m` of them (with at most `d + 1` stages when limited), `choice` how
-/// it was reached: its first stage's end and replicas.
+/// A filled table for plans on exactly `used` workers: `value[d][i][m][c]` is the best value of
+/// layers `i..` on the last `m` of them whose first stage has at most `c ≤ m` replicas (with at
+/// most `d + 1` stages when limited; replicas never growing), `choice` how it was reached: its
+/// first stage's end and replicas.
 struct Filled<'a> {
     table: &'a Table<'a>,
     used: u32,
@@ -122,8 +139,10 @@ struct Filled<'a> {
 }
 
 impl Table<'_> {
-    fn at(&self, d: usize, i: usize, m: u32, used: u32) -> usize {
-        (d * (self.costs.layers() + 1) + i) * (used as usize + 1) + m as usize
+    /// Where `value[d][i][m][c]` lies in a table for `used` workers.
+    fn at(&self, d: usize, i: usize, m: u32, c: u32, used: u32) -> usize {
+        let w = used as usize + 1;
+        ((d * (self.costs.layers() + 1) + i) * w + m as usize) * w + c as usize
     }
 
     /// The value of a stage of layers `i..j` on workers `lo..lo + r` with `downstream` workers
@@ -152,10 +171,13 @@ impl Table<'_> {
         }
     }
 
-    /// The table for plans on exactly `used` workers.
+    /// The table for plans on exactly `used` workers. For each suffix, the caps `c = 1..=m` are
+    /// filled in order, each starting from the one below it (a prefix minimum over the first
+    /// stage's replicas), so only first stages on exactly `c` workers are new.
     fn fill(&self, used: u32) -> Filled<'_> {
         let n = self.costs.layers();
-        let size = self.depth * (n + 1) * (used as usize + 1);
+        let w = used as usize + 1;
+        let size = self.depth * (n + 1) * w * w;
         let mut value = vec![f64::INFINITY; size];
         let mut choice = vec![(0, 0); size];
         for d in 0..self.depth {
@@ -164,14 +186,20 @@ impl Table<'_> {
                     let lo = used - m;
                     let mut best = f64::INFINITY;
                     let mut how = (0, 0);
-                    if let Some(v) = self.stage(i, n, lo, m, m) {
-                        (best, how) = (v, (n, m));
-                    }
-                    if !(self.limited && d == 0) {
-                        let q = if self.limited { d - 1 } else { d };
-                        for s in i + 1..n {
-                            for r in 1..m {
-                                let rest = value[self.at(q, s, m - r, used)];
+                    for r in 1..=m {
+                        if r == m {
+                            // Of equal plans, one stage (data parallelism on the suffix) stays.
+                            if let Some(v) = self.stage(i, n, lo, m, m) {
+                                if v <= best {
+                                    (best, how) = (v, (n, m));
+                                }
+                            }
+                        } else if !(self.limited && d == 0) {
+                            let q = if self.limited { d - 1 } else { d };
+                            // The rest's first stage on at most `r` workers.
+                            let cap = r.min(m - r);
+                            for s in i + 1..n {
+                                let rest = value[self.at(q, s, m - r, cap, used)];
                                 if rest >= best {
                                     continue;
                                 }
@@ -184,10 +212,10 @@ impl Table<'_> {
                                 }
                             }
                         }
+                        let at = self.at(d, i, m, r, used);
+                        value[at] = best;
+                        choice[at] = how;
                     }
-                    let at = self.at(d, i, m, used);
-                    value[at] = best;
-                    choice[at] = how;
                 }
             }
         }
@@ -205,7 +233,7 @@ impl Filled<'_> {
     /// equal plans, the one on fewer workers stays).
     fn offer(&self, best: &mut Option<(f64, Vec<StagePlan>)>, m: u32) {
         let t = self.table;
-        let v = self.value[t.at(t.depth - 1, 0, m, self.used)];
+        let v = self.value[t.at(t.depth - 1, 0, m, m, self.used)];
         if v.is_finite() && best.as_ref().is_none_or(|(b, _)| v < *b) {
             *best = Some((v, self.unfold(m)));
         }
@@ -215,10 +243,10 @@ impl Filled<'_> {
     fn unfold(&self, mut m: u32) -> Vec<StagePlan> {
         let t = self.table;
         let n = t.costs.layers();
-        let (mut d, mut i) = (t.depth - 1, 0);
+        let (mut d, mut i, mut c) = (t.depth - 1, 0, m);
         let mut stages = Vec::new();
         while i < n {
-            let (s, r) = self.choice[t.at(d, i, m, self.used)];
+            let (s, r) = self.choice[t.at(d, i, m, c, self.used)];
             stages.push(StagePlan {
                 layers: i..s,
                 replicas: r,
@@ -226,7 +254,7 @@ impl Filled<'_> {
             if t.limited {
                 d = d.saturating_sub(1);
             }
-            (i, m) = (s, m - r);
+            (i, m, c) = (s, m - r, r.min(m - r));
         }
         stages
     }

@@ -1,6 +1,6 @@
 //! Brute force over every plan: each split of the layers into consecutive stages, with each
-//! assignment of replicas (at least one per stage, at most the topology's workers in all, the
-//! rest idle), priced by [`evaluate`]. Exponential; it exists to check the dynamic programmes
+//! assignment of replicas (at least one per stage, never more than the stage before it, at most
+//! the topology's workers in all, the rest idle), priced by [`evaluate`]. Exponential; it exists to check the dynamic programmes
 //! on small profiles and topologies.
 
 use super::{evaluate, stage_memory_bytes, PlanOptions, Profile, StagePlan, Topology};
@@ -23,7 +23,7 @@ pub fn search(
             if ranges.is_empty() || ranges.len() > max_stages {
                 continue;
             }
-            for replicas in compositions(used, ranges.len()) {
+            for replicas in non_increasing(used, ranges.len(), used) {
                 let stages: Vec<StagePlan> = ranges
                     .iter()
                     .zip(&replicas)
@@ -63,15 +63,16 @@ fn ranges_of(n: usize, cuts: u64) -> Vec<std::ops::Range<usize>> {
     ranges
 }
 
-/// Every way to write `total` as `parts` positive integers, in order.
-fn compositions(total: u32, parts: usize) -> Vec<Vec<u32>> {
+/// Every way to write `total` as `parts` positive integers, in order, none above `max` nor
+/// above the one before it (the replicas of a plan, which never grow along the pipeline).
+fn non_increasing(total: u32, parts: usize, max: u32) -> Vec<Vec<u32>> {
     if parts == 0 {
         return if total == 0 { vec![vec![]] } else { vec![] };
     }
     let mut out = Vec::new();
     let rest = parts as u32 - 1;
-    for first in 1..=total.saturating_sub(rest) {
-        for mut tail in compositions(total - first, parts - 1) {
+    for first in 1..=total.saturating_sub(rest).min(max) {
+        for mut tail in non_increasing(total - first, parts - 1, first) {
             tail.insert(0, first);
             out.push(tail);
         }
@@ -88,7 +89,9 @@ mod tests {
         assert_eq!(ranges_of(3, 0), vec![0..3]);
         assert_eq!(ranges_of(3, 0b01), vec![0..1, 1..3]);
         assert_eq!(ranges_of(3, 0b11), vec![0..1, 1..2, 2..3]);
-        assert_eq!(compositions(4, 2), vec![vec![1, 3], vec![2, 2], vec![3, 1]]);
-        assert!(compositions(1, 2).is_empty());
+        assert_eq!(non_increasing(4, 2, 4), vec![vec![2, 2], vec![3, 1]]);
+        assert_eq!(non_increasing(5, 3, 5), vec![vec![2, 2, 1], vec![3, 1, 1]]);
+        assert_eq!(non_increasing(4, 1, 3), Vec::<Vec<u32>>::new());
+        assert!(non_increasing(1, 2, 1).is_empty());
     }
 }

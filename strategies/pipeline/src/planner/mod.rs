@@ -2,6 +2,9 @@
 //! levels, the partition of the layers into stages, each replicated on some workers, that
 //! minimises the time of the slowest stage.
 //!
+//! Plans keep replicas from growing along the pipeline (`r_0 ≥ r_1 ≥ … ≥ r_{S−1}`, see
+//! [`plan`]): a choice the thesis leaves implicit and its NOAM formula and runtime assume.
+//!
 //! The public types here are the interface between the planner and the runtime: the runtime
 //! only reads a [`PipelinePlan`].
 
