@@ -10,8 +10,8 @@ use concord_engine::ids::RoleId;
 use concord_engine::model::{ModelConfig, ModelSpec};
 use concord_engine::RunConfig;
 use concord_pipeline::planner::{
-    bytes_per_sample, evaluate, plan, stage_memory_bytes, PlanOptions, Profile, Search, StagePlan,
-    Topology,
+    bytes_per_sample, evaluate_under, plan, stage_memory_bytes, PlanOptions, Profile, Search,
+    StagePlan, Sync, Topology,
 };
 use serde::Serialize;
 
@@ -28,6 +28,10 @@ pub struct PlanArgs {
     /// level-by-level search, machines first).
     #[arg(long, value_enum, default_value_t = SearchArg::Flat)]
     pub search: SearchArg,
+    /// How a replicated stage's weight sync is charged: `thesis` (the thesis's formula) or
+    /// `ring` (this runtime's ring allreduce after the backward passes).
+    #[arg(long, value_enum, default_value_t = CostArg::Thesis)]
+    pub cost: CostArg,
     /// Print the plan as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -40,6 +44,15 @@ pub enum SearchArg {
     Flat,
     /// Level by level.
     Hierarchical,
+}
+
+/// `--cost` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CostArg {
+    /// `(1/m)·max(compute, 2(m−1)·|w|/B)`.
+    Thesis,
+    /// `(compute + 2(m−1)/m·|w|/B) / m`.
+    Ring,
 }
 
 /// What `plan` prints (`--json` prints it as is).
@@ -132,6 +145,10 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
         },
         memory_bytes: Some(device.memory_bytes()),
         max_stages: None,
+        sync: match args.cost {
+            CostArg::Thesis => Sync::Thesis,
+            CostArg::Ring => Sync::Ring,
+        },
     };
     let found = plan(&profile, &topology, &options)?;
     let predicted = found.predicted_s.unwrap_or(f64::NAN);
@@ -158,7 +175,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
         layers: 0..profile.layers.len(),
         replicas: topology.workers(),
     }];
-    let dp_s = evaluate(&profile, &topology, &dp);
+    let dp_s = evaluate_under(&profile, &topology, &dp, options.sync);
     let batch = profile.batch as f64;
     let report = PlanReport {
         model: match &cfg.model {

@@ -3,7 +3,7 @@
 
 use crate::layout::given;
 use crate::options::{Kind, PipeOptions};
-use crate::planner::{self, PipelinePlan, PlanOptions, Profile, Search, Topology};
+use crate::planner::{self, PipelinePlan, PlanOptions, Profile, Search, Sync, Topology};
 use concord_engine::prelude::*;
 
 /// The stages and replicas of `job` under `options`, planned on worker 0's device (the
@@ -15,16 +15,20 @@ pub fn plan(job: &Job, kind: Kind, options: &PipeOptions) -> Result<PipelinePlan
     let refuse = |what: &str, value: String, e: planner::PlanError| {
         EngineError::config(format!("{key}.{what}"), value, e.to_string())
     };
+    let sync = match options.cost.as_str() {
+        "ring" => Sync::Ring,
+        _ => Sync::Thesis,
+    };
     if let Some(mut p) = given(options, job) {
         planner::validate_stages(&profile, &p.stages)
             .map_err(|e| refuse("boundaries", format!("{:?}", options.boundaries), e))?;
-        let t = planner::evaluate(&profile, &topology, &p.stages);
+        let t = planner::evaluate_under(&profile, &topology, &p.stages, sync);
         p.predicted_s = t.is_finite().then_some(t);
         return Ok(p);
     }
     if options.straight {
         let stages = job.config.workers as usize;
-        return planner::straight(&profile, &topology, stages)
+        return planner::straight(&profile, &topology, stages, sync)
             .map_err(|e| refuse("straight", "true".into(), e));
     }
     let search = match options.search.as_str() {
@@ -36,6 +40,7 @@ pub fn plan(job: &Job, kind: Kind, options: &PipeOptions) -> Result<PipelinePlan
         search,
         memory_bytes: Some(device.memory_bytes()),
         max_stages: None,
+        sync,
     };
     planner::plan(&profile, &topology, &planned).map_err(|e| {
         refuse(

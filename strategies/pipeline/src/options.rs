@@ -54,6 +54,10 @@ pub struct PipeOptions {
     /// The planner's search: `"flat"` (one level, every worker) or `"hierarchical"` (level by
     /// level, the thesis's DP as printed).
     pub search: String,
+    /// The planner's charge for a replicated stage's weight sync: `"thesis"` (the thesis's
+    /// `(1/m)·max(compute, 2(m−1)·|w|/B)`) or `"ring"` (this runtime's ring allreduce after the
+    /// backward passes, `(compute + 2(m−1)/m·|w|/B) / m`).
+    pub cost: String,
 }
 
 impl Default for PipeOptions {
@@ -66,6 +70,7 @@ impl Default for PipeOptions {
             vertical_sync: false,
             straight: false,
             search: "flat".into(),
+            cost: "thesis".into(),
         }
     }
 }
@@ -111,6 +116,13 @@ impl PipeOptions {
                 format!("{key}.straight"),
                 "true",
                 "a straight pipeline is planned: leave boundaries and replicas unset",
+            ));
+        }
+        if !matches!(self.cost.as_str(), "thesis" | "ring") {
+            return Err(EngineError::config(
+                format!("{key}.cost"),
+                format!("{:?}", self.cost),
+                "one of \"thesis\", \"ring\"",
             ));
         }
         if let Some(reps) = &self.replicas {

@@ -107,13 +107,13 @@ fn stale_reference(
         let idx = job.stream.range(b as u128 * g as u128, g as usize);
         let (x, y) = data.train.gather(&idx);
         let out = replica.step(x, &y).expect("step");
-        for s in 0..stages {
-            let mut next = history[s].last().expect("a version").clone();
+        for (s, versions) in history.iter_mut().enumerate() {
+            let mut next = versions.last().expect("a version").clone();
             for p in (0..init.len()).filter(|&p| stage_of_param[p] == s) {
                 cfg.optimizer
                     .step(&mut next[p], &out.grads[p], &mut states[p]);
             }
-            history[s].push(next);
+            versions.push(next);
         }
     }
     (0..init.len())
@@ -185,7 +185,10 @@ fn vertical_sync_trains_on_the_input_stages_version_at_every_stage() {
     let d = max_abs_diff(&flat(params(&r)), &reference);
     assert!(d < 1e-5, "vertical sync vs its reference: max |Δ| = {d}");
     let stash = stale_reference(&cfg, &[1, 2], 12, false);
-    assert!(max_abs_diff(&stash, &reference) > 1e-4, "vertical sync changed nothing");
+    assert!(
+        max_abs_diff(&stash, &reference) > 1e-4,
+        "vertical sync changed nothing"
+    );
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! and traffic. The searches and [`evaluate`] share these functions and the sums in [`Costs`],
 //! so a plan's predicted time is the same number whichever computes it.
 
-use super::{PlanError, Profile, StagePlan, Topology};
+use super::{PlanError, Profile, StagePlan, Sync, Topology};
 
 /// Per-range sums of a profile, each summed layer by layer in order.
 pub(crate) struct Costs {
@@ -16,11 +16,19 @@ pub(crate) struct Costs {
     activations: Vec<f64>,
     /// Activation bytes of each layer's output (what a boundary after it carries).
     outputs: Vec<f64>,
+    /// How a replicated stage's weight sync is charged.
+    sync: Sync,
 }
 
 impl Costs {
-    /// The sums of `profile`, checking it has layers with finite, non-negative times.
+    /// The sums of `profile` with the thesis's sync term.
     pub(crate) fn of(profile: &Profile) -> Result<Costs, PlanError> {
+        Costs::with_sync(profile, Sync::Thesis)
+    }
+
+    /// The sums of `profile` with `sync`'s charge for a replicated stage, checking it has
+    /// layers with finite, non-negative times.
+    pub(crate) fn with_sync(profile: &Profile, sync: Sync) -> Result<Costs, PlanError> {
         if profile.layers.is_empty() {
             return Err(PlanError::EmptyProfile);
         }
@@ -43,6 +51,7 @@ impl Costs {
                 .iter()
                 .map(|l| l.activation_bytes as f64)
                 .collect(),
+            sync,
         };
         for i in 0..n {
             let (mut t, mut w, mut a) = (0.0, 0.0, 0.0);
@@ -74,15 +83,17 @@ impl Costs {
         self.weights[i * (self.n + 1) + j]
     }
 
-    /// Time of a stage of layers `i..j` whose one-worker time is `inner`, replicated on `m`
-    /// units joined at `bandwidth`: `(1/m)·max(inner, 2(m−1)·|w|/B)` (the thesis's `T`).
+    /// Time per minibatch of a stage of layers `i..j` whose one-worker time is `inner`,
+    /// replicated on `m` units joined at `bandwidth` ([`Sync`] says which formula).
     pub(crate) fn replicated(&self, i: usize, j: usize, inner: f64, m: u32, bandwidth: f64) -> f64 {
-        let sync = if m > 1 {
-            2.0 * f64::from(m - 1) * self.weights(i, j) / bandwidth
-        } else {
-            0.0
-        };
-        inner.max(sync) / f64::from(m)
+        let w = self.weights(i, j);
+        let m = f64::from(m);
+        match self.sync {
+            // (1/m)·max(inner, 2(m−1)·|w|/B), the thesis's T.
+            Sync::Thesis => inner.max(2.0 * (m - 1.0) * w / bandwidth) / m,
+            // (inner + 2(m−1)/m·|w|/B) / m: a ring allreduce after the backward passes.
+            Sync::Ring => (inner + 2.0 * (m - 1.0) / m * w / bandwidth) / m,
+        }
     }
 
     /// Time of the boundary after layer `s − 1` (between a stage ending at `s` and the next):
@@ -139,10 +150,20 @@ pub fn validate_stages(profile: &Profile, stages: &[StagePlan]) -> Result<(), Pl
 /// boundary's transfer (at the link between the two stages' adjacent workers), seconds. `NaN`
 /// where `stages` are not a plan of `profile` ([`validate_stages`] says why).
 pub fn evaluate(profile: &Profile, topology: &Topology, stages: &[StagePlan]) -> f64 {
+    evaluate_under(profile, topology, stages, Sync::Thesis)
+}
+
+/// [`evaluate`] with `sync`'s charge for replicated stages.
+pub fn evaluate_under(
+    profile: &Profile,
+    topology: &Topology,
+    stages: &[StagePlan],
+    sync: Sync,
+) -> f64 {
     if validate_stages(profile, stages).is_err() {
         return f64::NAN;
     }
-    let Ok(costs) = Costs::of(profile) else {
+    let Ok(costs) = Costs::with_sync(profile, sync) else {
         return f64::NAN;
     };
     evaluate_with(&costs, topology, stages)
@@ -235,8 +256,9 @@ mod tests {
             layers: 0..2,
             replicas: 4,
         }];
-        // (1/4)·max(4, 2·3·1100/100 = 66) = 16.5.
+        // (1/4)·max(4, 2·3·1100/100 = 66) = 16.5; the ring: (4 + 2·(3/4)·1100/100) / 4.
         assert_eq!(evaluate(&p, &t, &dp), 16.5);
+        assert!((evaluate_under(&p, &t, &dp, Sync::Ring) - 5.125).abs() < 1e-12);
         let pp = [
             StagePlan {
                 layers: 0..1,
@@ -249,6 +271,8 @@ mod tests {
         ];
         // stage 0: (1/3)·max(3, 2·2·100/100 = 4) = 4/3; boundary 2·10/100; stage 1: 1.
         assert_eq!(evaluate(&p, &t, &pp), 4.0 / 3.0);
+        // The ring: (3 + 2·(2/3)·100/100) / 3 = 13/9.
+        assert!((evaluate_under(&p, &t, &pp, Sync::Ring) - 13.0 / 9.0).abs() < 1e-12);
         assert!(evaluate(&p, &t, &pp[..1]).is_nan());
     }
 

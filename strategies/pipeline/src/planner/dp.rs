@@ -38,7 +38,7 @@ pub fn plan(
     options: &PlanOptions,
 ) -> Result<PipelinePlan, PlanError> {
     topology.validate()?;
-    let costs = Costs::of(profile)?;
+    let costs = Costs::with_sync(profile, options.sync)?;
     if options.max_stages == Some(0) {
         return Err(PlanError::NoStages);
     }

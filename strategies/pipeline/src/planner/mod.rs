@@ -19,7 +19,7 @@ pub mod profile;
 pub mod straight;
 pub mod topology;
 
-pub use costs::{bytes_per_sample, evaluate, stage_memory_bytes, validate_stages};
+pub use costs::{bytes_per_sample, evaluate, evaluate_under, stage_memory_bytes, validate_stages};
 pub use dp::plan;
 pub use error::PlanError;
 pub use straight::straight;
@@ -161,6 +161,20 @@ pub enum Search {
     Hierarchical,
 }
 
+/// How the planner charges a stage replicated on `m` workers for its weight sync.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Sync {
+    /// The thesis's `T = (1/m)·max(compute, 2(m−1)·|w|/B)` (§5.3.1): the whole volume of the
+    /// all-reduce on one link, hidden behind compute (DDP's wait-free backpropagation).
+    #[default]
+    Thesis,
+    /// `(compute + 2(m−1)/m·|w|/B) / m`: what this runtime does — a ring allreduce, where each
+    /// replica's link carries `2(m−1)/m·|w|`, after the round's backward passes. It predicts
+    /// simulated times far better where a stage is replicated widely (data parallelism on 16
+    /// workers: the thesis's term predicts it 7× slower than it runs).
+    Ring,
+}
+
 /// What [`plan`] searches and under which limits.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PlanOptions {
@@ -171,4 +185,6 @@ pub struct PlanOptions {
     pub memory_bytes: Option<u64>,
     /// The most stages a plan may have. `None`: no limit.
     pub max_stages: Option<usize>,
+    /// How replicated stages are charged for their weight sync.
+    pub sync: Sync,
 }

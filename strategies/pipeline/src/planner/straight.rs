@@ -3,7 +3,7 @@
 //! with model parallelism ("pipelining alone", Fig. 5.13a) and the one its GNMT runs use.
 
 use super::costs::{evaluate_with, Costs};
-use super::{noam, PipelinePlan, PlanError, Profile, StagePlan, Topology};
+use super::{noam, PipelinePlan, PlanError, Profile, StagePlan, Sync, Topology};
 
 /// The straight pipeline of `stages` stages (at most the profile's layers and the topology's
 /// workers) with the smallest predicted time per minibatch.
@@ -11,9 +11,10 @@ pub fn straight(
     profile: &Profile,
     topology: &Topology,
     stages: usize,
+    sync: Sync,
 ) -> Result<PipelinePlan, PlanError> {
     topology.validate()?;
-    let costs = Costs::of(profile)?;
+    let costs = Costs::with_sync(profile, sync)?;
     let n = costs.layers();
     let s = stages.min(n).min(topology.workers() as usize);
     if s == 0 {
@@ -23,8 +24,8 @@ pub fn straight(
     // 0..=k; from[k][j]: where the last of them starts.
     let mut best = vec![vec![f64::INFINITY; n + 1]; s];
     let mut from = vec![vec![0usize; n + 1]; s];
-    for j in 1..=n {
-        best[0][j] = costs.compute(0, j);
+    for (j, first) in best[0].iter_mut().enumerate().skip(1) {
+        *first = costs.compute(0, j);
     }
     for k in 1..s {
         let link = topology.link_bandwidth(k as u32 - 1, k as u32);
@@ -79,7 +80,7 @@ mod tests {
             batch: 8,
         };
         let topo = Topology::flat(3, 1e9);
-        let p = straight(&profile, &topo, 3).expect("plan");
+        let p = straight(&profile, &topo, 3, Sync::Thesis).expect("plan");
         assert_eq!(p.stages.len(), 3);
         assert!(p.stages.iter().all(|s| s.replicas == 1));
         // 1+2 | 3 | 1+1+2: the slowest stage takes 4.

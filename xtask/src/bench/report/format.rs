@@ -57,6 +57,7 @@ pub fn metric_value(metric: &str, v: f64) -> String {
         m if m.starts_with(FIGURE_PREFIX) => plain(v),
         "bytes_sent" => format!("{} MB", mb(v)),
         "bytes_per_sample" => format!("{} KiB", kib(v)),
+        "throughput_samples_per_s" => format!("{} samples/s", plain(v)),
         "peak_worker_memory_bytes" => format!("{} KiB", kib(v)),
         "wait_share" => pct(v),
         m if m.ends_with("_s") => format!("{} ms", ms(v)),
