@@ -21,11 +21,6 @@ pub(crate) struct Costs {
 }
 
 impl Costs {
-    /// The sums of `profile` with the thesis's sync term.
-    pub(crate) fn of(profile: &Profile) -> Result<Costs, PlanError> {
-        Costs::with_sync(profile, Sync::Thesis)
-    }
-
     /// The sums of `profile` with `sync`'s charge for a replicated stage, checking it has
     /// layers with finite, non-negative times.
     pub(crate) fn with_sync(profile: &Profile, sync: Sync) -> Result<Costs, PlanError> {
