@@ -193,6 +193,35 @@ fn fela_hp_runs_under_processes() {
     runs_under_processes_with("[\"fela-hp\"]", "[strategy.fela-hp]\nfc_from = 1\n", &[]);
 }
 
+#[test]
+fn pipedream_runs_under_processes() {
+    // A straight pipeline: activations and gradients cross between the two processes.
+    runs_under_processes_with(
+        "[\"pipedream\"]",
+        "[strategy.pipedream]\nboundaries = [1, 2, 3]\n",
+        &["model.hidden=[32, 16, 16]"],
+    );
+}
+
+#[test]
+fn pipedream_with_a_replicated_stage_runs_under_processes() {
+    // 2-1-1: the input stage's replicas average their gradients over the ring every round.
+    runs_under_processes_with(
+        "[\"pipedream\"]",
+        "[strategy.pipedream]\nboundaries = [1, 2]\nreplicas = [2, 1, 1]\n",
+        &["model.hidden=[32, 16]"],
+    );
+}
+
+#[test]
+fn gpipe_runs_under_processes() {
+    runs_under_processes_with(
+        "[\"gpipe\"]",
+        "[strategy.gpipe]\nboundaries = [1, 2, 3]\ndepth = 3\n",
+        &["model.hidden=[32, 16, 16]"],
+    );
+}
+
 /// BSP and allreduce aggregate in a canonical order: eight processes end where `sim` ends.
 #[test]
 fn bsp_and_allreduce_end_with_the_parameters_of_sim() {

@@ -40,6 +40,11 @@ struct Open {
     busy_s: f64,
     comm_s: f64,
     bytes: u64,
+}
+
+/// The samples an output stage finished in one iteration, and their losses.
+#[derive(Default)]
+struct Trained {
     samples: u64,
     loss_sum: f64,
     losses: u64,
@@ -68,6 +73,8 @@ pub struct StageWorker {
     boundary_bytes: u64,
     sync_bytes: u64,
     open: Open,
+    /// Per iteration, what the output stage finished in it (a GPipe flush closes several).
+    trained: BTreeMap<u64, Trained>,
     /// The next job iteration to close.
     next_clock: u64,
     records: Vec<IterRecord>,
@@ -97,6 +104,7 @@ impl StageWorker {
             boundary_bytes: 0,
             sync_bytes: 0,
             open: Open::default(),
+            trained: BTreeMap::new(),
             next_clock: job.clocks().start,
             records: Vec::new(),
             at,
@@ -296,10 +304,11 @@ impl StageWorker {
         }
         self.versions.release(b);
         if s + 1 == layout.len() {
-            self.open.samples += g_rows;
+            let t = self.trained.entry(layout.clock_of(b)).or_default();
+            t.samples += g_rows;
             if let Some(l) = kept.loss {
-                self.open.loss_sum += l;
-                self.open.losses += 1;
+                t.loss_sum += l;
+                t.losses += 1;
             }
         }
         accumulate(&mut self.pending, g_params);
@@ -379,13 +388,14 @@ impl StageWorker {
     fn close(&mut self, ctx: &RoleContext) {
         let open = std::mem::take(&mut self.open);
         let clock = self.next_clock;
+        let trained = self.trained.remove(&clock).unwrap_or_default();
         let tally = ClockTally {
-            samples: open.samples,
+            samples: trained.samples,
             compute_s: open.busy_s,
             wait_s: 0.0,
             comm_s: open.comm_s,
-            loss: if open.losses > 0 {
-                open.loss_sum / open.losses as f64
+            loss: if trained.losses > 0 {
+                trained.loss_sum / trained.losses as f64
             } else {
                 f64::NAN
             },
