@@ -226,6 +226,18 @@ fn replicated_stages_route_round_robin_and_train() {
 }
 
 #[test]
+fn the_planner_chooses_when_the_options_do_not() {
+    // No boundaries: the planner's configuration, with its prediction; `straight`: one stage
+    // per worker.
+    let r = run(&with(mlp(3, 8, 4), "pipedream", ""));
+    assert!(figure(&r, "pipedream.predicted_s") > 0.0);
+    assert!(r.summary.final_loss.is_finite());
+    let r = run(&with(mlp(3, 8, 4), "pipedream", "straight = true"));
+    assert_eq!(figure(&r, "pipedream.stages"), 3.0);
+    assert_eq!(figure(&r, "pipedream.workers_used"), 3.0);
+}
+
+#[test]
 fn idle_workers_take_no_part() {
     let r = run(&with(
         mlp(4, 8, 6),
@@ -280,6 +292,12 @@ fn bad_configurations_are_refused_before_any_work() {
     assert!(e.contains("vertical_sync"), "{e}");
     let e = compose_err(&with(mlp(3, 8, 2), "pipedream", "depth = 0"));
     assert!(e.contains("strategy.pipedream.depth"), "{e}");
+    let e = compose_err(&with(mlp(3, 8, 2), "pipedream", "straight = true\nboundaries = [1]"));
+    assert!(e.contains("strategy.pipedream.straight"), "{e}");
+    let e = compose_err(&with(mlp(3, 8, 2), "pipedream", "cost = \"tree\""));
+    assert!(e.contains("strategy.pipedream.cost") && e.contains("ring"), "{e}");
+    let e = compose_err(&with(mlp(3, 8, 2), "pipedream", "search = \"greedy\""));
+    assert!(e.contains("strategy.pipedream.search"), "{e}");
     // A pipeline with a parameter-server consistency strategy.
     let mut cfg = with(mlp(3, 8, 2), "pipedream", "boundaries = [1]");
     cfg.strategies.push("ssp".into());
