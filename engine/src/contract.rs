@@ -157,6 +157,29 @@ pub trait StrategyMessage: Serialize + DeserializeOwned {
     const BODY_IN_HEADER: bool = false;
 }
 
+/// A strategy message addressed by a key (an iteration, a minibatch, a micro-batch…), so that a
+/// role can wait for the one it needs ([`Envelope::is_keyed`] with `recv_matching`) and leave
+/// the others queued in order.
+pub trait Keyed: StrategyMessage {
+    /// What addresses it.
+    type Key: PartialEq;
+    /// Its key.
+    fn key(&self) -> Self::Key;
+}
+
+impl crate::transport::Envelope {
+    /// Whether this is a `T` from `from` with key `key`.
+    pub fn is_keyed<T: Keyed>(&self, from: RoleId, key: T::Key) -> bool {
+        self.from == from
+            && self
+                .msg
+                .decode::<T>()
+                .ok()
+                .flatten()
+                .is_some_and(|m| m.key() == key)
+    }
+}
+
 /// Sending and receiving [`StrategyMessage`]s.
 impl Message {
     /// The typed strategy message this is and the tensors it carries, taking them out of the

@@ -8,7 +8,7 @@
 pub use crate::config::RunConfig;
 pub use crate::context::{IterSpan, RoleContext, RuntimeKind, StepPart, Work};
 pub use crate::contract::{
-    ApplyMode, Assembly, Consistency, Coordinator, CoordinatorFactory, CoordinatorReport,
+    ApplyMode, Assembly, Consistency, Coordinator, CoordinatorFactory, CoordinatorReport, Keyed,
     MemoryPolicy, MemoryPolicyFactory, ModelState, Placement, ReadRecord, RoleCheckpoint,
     RoleState, Server, ServerFactory, ServerReport, Slot, Straggler, Strategy, StrategyMessage,
     Worker, WorkerFactory, WorkerReport,

@@ -111,3 +111,31 @@ pub fn param_bits(r: &RunResult) -> Vec<Vec<u32>> {
         .map(|(_, v)| v.iter().map(|x| x.to_bits()).collect())
         .collect()
 }
+
+/// `cfg` running `strategy` alone with `options` (its `[strategy.<name>]` table as TOML).
+pub fn with_strategy(mut cfg: RunConfig, strategy: &str, options: &str) -> RunConfig {
+    cfg.strategies = vec![strategy.into()];
+    cfg.strategy
+        .insert(strategy.into(), toml::from_str(options).expect("options"));
+    cfg
+}
+
+/// The error `cfg` fails with under `registry`, at composition or at the run's start (panics if
+/// it runs).
+pub fn compose_err(registry: &Registry, cfg: &RunConfig) -> String {
+    match registry.compose(cfg) {
+        Ok(asm) => match concord_engine::run(cfg, &asm, RunOptions::default()) {
+            Ok(_) => panic!("expected an error"),
+            Err(e) => e.to_string(),
+        },
+        Err(e) => e.to_string(),
+    }
+}
+
+/// The summary figure `name` of a run (panics naming the figures the run has).
+pub fn figure(r: &RunResult, name: &str) -> f64 {
+    *r.summary
+        .figures
+        .get(name)
+        .unwrap_or_else(|| panic!("figure {name} missing: {:?}", r.summary.figures))
+}

@@ -64,29 +64,17 @@ impl StrategyMessage for StageStats {
     const BODY_IN_HEADER: bool = true;
 }
 
-/// Whether `env` carries the `T` for `minibatch` from `from`.
-pub fn is_for<T: StrategyMessage + Keyed>(env: &Envelope, from: RoleId, minibatch: u64) -> bool {
-    env.from == from
-        && env
-            .msg
-            .decode::<T>()
-            .ok()
-            .flatten()
-            .is_some_and(|m| m.minibatch() == minibatch)
-}
-
-/// A message that names its minibatch.
-pub trait Keyed {
-    /// The minibatch it belongs to.
-    fn minibatch(&self) -> u64;
-}
 impl Keyed for Act {
-    fn minibatch(&self) -> u64 {
+    /// The minibatch.
+    type Key = u64;
+    fn key(&self) -> u64 {
         self.minibatch
     }
 }
 impl Keyed for Grad {
-    fn minibatch(&self) -> u64 {
+    /// The minibatch.
+    type Key = u64;
+    fn key(&self) -> u64 {
         self.minibatch
     }
 }

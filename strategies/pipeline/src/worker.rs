@@ -5,7 +5,7 @@
 
 use crate::layout::{Layout, Position};
 use crate::options::Kind;
-use crate::protocol::{is_for, Act, Grad, StageStats};
+use crate::protocol::{Act, Grad, StageStats};
 use crate::schedule::Op;
 use crate::versions::{Values, Versions};
 use candle_core::Tensor;
@@ -188,7 +188,7 @@ impl StageWorker {
             let from = layout.route(s - 1, b);
             let t0 = ctx.now();
             let env = ctx
-                .recv_matching(|e| is_for::<Act>(e, RoleId::Worker(from), b))
+                .recv_matching(|e| e.is_keyed::<Act>(RoleId::Worker(from), b))
                 .await?;
             self.open.comm_s += ctx.now() - t0;
             let (a, payloads) = env.msg.into_strategy::<Act>()?.ok_or_else(|| {
@@ -258,7 +258,7 @@ impl StageWorker {
                 let from = layout.route(s + 1, b);
                 let t0 = ctx.now();
                 let env = ctx
-                    .recv_matching(|e| is_for::<Grad>(e, RoleId::Worker(from), b))
+                    .recv_matching(|e| e.is_keyed::<Grad>(RoleId::Worker(from), b))
                     .await?;
                 self.open.comm_s += ctx.now() - t0;
                 let (gm, payloads) = env.msg.into_strategy::<Grad>()?.ok_or_else(|| {

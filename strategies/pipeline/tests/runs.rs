@@ -292,10 +292,17 @@ fn bad_configurations_are_refused_before_any_work() {
     assert!(e.contains("vertical_sync"), "{e}");
     let e = compose_err(&with(mlp(3, 8, 2), "pipedream", "depth = 0"));
     assert!(e.contains("strategy.pipedream.depth"), "{e}");
-    let e = compose_err(&with(mlp(3, 8, 2), "pipedream", "straight = true\nboundaries = [1]"));
+    let e = compose_err(&with(
+        mlp(3, 8, 2),
+        "pipedream",
+        "straight = true\nboundaries = [1]",
+    ));
     assert!(e.contains("strategy.pipedream.straight"), "{e}");
     let e = compose_err(&with(mlp(3, 8, 2), "pipedream", "cost = \"tree\""));
-    assert!(e.contains("strategy.pipedream.cost") && e.contains("ring"), "{e}");
+    assert!(
+        e.contains("strategy.pipedream.cost") && e.contains("ring"),
+        "{e}"
+    );
     let e = compose_err(&with(mlp(3, 8, 2), "pipedream", "search = \"greedy\""));
     assert!(e.contains("strategy.pipedream.search"), "{e}");
     // A pipeline with a parameter-server consistency strategy.

@@ -1,18 +1,13 @@
 //! What this crate's end-to-end tests share: picking a strategy with options, running a config,
-//! its start-up or run error, and a summary figure.
+//! its start-up or run error, a summary figure, and a small staged model.
 #![allow(dead_code)]
 
 use concord_engine::config::RunConfig;
 use concord_engine::run::RunResult;
 use concord_test_support::{registry, run_with, small};
 
-/// `cfg` running `strategy` alone with `options` (its `[strategy.<name>]` table as TOML).
-pub fn with(mut cfg: RunConfig, strategy: &str, options: &str) -> RunConfig {
-    cfg.strategies = vec![strategy.into()];
-    cfg.strategy
-        .insert(strategy.into(), toml::from_str(options).expect("options"));
-    cfg
-}
+pub use concord_test_support::figure;
+pub use concord_test_support::with_strategy as with;
 
 /// The registry of the default strategies and this crate's.
 pub fn reg() -> concord_engine::registry::Registry {
@@ -26,21 +21,7 @@ pub fn run(cfg: &RunConfig) -> RunResult {
 
 /// The error `cfg` fails with, at composition or at the run's start.
 pub fn compose_err(cfg: &RunConfig) -> String {
-    match reg().compose(cfg) {
-        Ok(asm) => match concord_engine::run(cfg, &asm, Default::default()) {
-            Ok(_) => panic!("expected an error"),
-            Err(e) => e.to_string(),
-        },
-        Err(e) => e.to_string(),
-    }
-}
-
-/// The summary figure `name`.
-pub fn figure(r: &RunResult, name: &str) -> f64 {
-    *r.summary
-        .figures
-        .get(name)
-        .unwrap_or_else(|| panic!("figure {name} missing: {:?}", r.summary.figures))
+    concord_test_support::compose_err(&reg(), cfg)
 }
 
 /// `small` with an MLP of three layers (32 → 32 → 16 → classes).

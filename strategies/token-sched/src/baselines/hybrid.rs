@@ -14,7 +14,7 @@
 //! traffic grows with X and that worker becomes the bottleneck at large batches.
 
 use super::options::HpPlan;
-use super::protocol::{is_for, Act, Busy, Grad};
+use super::protocol::{Act, Busy, Grad};
 use concord_engine::collective::{Allreduce, Group};
 use concord_engine::model::{Replica, StagedModel};
 use concord_engine::prelude::*;
@@ -117,7 +117,7 @@ impl HybridWorker {
         let fc = RoleId::Worker(plan.fc_worker());
         ctx.send(fc, msg);
         let env = ctx
-            .recv_matching(|e| is_for::<Grad>(e, fc, iter, 0))
+            .recv_matching(|e| e.is_keyed::<Grad>(fc, (iter, 0)))
             .await?;
         let (g, payloads) = env.msg.into_strategy::<Grad>()?.ok_or_else(|| {
             EngineError::protocol(ctx.id(), "expected the gradient of its activations")
@@ -177,7 +177,7 @@ impl HybridWorker {
         for w in 0..plan.shares.len() as WorkerId {
             let from = RoleId::Worker(w);
             let env = ctx
-                .recv_matching(|e| is_for::<Act>(e, from, iter, 0))
+                .recv_matching(|e| e.is_keyed::<Act>(from, (iter, 0)))
                 .await?;
             let (a, payloads) = env.msg.into_strategy::<Act>()?.ok_or_else(|| {
                 EngineError::protocol(ctx.id(), "expected a conv worker's activations")

@@ -15,7 +15,7 @@
 //! computes, and messages meanwhile wait in its mailbox.
 
 use super::options::MpPlan;
-use super::protocol::{is_for, Act, Busy, Grad};
+use super::protocol::{Act, Busy, Grad};
 use candle_core::Tensor;
 use concord_engine::model::{Replica, StagedModel};
 use concord_engine::prelude::*;
@@ -94,7 +94,7 @@ impl PipelineWorker {
             } else {
                 let from = RoleId::Worker(self.id - 1);
                 let env = ctx
-                    .recv_matching(|e| is_for::<Act>(e, from, iter, k))
+                    .recv_matching(|e| e.is_keyed::<Act>(from, (iter, k)))
                     .await?;
                 let (a, payloads) = env.msg.into_strategy::<Act>()?.ok_or_else(|| {
                     EngineError::protocol(ctx.id(), "expected a micro-batch's activations")
@@ -153,7 +153,7 @@ impl PipelineWorker {
                 None => {
                     let from = RoleId::Worker(self.id + 1);
                     let env = ctx
-                        .recv_matching(|e| is_for::<Grad>(e, from, iter, k))
+                        .recv_matching(|e| e.is_keyed::<Grad>(from, (iter, k)))
                         .await?;
                     let (g, payloads) = env.msg.into_strategy::<Grad>()?.ok_or_else(|| {
                         EngineError::protocol(ctx.id(), "expected a micro-batch's gradient")

@@ -53,33 +53,16 @@ impl StrategyMessage for Busy {
     const BODY_IN_HEADER: bool = true;
 }
 
-/// Whether `env` is a `T` from `from` for iteration `iter`, micro-batch `micro`.
-pub fn is_for<T: StrategyMessage + Keyed>(
-    env: &Envelope,
-    from: RoleId,
-    iter: u64,
-    micro: u32,
-) -> bool {
-    env.from == from
-        && env
-            .msg
-            .decode::<T>()
-            .ok()
-            .flatten()
-            .is_some_and(|m| m.key() == (iter, micro))
-}
-
-/// A message addressed by iteration and micro-batch.
-pub trait Keyed {
-    /// `(iteration, micro-batch)`.
-    fn key(&self) -> (u64, u32);
-}
 impl Keyed for Act {
+    /// `(iteration, micro-batch)`.
+    type Key = (u64, u32);
     fn key(&self) -> (u64, u32) {
         (self.iter, self.micro)
     }
 }
 impl Keyed for Grad {
+    /// `(iteration, micro-batch)`.
+    type Key = (u64, u32);
     fn key(&self) -> (u64, u32) {
         (self.iter, self.micro)
     }

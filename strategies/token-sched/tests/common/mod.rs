@@ -5,13 +5,8 @@ use concord_engine::config::RunConfig;
 use concord_engine::run::RunResult;
 use concord_test_support::{registry, run_with};
 
-/// `cfg` running `strategy` alone with `options` (its `[strategy.<name>]` table as TOML).
-pub fn with(mut cfg: RunConfig, strategy: &str, options: &str) -> RunConfig {
-    cfg.strategies = vec![strategy.into()];
-    cfg.strategy
-        .insert(strategy.into(), toml::from_str(options).expect("options"));
-    cfg
-}
+pub use concord_test_support::figure;
+pub use concord_test_support::with_strategy as with;
 
 /// Runs `cfg` with this crate's strategies registered.
 pub fn run(cfg: &RunConfig) -> RunResult {
@@ -20,19 +15,5 @@ pub fn run(cfg: &RunConfig) -> RunResult {
 
 /// The error `cfg` fails with, at composition or at the run's start.
 pub fn compose_err(cfg: &RunConfig) -> String {
-    match registry(&[concord_token_sched::register]).compose(cfg) {
-        Ok(asm) => match concord_engine::run(cfg, &asm, Default::default()) {
-            Ok(_) => panic!("expected an error"),
-            Err(e) => e.to_string(),
-        },
-        Err(e) => e.to_string(),
-    }
-}
-
-/// The summary figure `name`.
-pub fn figure(r: &RunResult, name: &str) -> f64 {
-    *r.summary
-        .figures
-        .get(name)
-        .unwrap_or_else(|| panic!("figure {name} missing: {:?}", r.summary.figures))
+    concord_test_support::compose_err(&registry(&[concord_token_sched::register]), cfg)
 }
