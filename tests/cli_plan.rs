@@ -6,7 +6,7 @@ mod common;
 use common::concord;
 use concord::engine::cluster::DeviceProfile;
 use concord::engine::model::{ModelConfig, ModelSpec};
-use concord_pipeline::planner::{plan, PlanOptions, Profile, Topology};
+use concord_pipeline::planner::{plan, PlanOptions, Profile, Topology, Sync};
 
 /// VGG-16 at batch 64 on four one-worker v100-like machines with 10 Gbit/s NICs.
 const JOB: [&str; 10] = [
@@ -33,8 +33,10 @@ fn expected() -> concord_pipeline::planner::PipelinePlan {
     };
     let profile = Profile::of_model(&model, &model.layer_costs(), &v100, 64);
     let topology = Topology::flat(4, v100.nic_bytes_per_s());
+    // `concord plan` charges a replicated stage's sync as the runtime does by default.
     let options = PlanOptions {
         memory_bytes: Some(v100.memory_bytes()),
+        sync: Sync::Ring,
         ..PlanOptions::default()
     };
     plan(&profile, &topology, &options).expect("plan")

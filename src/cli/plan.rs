@@ -28,9 +28,9 @@ pub struct PlanArgs {
     /// level-by-level search, machines first).
     #[arg(long, value_enum, default_value_t = SearchArg::Flat)]
     pub search: SearchArg,
-    /// How a replicated stage's weight sync is charged: `thesis` (the thesis's formula) or
-    /// `ring` (this runtime's ring allreduce after the backward passes).
-    #[arg(long, value_enum, default_value_t = CostArg::Thesis)]
+    /// How a replicated stage's weight sync is charged: `ring` (this runtime's ring allreduce
+    /// after the backward passes, what `train` uses by default) or `thesis` (the thesis's formula).
+    #[arg(long, value_enum, default_value_t = CostArg::Ring)]
     pub cost: CostArg,
     /// Print the plan as JSON instead of a table.
     #[arg(long)]

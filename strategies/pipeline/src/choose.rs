@@ -16,8 +16,8 @@ pub fn plan(job: &Job, kind: Kind, options: &PipeOptions) -> Result<PipelinePlan
         EngineError::config(format!("{key}.{what}"), value, e.to_string())
     };
     let sync = match options.cost.as_str() {
-        "ring" => Sync::Ring,
-        _ => Sync::Thesis,
+        "thesis" => Sync::Thesis,
+        _ => Sync::Ring,
     };
     if let Some(mut p) = given(options, job) {
         planner::validate_stages(&profile, &p.stages)

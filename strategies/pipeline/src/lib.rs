@@ -27,7 +27,7 @@
 //! # stash = true           # weight stashing (false: the ablation without it)
 //! # vertical_sync = false
 //! # search = "flat"        # the planner: "flat" or "hierarchical" (level by level)
-//! # cost = "thesis"        # a replicated stage's sync: the thesis's formula, or "ring"
+//! # cost = "ring"          # a replicated stage's sync: this runtime's ring, or "thesis"
 //! ```
 //!
 //! A job's iteration is one round of the output stage (one minibatch of `batch` samples when it

@@ -54,9 +54,9 @@ pub struct PipeOptions {
     /// The planner's search: `"flat"` (one level, every worker) or `"hierarchical"` (level by
     /// level, the thesis's DP as printed).
     pub search: String,
-    /// The planner's charge for a replicated stage's weight sync: `"thesis"` (the thesis's
-    /// `(1/m)·max(compute, 2(m−1)·|w|/B)`) or `"ring"` (this runtime's ring allreduce after the
-    /// backward passes, `(compute + 2(m−1)/m·|w|/B) / m`).
+    /// The planner's charge for a replicated stage's weight sync: `"ring"` (the default: this
+    /// runtime's ring allreduce after the backward passes, `(compute + 2(m−1)/m·|w|/B) / m`) or
+    /// `"thesis"` (the thesis's `(1/m)·max(compute, 2(m−1)·|w|/B)`).
     pub cost: String,
 }
 
@@ -70,7 +70,7 @@ impl Default for PipeOptions {
             vertical_sync: false,
             straight: false,
             search: "flat".into(),
-            cost: "thesis".into(),
+            cost: "ring".into(),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The planner's predicted time per minibatch against the simulated one across candidate
 //! configurations of one job (the thesis's Fig. 5.15: "strongly linearly correlated"), with the
-//! sync term that matches the runtime (`cost = "ring"`); the thesis's printed formula is
-//! reported beside it.
+//! sync term that matches the runtime (`cost = "ring"`, the default); the thesis's printed
+//! formula is reported beside it.
 
 use concord_engine::config::RunConfig;
 
@@ -71,7 +71,11 @@ fn predicted_time_per_minibatch_tracks_the_simulated_one() {
         let r = run(&cfg);
         let minibatches = (cfg.iterations * out_replicas) as f64;
         predicted.push(figure(&r, "pipedream.predicted_s"));
-        let mut as_printed = with(cluster_a(), "pipedream", opts);
+        let mut as_printed = with(
+            cluster_a(),
+            "pipedream",
+            &format!("{opts}\ncost = \"thesis\""),
+        );
         as_printed.iterations = 2;
         as_printed.eval_every = 2;
         thesis.push(figure(&run(&as_printed), "pipedream.predicted_s"));

@@ -107,9 +107,12 @@ impl Costs {
 }
 
 /// Minibatches in flight at a stage with `replicas` replicas and `downstream` workers from it
-/// to the output stage, itself included: `⌈downstream / replicas⌉` (the 1F1B warm-up).
-pub(crate) fn warmup(downstream: u32, replicas: u32) -> u32 {
-    downstream.div_ceil(replicas.max(1))
+/// to the output stage, itself included: `⌈downstream / replicas⌉` (the 1F1B warm-up), and one
+/// more at a replicated input stage with stages after it, which waits for its slowest replica
+/// at every round's average (the runtime's default depth, NOAM + 1 there).
+pub(crate) fn warmup(downstream: u32, replicas: u32, input: bool) -> u32 {
+    let barrier = input && replicas > 1 && downstream > replicas;
+    downstream.div_ceil(replicas.max(1)) + u32::from(barrier)
 }
 
 /// Checks `stages` are a plan of `profile`: consecutive, non-empty layer ranges covering every
@@ -142,7 +145,8 @@ pub fn validate_stages(profile: &Profile, stages: &[StagePlan]) -> Result<(), Pl
 
 /// The predicted time per minibatch of `stages` laid out on workers `0..` in order: the slowest
 /// of each stage's time on its replicas (weight sync at the slowest link it spans) and each
-/// boundary's transfer (at the link between the two stages' adjacent workers), seconds. `NaN`
+/// boundary's transfer (at the slowest link from the stage's workers to the next stage's first),
+/// seconds. `NaN`
 /// where `stages` are not a plan of `profile` ([`validate_stages`] says why).
 pub fn evaluate(profile: &Profile, topology: &Topology, stages: &[StagePlan]) -> f64 {
     evaluate_under(profile, topology, stages, Sync::Thesis)
@@ -175,7 +179,10 @@ pub(crate) fn evaluate_with(costs: &Costs, topology: &Topology, stages: &[StageP
         let t = costs.replicated(i, j, inner, s.replicas, topology.span_bandwidth(lo, hi));
         worst = worst.max(t);
         if k + 1 < stages.len() {
-            worst = worst.max(costs.boundary(j, topology.link_bandwidth(hi - 1, hi)));
+            // Minibatches go round-robin from every replica of this stage to the next stage:
+            // the boundary runs at the slowest link from this stage's workers to the next's
+            // first.
+            worst = worst.max(costs.boundary(j, topology.span_bandwidth(lo, hi + 1)));
         }
         lo = hi;
     }
@@ -216,7 +223,7 @@ pub fn stage_memory_bytes(profile: &Profile, stages: &[StagePlan]) -> Vec<u64> {
     stages
         .iter()
         .map(|s| {
-            let k = u64::from(warmup(downstream, s.replicas));
+            let k = u64::from(warmup(downstream, s.replicas, s.layers.start == 0));
             downstream = downstream.saturating_sub(s.replicas);
             let layers = profile.layers.get(s.layers.clone()).unwrap_or(&[]);
             let w: u64 = layers.iter().map(|l| l.weight_bytes).sum();

@@ -7,7 +7,8 @@
 //! a suffix on `r` of its `m` workers has a 1F1B warm-up of `⌈m / r⌉` minibatches, which is
 //! what the memory limit needs. Stages lie on contiguous workers, input stage first, idle
 //! workers last; where links differ (two levels), a stage's weight sync is charged at the
-//! slowest link inside its workers and a boundary at the link between its two sides, so the
+//! slowest link inside its workers and a boundary at the slowest link from its workers to the next
+//! stage's first, so the
 //! search runs once per number of workers used (the layout then fixes every stage's workers).
 //!
 //! Replicas never grow along the pipeline: every plan has `r_0 ≥ r_1 ≥ … ≥ r_{S−1}`. The
@@ -148,7 +149,7 @@ impl Table<'_> {
     /// The value of a stage of layers `i..j` on workers `lo..lo + r` with `downstream` workers
     /// from it to the end; `None` when it does not fit in memory.
     fn stage(&self, i: usize, j: usize, lo: u32, r: u32, downstream: u32) -> Option<f64> {
-        let need = self.costs.memory(i, j, warmup(downstream, r));
+        let need = self.costs.memory(i, j, warmup(downstream, r, i == 0));
         if self.memory.is_some_and(|cap| need > cap) {
             return None;
         }
@@ -161,13 +162,15 @@ impl Table<'_> {
         })
     }
 
-    /// The value of the boundary before layer `s`, between workers `w − 1` and `w`.
-    fn boundary(&self, s: usize, w: u32) -> f64 {
+    /// The value of the boundary before layer `s`, from a stage on workers `lo..w` to the next
+    /// stage, whose first worker is `w`: at the slowest link among workers `lo..=w` (every
+    /// replica sends its minibatches across).
+    fn boundary(&self, s: usize, lo: u32, w: u32) -> f64 {
         match self.objective {
             Objective::Memory => 0.0,
             Objective::Time => self
                 .costs
-                .boundary(s, self.topology.link_bandwidth(w - 1, w)),
+                .boundary(s, self.topology.span_bandwidth(lo, w + 1)),
         }
     }
 
@@ -206,7 +209,7 @@ impl Table<'_> {
                                 let Some(v) = self.stage(i, s, lo, r, m) else {
                                     continue;
                                 };
-                                let t = v.max(self.boundary(s, lo + r)).max(rest);
+                                let t = v.max(self.boundary(s, lo, lo + r)).max(rest);
                                 if t < best {
                                     (best, how) = (t, (s, r));
                                 }

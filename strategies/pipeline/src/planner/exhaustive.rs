@@ -1,9 +1,9 @@
 //! Brute force over every plan: each split of the layers into consecutive stages, with each
 //! assignment of replicas (at least one per stage, never more than the stage before it, at most
-//! the topology's workers in all, the rest idle), priced by [`evaluate`]. Exponential; it exists to check the dynamic programmes
+//! the topology's workers in all, the rest idle), priced by [`evaluate_under`] with the options' sync charge. Exponential; it exists to check the dynamic programmes
 //! on small profiles and topologies.
 
-use super::{evaluate, stage_memory_bytes, PlanOptions, Profile, StagePlan, Topology};
+use super::{evaluate_under, stage_memory_bytes, PlanOptions, Profile, StagePlan, Topology};
 
 /// The best plan of `profile` on `topology` under `options`' memory and stage limits (the
 /// search option is ignored), and its predicted time; `None` when no plan fits. Of equal
@@ -40,7 +40,7 @@ pub fn search(
                         continue;
                     }
                 }
-                let t = evaluate(profile, topology, &stages);
+                let t = evaluate_under(profile, topology, &stages, options.sync);
                 if best.as_ref().is_none_or(|(b, _)| t < *b) {
                     best = Some((t, stages));
                 }

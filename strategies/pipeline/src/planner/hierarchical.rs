@@ -256,7 +256,11 @@ fn check_limits(
     if let Some(cap) = options.memory_bytes {
         let mut downstream: u32 = stages.iter().map(|s| s.replicas).sum();
         for (k, s) in stages.iter().enumerate() {
-            let need = costs.memory(s.layers.start, s.layers.end, warmup(downstream, s.replicas));
+            let need = costs.memory(
+                s.layers.start,
+                s.layers.end,
+                warmup(downstream, s.replicas, s.layers.start == 0),
+            );
             if need > cap as f64 {
                 return Err(refuse(format!(
                     "needs {} bytes per worker in stage {k}, over the device memory of {cap}",

@@ -161,7 +161,9 @@ pub enum Search {
     Hierarchical,
 }
 
-/// How the planner charges a stage replicated on `m` workers for its weight sync.
+/// How the planner charges a stage replicated on `m` workers for its weight sync. The library's
+/// default is the thesis's planner; the `pipedream` strategy and `concord plan` default to
+/// [`Sync::Ring`], what their runtime does.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Sync {
     /// The thesis's `T = (1/m)·max(compute, 2(m−1)·|w|/B)` (§5.3.1): the whole volume of the
