@@ -6,7 +6,7 @@ mod common;
 use common::concord;
 use concord::engine::cluster::DeviceProfile;
 use concord::engine::model::{ModelConfig, ModelSpec};
-use concord_pipeline::planner::{plan, PlanOptions, Profile, Topology, Sync};
+use concord_pipeline::planner::{plan, PlanOptions, Profile, Sync, Topology};
 
 /// VGG-16 at batch 64 on four one-worker v100-like machines with 10 Gbit/s NICs.
 const JOB: [&str; 10] = [
