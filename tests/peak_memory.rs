@@ -89,6 +89,26 @@ fn cases() -> Vec<(&'static str, RunConfig, Holds)> {
             staged(&["fela-hp"], &[("fela-hp", "fc_from = 2")]),
             Part(MOMENTUM_SLOTS),
         ),
+        // Pipelines: a stage per worker, its optimizer state beside it (PipeDream also keeps
+        // stashed weight versions).
+        (
+            "pipedream",
+            staged(&["pipedream"], &[("pipedream", "boundaries = [1, 2, 3]")]),
+            Part(MOMENTUM_SLOTS),
+        ),
+        (
+            "pipedream-mp",
+            staged(
+                &["pipedream-mp"],
+                &[("pipedream-mp", "boundaries = [1, 2, 3]")],
+            ),
+            Part(MOMENTUM_SLOTS),
+        ),
+        (
+            "gpipe",
+            staged(&["gpipe"], &[("gpipe", "boundaries = [1, 2, 3]")]),
+            Part(MOMENTUM_SLOTS),
+        ),
     ]
 }
 
