@@ -150,26 +150,27 @@ impl StageWorker {
         match op {
             Op::Forward(b) => self.forward(ctx, at, b).await,
             Op::Backward(b) => self.backward(ctx, at, b).await,
+            // A replicated stage's round is `r_s` consecutive minibatches; a GPipe round,
+            // `depth` of them.
             Op::Sync(round) => {
-                let count = self.round_size(at, round);
-                self.average_and_apply(ctx, round, count).await?;
-                self.close_until(ctx, at, (round + 1) * self.layout.replicas(at.stage) as u64);
-                Ok(())
+                let width = self.layout.replicas(at.stage) as u64;
+                self.finish_round(ctx, round, width).await
             }
             Op::Flush(round) => {
-                let m = self.layout.depth as u64;
-                let count = ((round + 1) * m).min(self.layout.minibatches) - round * m;
-                self.average_and_apply(ctx, round, count).await?;
-                self.close_until(ctx, at, ((round + 1) * m).min(self.layout.minibatches));
-                Ok(())
+                let width = self.layout.depth as u64;
+                self.finish_round(ctx, round, width).await
             }
         }
     }
 
-    /// Minibatches in round `round` of a replicated stage.
-    fn round_size(&self, at: Position, round: u64) -> u64 {
-        let r = self.layout.replicas(at.stage) as u64;
-        ((round + 1) * r).min(self.layout.minibatches) - round * r
+    /// Round `round` of `width` consecutive minibatches is done here: its gradients are
+    /// averaged (over the replicas) and applied, and the iterations it completes are closed.
+    async fn finish_round(&mut self, ctx: &mut RoleContext, round: u64, width: u64) -> Result<()> {
+        let start = round * width;
+        let end = (start + width).min(self.layout.minibatches);
+        self.average_and_apply(ctx, round, start..end).await?;
+        self.close_until(ctx, end);
+        Ok(())
     }
 
     async fn forward(&mut self, ctx: &mut RoleContext, at: Position, b: u64) -> Result<()> {
@@ -316,20 +317,19 @@ impl StageWorker {
             // An unreplicated stage applies each minibatch's gradient as soon as it has it.
             let grads = self.pending.take();
             self.apply(ctx, grads, b + 1)?;
-            self.close_until(ctx, at, b + 1);
+            self.close_until(ctx, b + 1);
         }
         Ok(())
     }
 
-    /// Averages the pending gradients of `count` minibatches over the stage's replicas, then
-    /// applies them.
+    /// Averages the pending gradients of `minibatches` over the stage's replicas, then applies
+    /// them.
     async fn average_and_apply(
         &mut self,
         ctx: &mut RoleContext,
         round: u64,
-        count: u64,
+        minibatches: Range<u64>,
     ) -> Result<()> {
-        let Some(at) = self.at else { return Ok(()) };
         let mut grads = self.pending.take();
         if let Some(ar) = self.allreduce.as_mut() {
             let mut buf = match &grads {
@@ -350,19 +350,14 @@ impl StageWorker {
             grads = buf.values().map(|flat| self.held.unflatten(flat));
         }
         if let Some(g) = grads.as_mut() {
-            let scale = 1.0 / count.max(1) as f32;
+            let scale = 1.0 / (minibatches.end - minibatches.start).max(1) as f32;
             for t in g.iter_mut() {
                 for x in t.iter_mut() {
                     *x *= scale;
                 }
             }
         }
-        let r = self.layout.replicas(at.stage) as u64;
-        let mark = match self.layout.kind {
-            Kind::GPipe => ((round + 1) * self.layout.depth as u64).min(self.layout.minibatches),
-            _ => ((round + 1) * r).min(self.layout.minibatches),
-        };
-        self.apply(ctx, grads, mark)
+        self.apply(ctx, grads, minibatches.end)
     }
 
     /// One optimizer step of the stage, making a new latest version that took in minibatches
@@ -376,7 +371,7 @@ impl StageWorker {
 
     /// Closes the job's iterations whose minibatches this worker has all finished, given that
     /// every minibatch before `done` is finished here.
-    fn close_until(&mut self, ctx: &RoleContext, _at: Position, done: u64) {
+    fn close_until(&mut self, ctx: &RoleContext, done: u64) {
         let per = self.layout.replicas(self.layout.len() - 1) as u64;
         let end = self.job.clocks().end;
         while self.next_clock < end && (self.next_clock + 1) * per <= done {
