@@ -48,7 +48,7 @@ pub mod time;
 pub mod trace;
 pub mod transport;
 
-pub use concord_workloads::{cost, data, model, profiles, rng};
+pub use concord_workloads::{cost, data, graph, model, profiles, rng};
 
 pub use config::RunConfig;
 pub use error::{EngineError, Result};

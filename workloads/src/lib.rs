@@ -14,6 +14,7 @@
 pub mod cost;
 pub mod data;
 pub mod error;
+pub mod graph;
 pub mod model;
 pub mod profiles;
 pub mod rng;

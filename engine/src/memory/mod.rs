@@ -6,6 +6,8 @@
 //! lives (resident, offloaded, prefetched, dropped) and charges the ledger. Going over the budget
 //! is a clear simulated out-of-memory error.
 
+pub mod alloc;
+
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
 use serde::Serialize;
