@@ -313,6 +313,60 @@ impl OpGraph {
     }
 }
 
+/// Which pass of a training iteration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pass {
+    /// The forward pass, in [`OpGraph::exec_order`].
+    Forward,
+    /// The backward pass, in the reverse order.
+    Backward,
+}
+
+/// A point of a layer-granular iteration a memory manager acts at: just before or just after
+/// node `node` computes in pass `pass`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct MovePoint {
+    /// The pass.
+    pub pass: Pass,
+    /// The node (an index into [`OpGraph::nodes`]).
+    pub node: usize,
+    /// `true` before the node computes, `false` after.
+    pub before: bool,
+}
+
+/// What a memory manager does to the output (feature map) of a node at a [`MovePoint`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "move", content = "node")]
+pub enum Move {
+    /// Copy the feature map to the host; the device copy stays until freed.
+    Offload(usize),
+    /// Drop the device copy (the host copy, if any, stays).
+    Free(usize),
+    /// Copy the feature map back from the host to the device.
+    Prefetch(usize),
+}
+
+/// The moves of one iteration, in the order they are issued. An executor that runs the real
+/// math layer by layer applies them to its tensors and refuses to compute a node whose inputs
+/// (or, in the backward pass, whose output) are not on the device: a plan that would need a
+/// tensor it has dropped is an error, never a silent recomputation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct MovePlan {
+    /// `(where, what)`, in issue order.
+    pub moves: Vec<(MovePoint, Move)>,
+}
+
+impl MovePlan {
+    /// The moves issued at `point`, in order.
+    pub fn at(&self, point: MovePoint) -> impl Iterator<Item = Move> + '_ {
+        self.moves
+            .iter()
+            .filter(move |(p, _)| *p == point)
+            .map(|(_, m)| *m)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
