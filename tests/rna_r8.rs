@@ -29,6 +29,7 @@ fn config(strategy: &str, options: &str, workers: u32, iterations: u64) -> RunCo
             nic_gbps: 10.0,
             latency_us: 50.0,
             bus_gbps: None,
+            host_link_gbps: None,
             backend: Default::default(),
             precision: None,
             layers: None,

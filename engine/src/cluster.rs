@@ -8,8 +8,10 @@ use crate::layer_model::{LayerModel, LayerRates, Precision};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Host-device link bandwidth of every device profile, bytes/s (PCIe 3.0 x16).
+/// Host-device link bandwidth of a device profile that does not set one, bytes/s (PCIe 3.0 x16).
 const HOST_LINK_BYTES_PER_S: f64 = 12e9;
+/// Fixed cost of one host-device copy, seconds (an asynchronous copy's launch and completion).
+const HOST_LINK_LATENCY_S: f64 = 10e-6;
 
 /// A device's performance and memory figures.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -46,6 +48,11 @@ pub struct DeviceProfile {
     /// messages for free (the behaviour of configs written before the field existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bus_gbps: Option<f64>,
+    /// Bandwidth of the link between the device and its host's memory, in Gbit/s per direction:
+    /// what a memory policy moves feature maps over when it offloads them. Unset, 96 Gbit/s
+    /// (12 GB/s, what PCIe 3.0 x16 sustains).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_link_gbps: Option<f64>,
     /// Numeric mode of training steps (`fp32`, `tf32`, `bf16`), selecting the `layers` rates it
     /// charges by; default `fp32`. Only meaningful with a `layers` model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -97,6 +104,7 @@ impl DeviceProfile {
             nic_gbps: nic,
             latency_us: lat,
             bus_gbps: None,
+            host_link_gbps: None,
             backend: Backend::Cpu,
             precision: None,
             layers: None,
@@ -118,6 +126,19 @@ impl DeviceProfile {
             (
                 "k40c".to_string(),
                 bus(126.0, mk(4.29, 16.0, 12.0, 10.0, 25.0)),
+            ),
+            // GeForce GTX TITAN X (Maxwell): 6.6 TFLOP/s fp32, 12 GB at 336 GB/s, on PCIe 3.0
+            // x16 behind a switch at 16 GB/s = 128 Gbit/s (the Dymem testbed). A per-layer
+            // model from the datasheet (not fitted: no measurements of this card here) so that
+            // memory-bound layers (batch-norm, activations, pooling) cost time: cuDNN-era
+            // convolutions at 60 % of peak, matrix products at 70 %, 75 % of the memory bandwidth.
+            (
+                "titan-x".to_string(),
+                DeviceProfile {
+                    host_link_gbps: Some(128.0),
+                    layers: Some(crate::layer_model::datasheet_titan_x()),
+                    ..bus(126.0, mk(6.6, 16.0, 12.0, 10.0, 25.0))
+                },
             ),
             // Tesla V100 (SXM2): 15.7 TFLOP/s fp32, 16 GB; 25 Gbps between servers; NVLink 2.0,
             // 25 GB/s per link and direction, six links per GPU: in the hybrid cube-mesh of
@@ -229,9 +250,30 @@ impl DeviceProfile {
         (self.memory_gib * (1u64 << 30) as f64) as u64
     }
 
-    /// Host-device link bandwidth memory policies move tensors over, bytes/s (PCIe 3.0 x16).
+    /// Host-device link bandwidth memory policies move tensors over, bytes/s
+    /// ([`DeviceProfile::host_link_gbps`], PCIe 3.0 x16 when unset).
     pub fn host_link_bytes_per_s(&self) -> f64 {
-        HOST_LINK_BYTES_PER_S
+        self.host_link_gbps
+            .map_or(HOST_LINK_BYTES_PER_S, |g| g * 1e9 / 8.0)
+    }
+
+    /// The host link as the two-lane memory executor sees it (bandwidth and per-copy latency).
+    pub fn host_link(&self) -> crate::memory::lanes::HostLink {
+        crate::memory::lanes::HostLink {
+            bytes_per_s: self.host_link_bytes_per_s(),
+            latency_s: HOST_LINK_LATENCY_S,
+        }
+    }
+
+    /// Seconds of one operator's forward and backward pass on `batch` samples: its share of a
+    /// training step as [`DeviceProfile::step_seconds`] charges it (a third forward, two thirds
+    /// backward), so the operators of a model add up to its step as far as the step's cost
+    /// model is additive.
+    pub fn op_seconds(&self, op: &crate::graph::OpNode, batch: u64) -> (f64, f64) {
+        use crate::context::StepPart;
+        let flops = 3.0 * op.cost.forward_flops();
+        let step = self.step_seconds(std::slice::from_ref(&op.cost), flops, batch as f64);
+        (step * StepPart::FORWARD, step * StepPart::BACKWARD)
     }
 
     fn validate(&self, key: &str) -> Result<()> {
@@ -249,6 +291,9 @@ impl DeviceProfile {
         positive("peak_tflops", self.peak_tflops)?;
         positive("memory_gib", self.memory_gib)?;
         positive("nic_gbps", self.nic_gbps)?;
+        if let Some(link) = self.host_link_gbps {
+            positive("host_link_gbps", link)?;
+        }
         if let Some(bus) = self.bus_gbps {
             positive("bus_gbps", bus)?;
         }
@@ -541,6 +586,7 @@ pub(crate) fn test_cluster_with(
             nic_gbps: 8.0,
             latency_us: 10.0,
             bus_gbps,
+            host_link_gbps: None,
             backend: Backend::Cpu,
             precision: None,
             layers: None,

@@ -138,6 +138,11 @@ pub fn close_clock(
 /// Reports a step's activations to the memory policy: every stage's live from its forward to its
 /// backward.
 async fn activations(ctx: &mut RoleContext, job: &Job, batch: u64) -> Result<()> {
+    if let Some(graph) = &job.op_graph {
+        if ctx.memory_iteration(graph, batch).await? {
+            return Ok(());
+        }
+    }
     let stages = &job.stage_activation_bytes;
     for (stage, per_sample) in stages.iter().enumerate() {
         let bytes = per_sample * batch;

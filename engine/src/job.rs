@@ -39,6 +39,9 @@ pub struct Job {
     /// The model's per-layer cost facts, computed once (what a calibrated device charges a
     /// training step by; empty for a model without them).
     pub cost_sheet: Arc<[LayerCost]>,
+    /// The model's operator graph, when it has one: what a layer-granular memory policy runs
+    /// each training iteration over.
+    pub op_graph: Option<Arc<crate::graph::OpGraph>>,
     /// Parameter blocks and their servers.
     pub layout: Arc<ParamLayout>,
     /// Initial parameter values (real models).

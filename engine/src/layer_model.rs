@@ -266,6 +266,19 @@ pub fn fitted_h200() -> LayerModel {
     }
 }
 
+/// The per-layer model of a GeForce GTX TITAN X (Maxwell) from its datasheet: 6.6 TFLOP/s fp32
+/// peak of which convolutions reach 60 % and matrix products 70 %, 336 GB/s of memory of which
+/// memory-bound kernels reach 75 %, saturation near batch 16, 4 µs per kernel. fp32 only.
+pub fn datasheet_titan_x() -> LayerModel {
+    LayerModel {
+        fp32: Some(LayerRates::from_vec([
+            3.96, 3.96, 4.62, 16.0, 0.252, 4.0, 3.0,
+        ])),
+        tf32: None,
+        bf16: None,
+    }
+}
+
 /// Fitted H200 fp32 rates, [`LayerRates::NAMES`] order.
 const H200_FP32: [f64; 7] = [80.52, 67.0, 67.0, 4.773, 2.12, 28.83, 48.69];
 /// Fitted H200 TF32 rates, [`LayerRates::NAMES`] order.

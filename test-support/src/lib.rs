@@ -66,6 +66,7 @@ pub fn slow_device(memory_gib: f64) -> DeviceProfile {
         nic_gbps: 10.0,
         latency_us: 50.0,
         bus_gbps: None,
+        host_link_gbps: None,
         backend: Default::default(),
         precision: None,
         layers: None,

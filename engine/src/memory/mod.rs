@@ -7,6 +7,8 @@
 //! is a clear simulated out-of-memory error.
 
 pub mod alloc;
+pub mod lanes;
+pub mod layers;
 
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
@@ -169,6 +171,20 @@ pub trait MemoryPolicy: Send {
     fn name(&self) -> String;
     /// Handles one event: updates the ledger and returns the transfers it requires.
     fn on_event(&mut self, event: &MemEvent, ledger: &mut MemoryLedger) -> Result<Vec<MemAction>>;
+
+    /// A layer-granular policy's swapping decisions and the allocator it places tensors with.
+    /// With them, every training iteration of a model that has an operator graph runs through
+    /// the two-lane executor ([`lanes::run_iteration`]) instead of the per-stage
+    /// [`MemEvent::Forward`]/[`MemEvent::Backward`] events. `None` (the default): per-stage
+    /// accounting only.
+    fn layered(
+        &mut self,
+    ) -> Option<(
+        &mut dyn layers::LayerPolicy,
+        &mut dyn alloc::DeviceAllocator,
+    )> {
+        None
+    }
 }
 
 /// One role's device memory: its policy and the ledger the policy charges. The role reaches it
@@ -201,6 +217,39 @@ impl DeviceMemory {
                 MemAction::Offload { bytes } | MemAction::Prefetch { bytes } => *bytes,
             })
             .sum())
+    }
+
+    /// Runs one training iteration layer by layer when the policy is layer-granular
+    /// ([`MemoryPolicy::layered`]): its allocator gets what the long-lived tensors leave of the
+    /// budget, and the iteration's high-water mark is charged to the ledger as activations.
+    /// `None` for a policy that is not layer-granular; an out-of-memory error when the iteration
+    /// does not fit.
+    pub fn iteration(
+        &mut self,
+        iteration: &layers::IterationGraph<'_>,
+        link: lanes::HostLink,
+    ) -> Result<Option<lanes::IterationReport>> {
+        let resident = self.ledger.total();
+        let capacity = self.ledger.budget.saturating_sub(resident);
+        let Some((policy, allocator)) = self.policy.layered() else {
+            return Ok(None);
+        };
+        allocator.reset(capacity);
+        let report = lanes::run_iteration(iteration, policy, allocator, link).map_err(|e| {
+            EngineError::OutOfMemory {
+                device: self.ledger.device.clone(),
+                role: self.ledger.role,
+                needed: resident + e.source.used + e.source.bytes,
+                budget: self.ledger.budget,
+                what: e.to_string(),
+            }
+        })?;
+        let what = format!("activations under {}", report.policy);
+        self.ledger
+            .alloc(TensorClass::Activations, report.high_water, &what)?;
+        self.ledger
+            .free(TensorClass::Activations, report.high_water);
+        Ok(Some(report))
     }
 
     /// The highest total ever resident, in bytes.

@@ -141,6 +141,7 @@ pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressF
         .map(|s| s.activation_bytes)
         .collect();
     let cost_sheet = model.layer_costs().into();
+    let op_graph = model.op_graph().map(Arc::new);
     let guard = RunGuard::new(config, data.is_some());
     Ok(Job {
         config: config.clone(),
@@ -148,6 +149,7 @@ pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressF
         model,
         stage_activation_bytes,
         cost_sheet,
+        op_graph,
         layout,
         init,
         data,

@@ -35,6 +35,7 @@ fn config(
             nic_gbps: 10.0,
             latency_us: 50.0,
             bus_gbps: None,
+            host_link_gbps: None,
             backend: Default::default(),
             precision: None,
             layers: None,

@@ -58,6 +58,7 @@ impl HostProfile {
             nic_gbps: self.loopback.gbps,
             latency_us: self.loopback.latency_us,
             bus_gbps: None,
+            host_link_gbps: None,
             precision: Some(Precision::Fp32),
             layers: Some(layers),
             backend: Backend::Cpu,
