@@ -17,6 +17,7 @@ pub use stages::{StageSpec, StagedModel};
 use crate::cost::LayerCost;
 use crate::data::{DataConfig, Dataset};
 use crate::error::{Result, WorkloadError};
+use crate::graph::OpGraph;
 use crate::profiles::{self, ModelProfile};
 use crate::rng::{seeded, stable_hash};
 use rand::Rng;
@@ -73,7 +74,8 @@ pub enum ModelConfig {
     },
     /// Throughput mode: a paper's model as a per-layer profile, with virtual payloads and no math.
     Profile {
-        /// Built-in profile name (vgg16, vgg19, alexnet, resnet-32/50/101, inception-v3, googlenet).
+        /// Built-in profile name (vgg16, vgg19, alexnet, resnet-32/50/101/152, inception-v3/v4,
+        /// googlenet).
         name: String,
     },
 }
@@ -429,6 +431,19 @@ impl ModelSpec {
         }
     }
 
+    /// The model's operator graph, for a memory manager that simulates an iteration over it
+    /// (which feature maps are alive, which are forks and joins): a profile's graph; `None` for
+    /// a real network and for matrix factorization, which do not describe theirs yet.
+    pub fn op_graph(&self) -> Option<OpGraph> {
+        match self {
+            ModelSpec::Profile(p) => Some(p.graph.clone()),
+            // A real network's graph (its stages' operations) is not built yet: it belongs here.
+            ModelSpec::Real { .. } => None,
+            // Matrix factorization is two embedding lookups and a dot product, not a layer graph.
+            ModelSpec::Mf(_) => None,
+        }
+    }
+
     /// Forward + backward FLOPs per sample (backward counted as twice the forward).
     pub fn training_flops_per_sample(&self) -> f64 {
         3.0 * self
@@ -583,5 +598,20 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("vgg99") && e.contains("vgg16"), "{e}");
+    }
+
+    /// A profile hands out its own graph; the networks that train for real have none yet.
+    #[test]
+    fn only_profiles_have_an_operator_graph() {
+        let cfg = ModelConfig::Profile {
+            name: "resnet-50".into(),
+        };
+        let spec = ModelSpec::resolve(&cfg, &[], 0).unwrap();
+        let graph = spec.op_graph().unwrap();
+        assert_eq!(graph, profiles::resnet50().graph);
+        let params: usize = spec.params().iter().map(ParamInfo::elems).sum();
+        assert_eq!(graph.param_elems(), params as u64);
+        assert!(cnn().op_graph().is_none());
+        assert!(ModelSpec::mf(4, 5, 2, 0.0).unwrap().op_graph().is_none());
     }
 }

@@ -11,15 +11,27 @@
 //!   fully-connected layer as followed by a ReLU, every batch-norm, pooling, concatenation and
 //!   residual add as an element-wise pass.
 //! - Tensor names are `<layer>.<param>` with `<param>` one of `weight`, `bias`, `gamma`, `beta`.
+//! - Every operation also appends a node to the model's operator graph ([`OpGraph`]): the value
+//!   an operation returns ([`Shape`]) names the node that produced it, which is how the next
+//!   operation knows what it reads. A convolution or fc layer adds its own node and a ReLU node,
+//!   a residual add an add node and a ReLU node. Named operations' nodes take the operation's
+//!   name (`<name>`, `<name>/relu`); unnamed ones are `<layer>/<kind><n>` (`pool`, `concat`,
+//!   `add`), numbered from 1 within the layer.
 
 use super::{LayerProfile, ModelProfile, TensorProfile};
 use crate::cost::{ArithKind, LayerCost};
+use crate::graph::{OpGraph, OpKind};
+use std::collections::HashMap;
 
 /// Bytes per element (fp32).
 pub(crate) const F32: u64 = 4;
 
-/// Channel-height-width shape of one sample's activation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Channel-height-width shape of one sample's activation, and the operator-graph node that
+/// produces it.
+///
+/// Equality compares the shape only (`c`, `h`, `w`), not the producing node: two branches that
+/// must agree in shape (a projection shortcut and a residual branch) are different nodes.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Shape {
     /// Channels (or features, for a flattened vector).
     pub c: u64,
@@ -27,17 +39,32 @@ pub(crate) struct Shape {
     pub h: u64,
     /// Width.
     pub w: u64,
+    /// Index of the node of the model's [`OpGraph`] whose output this is (0: the model input).
+    pub node: usize,
 }
 
+impl PartialEq for Shape {
+    fn eq(&self, other: &Self) -> bool {
+        (self.c, self.h, self.w) == (other.c, other.h, other.w)
+    }
+}
+
+impl Eq for Shape {}
+
 impl Shape {
-    /// A `c × h × w` shape.
+    /// A `c × h × w` shape produced by the model input (node 0).
     pub(crate) const fn new(c: u64, h: u64, w: u64) -> Self {
-        Self { c, h, w }
+        Self { c, h, w, node: 0 }
     }
 
     /// Number of elements.
     pub(crate) const fn elems(self) -> u64 {
         self.c * self.h * self.w
+    }
+
+    /// The same shape, produced by node `node`.
+    const fn at(self, node: usize) -> Self {
+        Self { node, ..self }
     }
 }
 
@@ -89,20 +116,74 @@ pub(crate) fn concat(parts: &[Shape]) -> Shape {
     Shape::new(parts.iter().map(|p| p.c).sum(), first.h, first.w)
 }
 
-/// Accumulates the parameter tensors and multiply-accumulates of one layer.
+/// Accumulates the parameter tensors and cost facts of one layer, and appends the layer's
+/// operations to the model's operator graph as they are called.
+///
+/// Every operation charges its cost facts twice, with the same calls in the same order: once to
+/// the layer (the stage candidate's [`LayerCost`]) and once to the graph node it creates, so the
+/// nodes of a layer add up to the layer exactly.
 pub(crate) struct Layer {
+    /// The layer's name, the prefix of its unnamed nodes (pools, concatenations, adds).
+    name: String,
     conv_bias: bool,
     tensors: Vec<TensorProfile>,
     cost: LayerCost,
+    /// The model's graph so far (borrowed from the [`Net`] for the layer's duration).
+    graph: OpGraph,
+    /// Unnamed nodes created so far in this layer, per kind tag, to number them.
+    unnamed: HashMap<&'static str, usize>,
 }
 
 impl Layer {
-    fn push(&mut self, layer: &str, param: &str, elems: u64) {
-        self.cost.params(elems);
+    /// Applies `charge` to both the layer's and a node's cost facts.
+    fn charge(&mut self, node: &mut LayerCost, charge: impl Fn(&mut LayerCost)) {
+        charge(&mut self.cost);
+        charge(node);
+    }
+
+    /// Records the trainable tensor `<layer>.<param>` of `elems` elements, charged to `node`.
+    fn push(&mut self, node: &mut LayerCost, layer: &str, param: &str, elems: u64) {
+        self.charge(node, |c| c.params(elems));
         self.tensors.push(TensorProfile {
             name: format!("{layer}.{param}"),
             elems,
         });
+    }
+
+    /// A fresh name `<layer>/<tag><n>` for an unnamed operation (`n` counts from 1 per tag).
+    fn unnamed(&mut self, tag: &'static str) -> String {
+        let n = self.unnamed.entry(tag).or_insert(0);
+        *n += 1;
+        format!("{}/{tag}{n}", self.name)
+    }
+
+    /// Appends a graph node reading `inputs` that outputs `y`; returns `y` produced by it.
+    fn node(
+        &mut self,
+        name: String,
+        kind: OpKind,
+        inputs: Vec<usize>,
+        y: Shape,
+        params: u64,
+        cost: LayerCost,
+    ) -> Shape {
+        let id = self.graph.push(name, kind, inputs, y.elems(), params, cost);
+        y.at(id)
+    }
+
+    /// The ReLU the cost convention puts after a convolution or fc layer named `of`: an
+    /// activation node over `y`, charged as one element-wise pass.
+    fn relu(&mut self, of: &str, y: Shape) -> Shape {
+        let mut cost = LayerCost::default();
+        self.charge(&mut cost, |c| c.activation(y.elems()));
+        self.node(
+            format!("{of}/relu"),
+            OpKind::Activation,
+            vec![y.node],
+            y,
+            0,
+            cost,
+        )
     }
 
     /// A square convolution (`k × k`, same stride and padding on both axes).
@@ -119,7 +200,8 @@ impl Layer {
     }
 
     /// A general 2-D convolution with `(kh, kw)` kernel, stride and padding. Adds `weight`
-    /// (`cout × cin × kh × kw`) and, if the model's convolutions carry biases, `bias`.
+    /// (`cout × cin × kh × kw`) and, if the model's convolutions carry biases, `bias`. In the
+    /// graph: a convolution node and the ReLU after it.
     pub(crate) fn conv2d(
         &mut self,
         name: &str,
@@ -134,78 +216,128 @@ impl Layer {
             window_out(x.h, k.0, stride.0, pad.0),
             window_out(x.w, k.1, stride.1, pad.1),
         );
+        let mut cost = LayerCost::default();
         let weight = cout * x.c * k.0 * k.1;
-        self.push(name, "weight", weight);
+        let mut params = weight;
+        self.push(&mut cost, name, "weight", weight);
         if self.conv_bias {
-            self.push(name, "bias", cout);
+            self.push(&mut cost, name, "bias", cout);
+            params += cout;
         }
         let kind = if k == (1, 1) {
             ArithKind::Pointwise
         } else {
             ArithKind::Conv
         };
-        self.cost
-            .arith(kind, y.h * y.w * weight, x.elems(), y.elems());
-        self.cost.activation(y.elems());
-        y
+        self.charge(&mut cost, |c| {
+            c.arith(kind, y.h * y.w * weight, x.elems(), y.elems())
+        });
+        let y = self.node(name.to_owned(), OpKind::Conv, vec![x.node], y, params, cost);
+        self.relu(name, y)
     }
 
     /// Batch normalisation over `x`'s channels: trainable `gamma` and `beta` only (running
     /// statistics are not trainable parameters and are not exchanged).
     pub(crate) fn bn(&mut self, name: &str, x: Shape) -> Shape {
-        self.push(name, "gamma", x.c);
-        self.push(name, "beta", x.c);
-        self.cost.elementwise(x.elems(), x.elems());
-        x
+        let mut cost = LayerCost::default();
+        self.push(&mut cost, name, "gamma", x.c);
+        self.push(&mut cost, name, "beta", x.c);
+        self.charge(&mut cost, |c| c.elementwise(x.elems(), x.elems()));
+        self.node(
+            name.to_owned(),
+            OpKind::BatchNorm,
+            vec![x.node],
+            x,
+            2 * x.c,
+            cost,
+        )
     }
 
-    /// A fully-connected layer on the flattened `x`, with `weight` (`out × in`) and `bias`.
+    /// A fully-connected layer on the flattened `x`, with `weight` (`out × in`) and `bias`. In
+    /// the graph: a fully-connected node and the ReLU after it.
     pub(crate) fn fc(&mut self, name: &str, x: Shape, out: u64) -> Shape {
+        let mut cost = LayerCost::default();
         let weight = x.elems() * out;
-        self.push(name, "weight", weight);
-        self.push(name, "bias", out);
-        self.cost.arith(ArithKind::Matmul, weight, x.elems(), out);
-        self.cost.activation(out);
-        Shape::new(out, 1, 1)
+        self.push(&mut cost, name, "weight", weight);
+        self.push(&mut cost, name, "bias", out);
+        self.charge(&mut cost, |c| {
+            c.arith(ArithKind::Matmul, weight, x.elems(), out)
+        });
+        let y = self.node(
+            name.to_owned(),
+            OpKind::FullyConnected,
+            vec![x.node],
+            Shape::new(out, 1, 1),
+            weight + out,
+            cost,
+        );
+        self.relu(name, y)
+    }
+
+    /// An element-wise pass from `inputs` (reading `read` elements) to `y`: a parameter-free
+    /// node named `<layer>/<tag><n>`.
+    fn elementwise(
+        &mut self,
+        tag: &'static str,
+        kind: OpKind,
+        inputs: Vec<usize>,
+        read: u64,
+        y: Shape,
+    ) -> Shape {
+        let mut cost = LayerCost::default();
+        self.charge(&mut cost, |c| c.elementwise(read, y.elems()));
+        let name = self.unnamed(tag);
+        self.node(name, kind, inputs, y, 0, cost)
     }
 
     /// A max/average pooling window applied to `x` (see [`pool`]), costed as an element-wise
     /// pass.
     pub(crate) fn pool(&mut self, x: Shape, k: u64, stride: u64, pad: u64, ceil: bool) -> Shape {
         let y = pool(x, k, stride, pad, ceil);
-        self.cost.elementwise(x.elems(), y.elems());
-        y
+        self.elementwise("pool", OpKind::Pool, vec![x.node], x.elems(), y)
     }
 
     /// Global average pooling of `x` (see [`global_pool`]), costed as an element-wise pass.
     pub(crate) fn global_pool(&mut self, x: Shape) -> Shape {
         let y = global_pool(x);
-        self.cost.elementwise(x.elems(), y.elems());
-        y
+        self.elementwise("pool", OpKind::Pool, vec![x.node], x.elems(), y)
     }
 
-    /// Channel concatenation of branch outputs (see [`concat`]), costed as a copy.
+    /// Channel concatenation of branch outputs (see [`concat`]), costed as a copy. In the
+    /// graph: one node reading every part, in order.
     pub(crate) fn concat(&mut self, parts: &[Shape]) -> Shape {
         let y = concat(parts);
-        self.cost.elementwise(y.elems(), y.elems());
-        y
+        let inputs = parts.iter().map(|p| p.node).collect();
+        self.elementwise("concat", OpKind::Concat, inputs, y.elems(), y)
     }
 
-    /// A residual add of two tensors of shape `y` (and its ReLU), costed as element-wise passes.
-    pub(crate) fn residual_add(&mut self, y: Shape) -> Shape {
-        self.cost.elementwise(2 * y.elems(), y.elems());
-        self.cost.elementwise(y.elems(), y.elems());
-        y
+    /// The residual join: the branch output `y` plus the `shortcut` (the block input or its
+    /// projection), then a ReLU; costed as two element-wise passes over `y`'s size. In the
+    /// graph: an add node reading both, and the activation node after it. The shortcut may
+    /// differ in shape from `y` where the net's shortcut subsamples and zero-pads it without
+    /// parameters (ResNet-32's option A); the add's output has `y`'s shape.
+    pub(crate) fn residual_add(&mut self, y: Shape, shortcut: Shape) -> Shape {
+        let sum = self.elementwise(
+            "add",
+            OpKind::Add,
+            vec![y.node, shortcut.node],
+            2 * y.elems(),
+            y,
+        );
+        let name = self.graph.nodes[sum.node].name.clone();
+        self.relu(&name, sum)
     }
 }
 
-/// Builds a [`ModelProfile`] layer by layer, threading the activation shape through.
+/// Builds a [`ModelProfile`] layer by layer, threading the activation shape through, and its
+/// operator graph operation by operation.
 pub(crate) struct Net {
     name: String,
     input: String,
     shape: Shape,
     conv_bias: bool,
     layers: Vec<LayerProfile>,
+    graph: OpGraph,
 }
 
 impl Net {
@@ -215,9 +347,10 @@ impl Net {
         Self {
             name: name.to_owned(),
             input: input.to_owned(),
-            shape: input_shape,
+            shape: input_shape.at(0),
             conv_bias,
             layers: Vec::new(),
+            graph: OpGraph::with_input(input_shape.elems()),
         }
     }
 
@@ -225,11 +358,15 @@ impl Net {
     /// output shape, which becomes the layer's activation size and the next layer's input.
     pub(crate) fn layer(&mut self, name: &str, body: impl FnOnce(&mut Layer, Shape) -> Shape) {
         let mut layer = Layer {
+            name: name.to_owned(),
             conv_bias: self.conv_bias,
             tensors: Vec::new(),
             cost: LayerCost::default(),
+            graph: std::mem::take(&mut self.graph),
+            unnamed: HashMap::new(),
         };
         let out = body(&mut layer, self.shape);
+        self.graph = layer.graph;
         self.shape = out;
         self.layers.push(LayerProfile {
             name: name.to_owned(),
@@ -240,12 +377,22 @@ impl Net {
         });
     }
 
-    /// Finishes the model.
-    pub(crate) fn finish(self) -> ModelProfile {
+    /// Finishes the model; its graph ends in a cost-free softmax (the loss) reading the last
+    /// layer's output.
+    pub(crate) fn finish(mut self) -> ModelProfile {
+        self.graph.push(
+            "softmax",
+            OpKind::Softmax,
+            vec![self.shape.node],
+            self.shape.elems(),
+            0,
+            LayerCost::default(),
+        );
         ModelProfile {
             name: self.name,
             input: self.input,
             layers: self.layers,
+            graph: self.graph,
         }
     }
 }
@@ -295,5 +442,77 @@ mod tests {
         assert_eq!(m.layers[0].activation_bytes, 4 * 64 * 4);
         assert_eq!(m.layers[0].forward_flops, 2.0 * (64 * 4 * 27) as f64);
         assert_eq!(m.layers[1].forward_flops, 2.0 * 2560.0);
+
+        // The graph: input, conv + ReLU, bn, fc + ReLU, softmax; a chain.
+        let g = &m.graph;
+        let nodes: Vec<(&str, OpKind, &[usize], u64, u64)> = g
+            .nodes
+            .iter()
+            .map(|n| {
+                let inputs: &[usize] = &n.inputs;
+                (n.name.as_str(), n.kind, inputs, n.out_elems, n.param_elems)
+            })
+            .collect();
+        assert_eq!(
+            nodes,
+            [
+                ("input", OpKind::Input, &[][..], 3 * 64, 0),
+                ("c", OpKind::Conv, &[0][..], 4 * 64, 4 * 27 + 4),
+                ("c/relu", OpKind::Activation, &[1][..], 4 * 64, 0),
+                ("b", OpKind::BatchNorm, &[2][..], 4 * 64, 8),
+                ("fc", OpKind::FullyConnected, &[3][..], 10, 2570),
+                ("fc/relu", OpKind::Activation, &[4][..], 10, 0),
+                ("softmax", OpKind::Softmax, &[5][..], 10, 0),
+            ]
+        );
+        // The conv's arithmetic is on the conv node, its ReLU's pass on the activation node, and
+        // together they are the layer's costs less the batch-norm's.
+        assert_eq!(g.nodes[1].cost.conv_flops, 2.0 * (64 * 4 * 27) as f64);
+        assert_eq!(g.nodes[1].cost.kernels, 3.0);
+        assert_eq!(g.nodes[2].cost.forward_flops(), 0.0);
+        assert_eq!(g.nodes[2].cost.activation_bytes, 4.0 * 2.0 * 256.0);
+        assert_eq!(g.nodes[2].cost.kernels, 2.0);
+        let layer = g.nodes[1..4]
+            .iter()
+            .fold(LayerCost::default(), |a, n| a.plus(&n.cost));
+        assert_eq!(layer, m.layers[0].cost);
+    }
+
+    #[test]
+    fn joins_read_every_branch() {
+        let mut net = Net::new("t", "t", Shape::new(4, 8, 8), false);
+        net.layer("block", |l, x| {
+            let a = l.conv("a", x, 4, 3, 1, 1);
+            let p = l.pool(x, 3, 1, 1, false);
+            let y = l.concat(&[a, p, x]);
+            let z = l.conv("z", y, 4, 1, 1, 0);
+            l.residual_add(z, x)
+        });
+        let m = net.finish();
+        let g = &m.graph;
+        g.validate().unwrap();
+        let by = |name: &str| g.nodes.iter().position(|n| n.name == name).unwrap();
+        let concat = &g.nodes[by("block/concat1")];
+        assert_eq!(concat.inputs, [by("a/relu"), by("block/pool1"), 0]);
+        assert_eq!(concat.out_elems, 12 * 64);
+        let add = &g.nodes[by("block/add1")];
+        assert_eq!(add.kind, OpKind::Add);
+        assert_eq!(add.inputs, [by("z/relu"), 0]);
+        let relu = by("block/add1/relu");
+        assert_eq!(g.nodes[relu].inputs, [by("block/add1")]);
+        assert_eq!(g.nodes.last().unwrap().inputs, [relu]);
+        // The input forks four ways: the conv, the pool, the concatenation and the add.
+        assert_eq!(g.consumers()[0].len(), 4);
+        // The add and its ReLU are the two element-wise passes of the residual join.
+        assert_eq!(add.cost.activation_bytes, 4.0 * 3.0 * 256.0);
+        assert_eq!(g.nodes[relu].cost.activation_bytes, 4.0 * 2.0 * 256.0);
+    }
+
+    #[test]
+    fn shapes_compare_by_size_not_producer() {
+        let a = Shape::new(2, 3, 3);
+        assert_eq!(a.at(5), a);
+        assert_ne!(Shape::new(2, 3, 4), a);
+        assert_eq!(a.at(5).node, 5);
     }
 }

@@ -13,7 +13,7 @@ use super::builder::{Layer, Net, Shape};
 use super::ModelProfile;
 
 /// A `BasicConv2d`: bias-free convolution plus batch-norm.
-fn cbn(
+pub(super) fn cbn(
     l: &mut Layer,
     name: &str,
     x: Shape,
@@ -27,7 +27,15 @@ fn cbn(
 }
 
 /// A square `BasicConv2d`.
-fn cbn_sq(l: &mut Layer, name: &str, x: Shape, cout: u64, k: u64, stride: u64, pad: u64) -> Shape {
+pub(super) fn cbn_sq(
+    l: &mut Layer,
+    name: &str,
+    x: Shape,
+    cout: u64,
+    k: u64,
+    stride: u64,
+    pad: u64,
+) -> Shape {
     cbn(l, name, x, cout, (k, k), stride, (pad, pad))
 }
 

@@ -13,8 +13,8 @@
 //!   and `beta`. BN running statistics are not listed (they are not exchanged with a parameter
 //!   server).
 //! - Tensor names are `<layer>.<param>`, `<param>` ∈ {`weight`, `bias`, `gamma`, `beta`}; the
-//!   `<layer>` part uses the reference framework's layer name (MXNet for ResNet-50/101, Caffe for
-//!   GoogLeNet, torchvision for Inception-V3).
+//!   `<layer>` part uses the reference framework's layer name (MXNet for ResNet-50/101/152, Caffe
+//!   for GoogLeNet, torchvision for Inception-V3, timm/TF-slim for Inception-V4).
 //! - [`ModelProfile::tensors`] yields tensors in the framework's natural parameter order
 //!   (MXNet `list_arguments` order for the PSLD models), which the default parameter-server
 //!   assignments (round-robin by tensor index, MXNet's key hash) depend on.
@@ -24,23 +24,34 @@
 //!   global average pool belongs to the classifier layer.
 //! - FLOPs count the multiply-accumulates of convolutions and fc layers, 2 FLOPs each;
 //!   element-wise work (bias, BN, activations, pooling, residual adds) is ignored (< 1%).
+//! - Every profile also carries its operator graph ([`ModelProfile::graph`]): the same
+//!   operations, one node each, with the edges between them. Node 0 is the input; a convolution
+//!   or fc layer is followed by a ReLU node (the cost convention's activation pass); a residual
+//!   add reads both the branch and the shortcut and is followed by a ReLU node; a concatenation
+//!   reads every branch; the graph ends in a cost-free softmax. Its nodes' parameters and cost
+//!   facts add up to the layers' exactly. Dropout is not a node.
 
 mod alexnet;
 mod builder;
 mod googlenet;
 mod inception;
+mod inception_v4;
 mod mlr;
 mod resnet;
+mod resnet152;
 mod vgg;
 
 pub use alexnet::{alexnet, alexnet_torchvision};
 pub use googlenet::googlenet;
 pub use inception::inception_v3;
+pub use inception_v4::inception_v4;
 pub use mlr::mlr_imagenet;
 pub use resnet::{resnet101, resnet32, resnet50};
+pub use resnet152::resnet152;
 pub use vgg::{vgg16, vgg19};
 
 use crate::cost::LayerCost;
+use crate::graph::OpGraph;
 
 /// Bytes per fp32 element.
 const F32_BYTES: u64 = builder::F32;
@@ -103,8 +114,9 @@ impl LayerProfile {
     }
 }
 
-/// A whole model profile: name, input description, layers in execution order. The simulator
-/// uses it to size virtual payloads and to charge per-sample compute.
+/// A whole model profile: name, input description, layers in execution order, operator graph.
+/// The simulator uses it to size virtual payloads and to charge per-sample compute; a memory
+/// manager walks its graph.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct ModelProfile {
     /// Canonical profile name (one of [`builtin_names`] for the built-ins).
@@ -113,6 +125,12 @@ pub struct ModelProfile {
     pub input: String,
     /// Layers in execution order.
     pub layers: Vec<LayerProfile>,
+    /// The operator graph the layers are made of: one node per convolution, batch-norm,
+    /// activation, pooling window, concatenation, residual add and fc layer, with the edges
+    /// that make forks and joins visible to a memory manager, ending in a cost-free softmax.
+    /// Its nodes' parameters and cost facts add up to the layers' exactly.
+    #[serde(skip)]
+    pub graph: OpGraph,
 }
 
 impl ModelProfile {
@@ -175,8 +193,10 @@ pub fn builtin_names() -> &'static [&'static str] {
         "googlenet",
         "googlenet-32",
         "inception-v3",
+        "inception-v4",
         "mlr-imagenet",
         "resnet-101",
+        "resnet-152",
         "resnet-32",
         "resnet-50",
         "vgg16",
@@ -203,8 +223,10 @@ pub fn builtin(name: &str) -> Option<ModelProfile> {
         "googlenet" => googlenet(224),
         "googlenet32" => googlenet(32),
         "inceptionv3" => inception_v3(),
+        "inceptionv4" => inception_v4(),
         "mlrimagenet" => mlr_imagenet(),
         "resnet101" => resnet101(),
+        "resnet152" => resnet152(),
         "resnet32" => resnet32(),
         "resnet50" => resnet50(),
         "vgg16" => vgg16(),
@@ -214,5 +236,7 @@ pub fn builtin(name: &str) -> Option<ModelProfile> {
     Some(profile)
 }
 
+#[cfg(test)]
+mod graph_tests;
 #[cfg(test)]
 mod tests;

@@ -11,7 +11,9 @@
 //! and bias. That gives 157 tensors / 25.55 M parameters (ResNet-50) and 310 / 44.54 M
 //! (ResNet-101). The stride-2 sits on the 3 × 3 convolution, as in MXNet (4.1 GMACs for
 //! ResNet-50). Layers: `stem` (bn_data, conv0, bn0, 3 × 3 / 2 max-pool), one layer per residual
-//! unit `stageS_unitU`, and `head` (bn1, ReLU, global average pool, fc1).
+//! unit `stageS_unitU`, and `head` (bn1, ReLU, global average pool, fc1). ResNet-152 (units
+//! 3-8-36-3) is built by the same function in its own module. A unit's residual add reads the
+//! branch and the shortcut: the unit's input, or the `sc` projection in a stage's first unit.
 //!
 //! **ResNet-32 (CIFAR-10).** 3 × 3 stem conv to 16 channels, then 3 stages × 5 basic blocks of
 //! two 3 × 3 convolutions (16, 32, 64 channels; stages 2 and 3 start with stride 2), each conv
@@ -37,15 +39,17 @@ fn bottleneck(
     let y = l.conv(&format!("{name}_conv2"), y, mid, 3, stride, 1);
     let y = l.bn(&format!("{name}_bn3"), y);
     let y = l.conv(&format!("{name}_conv3"), y, out, 1, 1, 0);
-    if !dim_match {
-        let sc = l.conv(&format!("{name}_sc"), a, out, 1, stride, 0);
-        assert_eq!(sc, y, "shortcut shape mismatch in {name}");
-    }
-    l.residual_add(y)
+    let shortcut = if dim_match {
+        x
+    } else {
+        l.conv(&format!("{name}_sc"), a, out, 1, stride, 0)
+    };
+    assert_eq!(shortcut, y, "shortcut shape mismatch in {name}");
+    l.residual_add(y, shortcut)
 }
 
 /// MXNet ImageNet ResNet with bottleneck units per stage `units`.
-fn mxnet_resnet(name: &str, units: [usize; 4]) -> ModelProfile {
+pub(super) fn mxnet_resnet(name: &str, units: [usize; 4]) -> ModelProfile {
     const FILTERS: [u64; 4] = [256, 512, 1024, 2048];
     let mut net = Net::new(
         name,
@@ -107,7 +111,7 @@ pub fn resnet32() -> ModelProfile {
                 let y = l.bn(&format!("{lname}_bn1"), y);
                 let y = l.conv(&format!("{lname}_conv2"), y, width, 3, 1, 1);
                 let y = l.bn(&format!("{lname}_bn2"), y);
-                l.residual_add(y)
+                l.residual_add(y, x)
             });
         }
     }

@@ -69,6 +69,7 @@ fn exact_known_counts() {
         ("alexnet", 62_378_344),
         ("googlenet", 6_998_552),
         ("inception-v3", 23_834_568),
+        ("inception-v4", 42_679_816), // timm's inception_v4
         ("mlr-imagenet", 21_504 * 1_000 + 1_000),
     ];
     for (name, params) in exact {
@@ -91,6 +92,8 @@ fn published_parameter_counts_within_2_percent() {
         ("inception-v3", 23.8e6),
         ("googlenet", 7.0e6),
         ("googlenet-32", 7.0e6),
+        ("resnet-152", 60.2e6),
+        ("inception-v4", 42.68e6),
     ];
     for (name, want) in published {
         let got = builtin(name).unwrap().total_params() as f64;
@@ -132,6 +135,18 @@ fn forward_flops_match_published() {
         0.06,
     );
     assert_rel("resnet-32", resnet32().forward_flops(), 2.0 * 69e6, 0.03);
+    assert_rel(
+        "resnet-152",
+        resnet152().forward_flops(),
+        2.0 * 11.5e9,
+        0.03,
+    );
+    assert_rel(
+        "inception-v4",
+        inception_v4().forward_flops(),
+        2.0 * 12.3e9,
+        0.03,
+    );
     // Exact VGG16 hand count: sum over convs of H·W·Cout·Cin·9, plus fc weights.
     let convs: [(u64, u64, u64); 13] = [
         (224, 3, 64),
@@ -345,7 +360,7 @@ fn blocks_at_edges() {
 
 #[test]
 fn builtin_lookup() {
-    assert_eq!(builtin_names().len(), 11);
+    assert_eq!(builtin_names().len(), 13);
     for &name in builtin_names() {
         let m = builtin(name).unwrap_or_else(|| panic!("{name}"));
         assert_eq!(m.name, name);
@@ -361,6 +376,8 @@ fn builtin_lookup() {
         ("resnet_101", "resnet-101"),
         ("ResNet-32", "resnet-32"),
         ("Inception-V3", "inception-v3"),
+        ("Inception-V4", "inception-v4"),
+        ("ResNet-152", "resnet-152"),
         ("inception_v3", "inception-v3"),
         ("GoogLeNet", "googlenet"),
         ("AlexNet", "alexnet"),
@@ -433,4 +450,58 @@ fn torchvision_alexnet_matches_its_published_size() {
     // ≈ 0.71 GMACs per sample.
     let gmacs = m.forward_flops() / 2e9;
     assert!((gmacs - 0.714).abs() < 0.01, "{gmacs}");
+}
+
+#[test]
+fn inception_v4_shapes() {
+    let m = inception_v4();
+    let by = |n: &str| {
+        m.layers
+            .iter()
+            .find(|l| l.name == n)
+            .unwrap()
+            .activation_bytes
+            / 4
+    };
+    // The grid sizes and depths of the paper's Fig. 9.
+    assert_eq!(by("Conv2d_1a_3x3"), 32 * 149 * 149);
+    assert_eq!(by("Conv2d_2b_3x3"), 64 * 147 * 147);
+    assert_eq!(by("Mixed_3a"), 160 * 73 * 73);
+    assert_eq!(by("Mixed_4a"), 192 * 71 * 71);
+    assert_eq!(by("Mixed_5a"), 384 * 35 * 35);
+    assert_eq!(by("Mixed_5e"), 384 * 35 * 35);
+    assert_eq!(by("Mixed_6a"), 1024 * 17 * 17);
+    assert_eq!(by("Mixed_6h"), 1024 * 17 * 17);
+    assert_eq!(by("Mixed_7a"), 1536 * 8 * 8);
+    assert_eq!(by("Mixed_7d"), 1536 * 8 * 8);
+    assert_eq!(m.layers.len(), 6 + 4 + 1 + 7 + 1 + 3 + 1);
+    let fc = m.tensors().find(|t| t.name == "fc.weight").unwrap();
+    assert_eq!(fc.elems, 1536 * 1000);
+    // Every convolution is bias-free and followed by a batch-norm.
+    let convs = m
+        .tensors()
+        .filter(|t| t.name.ends_with(".conv.weight"))
+        .count();
+    let bns = m
+        .tensors()
+        .filter(|t| t.name.ends_with(".bn.gamma"))
+        .count();
+    assert_eq!(convs, bns);
+    assert_eq!(m.tensor_count(), 3 * convs + 2);
+}
+
+#[test]
+fn resnet152_is_the_deep_mxnet_resnet() {
+    let m = resnet152();
+    // stem, 3 + 8 + 36 + 3 units, head; nine tensors a unit plus four projections, five in the
+    // stem and four in the head.
+    assert_eq!(m.layers.len(), 1 + 50 + 1);
+    assert_eq!(m.tensor_count(), 50 * 9 + 4 + 5 + 4);
+    assert_eq!(m.layers[12].name, "stage3_unit1");
+    assert_eq!(m.layers[47].name, "stage3_unit36");
+    // It shares ResNet-101's stem, first stage, first four units of the second stage and head.
+    let r101 = resnet101();
+    assert_eq!(m.layers[..8], r101.layers[..8]);
+    assert_ne!(m.layers[8], r101.layers[8]);
+    assert_eq!(m.layers.last(), r101.layers.last());
 }
