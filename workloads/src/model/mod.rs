@@ -334,12 +334,6 @@ impl ModelSpec {
         })
     }
 
-    /// The model's operator graph, for layer-granular memory management; `None` for a model
-    /// described only stage by stage.
-    pub fn op_graph(&self) -> Option<crate::graph::OpGraph> {
-        None
-    }
-
     /// Whether this model trains for real (false: throughput mode).
     pub fn is_real(&self) -> bool {
         !matches!(self, ModelSpec::Profile(_))
