@@ -177,14 +177,20 @@ pub trait MemoryPolicy: Send {
     /// the two-lane executor ([`lanes::run_iteration`]) instead of the per-stage
     /// [`MemEvent::Forward`]/[`MemEvent::Backward`] events. `None` (the default): per-stage
     /// accounting only.
-    fn layered(
-        &mut self,
-    ) -> Option<(
-        &mut dyn layers::LayerPolicy,
-        &mut dyn alloc::DeviceAllocator,
-    )> {
+    fn layered(&mut self) -> Option<Layered<'_>> {
         None
     }
+}
+
+/// What a layer-granular memory policy runs iterations with ([`MemoryPolicy::layered`]).
+pub struct Layered<'p> {
+    /// Its swapping decisions.
+    pub policy: &'p mut dyn layers::LayerPolicy,
+    /// Its allocator.
+    pub allocator: &'p mut dyn alloc::DeviceAllocator,
+    /// Bytes its pool keeps beyond an iteration's high-water mark (Dymem's β): reserved on the
+    /// device, so charged with it.
+    pub reserve: u64,
 }
 
 /// One role's device memory: its policy and the ledger the policy charges. The role reaches it
@@ -231,24 +237,23 @@ impl DeviceMemory {
     ) -> Result<Option<lanes::IterationReport>> {
         let resident = self.ledger.total();
         let capacity = self.ledger.budget.saturating_sub(resident);
-        let Some((policy, allocator)) = self.policy.layered() else {
+        let Some(layered) = self.policy.layered() else {
             return Ok(None);
         };
-        allocator.reset(capacity);
-        let report = lanes::run_iteration(iteration, policy, allocator, link).map_err(|e| {
-            EngineError::OutOfMemory {
+        layered.allocator.reset(capacity);
+        let reserve = layered.reserve;
+        let report = lanes::run_iteration(iteration, layered.policy, layered.allocator, link)
+            .map_err(|e| EngineError::OutOfMemory {
                 device: self.ledger.device.clone(),
                 role: self.ledger.role,
                 needed: resident + e.source.used + e.source.bytes,
                 budget: self.ledger.budget,
                 what: e.to_string(),
-            }
-        })?;
+            })?;
         let what = format!("activations under {}", report.policy);
-        self.ledger
-            .alloc(TensorClass::Activations, report.high_water, &what)?;
-        self.ledger
-            .free(TensorClass::Activations, report.high_water);
+        let pool = report.high_water.saturating_add(reserve).min(capacity);
+        self.ledger.alloc(TensorClass::Activations, pool, &what)?;
+        self.ledger.free(TensorClass::Activations, pool);
         Ok(Some(report))
     }
 
