@@ -7,6 +7,8 @@
 //! ([`concord_engine::memory::Resident`], which tests that build contexts by hand use too); this
 //! crate makes it the `resident` strategy.
 
+pub mod alloc;
+
 pub use concord_engine::memory::Resident;
 use concord_engine::prelude::*;
 use std::sync::Arc;
