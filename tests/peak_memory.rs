@@ -47,6 +47,13 @@ fn staged(strategies: &[&str], options: &[(&str, &str)]) -> RunConfig {
     cfg
 }
 
+/// `tiny` under the memory strategy `memory`.
+fn swapping(memory: &str) -> RunConfig {
+    let mut cfg = tiny(&["bsp"], &[]);
+    cfg.memory = Some(memory.into());
+    cfg
+}
+
 /// One run per strategy, with the smallest valid config, and what its workers hold.
 fn cases() -> Vec<(&'static str, RunConfig, Holds)> {
     let mut resident = tiny(&["bsp"], &[]);
@@ -64,6 +71,12 @@ fn cases() -> Vec<(&'static str, RunConfig, Holds)> {
         ("asp", tiny(&["asp"], &[]), Replica(0)),
         ("lb-bsp", tiny(&["bsp", "lb-bsp"], &[]), Replica(0)),
         ("resident", resident, Replica(0)),
+        // The swapping policies on a model without an operator graph keep its per-stage
+        // activations resident, like `resident`.
+        ("dymem", swapping("dymem"), Replica(0)),
+        ("vdnn", swapping("vdnn"), Replica(0)),
+        ("single-stream", swapping("single-stream"), Replica(0)),
+        ("superneurons", swapping("superneurons"), Replica(0)),
         ("elastic-ps", tiny(&["elastic-ps"], &[]), Replica(0)),
         // Workers that apply the update themselves keep the optimizer state beside the replica.
         (

@@ -6,12 +6,29 @@
 //! into a clear simulated out-of-memory error. The policy itself is the engine's
 //! ([`concord_engine::memory::Resident`], which tests that build contexts by hand use too); this
 //! crate makes it the `resident` strategy.
+//!
+//! The swapping policies run every training iteration of a model with an operator graph layer
+//! by layer through the engine's two-lane executor ([`concord_engine::memory::lanes`]):
+//! - `dymem`: Dymem (Yang, HPDC 2020) — dependency-aware offload and prefetch with no barrier
+//!   between the compute and memory lanes, and the GTBM allocator ([`alloc::Gtbm`]);
+//! - `vdnn`: vDNN with a barrier per layer and a best-fit pool ([`alloc::BestFit`]);
+//! - `single-stream`: Dymem's moves with copies and compute on one stream;
+//! - `superneurons`: SuperNeurons without recomputation (convolution inputs only, best fit).
 
 pub mod alloc;
+pub mod options;
+pub mod policies;
+pub mod swap;
 
+mod fits;
+
+use concord_engine::memory::layers::LayerPolicy;
 pub use concord_engine::memory::Resident;
 use concord_engine::prelude::*;
+use options::{AllocatorKind, SwapOptions};
+use policies::{Dymem, OffloadSet, SingleStream, SuperNeurons, Vdnn};
 use std::sync::Arc;
+use swap::Swapping;
 
 /// The `resident` strategy (memory slot).
 #[derive(Debug, Default)]
@@ -38,9 +55,85 @@ impl Strategy for ResidentStrategy {
     }
 }
 
+/// A swapping policy as a memory-slot strategy.
+pub struct SwapStrategy {
+    name: &'static str,
+    summary: &'static str,
+    allocator: AllocatorKind,
+    policy: fn(&SwapOptions) -> Box<dyn LayerPolicy>,
+}
+
+impl SwapStrategy {
+    /// Every swapping strategy this crate registers.
+    pub fn all() -> Vec<SwapStrategy> {
+        vec![
+            SwapStrategy {
+                name: "dymem",
+                summary:
+                    "Dymem: dependency-aware offload/prefetch, no per-layer barrier, GTBM allocator",
+                allocator: AllocatorKind::Gtbm,
+                policy: |_| Box::new(Dymem::default()),
+            },
+            SwapStrategy {
+                name: "vdnn",
+                summary: "vDNN: offload/prefetch with a barrier per layer, best-fit pool",
+                allocator: AllocatorKind::BestFit,
+                policy: |o| Box::new(Vdnn::new(o.offload.map_or(OffloadSet::All, Into::into))),
+            },
+            SwapStrategy {
+                name: "single-stream",
+                summary: "Dymem's offloads with copies and compute on one stream (no overlap)",
+                allocator: AllocatorKind::Gtbm,
+                policy: |_| Box::new(SingleStream),
+            },
+            SwapStrategy {
+                name: "superneurons",
+                summary: "SuperNeurons without recomputation: conv inputs offloaded, best-fit pool",
+                allocator: AllocatorKind::BestFit,
+                policy: |_| Box::new(SuperNeurons),
+            },
+        ]
+    }
+}
+
+impl Strategy for SwapStrategy {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn summary(&self) -> &'static str {
+        self.summary
+    }
+    fn slots(&self) -> &'static [Slot] {
+        &[Slot::Memory]
+    }
+    fn install(
+        &self,
+        options: Option<&toml::Value>,
+        _config: &RunConfig,
+        asm: &mut Assembly,
+    ) -> Result<()> {
+        let o: SwapOptions = parse_options(self.name, options)?;
+        o.check(self.name)?;
+        let allocator = o.allocator.unwrap_or(self.allocator);
+        let policy = self.policy;
+        asm.set_memory(move |job, role| {
+            fits::largest_layer_fits(job, role)?;
+            Ok(Swapping::new(
+                policy(&o),
+                allocator.build(),
+                o.reserve_bytes(),
+            ))
+        });
+        Ok(())
+    }
+}
+
 /// Adds the memory policies to a registry.
 pub fn register(registry: &mut Registry) -> Result<()> {
     registry.register(Arc::new(ResidentStrategy))?;
+    for s in SwapStrategy::all() {
+        registry.register(Arc::new(s))?;
+    }
     Ok(())
 }
 

@@ -57,7 +57,7 @@ fn offload_inputs(set: OffloadSet, node: usize, view: &LaneView<'_, '_>) -> Vec<
 }
 
 /// What `node`'s backward pass reads from the feature maps: its inputs and its output.
-fn backward_needs(it: &IterationGraph<'_>, node: usize) -> impl Iterator<Item = usize> + '_ {
+fn backward_needs<'i>(it: &'i IterationGraph<'_>, node: usize) -> impl Iterator<Item = usize> + 'i {
     it.graph.nodes[node]
         .inputs
         .iter()

@@ -1,0 +1,152 @@
+//! Dymem's claims on the papers' models in throughput mode, one iteration through the engine's
+//! two-lane executor on the thesis's device (a GTX TITAN X on a 16 GB/s host link).
+
+use concord_engine::cluster::DeviceProfile;
+use concord_engine::graph::OpGraph;
+use concord_engine::memory::alloc::DeviceAllocator;
+use concord_engine::memory::lanes::{run_iteration, IterationReport, LaneError};
+use concord_engine::memory::layers::{IterationGraph, LayerPolicy};
+use concord_engine::profiles;
+use concord_memory::alloc::{BestFit, Gtbm};
+use concord_memory::policies::{Dymem, NoOffload, OffloadSet, SingleStream, SuperNeurons, Vdnn};
+
+fn titan_x() -> DeviceProfile {
+    DeviceProfile::builtins()["titan-x"].clone()
+}
+
+fn graph(name: &str) -> OpGraph {
+    profiles::builtin(name).expect("builtin profile").graph
+}
+
+fn run(
+    g: &OpGraph,
+    batch: u64,
+    policy: &mut dyn LayerPolicy,
+    allocator: &mut dyn DeviceAllocator,
+    capacity: u64,
+) -> Result<IterationReport, LaneError> {
+    let device = titan_x();
+    let it = IterationGraph::new(g, batch, |op| device.op_seconds(op, batch));
+    allocator.reset(capacity);
+    run_iteration(&it, policy, allocator, device.host_link())
+}
+
+const UNBOUNDED: u64 = u64::MAX / 4;
+
+/// The smallest capacity (to 1 %) under which `policy` with `allocator` completes the
+/// iteration: the memory it needs to train, stalls allowed.
+fn min_capacity(
+    g: &OpGraph,
+    batch: u64,
+    policy: &mut dyn LayerPolicy,
+    allocator: &mut dyn DeviceAllocator,
+) -> u64 {
+    let mut hi = run(g, batch, policy, allocator, UNBOUNDED)
+        .unwrap()
+        .high_water;
+    let mut lo = 0;
+    while hi - lo > hi / 100 {
+        let mid = lo + (hi - lo) / 2;
+        if run(g, batch, policy, allocator, mid).is_ok() {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi
+}
+
+#[test]
+fn barrier_free_beats_a_barrier_per_layer_which_beats_one_stream_on_every_net() {
+    for (name, batch) in [
+        ("resnet-50", 100),
+        ("inception-v4", 32),
+        ("resnet-32", 100),
+        ("vgg16", 64),
+    ] {
+        let g = graph(name);
+        let dymem = run(
+            &g,
+            batch,
+            &mut Dymem::default(),
+            &mut Gtbm::new(0),
+            UNBOUNDED,
+        )
+        .unwrap();
+        let vdnn = run(
+            &g,
+            batch,
+            &mut Vdnn::new(OffloadSet::All),
+            &mut BestFit::new(0),
+            UNBOUNDED,
+        )
+        .unwrap();
+        let single = run(&g, batch, &mut SingleStream, &mut Gtbm::new(0), UNBOUNDED).unwrap();
+        // The same moves: only the synchronisation differs.
+        assert_eq!(dymem.offloaded_bytes, vdnn.offloaded_bytes, "{name}");
+        assert_eq!(dymem.offloaded_bytes, single.offloaded_bytes, "{name}");
+        assert!(
+            dymem.seconds < vdnn.seconds,
+            "{name}: {} vs {}",
+            dymem.seconds,
+            vdnn.seconds
+        );
+        assert!(
+            vdnn.seconds < single.seconds,
+            "{name}: {} vs {}",
+            vdnn.seconds,
+            single.seconds
+        );
+        assert!(dymem.overlap_s > vdnn.overlap_s, "{name}");
+        assert_eq!(single.overlap_s, 0.0);
+        // No policy computes faster than the computation itself.
+        for r in [&dymem, &vdnn, &single] {
+            assert!(r.seconds >= r.compute_s - 1e-12, "{name}");
+        }
+    }
+}
+
+#[test]
+fn superneurons_moves_only_the_inputs_of_convolutions() {
+    let g = graph("resnet-50");
+    let all = run(
+        &g,
+        100,
+        &mut Vdnn::new(OffloadSet::All),
+        &mut BestFit::new(0),
+        UNBOUNDED,
+    )
+    .unwrap();
+    let conv = run(&g, 100, &mut SuperNeurons, &mut BestFit::new(0), UNBOUNDED).unwrap();
+    assert!(conv.offloaded_bytes < all.offloaded_bytes);
+    assert!(conv.offloaded_bytes > 0);
+}
+
+#[test]
+fn dymem_trains_under_sixty_percent_of_the_no_offload_peak_by_stalling() {
+    for (name, batch) in [("resnet-50", 100), ("inception-v4", 32)] {
+        let g = graph(name);
+        let keep = run(&g, batch, &mut NoOffload, &mut BestFit::new(0), UNBOUNDED).unwrap();
+        let cap = keep.high_water * 6 / 10;
+        assert!(
+            run(&g, batch, &mut NoOffload, &mut BestFit::new(0), cap).is_err(),
+            "{name}: without offloading the iteration does not fit"
+        );
+        let tight = run(&g, batch, &mut Dymem::default(), &mut Gtbm::new(0), cap).unwrap();
+        assert!(tight.high_water <= cap, "{name}");
+        let need = min_capacity(&g, batch, &mut Dymem::default(), &mut Gtbm::new(0));
+        assert!(
+            need < keep.high_water / 2,
+            "{name}: {need} vs {}",
+            keep.high_water
+        );
+        assert!(run(
+            &g,
+            batch,
+            &mut Dymem::default(),
+            &mut Gtbm::new(0),
+            need / 2
+        )
+        .is_err());
+    }
+}
