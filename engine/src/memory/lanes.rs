@@ -741,10 +741,9 @@ mod tests {
     /// conv → relu → conv → relu → … with a residual add every two convs, then fc and softmax.
     fn net(blocks: usize, elems: u64) -> OpGraph {
         let mut g = OpGraph::with_input(elems);
-        let conv = |flops: f64| {
-            let mut c = LayerCost::default();
-            c.conv_flops = flops;
-            c
+        let conv = |flops: f64| LayerCost {
+            conv_flops: flops,
+            ..LayerCost::default()
         };
         let mut x = 0;
         for b in 0..blocks {
