@@ -181,6 +181,10 @@ impl From<concord_workloads::WorkloadError> for EngineError {
             W::Config { key, value, reason } => EngineError::Config { key, value, reason },
             W::Tensor { context, source } => EngineError::Tensor { context, source },
             W::Data(e) => EngineError::Data(e),
+            W::Plan(e) => EngineError::Tensor {
+                context: "a layer-by-layer step following a move plan".into(),
+                source: candle_core::Error::Msg(e.to_string()),
+            },
         }
     }
 }

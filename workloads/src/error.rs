@@ -32,6 +32,9 @@ pub enum WorkloadError {
     /// A data set could not be built or loaded.
     #[error(transparent)]
     Data(#[from] DataError),
+    /// A layer-by-layer step could not follow a memory manager's move plan.
+    #[error("move plan: {0}")]
+    Plan(#[from] crate::model::PlanError),
 }
 
 impl WorkloadError {

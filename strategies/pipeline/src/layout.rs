@@ -64,6 +64,16 @@ impl Layout {
                 format!("{} needs a model made of layers", kind.name()),
             ));
         }
+        if let ModelSpec::Graph(_) = job.model {
+            return Err(EngineError::config(
+                "model.kind",
+                "(a graph network)",
+                format!(
+                    "{} cuts a chain of stages; a graph network's forks and joins are no chain: use a staged network or a profile",
+                    kind.name()
+                ),
+            ));
+        }
         // Model parallelism runs the same layer ranges with no replication: one minibatch in
         // flight keeps a single stage busy at a time, so replicas would only idle.
         let mut plan = plan;

@@ -60,10 +60,10 @@ const SLOTS: &[Slot] = &[Slot::Worker, Slot::Coordinator, Slot::Consistency];
 
 /// The options resolved against a job, refusing models that are not a stack of stages.
 fn resolve(o: &FelaOptions, job: &Job) -> Result<Resolved> {
-    if let ModelSpec::Mf(_) = job.model {
+    if let ModelSpec::Mf(_) | ModelSpec::Graph(_) = job.model {
         return Err(EngineError::config(
             "model.kind",
-            "mf",
+            job.model.kind(),
             "`fela` splits a model into sub-models of stages: use a staged network or a profile",
         ));
     }

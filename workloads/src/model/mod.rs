@@ -3,13 +3,17 @@
 //!
 //! A model is a sequence of stages, each with its own named parameters. Parameters are laid out
 //! in one canonical order (stage order, then name), which is how gradients are exchanged and how
-//! parameter blocks are cut.
+//! parameter blocks are cut. Graph networks ([`GraphNetSpec`]: a tiny ResNet, a stack of
+//! Inception-A blocks) are not chains: their stages are their nodes, their parameters laid out in
+//! node order.
 
 mod conv;
+mod graph_net;
 mod mf;
 mod replica;
 mod stages;
 
+pub use graph_net::{GraphNet, GraphNetSpec, NetNode, NetOp, PlanError, BN_EPS};
 pub use mf::{MfModel, MfSpec, MF_LEFT, MF_RIGHT};
 pub use replica::{Replica, StepOutput};
 pub use stages::{StageSpec, StagedModel};
@@ -57,6 +61,37 @@ pub enum ModelConfig {
         #[serde(default)]
         image: Option<[usize; 3]>,
     },
+    /// Tiny ResNet (a graph network): a 3×3 stem convolution, stages of basic residual blocks
+    /// (the stages after the first start with stride 2 and a 1×1 projection shortcut), global
+    /// average pooling, a linear classifier. See [`GraphNetSpec::tiny_resnet`].
+    TinyResnet {
+        /// Basic blocks per stage (at least one stage).
+        #[serde(default = "default_resnet_blocks")]
+        blocks: Vec<usize>,
+        /// Channels of each stage (one per entry of `blocks`, each >= 1).
+        #[serde(default = "default_cnn_channels")]
+        channels: Vec<usize>,
+        /// Batch-norm after every convolution (training-mode batch statistics).
+        #[serde(default = "default_true")]
+        bn: bool,
+        /// Input image shape `[c, h, w]`; flat data of that size is reshaped to it.
+        #[serde(default)]
+        image: Option<[usize; 3]>,
+    },
+    /// Stacked Inception-A blocks (a graph network): a 3×3 stem convolution, `blocks` blocks of
+    /// four branches joined by a channel concatenation, global average pooling, a linear
+    /// classifier. See [`GraphNetSpec::inception_stack`].
+    InceptionStack {
+        /// Inception-A blocks (>= 1).
+        #[serde(default = "default_inception_blocks")]
+        blocks: usize,
+        /// Output channels of each branch (>= 1); a block outputs four times as many.
+        #[serde(default = "default_inception_width")]
+        width: usize,
+        /// Input image shape `[c, h, w]`; flat data of that size is reshaped to it.
+        #[serde(default)]
+        image: Option<[usize; 3]>,
+    },
     /// Matrix factorization `X ≈ L Rᵀ` on `[data] kind = "ratings"` (the thesis's MF workload).
     ///
     /// Parameters `mf.L` (`rows × rank`) and `mf.R` (`cols × rank`), sizes taken from the data;
@@ -92,6 +127,18 @@ fn default_vgg_channels() -> Vec<usize> {
 fn default_vgg_dense() -> usize {
     64
 }
+fn default_resnet_blocks() -> Vec<usize> {
+    vec![2, 2]
+}
+fn default_true() -> bool {
+    true
+}
+fn default_inception_blocks() -> usize {
+    2
+}
+fn default_inception_width() -> usize {
+    8
+}
 fn default_mf_rank() -> usize {
     10
 }
@@ -107,6 +154,8 @@ impl ModelConfig {
             ModelConfig::Mlr => "mlr",
             ModelConfig::Cnn { .. } => "cnn",
             ModelConfig::VggLike { .. } => "vgg-like",
+            ModelConfig::TinyResnet { .. } => "tiny-resnet",
+            ModelConfig::InceptionStack { .. } => "inception-stack",
             ModelConfig::Mf { .. } => "mf",
             ModelConfig::Profile { .. } => "profile",
         }
@@ -191,6 +240,8 @@ pub enum ModelSpec {
         /// Number of classes.
         classes: usize,
     },
+    /// A graph network (forks and joins) that trains for real.
+    Graph(GraphNetSpec),
     /// A profile: sizes and FLOPs only.
     Profile(ModelProfile),
 }
@@ -264,7 +315,34 @@ impl ModelSpec {
                 )),
             }
         };
+        let image_array = |image: &Option<[usize; 3]>| -> Result<[usize; 3]> {
+            let s = image_shape(image)?;
+            Ok([s[0], s[1], s[2]])
+        };
         let stages = match cfg {
+            ModelConfig::TinyResnet {
+                blocks,
+                channels,
+                bn,
+                image,
+            } => {
+                return GraphNetSpec::tiny_resnet(
+                    image_array(image)?,
+                    blocks,
+                    channels,
+                    *bn,
+                    classes,
+                )
+                .map(ModelSpec::Graph)
+            }
+            ModelConfig::InceptionStack {
+                blocks,
+                width,
+                image,
+            } => {
+                return GraphNetSpec::inception_stack(image_array(image)?, *blocks, *width, classes)
+                    .map(ModelSpec::Graph)
+            }
             ModelConfig::Profile { name } => {
                 return profiles::builtin(name)
                     .map(ModelSpec::Profile)
@@ -342,7 +420,27 @@ impl ModelSpec {
     /// Whether the model is a classifier (evaluation reports an accuracy). MF is a regression
     /// model: its evaluation reports the test MSE and no accuracy.
     pub fn has_accuracy(&self) -> bool {
-        matches!(self, ModelSpec::Real { .. })
+        matches!(self, ModelSpec::Real { .. } | ModelSpec::Graph(_))
+    }
+
+    /// What kind of model this is, for messages: `staged`, `graph`, `mf` or `profile`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ModelSpec::Real { .. } => "staged",
+            ModelSpec::Graph(_) => "graph",
+            ModelSpec::Mf(_) => "mf",
+            ModelSpec::Profile(_) => "profile",
+        }
+    }
+
+    /// The operator graph a memory manager plans on: a graph network's nodes one to one;
+    /// `None` for the other models.
+    pub fn op_graph(&self) -> Option<OpGraph> {
+        match self {
+            ModelSpec::Graph(g) => Some(g.op_graph()),
+            // profiles: see the profiles' operator graphs
+            _ => None,
+        }
     }
 
     /// All parameters in the canonical layout order.
@@ -354,6 +452,7 @@ impl ModelSpec {
                 .flat_map(|(i, s)| s.params(i))
                 .collect(),
             ModelSpec::Mf(m) => m.params(),
+            ModelSpec::Graph(g) => g.params(),
             ModelSpec::Profile(p) => p
                 .tensors()
                 .map(|t| ParamInfo {
@@ -378,6 +477,7 @@ impl ModelSpec {
                 })
                 .collect(),
             ModelSpec::Mf(m) => m.stage_facts(),
+            ModelSpec::Graph(g) => g.stage_facts(),
             ModelSpec::Profile(p) => p
                 .layers
                 .iter()
@@ -402,6 +502,7 @@ impl ModelSpec {
                 .map(|(i, s)| s.params(i).len())
                 .collect(),
             ModelSpec::Mf(m) => vec![m.params().len()],
+            ModelSpec::Graph(g) => g.stage_param_counts(),
             ModelSpec::Profile(p) => p.layers.iter().map(|l| l.tensors.len()).collect(),
         };
         let mut start = 0;
@@ -421,6 +522,7 @@ impl ModelSpec {
         match self {
             ModelSpec::Real { stages, .. } => stages.iter().map(StageSpec::cost).collect(),
             ModelSpec::Mf(_) => Vec::new(),
+            ModelSpec::Graph(g) => g.layer_costs(),
             ModelSpec::Profile(p) => p.layers.iter().map(|l| l.cost).collect(),
         }
     }
@@ -448,8 +550,9 @@ impl ModelSpec {
     }
 
     /// Initial parameter values, one vector per parameter in layout order; deterministic in `seed`.
-    /// Weights are He-uniform (bound √(6 / fan_in)), biases zero; MF factors are uniform within
-    /// [`MfSpec::init_bound`]. Profiles get no values.
+    /// Weights are He-uniform (bound √(6 / fan_in)), biases zero (and batch-norm's beta; its
+    /// gamma starts at one); MF factors are uniform within [`MfSpec::init_bound`]. Profiles get
+    /// no values.
     pub fn init_values(&self, seed: u64) -> Option<Vec<Vec<f32>>> {
         if !self.is_real() {
             return None;
@@ -458,10 +561,19 @@ impl ModelSpec {
             ModelSpec::Mf(m) => Some(m.init_bound()),
             _ => None,
         };
+        let params = self.params();
+        let constants = match self {
+            ModelSpec::Graph(g) => g.constant_inits(),
+            _ => vec![None; params.len()],
+        };
         Some(
-            self.params()
+            params
                 .iter()
-                .map(|p| {
+                .zip(constants)
+                .map(|(p, constant)| {
+                    if let Some(c) = constant {
+                        return vec![c; p.elems()];
+                    }
                     if p.fan_in == 0 {
                         return vec![0.0; p.elems()];
                     }

@@ -1,7 +1,8 @@
 //! A worker's model replica: load parameters, take a training step, evaluate.
 
-use super::{MfModel, ModelSpec, StagedModel};
+use super::{GraphNet, MfModel, ModelSpec, PlanError, StagedModel};
 use crate::error::{Result, TensorContext, WorkloadError};
+use crate::graph::MovePlan;
 use candle_core::{Device, Tensor};
 
 /// Result of one training step.
@@ -24,6 +25,7 @@ pub struct Replica {
 
 enum Inner {
     Staged(StagedModel),
+    Graph(GraphNet),
     Mf(MfModel),
 }
 
@@ -39,6 +41,9 @@ impl Replica {
             } => Ok(Some(Replica {
                 inner: Inner::Staged(StagedModel::new(stages, input_shape, device)?),
             })),
+            ModelSpec::Graph(g) => Ok(Some(Replica {
+                inner: Inner::Graph(GraphNet::new(g, device)?),
+            })),
             ModelSpec::Mf(m) => Ok(Some(Replica {
                 inner: Inner::Mf(MfModel::new(m)),
             })),
@@ -51,12 +56,35 @@ impl Replica {
         Replica::new(spec, &Device::Cpu)
     }
 
-    /// The staged network (for strategies that run stages one by one); `None` for MF, which is
-    /// not a stack of stages.
+    /// The staged network (for strategies that run stages one by one); `None` for MF and graph
+    /// networks, which are not stacks of stages.
     pub fn model(&self) -> Option<&StagedModel> {
         match &self.inner {
             Inner::Staged(m) => Some(m),
-            Inner::Mf(_) => None,
+            Inner::Graph(_) | Inner::Mf(_) => None,
+        }
+    }
+
+    /// The graph network (for executors that run it node by node); `None` for other models.
+    pub fn graph_net(&self) -> Option<&GraphNet> {
+        match &self.inner {
+            Inner::Graph(g) => Some(g),
+            Inner::Staged(_) | Inner::Mf(_) => None,
+        }
+    }
+
+    /// A training step of a graph network run layer by layer, following a memory manager's
+    /// move plan ([`GraphNet::step_layerwise`]); an error for other models.
+    pub fn step_with_plan(
+        &self,
+        features: Vec<f32>,
+        labels: &[u32],
+        plan: &MovePlan,
+    ) -> Result<StepOutput> {
+        match &self.inner {
+            Inner::Graph(g) => g.step_layerwise(features, labels, plan),
+            Inner::Staged(_) => Err(PlanError::NotAGraph { kind: "staged" }.into()),
+            Inner::Mf(_) => Err(PlanError::NotAGraph { kind: "mf" }.into()),
         }
     }
 
@@ -64,6 +92,7 @@ impl Replica {
     pub fn set_params(&self, values: &[Vec<f32>]) -> Result<()> {
         let model = match &self.inner {
             Inner::Staged(m) => m,
+            Inner::Graph(g) => return g.set_params(values),
             Inner::Mf(m) => return m.set_params(values),
         };
         let vars = model.vars();
@@ -89,6 +118,7 @@ impl Replica {
     pub fn step(&self, features: Vec<f32>, labels: &[u32]) -> Result<StepOutput> {
         let model = match &self.inner {
             Inner::Staged(m) => m,
+            Inner::Graph(g) => return g.step(features, labels),
             Inner::Mf(m) => {
                 let (loss, grads) = m.step(&features)?;
                 return Ok(StepOutput { loss, grads });
@@ -120,8 +150,9 @@ impl Replica {
     /// Classifiers report `(Some(accuracy), mean cross-entropy)`; MF, a regression model, reports
     /// `(None, test MSE)` (the squared error alone, without the regularization term).
     pub fn evaluate(&self, features: &[f32], labels: &[u32]) -> Result<(Option<f64>, f64)> {
-        let model = match &self.inner {
-            Inner::Staged(m) => m,
+        let device = match &self.inner {
+            Inner::Staged(m) => m.device().clone(),
+            Inner::Graph(g) => g.device().clone(),
             Inner::Mf(m) => return Ok((None, m.mse(features)?)),
         };
         let n = labels.len();
@@ -132,12 +163,11 @@ impl Replica {
         let (mut correct, mut loss_sum) = (0usize, 0.0f64);
         for start in (0..n).step_by(1024) {
             let end = (start + 1024).min(n);
-            let x = model
-                .input(features[start * per..end * per].to_vec(), end - start)
-                .ctx("eval input")?;
-            let y = Tensor::from_slice(&labels[start..end], end - start, model.device())
-                .ctx("eval labels")?;
-            let logits = model.forward(&x).ctx("eval forward")?;
+            let y =
+                Tensor::from_slice(&labels[start..end], end - start, &device).ctx("eval labels")?;
+            let logits = self
+                .logits(features[start * per..end * per].to_vec(), end - start)
+                .ctx("eval forward")?;
             let loss = candle_nn::loss::cross_entropy(&logits, &y).ctx("eval loss")?;
             loss_sum += loss.to_scalar::<f32>().ctx("eval loss")? as f64 * (end - start) as f64;
             let pred = logits
@@ -151,5 +181,14 @@ impl Replica {
                 .count();
         }
         Ok((Some(correct as f64 / n as f64), loss_sum / n as f64))
+    }
+
+    /// A classifier's logits for `rows` samples (MF has none).
+    fn logits(&self, features: Vec<f32>, rows: usize) -> candle_core::Result<Tensor> {
+        match &self.inner {
+            Inner::Staged(m) => m.forward(&m.input(features, rows)?),
+            Inner::Graph(g) => g.logits(&g.input(features, rows)?, false),
+            Inner::Mf(_) => candle_core::bail!("matrix factorization has no logits"),
+        }
     }
 }

@@ -75,10 +75,10 @@ impl HpPlan {
 
 /// Refuses models that are not a stack of stages.
 fn staged(job: &Job, name: &str) -> Result<()> {
-    if let ModelSpec::Mf(_) = job.model {
+    if let ModelSpec::Mf(_) | ModelSpec::Graph(_) = job.model {
         return Err(EngineError::config(
             "model.kind",
-            "mf",
+            job.model.kind(),
             format!("`{name}` cuts a model into stages: use a staged network or a profile"),
         ));
     }
