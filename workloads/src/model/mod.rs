@@ -435,14 +435,6 @@ impl ModelSpec {
 
     /// The operator graph a memory manager plans on: a graph network's nodes one to one;
     /// `None` for the other models.
-    pub fn op_graph(&self) -> Option<OpGraph> {
-        match self {
-            ModelSpec::Graph(g) => Some(g.op_graph()),
-            // profiles: see the profiles' operator graphs
-            _ => None,
-        }
-    }
-
     /// All parameters in the canonical layout order.
     pub fn params(&self) -> Vec<ParamInfo> {
         match self {
@@ -528,12 +520,13 @@ impl ModelSpec {
     }
 
     /// The model's operator graph, for a memory manager that simulates an iteration over it
-    /// (which feature maps are alive, which are forks and joins): a profile's graph; `None` for
-    /// a real network and for matrix factorization, which do not describe theirs yet.
+    /// (which feature maps are alive, which are forks and joins): a profile's or a graph
+    /// network's; `None` for
+    /// a staged network (described stage by stage) and for matrix factorization.
     pub fn op_graph(&self) -> Option<OpGraph> {
         match self {
             ModelSpec::Profile(p) => Some(p.graph.clone()),
-            // A real network's graph (its stages' operations) is not built yet: it belongs here.
+            ModelSpec::Graph(g) => Some(g.op_graph()),
             ModelSpec::Real { .. } => None,
             // Matrix factorization is two embedding lookups and a dot product, not a layer graph.
             ModelSpec::Mf(_) => None,
