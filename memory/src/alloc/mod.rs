@@ -8,6 +8,7 @@
 //!   [`Mobility::Temporary`] ones from its high end, and small [`Mobility::Reclaimed`] ones on a
 //!   separate incremental stack, so that a long-lived tensor never splits the region the
 //!   short-lived ones come and go in.
+//! - [`Recording`]: any allocator, writing down the trace it serves.
 //! - [`PoolSizer`]: Dymem's pool sizing, the first iteration's high-water plus a reserve β,
 //!   grown by β after each out-of-memory iteration.
 //! - [`mod@replay`]: one iteration's allocation trace through an allocator ([`replay()`]:
@@ -24,6 +25,7 @@
 mod best_fit;
 mod gtbm;
 mod pool;
+mod recording;
 mod region;
 pub mod replay;
 
@@ -31,6 +33,7 @@ pub use best_fit::BestFit;
 pub use concord_engine::memory::alloc::{AllocError, AllocStats, Block, DeviceAllocator, Mobility};
 pub use gtbm::{Gtbm, GtbmExtents, GtbmPeaks};
 pub use pool::PoolSizer;
+pub use recording::Recording;
 pub use replay::{
     beta_experiment, beta_failure_rate, replay, AllocEvent, AllocTrace, BetaOutcome,
     ExperimentError, ReplayError, ReplayStats, Sample, TraceBuilder, TraceError,
