@@ -2,11 +2,13 @@
 
 mod calibrate;
 mod launch;
+mod memory;
 mod out_dir;
 mod plan;
 
 pub use calibrate::CalibrateArgs;
 pub use launch::LaunchArgs;
+pub use memory::MemoryArgs;
 pub use plan::{PlanArgs, SearchArg};
 
 pub use out_dir::{default_out_dir, prepare_out_dir, OutDir, OutDirError};
@@ -52,6 +54,10 @@ pub enum Command {
     /// Plan a PipeDream pipeline for the configured job: the stages, their replicas, the
     /// predicted time per minibatch, beside plain data parallelism.
     Plan(PlanArgs),
+    /// Compare the swapping memory policies (Dymem, vDNN, single-stream, SuperNeurons) on one
+    /// training iteration of the configured model: time, overlap, peak and least memory,
+    /// fragmentation; `--plot` draws the memory after every layer.
+    Memory(MemoryArgs),
 }
 
 /// Where the configuration comes from.
@@ -159,6 +165,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Launch(args) => launch::run(&args),
         Command::Plan(args) => plan::run(&args),
+        Command::Memory(args) => memory::run(&args),
     }
 }
 

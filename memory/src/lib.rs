@@ -18,6 +18,7 @@
 pub mod alloc;
 pub mod options;
 pub mod policies;
+pub mod study;
 pub mod swap;
 
 mod fits;

@@ -152,7 +152,11 @@ fn dymem_trains_under_sixty_percent_of_the_no_offload_peak_by_stalling() {
 }
 
 /// The allocation trace of one unconstrained iteration of `policy` on `name`.
-fn trace(name: &str, batch: u64, policy: &mut dyn LayerPolicy) -> concord_memory::alloc::AllocTrace {
+fn trace(
+    name: &str,
+    batch: u64,
+    policy: &mut dyn LayerPolicy,
+) -> concord_memory::alloc::AllocTrace {
     let mut rec = Recording::new(Box::new(Gtbm::new(0)));
     run(&graph(name), batch, policy, &mut rec, UNBOUNDED).unwrap();
     rec.trace().unwrap()
@@ -163,9 +167,14 @@ fn a_larger_beta_fails_fewer_jittered_iterations() {
     // The thesis's Table 4.2: ResNet-101, request sizes fluctuating between iterations; the pool
     // is sized from a clean iteration plus β, and an iteration that does not fit fails.
     let t = trace("resnet-101", 16, &mut Dymem::default());
-    let clean = replay(&t, &mut Gtbm::new(t.total_bytes())).unwrap().high_water;
+    let clean = replay(&t, &mut Gtbm::new(t.total_bytes()))
+        .unwrap()
+        .high_water;
     let rate = |beta: u64| beta_failure_rate(&t, &mut Gtbm::new(0), beta, 0.05, 200, 7).unwrap();
-    let rates: Vec<f64> = [0, clean / 100, clean / 40, clean / 10].into_iter().map(rate).collect();
+    let rates: Vec<f64> = [0, clean / 100, clean / 40, clean / 10]
+        .into_iter()
+        .map(rate)
+        .collect();
     assert!(rates[0] > 0.0, "{rates:?}");
     assert!(rates.windows(2).all(|w| w[1] <= w[0]), "{rates:?}");
     assert_eq!(rates[3], 0.0, "{rates:?}");

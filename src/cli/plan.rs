@@ -217,7 +217,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
 
 /// The job's model and its layer names, resolved as a run resolves them (loading the data a
 /// real model's input shape comes from).
-fn model_of(cfg: &RunConfig) -> Result<(ModelSpec, Vec<String>), EngineError> {
+pub(super) fn model_of(cfg: &RunConfig) -> Result<(ModelSpec, Vec<String>), EngineError> {
     let model = match &cfg.model {
         ModelConfig::Profile { .. } => ModelSpec::resolve(&cfg.model, &[], 0)?,
         _ => {
