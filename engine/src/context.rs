@@ -678,19 +678,20 @@ impl RoleContext {
 
     /// Runs one training iteration of `graph` on `batch` samples through this role's memory
     /// policy layer by layer, when the policy is layer-granular: the time its copies and memory
-    /// waits add to the step's computation is charged now (a `swap` span). Returns whether the
-    /// policy handled the iteration (`false`: the caller reports per-stage events instead).
+    /// waits add to the step's computation is charged now (a `swap` span). Returns the moves the
+    /// policy made, for a layer-by-layer step to follow (`None`: the policy is not
+    /// layer-granular, and the caller reports per-stage events instead).
     pub async fn memory_iteration(
         &mut self,
         graph: &crate::graph::OpGraph,
         batch: u64,
-    ) -> Result<bool> {
+    ) -> Result<Option<crate::graph::MovePlan>> {
         let device = self.device.clone();
         let iteration = crate::memory::layers::IterationGraph::new(graph, batch, |op| {
             device.op_seconds(op, batch)
         });
         let Some(report) = self.memory.iteration(&iteration, device.host_link())? else {
-            return Ok(false);
+            return Ok(None);
         };
         let stall = report.stall_s();
         if stall > 0.0 {
@@ -698,7 +699,7 @@ impl RoleContext {
             self.sleep(stall).await;
             self.trace_span("swap", "memory", t0, self.now());
         }
-        Ok(true)
+        Ok(Some(report.plan))
     }
 
     /// The highest number of bytes ever resident on this role's device, as its memory policy

@@ -61,13 +61,19 @@ pub async fn train_step(
     work: Work,
     charge: Charge,
 ) -> Result<(StepResult, f64)> {
-    activations(ctx, job, at.batch).await?;
+    let plan = activations(ctx, job, at.batch).await?;
     // The step's math, run inside the charge (timed there in `wall`); none in throughput mode.
+    // Under a layer-granular memory policy a graph network follows the policy's moves.
     let batch = match (replica, &job.data) {
         (Some(replica), Some(data)) => Some((replica, batch_of(job, data, replica, params, at)?)),
         _ => None,
     };
-    let step = move || batch.map(|(replica, (x, y))| replica.step(x, &y));
+    let step = move || {
+        batch.map(|(replica, (x, y))| match (&plan, replica.graph_net()) {
+            (Some(plan), Some(_)) => replica.step_with_plan(x, &y, plan),
+            _ => replica.step(x, &y),
+        })
+    };
     let (out, ready_at) = match charge {
         Charge::Whole => {
             let out = ctx.compute("step", work, step).await;
@@ -135,12 +141,17 @@ pub fn close_clock(
     record
 }
 
-/// Reports a step's activations to the memory policy: every stage's live from its forward to its
-/// backward.
-async fn activations(ctx: &mut RoleContext, job: &Job, batch: u64) -> Result<()> {
+/// Reports a step's activations to the memory policy: a layer-granular policy runs the model's
+/// operator graph and returns its moves; otherwise every stage's activations are live from its
+/// forward to its backward.
+async fn activations(
+    ctx: &mut RoleContext,
+    job: &Job,
+    batch: u64,
+) -> Result<Option<crate::graph::MovePlan>> {
     if let Some(graph) = &job.op_graph {
-        if ctx.memory_iteration(graph, batch).await? {
-            return Ok(());
+        if let Some(plan) = ctx.memory_iteration(graph, batch).await? {
+            return Ok(Some(plan));
         }
     }
     let stages = &job.stage_activation_bytes;
@@ -153,7 +164,7 @@ async fn activations(ctx: &mut RoleContext, job: &Job, batch: u64) -> Result<()>
         ctx.memory_event(MemEvent::Backward { stage, bytes })
             .await?;
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Reports a worker's replica to its memory policy: the parameters and their gradients, resident

@@ -118,7 +118,10 @@ impl Replica {
     pub fn step(&self, features: Vec<f32>, labels: &[u32]) -> Result<StepOutput> {
         let model = match &self.inner {
             Inner::Staged(m) => m,
-            Inner::Graph(g) => return g.step(features, labels),
+            // Layer by layer, as under a memory policy's moves (with none here): the same
+            // computation whether or not a policy moves feature maps, so a run under any policy
+            // gives the same bits.
+            Inner::Graph(g) => return g.step_layerwise(features, labels, &MovePlan::default()),
             Inner::Mf(m) => {
                 let (loss, grads) = m.step(&features)?;
                 return Ok(StepOutput { loss, grads });
