@@ -335,6 +335,16 @@ pub struct MovePoint {
     pub before: bool,
 }
 
+impl MovePoint {
+    /// The point just after the same node's compute in the same pass.
+    pub fn after(self) -> MovePoint {
+        MovePoint {
+            before: false,
+            ..self
+        }
+    }
+}
+
 /// What a memory manager does to the output (feature map) of a node at a [`MovePoint`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "move", content = "node")]

@@ -337,10 +337,7 @@ impl<'e, 'a> Executor<'e, 'a> {
         if self.residency[node] == Residency::OffloadingToHost && self.readers_left[node] == 0 {
             let t = self.offload_done[node].max(self.last_reader_end[node]);
             self.pending.push((t, Held::Map(node)));
-            let at = MovePoint {
-                before: false,
-                ..at
-            };
+            let at = at.after();
             self.plan.moves.push((at, Move::Free(node)));
         }
     }
@@ -440,23 +437,10 @@ impl<'e, 'a> Executor<'e, 'a> {
             for &i in &inputs {
                 self.readers_left[i] -= 1;
                 self.last_reader_end[i] = self.last_reader_end[i].max(end);
-                self.release_when_done(
-                    i,
-                    MovePoint {
-                        before: false,
-                        ..at
-                    },
-                );
+                self.release_when_done(i, at.after());
             }
             let ops = policy.on_forward_end(n, &self.view());
-            self.apply(
-                ops,
-                MovePoint {
-                    before: false,
-                    ..at
-                },
-                end,
-            )?;
+            self.apply(ops, at.after(), end)?;
             self.end_of_layer(end);
             self.point(end, Pass::Forward, step + 1);
         }
@@ -515,22 +499,9 @@ impl<'e, 'a> Executor<'e, 'a> {
             self.compute.push((start, end));
             self.pending.push((end, Held::Grad(n)));
             self.pending.push((end, Held::Map(n)));
-            self.plan.moves.push((
-                MovePoint {
-                    before: false,
-                    ..at
-                },
-                Move::Free(n),
-            ));
+            self.plan.moves.push((at.after(), Move::Free(n)));
             let ops = policy.on_backward_end(n, &self.view());
-            self.apply(
-                ops,
-                MovePoint {
-                    before: false,
-                    ..at
-                },
-                end,
-            )?;
+            self.apply(ops, at.after(), end)?;
             self.end_of_layer(end);
             self.point(end, Pass::Backward, step + 1);
         }
@@ -913,13 +884,7 @@ mod tests {
                 assert!(on_device[i], "forward of {n} reads {i} off the device");
             }
             on_device[n] = true;
-            apply(
-                MovePoint {
-                    before: false,
-                    ..at
-                },
-                &mut on_device,
-            );
+            apply(at.after(), &mut on_device);
         }
         for &n in order.iter().rev().filter(|&&n| n != 0) {
             let at = MovePoint {
@@ -931,13 +896,7 @@ mod tests {
             for &i in g.nodes[n].inputs.iter().chain([&n]) {
                 assert!(on_device[i], "backward of {n} needs {i} off the device");
             }
-            apply(
-                MovePoint {
-                    before: false,
-                    ..at
-                },
-                &mut on_device,
-            );
+            apply(at.after(), &mut on_device);
         }
     }
 

@@ -95,21 +95,7 @@ impl Replica {
             Inner::Graph(g) => return g.set_params(values),
             Inner::Mf(m) => return m.set_params(values),
         };
-        let vars = model.vars();
-        if vars.len() != values.len() {
-            return Err(WorkloadError::Tensor {
-                context: "load parameters".into(),
-                source: candle_core::Error::Msg(format!(
-                    "{} values for {} parameters",
-                    values.len(),
-                    vars.len()
-                )),
-            });
-        }
-        for (var, v) in vars.into_iter().zip(values) {
-            let t = Tensor::from_slice(v, var.shape(), model.device()).ctx("load parameters")?;
-            var.set(&t).ctx("load parameters")?;
-        }
+        load_vars(&model.vars(), values, model.device())?;
         Ok(())
     }
 
@@ -194,4 +180,28 @@ impl Replica {
             Inner::Mf(_) => candle_core::bail!("matrix factorization has no logits"),
         }
     }
+}
+
+/// Sets `vars` from flat values in the same order, on `device`; an error naming both counts when
+/// they differ.
+pub(super) fn load_vars(
+    vars: &[&candle_core::Var],
+    values: &[Vec<f32>],
+    device: &Device,
+) -> Result<()> {
+    if vars.len() != values.len() {
+        return Err(WorkloadError::Tensor {
+            context: "load parameters".into(),
+            source: candle_core::Error::Msg(format!(
+                "{} values for {} parameters",
+                values.len(),
+                vars.len()
+            )),
+        });
+    }
+    for (var, v) in vars.iter().zip(values) {
+        let t = Tensor::from_slice(v, var.shape(), device).ctx("load parameters")?;
+        var.set(&t).ctx("load parameters")?;
+    }
+    Ok(())
 }

@@ -2,7 +2,7 @@
 
 use super::ops;
 use super::spec::GraphNetSpec;
-use crate::error::{Result, TensorContext, WorkloadError};
+use crate::error::{Result, TensorContext};
 use crate::model::StepOutput;
 use candle_core::{DType, Device, Tensor, Var};
 
@@ -58,22 +58,7 @@ impl GraphNet {
 
     /// Sets every parameter from flat values in layout order.
     pub fn set_params(&self, values: &[Vec<f32>]) -> Result<()> {
-        let vars = self.vars();
-        if vars.len() != values.len() {
-            return Err(WorkloadError::Tensor {
-                context: "load parameters".into(),
-                source: candle_core::Error::Msg(format!(
-                    "{} values for {} parameters",
-                    values.len(),
-                    vars.len()
-                )),
-            });
-        }
-        for (var, v) in vars.into_iter().zip(values) {
-            let t = Tensor::from_slice(v, var.shape(), &self.device).ctx("load parameters")?;
-            var.set(&t).ctx("load parameters")?;
-        }
-        Ok(())
+        crate::model::replica::load_vars(&self.vars(), values, &self.device)
     }
 
     /// A flat batch of samples as the input tensor `[batch, c, h, w]`.
