@@ -180,3 +180,29 @@ fn a_larger_beta_fails_fewer_jittered_iterations() {
     assert_eq!(rates[3], 0.0, "{rates:?}");
     assert_eq!(rate(clean / 100), rates[1], "same seed, same rate");
 }
+
+#[test]
+fn without_batch_norm_vdnn_peaks_in_the_backward_pass_of_the_first_stage() {
+    // The thesis's Fig. 4.7: ResNet-32 without batch-norm, batch 100, one iteration of 190-odd
+    // layer steps; the peak comes in the backward pass, among the first residual blocks (whose
+    // feature maps are the largest), where the gradients meet the stashed maps coming back.
+    let g = graph("resnet-32-nobn");
+    let r = run(
+        &g,
+        100,
+        &mut Vdnn::new(OffloadSet::All),
+        &mut BestFit::new(0),
+        UNBOUNDED,
+    )
+    .unwrap();
+    assert!((185..=200).contains(&r.series.len()), "{}", r.series.len());
+    let peak = r
+        .series
+        .iter()
+        .max_by_key(|p| p.footprint)
+        .expect("a series");
+    assert_eq!(peak.pass, concord_engine::graph::Pass::Backward);
+    let order = g.exec_order();
+    let node = &g.nodes[order[order.len() - peak.step]];
+    assert!(node.name.starts_with("stage1_"), "peak at {}", node.name);
+}

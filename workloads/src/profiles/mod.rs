@@ -46,7 +46,7 @@ pub use googlenet::googlenet;
 pub use inception::inception_v3;
 pub use inception_v4::inception_v4;
 pub use mlr::mlr_imagenet;
-pub use resnet::{resnet101, resnet32, resnet50};
+pub use resnet::{resnet101, resnet32, resnet32_plain, resnet50};
 pub use resnet152::resnet152;
 pub use vgg::{vgg16, vgg19};
 
@@ -198,6 +198,7 @@ pub fn builtin_names() -> &'static [&'static str] {
         "resnet-101",
         "resnet-152",
         "resnet-32",
+        "resnet-32-nobn",
         "resnet-50",
         "vgg16",
         "vgg19",
@@ -228,6 +229,7 @@ pub fn builtin(name: &str) -> Option<ModelProfile> {
         "resnet101" => resnet101(),
         "resnet152" => resnet152(),
         "resnet32" => resnet32(),
+        "resnet32nobn" => resnet32_plain(),
         "resnet50" => resnet50(),
         "vgg16" => vgg16(),
         "vgg19" => vgg19(),

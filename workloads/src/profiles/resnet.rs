@@ -91,16 +91,29 @@ pub fn resnet101() -> ModelProfile {
 
 /// ResNet-32 for CIFAR-10 (6n + 2 with n = 5, option-A shortcuts): 0.46 M parameters.
 pub fn resnet32() -> ModelProfile {
+    cifar_resnet32("resnet-32", true)
+}
+
+/// ResNet-32 without batch-normalisation: the network of the Dymem thesis's fragmentation study
+/// (§4.3.3, Fig. 4.7: 15 residual blocks, batch 100), where nothing but convolutions, ReLUs and
+/// residual joins sits between the blocks.
+pub fn resnet32_plain() -> ModelProfile {
+    cifar_resnet32("resnet-32-nobn", false)
+}
+
+/// The CIFAR ResNet-32, with or without a batch-norm after every convolution.
+fn cifar_resnet32(name: &str, bn: bool) -> ModelProfile {
     const WIDTHS: [u64; 3] = [16, 32, 64];
     let mut net = Net::new(
-        "resnet-32",
+        name,
         "3x32x32 (CIFAR-10, 10 classes)",
         Shape::new(3, 32, 32),
         false,
     );
+    let norm = |l: &mut Layer, name: &str, y: Shape| if bn { l.bn(name, y) } else { y };
     net.layer("stem", |l, x| {
         let y = l.conv("conv1", x, 16, 3, 1, 1);
-        l.bn("bn1", y)
+        norm(l, "bn1", y)
     });
     for (s, &width) in WIDTHS.iter().enumerate() {
         for b in 0..5 {
@@ -108,9 +121,9 @@ pub fn resnet32() -> ModelProfile {
             let stride = if s > 0 && b == 0 { 2 } else { 1 };
             net.layer(&lname, |l, x| {
                 let y = l.conv(&format!("{lname}_conv1"), x, width, 3, stride, 1);
-                let y = l.bn(&format!("{lname}_bn1"), y);
+                let y = norm(l, &format!("{lname}_bn1"), y);
                 let y = l.conv(&format!("{lname}_conv2"), y, width, 3, 1, 1);
-                let y = l.bn(&format!("{lname}_bn2"), y);
+                let y = norm(l, &format!("{lname}_bn2"), y);
                 l.residual_add(y, x)
             });
         }

@@ -135,6 +135,17 @@ fn forward_flops_match_published() {
         0.06,
     );
     assert_rel("resnet-32", resnet32().forward_flops(), 2.0 * 69e6, 0.03);
+    // Without batch-norm: the same convolutions, no gamma and beta (2 per channel of the 31
+    // normalised convolutions' outputs).
+    let plain = resnet32_plain();
+    assert_eq!(plain.forward_flops(), resnet32().forward_flops());
+    let bn: u64 = 2 * (16 + 10 * 16 + 10 * 32 + 10 * 64);
+    assert_eq!(plain.total_params() + bn, resnet32().total_params());
+    assert!(plain
+        .graph
+        .nodes
+        .iter()
+        .all(|n| n.kind != crate::graph::OpKind::BatchNorm));
     assert_rel(
         "resnet-152",
         resnet152().forward_flops(),
@@ -202,7 +213,11 @@ fn layer_invariants() {
         assert!(flat.iter().copied().eq(m.tensors()), "{}", m.name);
         // Execution order: the classifier is last and produces the class scores.
         let last = m.layers.last().unwrap();
-        let classes = if m.name == "resnet-32" { 10 } else { 1000 };
+        let classes = if m.name.starts_with("resnet-32") {
+            10
+        } else {
+            1000
+        };
         assert_eq!(last.activation_bytes, classes * 4, "{}", m.name);
         assert!(
             last.tensors.last().unwrap().name.ends_with(".bias"),
@@ -360,7 +375,7 @@ fn blocks_at_edges() {
 
 #[test]
 fn builtin_lookup() {
-    assert_eq!(builtin_names().len(), 13);
+    assert_eq!(builtin_names().len(), 14);
     for &name in builtin_names() {
         let m = builtin(name).unwrap_or_else(|| panic!("{name}"));
         assert_eq!(m.name, name);
@@ -375,6 +390,7 @@ fn builtin_lookup() {
         ("ResNet50", "resnet-50"),
         ("resnet_101", "resnet-101"),
         ("ResNet-32", "resnet-32"),
+        ("ResNet-32-noBN", "resnet-32-nobn"),
         ("Inception-V3", "inception-v3"),
         ("Inception-V4", "inception-v4"),
         ("ResNet-152", "resnet-152"),
