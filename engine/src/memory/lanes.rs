@@ -37,19 +37,43 @@ impl HostLink {
     }
 }
 
-/// The device could not hold what a layer needed.
+/// Why an iteration could not run.
 #[derive(Debug, Error, Clone, PartialEq)]
-#[error("out of device memory at the {pass:?} pass of `{layer}` placing {what}: {source}")]
-pub struct LaneError {
-    /// The pass.
-    pub pass: Pass,
-    /// The layer (node name).
-    pub layer: String,
-    /// What was being placed.
-    pub what: String,
-    /// The allocator's refusal.
-    #[source]
-    pub source: AllocError,
+pub enum LaneError {
+    /// The device could not hold what a layer needed.
+    #[error("out of device memory at the {pass:?} pass of `{layer}` placing {what}: {source}")]
+    OutOfMemory {
+        /// The pass.
+        pass: Pass,
+        /// The layer (node name).
+        layer: String,
+        /// What was being placed.
+        what: String,
+        /// The allocator's refusal.
+        #[source]
+        source: AllocError,
+    },
+    /// The policy asked for something that would lose a tensor a layer still needs.
+    #[error("policy `{policy}` at the {pass:?} pass of `{layer}`: {what}")]
+    Policy {
+        /// The policy.
+        policy: String,
+        /// The pass.
+        pass: Pass,
+        /// The layer (node name) whose hook asked.
+        layer: String,
+        /// What it asked and why it cannot be done.
+        what: String,
+    },
+}
+
+impl LaneError {
+    /// The layer the error happened at.
+    pub fn layer(&self) -> &str {
+        match self {
+            LaneError::OutOfMemory { layer, .. } | LaneError::Policy { layer, .. } => layer,
+        }
+    }
 }
 
 /// Device memory at one moment of the iteration.
@@ -133,7 +157,7 @@ pub fn run_iteration(
     allocator: &mut dyn DeviceAllocator,
     link: HostLink,
 ) -> Result<IterationReport, LaneError> {
-    let mut ex = Executor::new(it, policy.sync(), allocator, link);
+    let mut ex = Executor::new(it, policy, allocator, link);
     ex.forward(policy)?;
     ex.backward(policy)?;
     policy.on_iteration_end();
@@ -142,6 +166,7 @@ pub fn run_iteration(
 
 struct Executor<'e, 'a> {
     it: &'e IterationGraph<'a>,
+    policy: String,
     sync: SyncMode,
     alloc: &'e mut dyn DeviceAllocator,
     link: HostLink,
@@ -150,6 +175,7 @@ struct Executor<'e, 'a> {
     grad_block: Vec<Option<Block>>,
     ready: Vec<f64>,
     offload_done: Vec<f64>,
+    host_copy: Vec<bool>,
     readers_left: Vec<usize>,
     last_reader_end: Vec<f64>,
     pending: Vec<(f64, Held)>,
@@ -169,13 +195,15 @@ struct Executor<'e, 'a> {
 impl<'e, 'a> Executor<'e, 'a> {
     fn new(
         it: &'e IterationGraph<'a>,
-        sync: SyncMode,
+        policy: &dyn LayerPolicy,
         alloc: &'e mut dyn DeviceAllocator,
         link: HostLink,
     ) -> Executor<'e, 'a> {
         let n = it.graph.len();
+        let sync = policy.sync();
         Executor {
             it,
+            policy: policy.name(),
             sync,
             alloc,
             link,
@@ -184,6 +212,7 @@ impl<'e, 'a> Executor<'e, 'a> {
             grad_block: vec![None; n],
             ready: vec![0.0; n],
             offload_done: vec![0.0; n],
+            host_copy: vec![false; n],
             readers_left: it.consumers.iter().map(Vec::len).collect(),
             last_reader_end: vec![0.0; n],
             pending: Vec::new(),
@@ -209,6 +238,7 @@ impl<'e, 'a> Executor<'e, 'a> {
         LaneView {
             iteration: self.it,
             residency: &self.residency,
+            host_copy: &self.host_copy,
         }
     }
 
@@ -229,6 +259,9 @@ impl<'e, 'a> Executor<'e, 'a> {
         for (_, held) in released {
             match held {
                 Held::Map(n) => {
+                    if self.residency[n] == Residency::Freed {
+                        continue;
+                    }
                     if let Some(b) = self.map_block[n].take() {
                         self.alloc.free(b);
                     }
@@ -284,12 +317,68 @@ impl<'e, 'a> Executor<'e, 'a> {
     }
 
     fn oom(&self, pass: Pass, node: usize, what: String, source: AllocError) -> LaneError {
-        LaneError {
+        LaneError::OutOfMemory {
             pass,
             layer: self.name(node),
             what,
             source,
         }
+    }
+
+    fn refuse(&self, at: MovePoint, what: String) -> LaneError {
+        LaneError::Policy {
+            policy: self.policy.clone(),
+            pass: at.pass,
+            layer: self.name(at.node),
+            what,
+        }
+    }
+
+    /// When the copy under way for `node` completes (now if none is).
+    fn copy_done(&self, node: usize) -> f64 {
+        match self.residency[node] {
+            Residency::OffloadingToHost => self.offload_done[node],
+            Residency::PrefetchingToDevice => self.ready[node],
+            _ => 0.0,
+        }
+    }
+
+    /// A policy's early release of `node`'s device copy: allowed once it has a host copy (made
+    /// or under way) and no forward reader or the current layer still reads it; the copy leaves
+    /// when the host copy is complete.
+    fn free(&mut self, at: MovePoint, node: usize, t: f64) -> Result<(), LaneError> {
+        let name = self.name(node);
+        match self.residency[node] {
+            Residency::Device | Residency::OffloadingToHost => {}
+            Residency::PrefetchingToDevice => {
+                return Err(self.refuse(
+                    at,
+                    format!("frees `{name}` while it is on its way back (wait for it first)"),
+                ))
+            }
+            Residency::Pending | Residency::Host | Residency::Freed => return Ok(()),
+        }
+        if !self.host_copy[node] {
+            return Err(self.refuse(
+                at,
+                format!("frees `{name}`, which has no host copy and is still needed"),
+            ));
+        }
+        let reads = self.it.graph.nodes[at.node].inputs.contains(&node)
+            || (at.pass == Pass::Backward && at.node == node);
+        if self.readers_left[node] > 0 || (at.before && reads) {
+            return Err(self.refuse(at, format!("frees `{name}` while a layer still reads it")));
+        }
+        if self.pending.iter().any(|p| p.1 == Held::Map(node)) {
+            return Ok(());
+        }
+        if self.residency[node] == Residency::Device {
+            self.set(node, Residency::OffloadingToHost);
+        }
+        self.pending
+            .push((t.max(self.offload_done[node]), Held::Map(node)));
+        self.plan.moves.push((at, Move::Free(node)));
+        Ok(())
     }
 
     /// A copy of `bytes` that may start at `not_before`; returns its end.
@@ -326,6 +415,7 @@ impl<'e, 'a> Executor<'e, 'a> {
         let end = self.copy(self.it.bytes(node), not_before);
         self.offloaded += self.it.bytes(node);
         self.offload_done[node] = end;
+        self.host_copy[node] = true;
         self.set(node, Residency::OffloadingToHost);
         self.plan.moves.push((at, Move::Offload(node)));
         self.release_when_done(node, at);
@@ -376,14 +466,16 @@ impl<'e, 'a> Executor<'e, 'a> {
     }
 
     fn apply(&mut self, ops: Vec<MemOp>, at: MovePoint, t: f64) -> Result<(), LaneError> {
+        let mut prefetching = true;
         for op in ops {
             match op {
                 MemOp::Offload(n) => self.offload(at, n, t),
                 MemOp::Prefetch(n) => {
-                    if !self.prefetch(at, n, t, false)? {
-                        break;
-                    }
+                    // After a prefetch that found no room, the hook's later ones wait too.
+                    prefetching = prefetching && self.prefetch(at, n, t, false)?;
                 }
+                MemOp::Free(n) => self.free(at, n, t)?,
+                MemOp::WaitFor(n) => self.barrier = self.barrier.max(self.copy_done(n)),
             }
         }
         Ok(())
@@ -428,7 +520,7 @@ impl<'e, 'a> Executor<'e, 'a> {
             }
             let ops = policy.on_forward_begin(n, &self.view());
             self.apply(ops, at, start)?;
-            let start = start.max(self.compute_free);
+            let start = start.max(self.compute_free).max(self.barrier);
             let end = start + self.it.forward_s[n];
             self.compute_free = end;
             self.compute.push((start, end));
@@ -487,7 +579,7 @@ impl<'e, 'a> Executor<'e, 'a> {
                     t = placed;
                 }
             }
-            let mut start = t.max(self.compute_free);
+            let mut start = t.max(self.compute_free).max(self.barrier);
             for &m in &needed {
                 start = start.max(self.ready[m]);
                 if self.residency[m] == Residency::PrefetchingToDevice {
@@ -670,6 +762,12 @@ mod tests {
         sync: SyncMode,
         offload: bool,
         lookahead: bool,
+        /// Wait for each offload before the layer that starts it computes.
+        wait: bool,
+        /// Free the inputs of every layer after its backward pass (they come back on demand).
+        free_inputs: bool,
+        /// Free the output of every layer before it is read (a policy bug).
+        bad_free: bool,
     }
 
     impl LayerPolicy for Swap {
@@ -684,11 +782,40 @@ mod tests {
                 return Vec::new();
             }
             let it = view.iteration;
-            it.graph.nodes[node]
+            let mut ops: Vec<MemOp> = it.graph.nodes[node]
                 .inputs
                 .iter()
                 .filter(|&&i| it.offload_candidate(i) && view.residency[i] == Residency::Device)
                 .map(|&i| MemOp::Offload(i))
+                .collect();
+            if self.wait {
+                let waits: Vec<MemOp> = ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        MemOp::Offload(i) => Some(MemOp::WaitFor(*i)),
+                        _ => None,
+                    })
+                    .collect();
+                ops.extend(waits);
+            }
+            ops
+        }
+        fn on_forward_end(&mut self, node: usize, _view: &LaneView<'_, '_>) -> Vec<MemOp> {
+            if self.bad_free && node > 0 {
+                vec![MemOp::Free(node)]
+            } else {
+                Vec::new()
+            }
+        }
+        fn on_backward_end(&mut self, node: usize, view: &LaneView<'_, '_>) -> Vec<MemOp> {
+            if !self.free_inputs {
+                return Vec::new();
+            }
+            view.iteration.graph.nodes[node]
+                .inputs
+                .iter()
+                .filter(|&&i| view.host_copy[i])
+                .map(|&i| MemOp::Free(i))
                 .collect()
         }
         fn on_backward_begin(&mut self, node: usize, view: &LaneView<'_, '_>) -> Vec<MemOp> {
@@ -798,7 +925,66 @@ mod tests {
             sync,
             offload,
             lookahead,
+            wait: false,
+            free_inputs: false,
+            bad_free: false,
         }
+    }
+
+    #[test]
+    fn waiting_for_each_copy_hides_none_of_it_in_the_forward_pass() {
+        let g = net(4, 50_000);
+        let free = run(&g, &mut swap(SyncMode::PassEnd, true, true), u64::MAX).unwrap();
+        let mut waiting = swap(SyncMode::PassEnd, true, true);
+        waiting.wait = true;
+        let waited = run(&g, &mut waiting, u64::MAX).unwrap();
+        assert!(
+            waited.seconds > free.seconds,
+            "{} vs {}",
+            waited.seconds,
+            free.seconds
+        );
+        assert!(waited.forward_end_s > free.forward_end_s);
+        check_plan(&g, &waited.plan);
+    }
+
+    #[test]
+    fn freeing_what_has_a_host_copy_lowers_the_backward_pass_and_it_comes_back_when_needed() {
+        let g = net(4, 50_000);
+        let kept = run(&g, &mut swap(SyncMode::PassEnd, true, false), u64::MAX).unwrap();
+        let mut eager = swap(SyncMode::PassEnd, true, false);
+        eager.free_inputs = true;
+        let freed = run(&g, &mut eager, u64::MAX).unwrap();
+        // Memory held over the backward pass, layer step by layer step.
+        let held = |r: &IterationReport| -> u64 {
+            r.series
+                .iter()
+                .filter(|p| p.pass == Pass::Backward)
+                .map(|p| p.used)
+                .sum()
+        };
+        assert!(
+            held(&freed) < held(&kept),
+            "{} vs {}",
+            held(&freed),
+            held(&kept)
+        );
+        assert!(freed.high_water <= kept.high_water);
+        assert!(
+            freed.prefetched_bytes > kept.prefetched_bytes,
+            "brought back twice"
+        );
+        check_plan(&g, &freed.plan);
+    }
+
+    #[test]
+    fn a_free_that_would_lose_a_tensor_is_refused_and_named() {
+        let g = net(2, 50_000);
+        let mut bad = swap(SyncMode::PassEnd, false, false);
+        bad.bad_free = true;
+        let e = run(&g, &mut bad, u64::MAX).unwrap_err();
+        assert!(matches!(e, LaneError::Policy { .. }), "{e}");
+        assert!(e.to_string().contains("no host copy"), "{e}");
     }
 
     #[test]
@@ -942,6 +1128,6 @@ mod tests {
         }
         let e = run(&g, &mut swap(SyncMode::PassEnd, true, true), 100_000).unwrap_err();
         assert!(e.to_string().contains("out of device memory"), "{e}");
-        assert!(!e.layer.is_empty());
+        assert!(!e.layer().is_empty());
     }
 }

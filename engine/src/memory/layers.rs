@@ -6,9 +6,11 @@
 //! backward, on two lanes of the device: a **compute lane** that runs the layers and a **memory
 //! lane** that copies feature maps to and from the host over the host link. At each layer it
 //! asks the policy what to move ([`LayerPolicy`]'s `on_*` hooks); the policy's
-//! [`SyncMode`] says how the lanes wait for one another. Frees follow from reference counts and
-//! need no hook: a feature map leaves the device once its forward readers have run and its host
-//! copy (if any) is complete, and for good after the backward pass no longer needs it.
+//! [`SyncMode`] says how the lanes wait for one another. Frees follow from reference counts: a
+//! feature map leaves the device once its forward readers have run and its host copy (if any) is
+//! complete, and for good after the backward pass no longer needs it. A policy may also release a
+//! copy early ([`MemOp::Free`], refused when it would lose a tensor) and hold the next layer for
+//! one tensor's copy ([`MemOp::WaitFor`]).
 
 use super::alloc::Mobility;
 use crate::graph::{OpGraph, OpKind, Pass};
@@ -95,6 +97,13 @@ pub enum MemOp {
     /// Copy node's feature map back to the device. The executor places it now; if the device
     /// has no room, this and the rest of the hook's prefetches wait for a later hook.
     Prefetch(usize),
+    /// Release node's device copy early, once its host copy is complete (a feature map brought
+    /// back too soon, say). Refused, as an error naming the layer, when the feature map has no
+    /// host copy or a layer still reads it: a policy never loses a tensor.
+    Free(usize),
+    /// Start the next computation (this layer's, from a `begin` hook) only once node's copy under
+    /// way has completed: a barrier on one tensor.
+    WaitFor(usize),
 }
 
 /// One training iteration of a model on a device, as the executor runs it: the graph, its
@@ -189,6 +198,9 @@ pub struct LaneView<'v, 'a> {
     pub iteration: &'v IterationGraph<'a>,
     /// Residency of every node's feature map.
     pub residency: &'v [Residency],
+    /// Whether each node's feature map has a host copy (made or under way), which a device
+    /// copy brought back keeps.
+    pub host_copy: &'v [bool],
 }
 
 /// A layer-granular swapping policy: which feature maps leave the device in the forward pass,

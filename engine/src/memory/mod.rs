@@ -243,12 +243,17 @@ impl DeviceMemory {
         layered.allocator.reset(capacity);
         let reserve = layered.reserve;
         let report = lanes::run_iteration(iteration, layered.policy, layered.allocator, link)
-            .map_err(|e| EngineError::OutOfMemory {
-                device: self.ledger.device.clone(),
-                role: self.ledger.role,
-                needed: resident + e.source.used + e.source.bytes,
-                budget: self.ledger.budget,
-                what: e.to_string(),
+            .map_err(|e| match &e {
+                lanes::LaneError::OutOfMemory { source, .. } => EngineError::OutOfMemory {
+                    device: self.ledger.device.clone(),
+                    role: self.ledger.role,
+                    needed: resident + source.used + source.bytes,
+                    budget: self.ledger.budget,
+                    what: e.to_string(),
+                },
+                lanes::LaneError::Policy { .. } => {
+                    EngineError::protocol(self.ledger.role, e.to_string())
+                }
             })?;
         let what = format!("activations under {}", report.policy);
         let pool = report.high_water.saturating_add(reserve).min(capacity);
