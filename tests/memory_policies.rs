@@ -107,6 +107,45 @@ fn bad_options_are_named() {
     );
     let e = run(&cfg).expect_err("offload is vdnn's");
     assert!(e.contains("strategy.dymem.offload"), "{e}");
+    let mut cfg = job("vdnn", RESNET);
+    cfg.strategy.insert(
+        "vdnn".into(),
+        toml::from_str("beta_mib = 300.0").expect("options"),
+    );
+    let e = run(&cfg).expect_err("only dymem sizes its pool");
+    assert!(e.contains("strategy.vdnn.beta_mib"), "{e}");
     let e = run(&job("dymemx", RESNET)).expect_err("unknown");
     assert!(e.contains("dymemx"), "{e}");
+}
+
+#[test]
+fn dymem_sizes_its_pool_from_the_first_iteration_plus_beta_and_reports_its_figures() {
+    let profile = |beta: Option<f64>| {
+        let mut cfg = job("dymem", "kind = \"profile\"\nname = \"resnet-32\"");
+        cfg.data = Default::default();
+        cfg.batch = 100;
+        if let Some(beta) = beta {
+            cfg.strategy.insert(
+                "dymem".into(),
+                toml::from_str(&format!("beta_mib = {beta}")).expect("options"),
+            );
+        }
+        run(&cfg).expect("runs")
+    };
+    let plain = profile(None);
+    let reserved = profile(Some(64.0));
+    let fig = |r: &RunResult, name: &str| r.summary.figures[&format!("memory.{name}")];
+    // Without β the pool is the first iteration's high-water mark, and every later iteration
+    // fits it exactly (a static graph repeats its placements).
+    assert_eq!(fig(&plain, "pool_bytes"), fig(&plain, "high_water_bytes"));
+    assert_eq!(fig(&plain, "pool_failures"), 0.0);
+    assert_eq!(
+        fig(&reserved, "pool_bytes"),
+        fig(&plain, "pool_bytes") + 64.0 * 1024.0 * 1024.0
+    );
+    let peak = |r: &RunResult| r.summary.peak_memory["worker-0"];
+    assert_eq!(peak(&reserved) - peak(&plain), 64 * 1024 * 1024);
+    // The same iterations: β is memory, not time.
+    assert_eq!(plain.summary.run_time_s, reserved.summary.run_time_s);
+    assert!(fig(&plain, "overlap_share") > 0.0 && fig(&plain, "overlap_share") <= 1.0);
 }

@@ -18,7 +18,7 @@ use crate::stragglers::{Effect, Probe, ResourceSignals, RoleKind, StragglerSet};
 use crate::trace::Recorder;
 use crate::transport::{Departure, Envelope, Transport};
 use serde::Serialize;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -179,6 +179,11 @@ pub struct RoleStats {
     /// Seconds spent computing (with slowdowns and injected delays): as charged in `sim`, as
     /// measured in `wall`.
     pub compute_s: f64,
+    /// What a layer-granular memory policy measured of the role's last training iteration
+    /// ([`IterationReport::figures`](crate::memory::lanes::IterationReport::figures)); empty
+    /// under other policies.
+    #[serde(default)]
+    pub memory: BTreeMap<String, f64>,
 }
 
 /// A role's view of the run.
@@ -693,6 +698,7 @@ impl RoleContext {
         let Some(report) = self.memory.iteration(&iteration, device.host_link())? else {
             return Ok(None);
         };
+        self.stats.memory = report.figures();
         let stall = report.stall_s();
         if stall > 0.0 {
             let t0 = self.now();

@@ -61,6 +61,8 @@ pub struct SwapStrategy {
     name: &'static str,
     summary: &'static str,
     allocator: AllocatorKind,
+    /// Whether it sizes its pool from the first iteration plus β (Dymem).
+    sizes_pool: bool,
     policy: fn(&SwapOptions) -> Box<dyn LayerPolicy>,
 }
 
@@ -73,24 +75,28 @@ impl SwapStrategy {
                 summary:
                     "Dymem: dependency-aware offload/prefetch, no per-layer barrier, GTBM allocator",
                 allocator: AllocatorKind::Gtbm,
+                sizes_pool: true,
                 policy: |_| Box::new(Dymem::default()),
             },
             SwapStrategy {
                 name: "vdnn",
                 summary: "vDNN: offload/prefetch with a barrier per layer, best-fit pool",
                 allocator: AllocatorKind::BestFit,
+                sizes_pool: false,
                 policy: |o| Box::new(Vdnn::new(o.offload.map_or(OffloadSet::All, Into::into))),
             },
             SwapStrategy {
                 name: "single-stream",
                 summary: "Dymem's offloads with copies and compute on one stream (no overlap)",
                 allocator: AllocatorKind::Gtbm,
+                sizes_pool: false,
                 policy: |_| Box::new(SingleStream),
             },
             SwapStrategy {
                 name: "superneurons",
                 summary: "SuperNeurons without recomputation: conv inputs offloaded, best-fit pool",
                 allocator: AllocatorKind::BestFit,
+                sizes_pool: false,
                 policy: |_| Box::new(SuperNeurons),
             },
         ]
@@ -117,12 +123,13 @@ impl Strategy for SwapStrategy {
         o.check(self.name)?;
         let allocator = o.allocator.unwrap_or(self.allocator);
         let policy = self.policy;
+        let sizes_pool = self.sizes_pool;
         asm.set_memory(move |job, role| {
             fits::largest_layer_fits(job, role)?;
             Ok(Swapping::new(
                 policy(&o),
                 allocator.build(),
-                o.reserve_bytes(),
+                sizes_pool.then(|| o.beta_bytes()),
             ))
         });
         Ok(())

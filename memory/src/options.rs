@@ -57,11 +57,13 @@ pub struct SwapOptions {
     /// and `superneurons`, as the thesis runs them).
     #[serde(default)]
     pub allocator: Option<AllocatorKind>,
-    /// Dymem's β, MiB: what the pool keeps beyond an iteration's high-water mark against size
-    /// fluctuations (the thesis chose 300 MB on a 12 GB device with jittering sizes; a simulated
-    /// iteration of a static graph repeats exactly, so the default is 0). Must be ≥ 0.
+    /// Dymem only: β, MiB. Dymem sizes its pool from the first iteration (which runs in the
+    /// device's free memory) to that iteration's high-water mark plus β, against size
+    /// fluctuations, and grows it by β after an iteration that does not fit. The thesis chose
+    /// 300 MB on a 12 GB device whose request sizes jitter; a simulated iteration of a static
+    /// graph repeats exactly, so the default is 0. Must be ≥ 0.
     #[serde(default)]
-    pub beta_mib: f64,
+    pub beta_mib: Option<f64>,
     /// vDNN only: which feature maps go to the host (`all`, the default, or `conv`).
     #[serde(default)]
     pub offload: Option<VdnnOffload>,
@@ -72,12 +74,21 @@ impl SwapOptions {
     /// vDNN.
     pub fn check(&self, name: &str) -> Result<()> {
         let key = format!("strategy.{name}");
-        if !self.beta_mib.is_finite() || self.beta_mib < 0.0 {
-            return Err(EngineError::config(
-                format!("{key}.beta_mib"),
-                self.beta_mib,
-                "must be a non-negative number of MiB",
-            ));
+        if let Some(beta) = self.beta_mib {
+            if name != "dymem" {
+                return Err(EngineError::config(
+                    format!("{key}.beta_mib"),
+                    beta,
+                    "only dymem sizes its pool (the others use the device's free memory)",
+                ));
+            }
+            if !beta.is_finite() || beta < 0.0 {
+                return Err(EngineError::config(
+                    format!("{key}.beta_mib"),
+                    beta,
+                    "must be a non-negative number of MiB",
+                ));
+            }
         }
         if self.offload.is_some() && name != "vdnn" {
             return Err(EngineError::config(
@@ -89,8 +100,8 @@ impl SwapOptions {
         Ok(())
     }
 
-    /// β in bytes.
-    pub fn reserve_bytes(&self) -> u64 {
-        (self.beta_mib * MIB) as u64
+    /// β in bytes (0 when unset).
+    pub fn beta_bytes(&self) -> u64 {
+        (self.beta_mib.unwrap_or(0.0) * MIB) as u64
     }
 }

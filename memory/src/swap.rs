@@ -12,21 +12,22 @@ use concord_engine::prelude::Result;
 pub struct Swapping {
     policy: Box<dyn LayerPolicy>,
     allocator: Box<dyn DeviceAllocator>,
-    reserve: u64,
+    pool_reserve: Option<u64>,
 }
 
 impl Swapping {
-    /// `policy` placing tensors with `allocator`, its pool keeping `reserve` bytes beyond an
-    /// iteration's high-water mark.
+    /// `policy` placing tensors with `allocator`; with `pool_reserve = Some(β)` its pool is sized
+    /// from the first iteration plus β bytes ([`Layered::pool_reserve`]), with `None` it is the
+    /// device's free memory.
     pub fn new(
         policy: Box<dyn LayerPolicy>,
         allocator: Box<dyn DeviceAllocator>,
-        reserve: u64,
+        pool_reserve: Option<u64>,
     ) -> Swapping {
         Swapping {
             policy,
             allocator,
-            reserve,
+            pool_reserve,
         }
     }
 }
@@ -46,7 +47,7 @@ impl MemoryPolicy for Swapping {
         Some(Layered {
             policy: self.policy.as_mut(),
             allocator: self.allocator.as_mut(),
-            reserve: self.reserve,
+            pool_reserve: self.pool_reserve,
         })
     }
 }

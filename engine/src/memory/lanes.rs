@@ -121,6 +121,10 @@ pub struct IterationReport {
     /// The moves made, in order.
     #[serde(skip)]
     pub plan: MovePlan,
+    /// Figures the caller adds about the run around the iteration (its pool, say), reported
+    /// with [`IterationReport::figures`].
+    #[serde(skip)]
+    pub figures_extra: Vec<(&'static str, f64)>,
 }
 
 impl IterationReport {
@@ -128,6 +132,28 @@ impl IterationReport {
     /// compute and waits for memory.
     pub fn stall_s(&self) -> f64 {
         (self.seconds - self.compute_s).max(0.0)
+    }
+
+    /// The iteration as run figures (`memory.<name>`): its seconds, its stall, the share of
+    /// copying that ran beside computation, the copying that did not, its high-water mark, the
+    /// mean fragmentation its placements met, and the bytes sent to the host.
+    pub fn figures(&self) -> std::collections::BTreeMap<String, f64> {
+        [
+            ("iteration_s", self.seconds),
+            ("stall_s", self.stall_s()),
+            ("overlap_share", self.overlap_share()),
+            (
+                "exposed_copy_s",
+                (self.transfer_s - self.overlap_s).max(0.0),
+            ),
+            ("high_water_bytes", self.high_water as f64),
+            ("mean_fragmentation", self.mean_fragmentation),
+            ("offloaded_bytes", self.offloaded_bytes as f64),
+        ]
+        .into_iter()
+        .chain(self.figures_extra.iter().copied())
+        .map(|(k, v)| (format!("memory.{k}"), v))
+        .collect()
     }
 
     /// Share of the transfer time that ran beside computation (0 with no transfers).
@@ -649,6 +675,7 @@ impl<'e, 'a> Executor<'e, 'a> {
             mean_fragmentation: if uf_n > 0 { uf_sum / uf_n as f64 } else { 0.0 },
             series: self.series,
             plan: self.plan,
+            figures_extra: Vec::new(),
         }
     }
 }

@@ -188,9 +188,12 @@ pub struct Layered<'p> {
     pub policy: &'p mut dyn layers::LayerPolicy,
     /// Its allocator.
     pub allocator: &'p mut dyn alloc::DeviceAllocator,
-    /// Bytes its pool keeps beyond an iteration's high-water mark (Dymem's β): reserved on the
-    /// device, so charged with it.
-    pub reserve: u64,
+    /// How its pool is sized. `Some(β)`: from the first iteration, which runs in the device's
+    /// free memory, to that iteration's high-water mark plus β bytes, grown by β after an
+    /// iteration that does not fit (Dymem, thesis §4.1.3.3); the pool is reserved on the device,
+    /// so charged whole. `None`: the pool is the device's free memory, and an iteration is
+    /// charged its high-water mark.
+    pub pool_reserve: Option<u64>,
 }
 
 /// One role's device memory: its policy and the ledger the policy charges. The role reaches it
@@ -198,6 +201,10 @@ pub struct Layered<'p> {
 pub struct DeviceMemory {
     policy: Box<dyn MemoryPolicy>,
     ledger: MemoryLedger,
+    /// The sized pool of a policy that sizes one, once an iteration has run.
+    pool: Option<u64>,
+    /// Iterations that did not fit the sized pool and ran again in a larger one.
+    pool_failures: u64,
 }
 
 impl DeviceMemory {
@@ -211,6 +218,8 @@ impl DeviceMemory {
         DeviceMemory {
             policy,
             ledger: MemoryLedger::new(device, role, budget),
+            pool: None,
+            pool_failures: 0,
         }
     }
 
@@ -236,29 +245,59 @@ impl DeviceMemory {
         link: lanes::HostLink,
     ) -> Result<Option<lanes::IterationReport>> {
         let resident = self.ledger.total();
-        let capacity = self.ledger.budget.saturating_sub(resident);
+        let free = self.ledger.budget.saturating_sub(resident);
         let Some(layered) = self.policy.layered() else {
             return Ok(None);
         };
-        layered.allocator.reset(capacity);
-        let reserve = layered.reserve;
-        let report = lanes::run_iteration(iteration, layered.policy, layered.allocator, link)
-            .map_err(|e| match &e {
-                lanes::LaneError::OutOfMemory { source, .. } => EngineError::OutOfMemory {
-                    device: self.ledger.device.clone(),
-                    role: self.ledger.role,
-                    needed: resident + source.used + source.bytes,
-                    budget: self.ledger.budget,
-                    what: e.to_string(),
-                },
-                lanes::LaneError::Policy { .. } => {
-                    EngineError::protocol(self.ledger.role, e.to_string())
+        let sizing = layered.pool_reserve;
+        let mut capacity = self.pool.map_or(free, |p| p.min(free));
+        let mut report = loop {
+            layered.allocator.reset(capacity);
+            match lanes::run_iteration(iteration, layered.policy, layered.allocator, link) {
+                Ok(report) => break report,
+                // A sized pool too small for this iteration: the thesis restarts the iteration
+                // with β more (with β = 0, with all the free memory).
+                Err(lanes::LaneError::OutOfMemory { .. }) if capacity < free => {
+                    self.pool_failures += 1;
+                    capacity = match sizing {
+                        Some(beta) if beta > 0 => capacity.saturating_add(beta).min(free),
+                        _ => free,
+                    };
+                    self.pool = Some(capacity);
                 }
-            })?;
+                Err(e) => {
+                    return Err(match &e {
+                        lanes::LaneError::OutOfMemory { source, .. } => EngineError::OutOfMemory {
+                            device: self.ledger.device.clone(),
+                            role: self.ledger.role,
+                            needed: resident + source.used + source.bytes,
+                            budget: self.ledger.budget,
+                            what: e.to_string(),
+                        },
+                        lanes::LaneError::Policy { .. } => {
+                            EngineError::protocol(self.ledger.role, e.to_string())
+                        }
+                    })
+                }
+            }
+        };
+        let charged = match sizing {
+            Some(beta) => {
+                let pool = *self
+                    .pool
+                    .get_or_insert(report.high_water.saturating_add(beta).min(free));
+                report.figures_extra.push(("pool_bytes", pool as f64));
+                report
+                    .figures_extra
+                    .push(("pool_failures", self.pool_failures as f64));
+                pool
+            }
+            None => report.high_water,
+        };
         let what = format!("activations under {}", report.policy);
-        let pool = report.high_water.saturating_add(reserve).min(capacity);
-        self.ledger.alloc(TensorClass::Activations, pool, &what)?;
-        self.ledger.free(TensorClass::Activations, pool);
+        self.ledger
+            .alloc(TensorClass::Activations, charged, &what)?;
+        self.ledger.free(TensorClass::Activations, charged);
         Ok(Some(report))
     }
 

@@ -43,8 +43,14 @@ pub(super) fn finish(
     let mut capacity = history.capacity;
     capacity.resize(job.config.workers as usize, (0.0, 0.0));
     let mut worker_parts = Vec::new();
+    let mut memory_figures: BTreeMap<String, (f64, u32)> = BTreeMap::new();
     for (w, out) in workers.into_iter().enumerate() {
         let report = out.result?;
+        for (name, v) in &out.stats.memory {
+            let e = memory_figures.entry(name.clone()).or_default();
+            e.0 += v;
+            e.1 += 1;
+        }
         let peak = peak_memory.entry(out.role.label()).or_default();
         *peak = (*peak).max(out.peak_memory);
         capacity[w].0 += out.stats.flops;
@@ -140,6 +146,10 @@ pub(super) fn finish(
             capacity: &capacity,
             traffic: &traffic,
             coordinator: &coordinator_report,
+            memory: &memory_figures
+                .into_iter()
+                .map(|(k, (sum, n))| (k, sum / f64::from(n)))
+                .collect(),
         },
         peak_memory,
         final_eval.as_ref().map(|e| (e.accuracy, e.loss)),
@@ -206,6 +216,8 @@ struct Totals<'a> {
     capacity: &'a [(f64, f64)],
     traffic: &'a BTreeMap<(RoleId, RoleId), LinkTraffic>,
     coordinator: &'a CoordinatorReport,
+    /// The workers' memory-policy figures, averaged over the workers that report them.
+    memory: &'a BTreeMap<String, f64>,
 }
 
 /// The run's summary. Wait share and the ideal bound count the active workers only: those with at
@@ -272,7 +284,13 @@ fn summarise(
                 m
             }),
         peak_memory,
-        figures: t.coordinator.figures.iter().cloned().collect(),
+        figures: t
+            .coordinator
+            .figures
+            .iter()
+            .cloned()
+            .chain(t.memory.iter().map(|(k, v)| (k.clone(), *v)))
+            .collect(),
         stopped: None,
     }
 }
@@ -309,6 +327,7 @@ pub(super) fn stopped(
             capacity: &capacity,
             traffic: &traffic,
             coordinator: &coordinator,
+            memory: &BTreeMap::new(),
         },
         BTreeMap::new(),
         None,
