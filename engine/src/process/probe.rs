@@ -18,9 +18,28 @@ use tokio::sync::mpsc;
 /// Round trips before the timed ones.
 const WARM_UP: usize = 200;
 
+/// Attempts at the probe: a port found free can be taken (by the echo rank's own listener, say)
+/// before rank 0 listens on it, so a failed attempt is retried on a fresh port.
+const ATTEMPTS: usize = 3;
+
 /// Half the median round trip, in seconds, of `round_trips` small messages between two ranks of
 /// a mesh on loopback.
 pub fn role_latency(round_trips: usize) -> Result<f64> {
+    let mut last = None;
+    for _ in 0..ATTEMPTS {
+        match probe_once(round_trips) {
+            Ok(latency) => return Ok(latency),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| EngineError::Process {
+        rank: 0,
+        reason: "the latency probe made no attempt".into(),
+    }))
+}
+
+/// One attempt of [`role_latency`] on a port free now.
+fn probe_once(round_trips: usize) -> Result<f64> {
     let port = std::net::TcpListener::bind(("127.0.0.1", 0))
         .and_then(|l| l.local_addr())
         .map_err(|e| EngineError::Process {
