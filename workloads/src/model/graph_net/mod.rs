@@ -9,6 +9,9 @@
 //! trains two ways: [`GraphNet::step`], plain candle autograd over the whole graph, and
 //! [`GraphNet::step_layerwise`], node by node in Dymem's execution order, following a
 //! [`MovePlan`](crate::graph::MovePlan) of offloads, frees and prefetches of feature maps.
+//! A [`Replica`](crate::model::Replica) trains layer by layer, with or without a plan, so that a
+//! run gives the same bits under any memory policy; whole-graph autograd is the reference the
+//! layer-by-layer step is checked against.
 
 mod build;
 mod layerwise;
