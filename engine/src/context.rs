@@ -691,7 +691,7 @@ impl RoleContext {
         graph: &crate::graph::OpGraph,
         batch: u64,
     ) -> Result<Option<crate::graph::MovePlan>> {
-        let device = self.device.clone();
+        let device = &self.device;
         let iteration = crate::memory::layers::IterationGraph::new(graph, batch, |op| {
             device.op_seconds(op, batch)
         });

@@ -103,6 +103,13 @@ impl SwapStrategy {
     }
 }
 
+impl SwapStrategy {
+    /// Its policy under `options`, and the allocator it places with by default.
+    pub fn layer_policy(&self, options: &SwapOptions) -> (Box<dyn LayerPolicy>, AllocatorKind) {
+        ((self.policy)(options), self.allocator)
+    }
+}
+
 impl Strategy for SwapStrategy {
     fn name(&self) -> &'static str {
         self.name

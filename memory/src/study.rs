@@ -5,8 +5,9 @@
 //! the fragmentation its allocator met in a pool sized to that iteration, and the device memory
 //! after every layer (Fig. 4.7).
 
-use crate::options::AllocatorKind;
-use crate::policies::{Dymem, NoOffload, OffloadSet, SingleStream, SuperNeurons, Vdnn};
+use crate::options::{AllocatorKind, SwapOptions};
+use crate::policies::NoOffload;
+use crate::SwapStrategy;
 use concord_engine::cluster::DeviceProfile;
 use concord_engine::graph::OpGraph;
 use concord_engine::memory::lanes::{run_iteration, IterationReport, LaneError, MemPoint};
@@ -23,17 +24,31 @@ pub const POLICIES: &[&str] = &[
     "superneurons",
 ];
 
-/// A policy by name with the allocator the thesis runs it with; `None` for an unknown name.
+/// A policy by name with the allocator the thesis runs it with (a swapping strategy's, under
+/// its default options); `None` for an unknown name.
 pub fn policy(name: &str) -> Option<(Box<dyn LayerPolicy>, AllocatorKind)> {
-    let p: (Box<dyn LayerPolicy>, AllocatorKind) = match name {
-        "no-offload" => (Box::new(NoOffload), AllocatorKind::BestFit),
-        "dymem" => (Box::new(Dymem::default()), AllocatorKind::Gtbm),
-        "vdnn" => (Box::new(Vdnn::new(OffloadSet::All)), AllocatorKind::BestFit),
-        "single-stream" => (Box::new(SingleStream), AllocatorKind::Gtbm),
-        "superneurons" => (Box::new(SuperNeurons), AllocatorKind::BestFit),
-        _ => return None,
-    };
-    Some(p)
+    if name == "no-offload" {
+        return Some((Box::new(NoOffload), AllocatorKind::BestFit));
+    }
+    SwapStrategy::all()
+        .into_iter()
+        .find(|s| s.name == name)
+        .map(|s| s.layer_policy(&SwapOptions::default()))
+}
+
+/// The least capacity, to 1 % of `high_water` (the memory an iteration reached with room to
+/// spare), under which `fits` says the iteration completes: a binary search.
+pub fn least_memory(high_water: u64, mut fits: impl FnMut(u64) -> bool) -> u64 {
+    let (mut lo, mut hi) = (0, high_water);
+    while hi - lo > hi / 100 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi
 }
 
 /// One policy's iteration, or why it does not fit.
@@ -114,15 +129,7 @@ pub fn study(
             };
             // A pool sized to the iteration holds it: the same moves, no waits.
             let pooled = run(full.high_water).unwrap_or_else(|_| full.clone());
-            let (mut lo, mut hi) = (0, full.high_water);
-            while hi - lo > hi / 100 {
-                let mid = lo + (hi - lo) / 2;
-                if run(mid).is_ok() {
-                    hi = mid;
-                } else {
-                    lo = mid;
-                }
-            }
+            let least = least_memory(full.high_water, |capacity| run(capacity).is_ok());
             Ok(PolicyStudy {
                 policy: name.clone(),
                 allocator,
@@ -133,7 +140,7 @@ pub fn study(
                     exposed_copy_s: (full.transfer_s - full.overlap_s).max(0.0),
                     offloaded_bytes: full.offloaded_bytes,
                     high_water: full.high_water,
-                    min_memory: hi,
+                    min_memory: least,
                     mean_fragmentation: pooled.mean_fragmentation,
                     series: full.series,
                 }),

@@ -9,6 +9,7 @@ use concord_engine::memory::layers::{IterationGraph, LayerPolicy};
 use concord_engine::profiles;
 use concord_memory::alloc::{beta_failure_rate, replay, BestFit, Gtbm, Recording};
 use concord_memory::policies::{Dymem, NoOffload, OffloadSet, SingleStream, SuperNeurons, Vdnn};
+use concord_memory::study::least_memory;
 
 fn titan_x() -> DeviceProfile {
     DeviceProfile::builtins()["titan-x"].clone()
@@ -33,27 +34,20 @@ fn run(
 
 const UNBOUNDED: u64 = u64::MAX / 4;
 
-/// The smallest capacity (to 1 %) under which `policy` with `allocator` completes the
-/// iteration: the memory it needs to train, stalls allowed.
+/// The least capacity under which `policy` with `allocator` completes the iteration: the
+/// memory it needs to train, stalls allowed.
 fn min_capacity(
     g: &OpGraph,
     batch: u64,
     policy: &mut dyn LayerPolicy,
     allocator: &mut dyn DeviceAllocator,
 ) -> u64 {
-    let mut hi = run(g, batch, policy, allocator, UNBOUNDED)
+    let high_water = run(g, batch, policy, allocator, UNBOUNDED)
         .unwrap()
         .high_water;
-    let mut lo = 0;
-    while hi - lo > hi / 100 {
-        let mid = lo + (hi - lo) / 2;
-        if run(g, batch, policy, allocator, mid).is_ok() {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
-    hi
+    least_memory(high_water, |capacity| {
+        run(g, batch, policy, allocator, capacity).is_ok()
+    })
 }
 
 #[test]

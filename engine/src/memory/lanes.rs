@@ -850,7 +850,7 @@ mod tests {
             if !self.lookahead {
                 return Vec::new();
             }
-            let pos = it.order.iter().position(|&n| n == node).unwrap_or(0);
+            let pos = it.position(node);
             let Some(&next) = pos.checked_sub(1).and_then(|p| it.order.get(p)) else {
                 return Vec::new();
             };

@@ -122,6 +122,8 @@ pub struct IterationGraph<'a> {
     pub backward_s: Vec<f64>,
     /// Every node's readers ([`OpGraph::consumers`]).
     pub consumers: Vec<Vec<usize>>,
+    /// Every node's index in `order`.
+    position: Vec<usize>,
 }
 
 impl<'a> IterationGraph<'a> {
@@ -133,14 +135,25 @@ impl<'a> IterationGraph<'a> {
         cost: impl Fn(&crate::graph::OpNode) -> (f64, f64),
     ) -> IterationGraph<'a> {
         let (forward_s, backward_s) = graph.nodes.iter().map(cost).unzip();
+        let order = graph.exec_order();
+        let mut position = vec![0; graph.len()];
+        for (i, &n) in order.iter().enumerate() {
+            position[n] = i;
+        }
         IterationGraph {
             graph,
-            order: graph.exec_order(),
+            order,
             batch,
             forward_s,
             backward_s,
             consumers: graph.consumers(),
+            position,
         }
+    }
+
+    /// Node's index in the forward order.
+    pub fn position(&self, node: usize) -> usize {
+        self.position[node]
     }
 
     /// Bytes of node's feature map for this batch.
@@ -178,11 +191,7 @@ impl<'a> IterationGraph<'a> {
             return Mobility::Movable;
         }
         let readers = &self.consumers[node];
-        let next = self
-            .order
-            .iter()
-            .position(|&n| n == node)
-            .and_then(|p| self.order.get(p + 1));
+        let next = self.order.get(self.position(node) + 1);
         let read_next = next.is_some_and(|n| readers.contains(n));
         if readers.len() > 1 || !read_next {
             Mobility::Temporary

@@ -67,7 +67,7 @@ fn backward_needs<'i>(it: &'i IterationGraph<'_>, node: usize) -> impl Iterator<
 
 /// The nodes after `node` in backward order.
 fn backward_after<'i>(it: &'i IterationGraph<'_>, node: usize) -> impl Iterator<Item = usize> + 'i {
-    let pos = it.order.iter().position(|&n| n == node).unwrap_or(0);
+    let pos = it.position(node);
     it.order[..pos].iter().rev().copied().filter(|&n| n != 0)
 }
 
