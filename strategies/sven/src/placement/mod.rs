@@ -1,0 +1,1 @@
+//! Embedding placement: shard plans, tiers, hot/cold placement and eviction.
