@@ -13,7 +13,9 @@
 //!   other events (RNA's communication thread); [`allreduce_sum`] drives it to completion.
 //!   Each chunk is summed in a fixed order along the ring, so results are deterministic and every
 //!   member ends with bit-identical values.
-//! * [`broadcast`] (binomial tree) and [`alltoall`] (direct pairwise exchange).
+//! * [`broadcast`] (binomial tree) and [`alltoall`] (direct pairwise exchange); [`AsyncAlltoall`]
+//!   (Sven's scatter at each member's own arrival, with staging) and [`BlockingAlltoall`] (NCCL's
+//!   wait-for-all) as state machines.
 //! * [`Allreduce`]: the allreduce the job's `collective` key asks for: the ring above, or NCCL on
 //!   the members' GPUs (the `nccl` feature), whose communicator id travels over the transport.
 //! * [`Fusion`]: tensor fusion: many tensors (plus trailing scalars such as RNA's contribution
@@ -21,6 +23,7 @@
 //! * [`LocalModel`]: a replica's parameters and optimizer state held by a worker, updated in the
 //!   same order on every member, reported at the end like a server's blocks.
 
+mod alltoall;
 mod backend;
 mod fusion;
 mod local;
@@ -32,6 +35,7 @@ mod ring;
 #[cfg(test)]
 mod tests;
 
+pub use alltoall::{AsyncAlltoall, BlockingAlltoall};
 pub use backend::Allreduce;
 pub use fusion::Fusion;
 pub use local::LocalModel;
@@ -156,6 +160,11 @@ pub fn is_hop(env: &Envelope, from: RoleId, op: u64, part: u32, step: u32) -> bo
     env.from == from
         && matches!(&env.msg, Message::Collective { op: o, part: p, step: s, .. }
             if *o == op && *p == part && *s == step)
+}
+
+/// Whether `env` is a hop of collective operation `op` at `step`, from any member.
+pub fn is_hop_of(env: &Envelope, op: u64, step: u32) -> bool {
+    matches!(&env.msg, Message::Collective { op: o, step: s, .. } if *o == op && *s == step)
 }
 
 /// The elements `[start, end)` of a payload (a virtual payload gives a virtual piece).

@@ -412,3 +412,120 @@ fn every(n: u64) -> crate::ps::SnapshotPlan {
         every_s: None,
     }
 }
+
+/// Runs one alltoall of `elems` per split among `p` members where member r arrives after
+/// `skew[r]` seconds, asynchronously (Sven) or blocking (NCCL-style); each member's splits are
+/// `[r * 100 + j]` repeated. Returns, per member, its parts, done time and staged bytes.
+fn skewed_alltoall(
+    p: u32,
+    elems: usize,
+    skew: &[f64],
+    blocking: bool,
+) -> Vec<((Vec<Payload>, u64), f64)> {
+    let skew = skew.to_vec();
+    let (outs, _) = simulate(p, move |rank, mut ctx| {
+        let delay = skew[rank];
+        async move {
+            let group = Group::workers(p).unwrap();
+            let splits: Vec<Payload> = (0..p as usize)
+                .map(|j| Payload::Real(vec![(rank * 100 + j) as f32; elems]))
+                .collect();
+            // Arrive after `delay`, taking whatever comes meanwhile.
+            let op = 77;
+            let out = if blocking {
+                let mut a = BlockingAlltoall::new(&ctx, &group, op).unwrap();
+                let until = ctx.now() + delay;
+                while let Some(env) = ctx.recv_until(until).await.unwrap() {
+                    a.on_message(&ctx, env).unwrap();
+                }
+                a.arrive(&ctx, splits).unwrap();
+                while !a.is_done() {
+                    let env = ctx.recv_matching(|e| a.wants(e)).await.unwrap();
+                    a.on_message(&ctx, env).unwrap();
+                }
+                (a.into_parts(), 0)
+            } else {
+                let mut a = AsyncAlltoall::new(&ctx, &group, op).unwrap();
+                let until = ctx.now() + delay;
+                while let Some(env) = ctx.recv_until(until).await.unwrap() {
+                    a.on_message(&ctx, env).unwrap();
+                }
+                a.scatter(&ctx, splits).unwrap();
+                while !a.is_done() {
+                    let env = ctx.recv_matching(|e| a.wants(e)).await.unwrap();
+                    a.on_message(&ctx, env).unwrap();
+                }
+                let staged = a.staged_bytes();
+                (a.into_parts(), staged)
+            };
+            (out, ctx)
+        }
+    });
+    outs
+}
+
+#[test]
+fn both_alltoalls_deliver_split_j_of_member_r_to_member_j() {
+    for blocking in [false, true] {
+        let outs = skewed_alltoall(4, 3, &[0.0, 2e-3, 1e-3, 0.0], blocking);
+        for (j, ((parts, _), _)) in outs.iter().enumerate() {
+            for (r, part) in parts.iter().enumerate() {
+                assert_eq!(
+                    part,
+                    &Payload::Real(vec![(r * 100 + j) as f32; 3]),
+                    "blocking {blocking}: member {j}'s part from {r}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_async_alltoall_finishes_early_members_sooner_and_equals_blocking_without_skew() {
+    // 1 MB splits: 1 ms on a 1 GB/s NIC.
+    let elems = 250_000;
+    let skew = [0.0, 0.0, 0.0, 5e-3];
+    let asy = skewed_alltoall(4, elems, &skew, false);
+    let blk = skewed_alltoall(4, elems, &skew, true);
+    // Blocking: nobody can finish before the last arrival plus a transfer.
+    for (_, t) in &blk {
+        assert!(*t >= 5e-3 + 1e-3, "blocking member done at {t}");
+    }
+    // Asynchronous: the three early members exchanged among themselves before the late one came,
+    // so the late member's splits are all that is left (it finishes right after its own sends).
+    let mean = |o: &[((Vec<Payload>, u64), f64)]| o.iter().map(|(_, t)| t).sum::<f64>() / 4.0;
+    let times = |o: &[((Vec<Payload>, u64), f64)]| o.iter().map(|(_, t)| *t).collect::<Vec<_>>();
+    assert!(mean(&asy) < mean(&blk), "{:?} vs {:?}", times(&asy), times(&blk));
+    // The late member found every other split already staged: 3 splits of 1 MB.
+    // The late member found splits already staged (each waits there until it arrives), and
+    // finishes soon after its arrival instead of after a whole exchange; the early ones staged
+    // nothing (they arrived first).
+    assert!(asy[3].0 .1 >= elems as u64 * 4, "{}", asy[3].0 .1);
+    assert!(asy[3].1 < 5e-3 + 1e-3 && asy[3].1 < blk[3].1, "{:?}", times(&asy));
+    for r in 0..3 {
+        assert_eq!(asy[r].0 .1, 0);
+    }
+    // Without skew the two take the same time, up to the arrival announcements' latency (which
+    // member finishes first may differ: the order sends meet on the NICs).
+    let asy = skewed_alltoall(4, elems, &[0.0; 4], false);
+    let blk = skewed_alltoall(4, elems, &[0.0; 4], true);
+    let (a, b) = (mean(&asy), mean(&blk));
+    assert!(
+        b >= a && b - a <= 2.0 * LATENCY_S + 1e-9,
+        "{:?} vs {:?}",
+        times(&asy),
+        times(&blk)
+    );
+}
+
+#[test]
+fn a_split_from_a_member_twice_or_the_wrong_count_is_an_error() {
+    let (outs, _) = simulate(2, |rank, ctx| async move {
+        let group = Group::workers(2).unwrap();
+        let mut a = AsyncAlltoall::new(&ctx, &group, 5).unwrap();
+        let wrong = a.scatter(&ctx, vec![Payload::Real(vec![1.0])]).is_err();
+        let _ = rank;
+        (wrong, ctx)
+    });
+    assert!(outs.iter().all(|(wrong, _)| *wrong));
+}
