@@ -184,6 +184,10 @@ pub struct RoleStats {
     /// under other policies.
     #[serde(default)]
     pub memory: BTreeMap<String, f64>,
+    /// A strategy's own figures of this role (`RoleContext::set_figure`): the summary reports
+    /// each one's mean over the workers that set it.
+    #[serde(default)]
+    pub figures: BTreeMap<String, f64>,
 }
 
 /// A role's view of the run.
@@ -661,6 +665,12 @@ impl RoleContext {
             self.trace_span("late start", "compute", t0, t0 + delay);
         }
         delay
+    }
+
+    /// Sets one of this role's figures for the run summary (a worker's: averaged over the workers
+    /// that set it), e.g. a strategy's measured hit rate or stage time. The last value set counts.
+    pub fn set_figure(&mut self, name: impl Into<String>, value: f64) {
+        self.stats.figures.insert(name.into(), value);
     }
 
     /// Waits `s` seconds of run time.

@@ -43,11 +43,11 @@ pub(super) fn finish(
     let mut capacity = history.capacity;
     capacity.resize(job.config.workers as usize, (0.0, 0.0));
     let mut worker_parts = Vec::new();
-    let mut memory_figures: BTreeMap<String, (f64, u32)> = BTreeMap::new();
+    let mut worker_figures: BTreeMap<String, (f64, u32)> = BTreeMap::new();
     for (w, out) in workers.into_iter().enumerate() {
         let report = out.result?;
-        for (name, v) in &out.stats.memory {
-            let e = memory_figures.entry(name.clone()).or_default();
+        for (name, v) in out.stats.memory.iter().chain(&out.stats.figures) {
+            let e = worker_figures.entry(name.clone()).or_default();
             e.0 += v;
             e.1 += 1;
         }
@@ -146,7 +146,7 @@ pub(super) fn finish(
             capacity: &capacity,
             traffic: &traffic,
             coordinator: &coordinator_report,
-            memory: &memory_figures
+            memory: &worker_figures
                 .into_iter()
                 .map(|(k, (sum, n))| (k, sum / f64::from(n)))
                 .collect(),
@@ -216,7 +216,7 @@ struct Totals<'a> {
     capacity: &'a [(f64, f64)],
     traffic: &'a BTreeMap<(RoleId, RoleId), LinkTraffic>,
     coordinator: &'a CoordinatorReport,
-    /// The workers' memory-policy figures, averaged over the workers that report them.
+    /// The workers' figures (memory policy, strategy), each averaged over the workers that report it.
     memory: &'a BTreeMap<String, f64>,
 }
 
