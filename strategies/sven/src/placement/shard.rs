@@ -55,7 +55,7 @@ impl Shard {
 
 /// A contiguous range of one table's flat, dimension-major values held by one rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Block {
+struct Block {
     /// The table index.
     pub table: usize,
     /// First flat index (element (col, row) sits at `col * rows + row`).
