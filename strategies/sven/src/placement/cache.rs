@@ -17,7 +17,7 @@ pub const SIMULATE_SEED: u64 = 0x5eed;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Eviction {
-    /// The lowest importance score (thesis §6.1.3); ties: older score, then (table, row).
+    /// The lowest importance score (thesis §6.1.3); equal scores go by (table, row) ascending.
     Importance,
     /// The least recently accessed.
     Lru,
