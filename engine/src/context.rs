@@ -46,6 +46,9 @@ pub struct Work {
     /// Where the work is a part of a training step rather than all of it: which layers and
     /// which share of their step (see [`Work::step_part`]).
     pub part: Option<StepPart>,
+    /// Seconds a strategy's own cost model gives the work (see [`Work::modeled`]); the device's
+    /// FLOP or per-layer model is not asked then.
+    pub modeled_s: Option<f64>,
 }
 
 /// A part of a training step: the forward or backward pass of a contiguous run of the model's
@@ -78,6 +81,7 @@ impl Work {
             batch,
             training: true,
             part: None,
+            modeled_s: None,
         }
     }
 
@@ -91,6 +95,7 @@ impl Work {
             batch,
             training: true,
             part: Some(part),
+            modeled_s: None,
         }
     }
 
@@ -101,6 +106,20 @@ impl Work {
             batch: 0.0,
             training: false,
             part: None,
+            modeled_s: None,
+        }
+    }
+
+    /// Work whose undelayed cost a strategy models itself: `seconds` on any device (an
+    /// embedding lookup priced per row and tier, a copy priced by its bytes). It counts no FLOPs;
+    /// stragglers slow it like any other work.
+    pub fn modeled(seconds: f64) -> Work {
+        Work {
+            flops_per_sample: 0.0,
+            batch: 0.0,
+            training: false,
+            part: None,
+            modeled_s: Some(seconds.max(0.0)),
         }
     }
 
@@ -109,6 +128,9 @@ impl Work {
     /// [`RoleContext::compute`] charges by, public so that planners predict exactly what the
     /// runtime will charge.
     pub fn seconds_on(&self, device: &DeviceProfile, sheet: &[LayerCost]) -> f64 {
+        if let Some(s) = self.modeled_s {
+            return s;
+        }
         if self.batch > 0.0 {
             if let Some(part) = self.part {
                 let sheet = sheet.get(part.first..part.end).unwrap_or(&[]);
