@@ -296,7 +296,8 @@ impl Teacher {
 
     /// Sets the bias so the mean click probability over `scores` is `rate` (bisection).
     fn calibrate(&mut self, scores: &[f64], rate: f64) {
-        let mean = |b: f64| scores.iter().map(|z| sigmoid(z + b)).sum::<f64>() / scores.len() as f64;
+        let mean =
+            |b: f64| scores.iter().map(|z| sigmoid(z + b)).sum::<f64>() / scores.len() as f64;
         let (mut lo, mut hi) = (-50.0, 50.0);
         for _ in 0..100 {
             let mid = 0.5 * (lo + hi);
@@ -402,3 +403,7 @@ pub fn ctr(
         test: generate(test, TEST_STREAM, &mut test_ids),
     })
 }
+
+#[cfg(test)]
+#[path = "ctr_tests.rs"]
+mod tests;

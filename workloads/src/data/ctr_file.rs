@@ -155,7 +155,8 @@ pub fn load_ctr_file(
     }
     let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(seed, SPLIT_STREAM));
     fisher_yates(&mut samples, &mut rng);
-    let test = ((test_fraction * samples.len() as f64).round() as usize).clamp(1, samples.len() - 1);
+    let test =
+        ((test_fraction * samples.len() as f64).round() as usize).clamp(1, samples.len() - 1);
     let dataset = |part: &[(Vec<f32>, u32)]| Dataset {
         features: part.iter().flat_map(|(f, _)| f.iter().copied()).collect(),
         sample_shape: vec![schema.sample_len()],

@@ -1,8 +1,8 @@
 //! Checking a `[data]` config before anything is generated or read, with errors naming the
 //! offending field.
 
-use super::{ratings_counts, DataConfig, DataError, MAX_RATINGS_DIM, RATINGS_SAMPLE_LEN};
 use super::ctr::check_rows;
+use super::{ratings_counts, DataConfig, DataError, MAX_RATINGS_DIM, RATINGS_SAMPLE_LEN};
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> DataError {
     DataError::InvalidConfig {
@@ -202,7 +202,10 @@ impl DataConfig {
                 let rows = rows.per_field(*fields)?;
                 check_positive("dense", *dense)?;
                 if !zipf.is_finite() || *zipf <= 0.0 {
-                    return Err(invalid("zipf", format!("must be finite and > 0 (got {zipf})")));
+                    return Err(invalid(
+                        "zipf",
+                        format!("must be finite and > 0 (got {zipf})"),
+                    ));
                 }
                 if !positive_rate.is_finite() || *positive_rate <= 0.0 || *positive_rate >= 1.0 {
                     return Err(invalid(
@@ -224,7 +227,10 @@ impl DataConfig {
             } => {
                 check_path("path", path)?;
                 if rows.is_empty() {
-                    return Err(invalid("rows", "must list each field's rows (got an empty list)"));
+                    return Err(invalid(
+                        "rows",
+                        "must list each field's rows (got an empty list)",
+                    ));
                 }
                 check_rows(rows)?;
                 check_positive("dense", *dense)?;
