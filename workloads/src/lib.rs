@@ -15,6 +15,7 @@ pub mod cost;
 pub mod data;
 pub mod error;
 pub mod graph;
+pub mod metrics;
 pub mod model;
 pub mod profiles;
 pub mod rng;

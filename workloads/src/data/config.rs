@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{blobs, idx, ratings, teacher, DataError, Split};
+use super::{blobs, ctr, ctr_file, idx, ratings, teacher, DataError, Split};
 
 /// Default input dimension of synthetic data.
 pub const DEFAULT_DIM: usize = 32;
@@ -94,6 +94,79 @@ fn default_ratings_test_fraction() -> f64 {
     DEFAULT_RATINGS_TEST_FRACTION
 }
 
+/// Default number of categorical fields of synthetic click-through data.
+pub const DEFAULT_CTR_FIELDS: usize = 8;
+/// Default rows per categorical field of synthetic click-through data.
+pub const DEFAULT_CTR_ROWS: usize = 10_000;
+/// Default number of dense features of click-through data (Criteo has 13).
+pub const DEFAULT_CTR_DENSE: usize = 13;
+/// Default Zipf exponent of the ids of each field.
+pub const DEFAULT_CTR_ZIPF: f64 = 1.1;
+/// Default target fraction of clicks.
+pub const DEFAULT_CTR_POSITIVE_RATE: f64 = 0.1;
+/// Default number of synthetic click-through training samples.
+pub const DEFAULT_CTR_TRAIN: usize = 50_000;
+/// Default number of synthetic click-through test samples.
+pub const DEFAULT_CTR_TEST: usize = 10_000;
+
+fn default_ctr_fields() -> usize {
+    DEFAULT_CTR_FIELDS
+}
+fn default_ctr_dense() -> usize {
+    DEFAULT_CTR_DENSE
+}
+fn default_ctr_zipf() -> f64 {
+    DEFAULT_CTR_ZIPF
+}
+fn default_ctr_positive_rate() -> f64 {
+    DEFAULT_CTR_POSITIVE_RATE
+}
+fn default_ctr_train() -> usize {
+    DEFAULT_CTR_TRAIN
+}
+fn default_ctr_test() -> usize {
+    DEFAULT_CTR_TEST
+}
+
+/// Rows of the categorical fields of synthetic click-through data: one number for every field
+/// (`rows = 10000`) or a list with one entry per field (`rows = [1000, 50000, 20]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum CtrRows {
+    /// Every field has this many rows.
+    All(usize),
+    /// Field `k` has entry `k` rows; the list's length must equal `fields`.
+    PerField(Vec<usize>),
+}
+
+impl Default for CtrRows {
+    fn default() -> Self {
+        CtrRows::All(DEFAULT_CTR_ROWS)
+    }
+}
+
+impl CtrRows {
+    /// Rows per field for `fields` fields; an error naming `rows` when a list's length is not
+    /// `fields`, or when a field has 0 or more than 2²⁴ rows.
+    pub fn per_field(&self, fields: usize) -> Result<Vec<usize>, DataError> {
+        let rows = match self {
+            CtrRows::All(r) => vec![*r; fields],
+            CtrRows::PerField(list) if list.len() == fields => list.clone(),
+            CtrRows::PerField(list) => {
+                return Err(DataError::InvalidConfig {
+                    field: "rows",
+                    reason: format!(
+                        "lists {} fields' rows but `fields` = {fields}: give one number for all, or one entry per field",
+                        list.len()
+                    ),
+                })
+            }
+        };
+        ctr::check_rows(&rows)?;
+        Ok(rows)
+    }
+}
+
 /// Serde config, TOML `[data]` table, tagged by `kind`, kebab-case, deny_unknown_fields on each variant.
 ///
 /// (serde takes `deny_unknown_fields` on the enum and applies it to every
@@ -101,7 +174,7 @@ fn default_ratings_test_fraction() -> f64 {
 ///
 /// ```toml
 /// [data]
-/// kind = "teacher"   # or "blobs", "idx", "ratings"
+/// kind = "teacher"   # or "blobs", "idx", "ratings", "ctr", "ctr-file"
 /// dim = 32
 /// margin = 0.25
 /// ```
@@ -208,6 +281,46 @@ pub enum DataConfig {
         #[serde(default = "default_ratings_test_fraction")]
         test_fraction: f64,
     },
+    /// Synthetic click-through data with a planted teacher (see [`ctr`](super::ctr)): `dense`
+    /// Gaussian features and one Zipf-distributed id per field; pair with `[model] kind =
+    /// "dlrm"`.
+    Ctr {
+        /// Number of categorical fields `K` (≥ 1).
+        #[serde(default = "default_ctr_fields")]
+        fields: usize,
+        /// Rows per field: a number for all fields or one entry per field (each 1 ..= 2²⁴).
+        #[serde(default)]
+        rows: CtrRows,
+        /// Dense features per sample (≥ 1).
+        #[serde(default = "default_ctr_dense")]
+        dense: usize,
+        /// Exponent `s` of each field's Zipf id distribution (finite, > 0).
+        #[serde(default = "default_ctr_zipf")]
+        zipf: f64,
+        /// Target fraction of clicks, in (0, 1).
+        #[serde(default = "default_ctr_positive_rate")]
+        positive_rate: f64,
+        /// Number of training samples.
+        #[serde(default = "default_ctr_train")]
+        train: usize,
+        /// Number of test samples.
+        #[serde(default = "default_ctr_test")]
+        test: usize,
+    },
+    /// Click-through data from a CSV file, lines `label,dense...,ids...` (header optional; see
+    /// [`load_ctr_file`](super::load_ctr_file)); pair with `[model] kind = "dlrm"`.
+    CtrFile {
+        /// The CSV file.
+        path: PathBuf,
+        /// Rows of each field, one entry per id column (each 1 ..= 2²⁴).
+        rows: Vec<usize>,
+        /// Dense columns per line (≥ 1).
+        #[serde(default = "default_ctr_dense")]
+        dense: usize,
+        /// Fraction of the lines held out for testing, in (0, 1).
+        #[serde(default = "default_ratings_test_fraction")]
+        test_fraction: f64,
+    },
 }
 
 impl Default for DataConfig {
@@ -279,10 +392,34 @@ impl DataConfig {
                 noise,
                 test_fraction,
             } => Ok(ratings(*rows, *cols, *rank, *observed, *noise, *test_fraction, seed).0),
+            DataConfig::Ctr {
+                fields,
+                rows,
+                dense,
+                zipf,
+                positive_rate,
+                train,
+                test,
+            } => ctr(
+                &rows.per_field(*fields)?,
+                *dense,
+                *zipf,
+                *positive_rate,
+                *train,
+                *test,
+                seed,
+            ),
+            DataConfig::CtrFile {
+                path,
+                rows,
+                dense,
+                test_fraction,
+            } => ctr_file::load_ctr_file(path, rows, *dense, *test_fraction, seed),
         }
     }
 
-    /// The `kind` tag as written in the TOML (`"teacher"`, `"blobs"`, `"idx"`, `"ratings"`),
+    /// The `kind` tag as written in the TOML (`"teacher"`, `"blobs"`, `"idx"`, `"ratings"`,
+    /// `"ctr"`, `"ctr-file"`),
     /// for error messages that pair the data with a model.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -290,6 +427,13 @@ impl DataConfig {
             DataConfig::Blobs { .. } => "blobs",
             DataConfig::Idx { .. } => "idx",
             DataConfig::Ratings { .. } => "ratings",
+            DataConfig::Ctr { .. } => "ctr",
+            DataConfig::CtrFile { .. } => "ctr-file",
         }
+    }
+
+    /// Whether this is click-through data (`ctr` or `ctr-file`), the only data a DLRM trains on.
+    pub fn is_ctr(&self) -> bool {
+        matches!(self, DataConfig::Ctr { .. } | DataConfig::CtrFile { .. })
     }
 }

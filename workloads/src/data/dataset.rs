@@ -20,6 +20,10 @@ pub struct Dataset {
     pub labels: Vec<u32>,
     /// The number of classes (the width of a classifier's output).
     pub classes: usize,
+    /// Click-through data's schema (how many dense features lead each sample, how many rows
+    /// each categorical field has), so a DLRM can split a sample into its dense part and its
+    /// ids; `None` for every other kind of data.
+    pub ctr: Option<super::CtrSchema>,
 }
 
 impl Dataset {

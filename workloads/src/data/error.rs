@@ -149,4 +149,18 @@ pub enum DataError {
         /// Candidate inputs drawn.
         attempts: u64,
     },
+    /// A click-through CSV file has a bad line: a wrong column count, a label other than 0/1,
+    /// a dense value that is not a finite number, an id that is negative, not an integer or
+    /// not below its field's rows; or no data lines at all (line 0).
+    #[error("{}:{line}: {field}: {reason}", path.display())]
+    CtrFile {
+        /// The file.
+        path: PathBuf,
+        /// The 1-based line (0 when the problem is the file as a whole).
+        line: u64,
+        /// The column at fault: `label`, `dense_<i>`, `id_<k>` (field `k`), or `columns`.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }

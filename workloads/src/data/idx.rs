@@ -189,6 +189,7 @@ fn read_pair(images_path: &Path, labels_path: &Path) -> Result<Dataset, DataErro
         sample_shape: vec![1, images.rows, images.cols],
         labels: labels.iter().map(|&l| l as u32).collect(),
         classes: 0,
+        ctr: None,
     })
 }
 

@@ -123,6 +123,7 @@ pub fn ratings(
         sample_shape: vec![RATINGS_SAMPLE_LEN],
         labels: vec![0; entries.len()],
         classes: 1,
+        ctr: None,
     };
     let test_set = dataset(&cells[..test], &mut entry);
     let train_set = dataset(&cells[test..], &mut entry);

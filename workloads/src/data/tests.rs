@@ -195,6 +195,7 @@ fn dataset_accessors_and_gather() {
         sample_shape: vec![1, 2, 2],
         labels: vec![0, 2, 1],
         classes: 3,
+        ctr: None,
     };
     assert_eq!(d.len(), 3);
     assert!(!d.is_empty());
@@ -218,6 +219,7 @@ fn features_of_out_of_range_panics() {
         sample_shape: vec![1],
         labels: vec![0],
         classes: 2,
+        ctr: None,
     };
     d.features_of(1);
 }

@@ -1,6 +1,7 @@
 //! Checking a `[data]` config before anything is generated or read, with errors naming the
 //! offending field.
 
+use super::ctr::check_rows;
 use super::{ratings_counts, DataConfig, DataError, MAX_RATINGS_DIM, RATINGS_SAMPLE_LEN};
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> DataError {
@@ -186,6 +187,59 @@ impl DataConfig {
                     ));
                 }
                 check_volume("observed", count, RATINGS_SAMPLE_LEN)?;
+                Ok(())
+            }
+            DataConfig::Ctr {
+                fields,
+                rows,
+                dense,
+                zipf,
+                positive_rate,
+                train,
+                test,
+            } => {
+                check_positive("fields", *fields)?;
+                let rows = rows.per_field(*fields)?;
+                check_positive("dense", *dense)?;
+                if !zipf.is_finite() || *zipf <= 0.0 {
+                    return Err(invalid(
+                        "zipf",
+                        format!("must be finite and > 0 (got {zipf})"),
+                    ));
+                }
+                if !positive_rate.is_finite() || *positive_rate <= 0.0 || *positive_rate >= 1.0 {
+                    return Err(invalid(
+                        "positive_rate",
+                        format!("must be in (0, 1) (got {positive_rate})"),
+                    ));
+                }
+                check_positive("train", *train)?;
+                check_positive("test", *test)?;
+                check_volume("train", *train, dense + rows.len())?;
+                check_volume("test", *test, dense + rows.len())?;
+                Ok(())
+            }
+            DataConfig::CtrFile {
+                path,
+                rows,
+                dense,
+                test_fraction,
+            } => {
+                check_path("path", path)?;
+                if rows.is_empty() {
+                    return Err(invalid(
+                        "rows",
+                        "must list each field's rows (got an empty list)",
+                    ));
+                }
+                check_rows(rows)?;
+                check_positive("dense", *dense)?;
+                if !test_fraction.is_finite() || *test_fraction <= 0.0 || *test_fraction >= 1.0 {
+                    return Err(invalid(
+                        "test_fraction",
+                        format!("must be in (0, 1) (got {test_fraction})"),
+                    ));
+                }
                 Ok(())
             }
         }

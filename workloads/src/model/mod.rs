@@ -8,14 +8,19 @@
 //! node order.
 
 mod conv;
+mod dlrm;
 mod graph_net;
 mod mf;
 mod replica;
 mod stages;
 
+pub use dlrm::{
+    add_rows, full_step, gather_rows, sgd_rows, DenseStep, DlrmDense, DlrmEvaluation, DlrmModel,
+    DlrmSpec, Interaction,
+};
 pub use graph_net::{GraphNet, GraphNetSpec, NetNode, NetOp, PlanError, BN_EPS};
 pub use mf::{MfModel, MfSpec, MF_LEFT, MF_RIGHT};
-pub use replica::{Replica, StepOutput};
+pub use replica::{EvalOutput, Replica, StepOutput};
 pub use stages::{StageSpec, StagedModel};
 
 use crate::cost::LayerCost;
@@ -107,6 +112,27 @@ pub enum ModelConfig {
         #[serde(default = "default_mf_l2")]
         l2: f64,
     },
+    /// A DLRM click-through model (Wide&Deep, DeepFM or DCN; see [`DlrmSpec`]) on `[data] kind
+    /// = "ctr"` or `"ctr-file"`, table sizes taken from the data. Its embeddings train row-wise,
+    /// so only strategies that update tables that way can run it.
+    Dlrm {
+        /// The interaction: `wide-deep`, `deep-fm` (default) or `dcn`.
+        #[serde(default)]
+        interaction: Interaction,
+        /// Embedding dimension (≥ 1).
+        #[serde(default = "default_dlrm_dim")]
+        dim: usize,
+        /// Hidden widths of the bottom MLP over the dense features (its output is projected to
+        /// `dim`).
+        #[serde(default = "default_dlrm_bottom")]
+        bottom: Vec<usize>,
+        /// Hidden widths of the top (deep) MLP.
+        #[serde(default = "default_dlrm_top")]
+        top: Vec<usize>,
+        /// Cross layers (DCN only; ≥ 1 there).
+        #[serde(default = "default_dlrm_cross_layers")]
+        cross_layers: usize,
+    },
     /// Throughput mode: a paper's model as a per-layer profile, with virtual payloads and no math.
     Profile {
         /// Built-in profile name (vgg16, vgg19, alexnet, resnet-32/50/101/152, inception-v3/v4,
@@ -145,6 +171,18 @@ fn default_mf_rank() -> usize {
 fn default_mf_l2() -> f64 {
     0.01
 }
+fn default_dlrm_dim() -> usize {
+    8
+}
+fn default_dlrm_bottom() -> Vec<usize> {
+    vec![32]
+}
+fn default_dlrm_top() -> Vec<usize> {
+    vec![32, 16]
+}
+fn default_dlrm_cross_layers() -> usize {
+    2
+}
 
 impl ModelConfig {
     /// The `kind` tag as written in the TOML, for error messages.
@@ -157,16 +195,35 @@ impl ModelConfig {
             ModelConfig::TinyResnet { .. } => "tiny-resnet",
             ModelConfig::InceptionStack { .. } => "inception-stack",
             ModelConfig::Mf { .. } => "mf",
+            ModelConfig::Dlrm { .. } => "dlrm",
             ModelConfig::Profile { .. } => "profile",
         }
     }
 
     /// Checks that the model can train on `data` before any data is generated: MF needs ratings
-    /// data, and ratings data (a regression task) trains only MF. Profiles take no data.
+    /// data, and ratings data (a regression task) trains only MF; a DLRM needs click-through
+    /// data (`ctr`, `ctr-file`), which trains only a DLRM. Profiles take no data.
     pub fn check_data(&self, data: &DataConfig) -> Result<()> {
         let ratings = matches!(data, DataConfig::Ratings { .. });
         match self {
             ModelConfig::Profile { .. } => Ok(()),
+            ModelConfig::Dlrm { .. } if !data.is_ctr() => Err(WorkloadError::config(
+                "model.kind",
+                "\"dlrm\"",
+                format!(
+                    "a DLRM trains on click-through data (`[data] kind = \"ctr\"` or \"ctr-file\"), not data.kind = \"{}\"",
+                    data.kind()
+                ),
+            )),
+            ModelConfig::Dlrm { .. } => Ok(()),
+            other if data.is_ctr() => Err(WorkloadError::config(
+                "data.kind",
+                format!("\"{}\"", data.kind()),
+                format!(
+                    "click-through data trains only `[model] kind = \"dlrm\"`, not model.kind = \"{}\"",
+                    other.kind()
+                ),
+            )),
             ModelConfig::Mf { .. } if !ratings => Err(WorkloadError::config(
                 "model.kind",
                 "\"mf\"",
@@ -242,6 +299,8 @@ pub enum ModelSpec {
     },
     /// A graph network (forks and joins) that trains for real.
     Graph(GraphNetSpec),
+    /// A DLRM click-through model: embedding tables trained row-wise plus a dense part.
+    Dlrm(DlrmSpec),
     /// A profile: sizes and FLOPs only.
     Profile(ModelProfile),
 }
@@ -259,6 +318,35 @@ impl ModelSpec {
         match (cfg, data) {
             (ModelConfig::Mf { rank, l2 }, DataConfig::Ratings { rows, cols, .. }) => {
                 ModelSpec::mf(*rows, *cols, *rank, *l2)
+            }
+            (
+                ModelConfig::Dlrm {
+                    interaction,
+                    dim,
+                    bottom,
+                    top,
+                    cross_layers,
+                },
+                _,
+            ) => {
+                let Some(schema) = &train.ctr else {
+                    return Err(WorkloadError::config(
+                        "data.kind",
+                        format!("\"{}\"", data.kind()),
+                        "the loaded data carries no click-through schema",
+                    ));
+                };
+                let spec = DlrmSpec {
+                    fields: schema.rows.clone(),
+                    dense_features: schema.dense,
+                    dim: *dim,
+                    interaction: *interaction,
+                    bottom: bottom.clone(),
+                    top: top.clone(),
+                    cross_layers: *cross_layers,
+                };
+                spec.validate()?;
+                Ok(ModelSpec::Dlrm(spec))
             }
             _ => ModelSpec::resolve(cfg, &train.sample_shape, train.classes),
         }
@@ -364,6 +452,13 @@ impl ModelSpec {
                     "matrix factorization takes its sizes from `[data] kind = \"ratings\"`",
                 ))
             }
+            ModelConfig::Dlrm { .. } => {
+                return Err(WorkloadError::config(
+                    "model.kind",
+                    "\"dlrm\"",
+                    "a DLRM takes its table sizes from `[data] kind = \"ctr\"` or \"ctr-file\"",
+                ))
+            }
             ModelConfig::Mlr => StageSpec::mlp(flat, &[], classes),
             ModelConfig::Mlp { hidden } => {
                 if hidden.contains(&0) {
@@ -417,18 +512,32 @@ impl ModelSpec {
         !matches!(self, ModelSpec::Profile(_))
     }
 
-    /// Whether the model is a classifier (evaluation reports an accuracy). MF is a regression
-    /// model: its evaluation reports the test MSE and no accuracy.
+    /// Whether the model is a classifier (evaluation reports an accuracy; a DLRM's at the 0.5
+    /// threshold). MF is a regression model: its evaluation reports the test MSE and no
+    /// accuracy.
     pub fn has_accuracy(&self) -> bool {
-        matches!(self, ModelSpec::Real { .. } | ModelSpec::Graph(_))
+        matches!(
+            self,
+            ModelSpec::Real { .. } | ModelSpec::Graph(_) | ModelSpec::Dlrm(_)
+        )
     }
 
-    /// What kind of model this is, for messages: `staged`, `graph`, `mf` or `profile`.
+    /// The DLRM spec: a DLRM's own, or a DLRM profile's; `None` for other models.
+    pub fn dlrm(&self) -> Option<&DlrmSpec> {
+        match self {
+            ModelSpec::Dlrm(d) => Some(d),
+            ModelSpec::Profile(p) => p.dlrm.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// What kind of model this is, for messages: `staged`, `graph`, `mf`, `dlrm` or `profile`.
     pub fn kind(&self) -> &'static str {
         match self {
             ModelSpec::Real { .. } => "staged",
             ModelSpec::Graph(_) => "graph",
             ModelSpec::Mf(_) => "mf",
+            ModelSpec::Dlrm(_) => "dlrm",
             ModelSpec::Profile(_) => "profile",
         }
     }
@@ -444,6 +553,7 @@ impl ModelSpec {
                 .flat_map(|(i, s)| s.params(i))
                 .collect(),
             ModelSpec::Mf(m) => m.params(),
+            ModelSpec::Dlrm(d) => d.params(),
             ModelSpec::Graph(g) => g.params(),
             ModelSpec::Profile(p) => p
                 .tensors()
@@ -469,6 +579,7 @@ impl ModelSpec {
                 })
                 .collect(),
             ModelSpec::Mf(m) => m.stage_facts(),
+            ModelSpec::Dlrm(d) => d.stage_facts(),
             ModelSpec::Graph(g) => g.stage_facts(),
             ModelSpec::Profile(p) => p
                 .layers
@@ -494,6 +605,7 @@ impl ModelSpec {
                 .map(|(i, s)| s.params(i).len())
                 .collect(),
             ModelSpec::Mf(m) => vec![m.params().len()],
+            ModelSpec::Dlrm(d) => vec![d.num_tables(), d.dense_param_range().len()],
             ModelSpec::Graph(g) => g.stage_param_counts(),
             ModelSpec::Profile(p) => p.layers.iter().map(|l| l.tensors.len()).collect(),
         };
@@ -508,12 +620,13 @@ impl ModelSpec {
     }
 
     /// Per-layer cost facts, one per stage (what a calibrated device charges a training step
-    /// by): a real network's stages, a profile's layers; empty for matrix factorization, whose
-    /// embedding lookups the per-layer model does not describe (it is charged by FLOPs).
+    /// by): a real network's stages, a profile's layers; empty for matrix factorization and a
+    /// DLRM, whose embedding lookups the per-layer model does not describe (they are charged by
+    /// FLOPs).
     pub fn layer_costs(&self) -> Vec<LayerCost> {
         match self {
             ModelSpec::Real { stages, .. } => stages.iter().map(StageSpec::cost).collect(),
-            ModelSpec::Mf(_) => Vec::new(),
+            ModelSpec::Mf(_) | ModelSpec::Dlrm(_) => Vec::new(),
             ModelSpec::Graph(g) => g.layer_costs(),
             ModelSpec::Profile(p) => p.layers.iter().map(|l| l.cost).collect(),
         }
@@ -528,8 +641,9 @@ impl ModelSpec {
             ModelSpec::Profile(p) => Some(p.graph.clone()),
             ModelSpec::Graph(g) => Some(g.op_graph()),
             ModelSpec::Real { .. } => None,
-            // Matrix factorization is two embedding lookups and a dot product, not a layer graph.
-            ModelSpec::Mf(_) => None,
+            // Matrix factorization is two embedding lookups and a dot product, not a layer graph;
+            // a DLRM's dense part is small beside its tables.
+            ModelSpec::Mf(_) | ModelSpec::Dlrm(_) => None,
         }
     }
 

@@ -1,6 +1,6 @@
 //! A worker's model replica: load parameters, take a training step, evaluate.
 
-use super::{GraphNet, MfModel, ModelSpec, PlanError, StagedModel};
+use super::{DlrmModel, GraphNet, MfModel, ModelSpec, PlanError, StagedModel};
 use crate::error::{Result, TensorContext, WorkloadError};
 use crate::graph::MovePlan;
 use candle_core::{Device, Tensor};
@@ -27,6 +27,18 @@ enum Inner {
     Staged(StagedModel),
     Graph(GraphNet),
     Mf(MfModel),
+    Dlrm(DlrmModel),
+}
+
+/// Test-set scores of a parameter set.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EvalOutput {
+    /// Accuracy (classifiers, a DLRM at the 0.5 threshold); `None` for MF.
+    pub accuracy: Option<f64>,
+    /// Mean loss: cross-entropy (binary for a DLRM), MF's test MSE.
+    pub loss: f64,
+    /// Area under the ROC curve (a DLRM only, and only with both classes present).
+    pub auc: Option<f64>,
 }
 
 impl Replica {
@@ -47,6 +59,9 @@ impl Replica {
             ModelSpec::Mf(m) => Ok(Some(Replica {
                 inner: Inner::Mf(MfModel::new(m)),
             })),
+            ModelSpec::Dlrm(d) => Ok(Some(Replica {
+                inner: Inner::Dlrm(DlrmModel::new(d, device)?),
+            })),
             ModelSpec::Profile(_) => Ok(None),
         }
     }
@@ -61,7 +76,7 @@ impl Replica {
     pub fn model(&self) -> Option<&StagedModel> {
         match &self.inner {
             Inner::Staged(m) => Some(m),
-            Inner::Graph(_) | Inner::Mf(_) => None,
+            Inner::Graph(_) | Inner::Mf(_) | Inner::Dlrm(_) => None,
         }
     }
 
@@ -69,7 +84,7 @@ impl Replica {
     pub fn graph_net(&self) -> Option<&GraphNet> {
         match &self.inner {
             Inner::Graph(g) => Some(g),
-            Inner::Staged(_) | Inner::Mf(_) => None,
+            Inner::Staged(_) | Inner::Mf(_) | Inner::Dlrm(_) => None,
         }
     }
 
@@ -85,6 +100,7 @@ impl Replica {
             Inner::Graph(g) => g.step_layerwise(features, labels, plan),
             Inner::Staged(_) => Err(PlanError::NotAGraph { kind: "staged" }.into()),
             Inner::Mf(_) => Err(PlanError::NotAGraph { kind: "mf" }.into()),
+            Inner::Dlrm(_) => Err(PlanError::NotAGraph { kind: "dlrm" }.into()),
         }
     }
 
@@ -94,6 +110,7 @@ impl Replica {
             Inner::Staged(m) => m,
             Inner::Graph(g) => return g.set_params(values),
             Inner::Mf(m) => return m.set_params(values),
+            Inner::Dlrm(d) => return d.set_params(values),
         };
         load_vars(&model.vars(), values, model.device())?;
         Ok(())
@@ -101,6 +118,9 @@ impl Replica {
 
     /// Forward and backward on one batch: mean loss and dense mean gradients, one vector per
     /// parameter in layout order (MF: zero on the factor rows the batch does not touch).
+    ///
+    /// A DLRM has no such step (it would need dense whole-table gradients): it is an error
+    /// saying which strategies train it, row-wise.
     pub fn step(&self, features: Vec<f32>, labels: &[u32]) -> Result<StepOutput> {
         let model = match &self.inner {
             Inner::Staged(m) => m,
@@ -111,6 +131,13 @@ impl Replica {
             Inner::Mf(m) => {
                 let (loss, grads) = m.step(&features)?;
                 return Ok(StepOutput { loss, grads });
+            }
+            Inner::Dlrm(_) => {
+                return Err(WorkloadError::config(
+                    "model.kind",
+                    "\"dlrm\"",
+                    "a DLRM trains with a strategy that updates embeddings row-wise (`sven`, `dlrm-async-ps`), not through dense whole-model gradients",
+                ))
             }
         };
         let batch = labels.len();
@@ -138,15 +165,41 @@ impl Replica {
     ///
     /// Classifiers report `(Some(accuracy), mean cross-entropy)`; MF, a regression model, reports
     /// `(None, test MSE)` (the squared error alone, without the regularization term).
+    /// A DLRM reports its accuracy at the 0.5 threshold and its mean binary cross-entropy
+    /// ([`Replica::evaluation`] adds its AUC).
     pub fn evaluate(&self, features: &[f32], labels: &[u32]) -> Result<(Option<f64>, f64)> {
+        let e = self.evaluation(features, labels)?;
+        Ok((e.accuracy, e.loss))
+    }
+
+    /// [`Replica::evaluate`] with the AUC too (a DLRM's; `None` for other models).
+    pub fn evaluation(&self, features: &[f32], labels: &[u32]) -> Result<EvalOutput> {
         let device = match &self.inner {
             Inner::Staged(m) => m.device().clone(),
             Inner::Graph(g) => g.device().clone(),
-            Inner::Mf(m) => return Ok((None, m.mse(features)?)),
+            Inner::Mf(m) => {
+                return Ok(EvalOutput {
+                    accuracy: None,
+                    loss: m.mse(features)?,
+                    auc: None,
+                })
+            }
+            Inner::Dlrm(d) => {
+                let e = d.evaluate(features, labels)?;
+                return Ok(EvalOutput {
+                    accuracy: Some(e.accuracy),
+                    loss: e.loss,
+                    auc: e.auc,
+                });
+            }
         };
         let n = labels.len();
         if n == 0 {
-            return Ok((Some(0.0), 0.0));
+            return Ok(EvalOutput {
+                accuracy: Some(0.0),
+                loss: 0.0,
+                auc: None,
+            });
         }
         let per = features.len() / n;
         let (mut correct, mut loss_sum) = (0usize, 0.0f64);
@@ -169,7 +222,11 @@ impl Replica {
                 .filter(|(p, l)| p == l)
                 .count();
         }
-        Ok((Some(correct as f64 / n as f64), loss_sum / n as f64))
+        Ok(EvalOutput {
+            accuracy: Some(correct as f64 / n as f64),
+            loss: loss_sum / n as f64,
+            auc: None,
+        })
     }
 
     /// A classifier's logits for `rows` samples (MF has none).
@@ -178,6 +235,7 @@ impl Replica {
             Inner::Staged(m) => m.forward(&m.input(features, rows)?),
             Inner::Graph(g) => g.logits(&g.input(features, rows)?, false),
             Inner::Mf(_) => candle_core::bail!("matrix factorization has no logits"),
+            Inner::Dlrm(_) => candle_core::bail!("a DLRM scores through its own evaluation"),
         }
     }
 }

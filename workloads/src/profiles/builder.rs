@@ -393,6 +393,7 @@ impl Net {
             input: self.input,
             layers: self.layers,
             graph: self.graph,
+            dlrm: None,
         }
     }
 }

@@ -131,6 +131,11 @@ pub struct ModelProfile {
     /// Its nodes' parameters and cost facts add up to the layers' exactly.
     #[serde(skip)]
     pub graph: OpGraph,
+    /// The DLRM a click-through profile describes (tables, dense part), so a strategy that
+    /// shards embedding tables knows their sizes; `None` for the other profiles, whose layers
+    /// say everything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dlrm: Option<crate::model::DlrmSpec>,
 }
 
 impl ModelProfile {

@@ -51,6 +51,7 @@ pub fn blobs(
             sample_shape: vec![dim],
             labels,
             classes,
+            ctr: None,
         }
     };
     Split {

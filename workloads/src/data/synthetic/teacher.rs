@@ -122,6 +122,7 @@ impl TeacherNet {
             sample_shape: vec![self.dim],
             labels,
             classes: self.classes,
+            ctr: None,
         })
     }
 }
