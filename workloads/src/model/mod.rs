@@ -20,6 +20,7 @@ pub use dlrm::{
 };
 pub use graph_net::{GraphNet, GraphNetSpec, NetNode, NetOp, PlanError, BN_EPS};
 pub use mf::{MfModel, MfSpec, MF_LEFT, MF_RIGHT};
+pub use crate::metrics::auc;
 pub use replica::{EvalOutput, Replica, StepOutput};
 pub use stages::{StageSpec, StagedModel};
 
