@@ -14,13 +14,13 @@ mod mf;
 mod replica;
 mod stages;
 
+pub use crate::metrics::auc;
 pub use dlrm::{
     add_rows, full_step, gather_rows, sgd_rows, DenseStep, DlrmDense, DlrmEvaluation, DlrmModel,
     DlrmSpec, Interaction,
 };
 pub use graph_net::{GraphNet, GraphNetSpec, NetNode, NetOp, PlanError, BN_EPS};
 pub use mf::{MfModel, MfSpec, MF_LEFT, MF_RIGHT};
-pub use crate::metrics::auc;
 pub use replica::{EvalOutput, Replica, StepOutput};
 pub use stages::{StageSpec, StagedModel};
 
