@@ -396,6 +396,14 @@ fn print_summary(r: &RunResult, runtime: RuntimeKind, out: &std::path::Path) {
     });
     let width = width.max(timed.as_ref().map_or(0, |(k, _)| k.len()));
     let mut rows: Vec<(&str, String)> = rows.iter().map(|(k, v)| (*k, v.clone())).collect();
+    if let Some(auc) = s.final_test_auc {
+        // A click-through model's ranking quality, right after its accuracy.
+        let at = rows
+            .iter()
+            .position(|(k, _)| *k == "test accuracy")
+            .map_or(rows.len(), |i| i + 1);
+        rows.insert(at, ("test AUC", format!("{auc:.4}")));
+    }
     if let Some(t) = timed {
         // Before the run folder, which stays last.
         rows.insert(rows.len() - 1, t);

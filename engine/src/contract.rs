@@ -349,6 +349,11 @@ pub struct Assembly {
     /// Extra server roles started idle beyond `servers`, with ids `servers..`: capacity an elastic
     /// strategy can bring into the job later (scale-out). Built by the same server factory.
     pub standby_servers: u32,
+    /// The workers update embedding tables row-wise (they gather the rows a batch uses and
+    /// apply its gradient to those rows only), so a DLRM (`[model] kind = "dlrm"`) may train.
+    /// Default false: workers that train dense replicas through whole-model gradients cannot
+    /// train a DLRM, and such a run is refused before any work.
+    pub sparse_embeddings: bool,
     pub(crate) owners: BTreeMap<Slot, String>,
     pub(crate) names: Vec<String>,
     /// Strategies of the run that cannot resume, with the reason (see [`Strategy::resumes`]).

@@ -66,6 +66,9 @@ pub struct IterationRow {
     /// Test loss, where evaluated (cross-entropy; MF: the test MSE).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_loss: Option<f64>,
+    /// Test AUC (area under the ROC curve), where evaluated: DLRM click-through models only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_auc: Option<f64>,
 }
 
 /// One row of `evaluations.jsonl`: the model evaluated at a fixed run time (`eval_every_s`).
@@ -178,6 +181,7 @@ fn merge_clock(iteration: u64, present: &[(u32, &IterRecord)], all: bool) -> Ite
         workers: (!all).then(|| present.iter().map(|(w, _)| *w).collect()),
         test_accuracy: None,
         test_loss: None,
+        test_auc: None,
     }
 }
 
@@ -235,6 +239,9 @@ pub struct Summary {
     pub final_test_accuracy: Option<f64>,
     /// Test loss at the end (real models: cross-entropy; MF: the test MSE).
     pub final_test_loss: Option<f64>,
+    /// Test AUC at the end (DLRM click-through models only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub final_test_auc: Option<f64>,
     /// Bytes sent over the transport, all roles.
     pub bytes_sent: u64,
     /// Messages sent over the transport, all roles.

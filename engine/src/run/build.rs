@@ -96,6 +96,25 @@ fn check_stragglers(config: &RunConfig, cluster: &Cluster) -> Result<()> {
     Ok(())
 }
 
+/// A DLRM trains only under strategies whose workers update embedding tables row-wise
+/// ([`Assembly::sparse_embeddings`]); any other composition is refused here, before data is
+/// generated or any role starts. Throughput-mode DLRM profiles do no math and are not checked.
+fn check_sparse_embeddings(config: &RunConfig, asm: &Assembly) -> Result<()> {
+    if matches!(config.model, ModelConfig::Dlrm { .. }) && !asm.sparse_embeddings {
+        return Err(EngineError::config(
+            "model.kind",
+            "\"dlrm\"",
+            format!(
+                "a DLRM trains only with a strategy whose workers update embedding tables row-wise \
+                 (one that sets `sparse_embeddings`, such as `sven` or `dlrm-async-ps`); the \
+                 strategies of this run ({}) train dense replicas",
+                asm.strategies().join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The job: model and data resolved, cluster placed, parameters cut into blocks; its segment is
 /// the whole run until the engine sets another.
 pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressFn>) -> Result<Job> {
@@ -106,6 +125,7 @@ pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressF
     )?);
     check_stragglers(config, &cluster)?;
     crate::gpu::check_job(config, &cluster)?;
+    check_sparse_embeddings(config, asm)?;
     let (model, data) = match &config.model {
         ModelConfig::Profile { .. } => (ModelSpec::resolve(&config.model, &[], 0)?, None),
         _ => {
@@ -164,4 +184,38 @@ pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressF
             from: None,
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dlrm_config() -> RunConfig {
+        RunConfig {
+            model: toml::from_str("kind = \"dlrm\"").unwrap(),
+            data: toml::from_str("kind = \"ctr\"\ntrain = 100\ntest = 10").unwrap(),
+            ..RunConfig::default()
+        }
+    }
+
+    /// A DLRM under strategies that train dense replicas is refused before any work, naming
+    /// the model kind and what trains it; with the flag set the check passes (the run then
+    /// stops at the next missing piece, the empty assembly's consistency slot).
+    #[test]
+    fn dlrm_needs_row_wise_embedding_workers() {
+        let e = job(&dlrm_config(), &Assembly::default(), None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("model.kind") && e.contains("dlrm") && e.contains("sparse_embeddings"),
+            "{e}"
+        );
+        let asm = Assembly {
+            sparse_embeddings: true,
+            ..Assembly::default()
+        };
+        let e = job(&dlrm_config(), &asm, None).err().unwrap().to_string();
+        assert!(e.contains("consistency"), "{e}");
+    }
 }

@@ -19,6 +19,8 @@ pub(super) struct Evaluation {
     pub accuracy: Option<f64>,
     /// Test loss (cross-entropy; MF: the test MSE).
     pub loss: f64,
+    /// Test AUC (DLRM click-through models only).
+    pub auc: Option<f64>,
     /// The parameters evaluated, per parameter in layout order.
     pub values: Vec<Vec<f32>>,
 }
@@ -48,10 +50,11 @@ impl<'a> Evaluator<'a> {
         let mut values = self.job.layout.zeros();
         self.job.layout.write_into(blocks, &mut values);
         replica.set_params(&values)?;
-        let (accuracy, loss) = replica.evaluate(&data.test.features, &data.test.labels)?;
+        let e = replica.evaluation(&data.test.features, &data.test.labels)?;
         Ok(Some(Evaluation {
-            accuracy,
-            loss,
+            accuracy: e.accuracy,
+            loss: e.loss,
+            auc: e.auc,
             values,
         }))
     }
@@ -78,6 +81,7 @@ impl<'a> Evaluator<'a> {
                 if let Some(row) = rows.get_mut(it as usize - 1) {
                     row.test_accuracy = e.accuracy;
                     row.test_loss = Some(e.loss);
+                    row.test_auc = e.auc;
                 }
             }
         }

@@ -136,6 +136,7 @@ pub(super) fn finish(
     if let (Some(row), Some(e)) = (rows.last_mut(), &final_eval) {
         row.test_accuracy = e.accuracy;
         row.test_loss = Some(e.loss);
+        row.test_auc = e.auc;
     }
     let summary = summarise(
         asm,
@@ -152,7 +153,7 @@ pub(super) fn finish(
                 .collect(),
         },
         peak_memory,
-        final_eval.as_ref().map(|e| (e.accuracy, e.loss)),
+        final_eval.as_ref().map(|e| (e.accuracy, e.loss, e.auc)),
         wall_start,
     );
     let params = final_eval.map(|e| {
@@ -184,6 +185,7 @@ fn keep_evaluations(rows: &mut [IterationRow], before: &[IterationRow]) {
     for (row, before) in rows.iter_mut().zip(before) {
         row.test_accuracy = before.test_accuracy;
         row.test_loss = before.test_loss;
+        row.test_auc = before.test_auc;
     }
 }
 
@@ -227,7 +229,7 @@ fn summarise(
     job: &Job,
     t: &Totals<'_>,
     peak_memory: BTreeMap<String, u64>,
-    final_eval: Option<(Option<f64>, f64)>,
+    final_eval: Option<(Option<f64>, f64, Option<f64>)>,
     wall_start: Instant,
 ) -> Summary {
     let config = &job.config;
@@ -272,8 +274,9 @@ fn summarise(
             0.0
         },
         final_loss: rows.last().map_or(f64::NAN, |r| r.loss),
-        final_test_accuracy: final_eval.and_then(|(accuracy, _)| accuracy),
-        final_test_loss: final_eval.map(|(_, loss)| loss),
+        final_test_accuracy: final_eval.and_then(|(accuracy, _, _)| accuracy),
+        final_test_loss: final_eval.map(|(_, loss, _)| loss),
+        final_test_auc: final_eval.and_then(|(_, _, auc)| auc),
         bytes_sent: t.traffic.values().map(|t| t.bytes).sum(),
         messages_sent: t.traffic.values().map(|t| t.messages).sum(),
         bytes_sent_by_role: t

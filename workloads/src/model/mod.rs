@@ -14,6 +14,7 @@ mod mf;
 mod replica;
 mod stages;
 
+pub use crate::metrics::auc;
 pub use dlrm::{
     add_rows, full_step, gather_rows, sgd_rows, DenseStep, DlrmDense, DlrmEvaluation, DlrmModel,
     DlrmSpec, Interaction,

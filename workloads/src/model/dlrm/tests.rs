@@ -216,11 +216,11 @@ fn student_dlrm_learns_the_teacher() {
                 *x -= lr * g;
             }
         }
-        for f in 0..k {
+        for (f, table) in values[..k].iter_mut().enumerate() {
             let g: Vec<f32> = (0..batch)
                 .flat_map(|i| out.emb_grad[(i * k + f) * w..(i * k + f + 1) * w].to_vec())
                 .collect();
-            sgd_rows(&mut values[f], d.fields[f], &field_ids(f), &g, 0..w, lr);
+            sgd_rows(table, d.fields[f], &field_ids(f), &g, 0..w, lr);
         }
     }
     let model = DlrmModel::new(d, &Device::Cpu).unwrap();
