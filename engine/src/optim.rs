@@ -140,6 +140,14 @@ impl OptimizerConfig {
         }
     }
 
+    /// The learning rate (what a strategy applies to parameters it updates outside this
+    /// optimizer, e.g. row-wise SGD on embedding rows).
+    pub fn lr(&self) -> f64 {
+        match self {
+            OptimizerConfig::Sgd { lr, .. } | OptimizerConfig::Adam { lr, .. } => *lr,
+        }
+    }
+
     /// The same optimizer with its learning rate multiplied by `k` (RNA's γ_k = Σw·γ); `k = 1`
     /// gives an identical copy.
     pub fn with_lr_scale(&self, k: f64) -> OptimizerConfig {

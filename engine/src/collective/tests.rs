@@ -495,13 +495,22 @@ fn the_async_alltoall_finishes_early_members_sooner_and_equals_blocking_without_
     // so the late member's splits are all that is left (it finishes right after its own sends).
     let mean = |o: &[((Vec<Payload>, u64), f64)]| o.iter().map(|(_, t)| t).sum::<f64>() / 4.0;
     let times = |o: &[((Vec<Payload>, u64), f64)]| o.iter().map(|(_, t)| *t).collect::<Vec<_>>();
-    assert!(mean(&asy) < mean(&blk), "{:?} vs {:?}", times(&asy), times(&blk));
+    assert!(
+        mean(&asy) < mean(&blk),
+        "{:?} vs {:?}",
+        times(&asy),
+        times(&blk)
+    );
     // The late member found every other split already staged: 3 splits of 1 MB.
     // The late member found splits already staged (each waits there until it arrives), and
     // finishes soon after its arrival instead of after a whole exchange; the early ones staged
     // nothing (they arrived first).
     assert!(asy[3].0 .1 >= elems as u64 * 4, "{}", asy[3].0 .1);
-    assert!(asy[3].1 < 5e-3 + 1e-3 && asy[3].1 < blk[3].1, "{:?}", times(&asy));
+    assert!(
+        asy[3].1 < 5e-3 + 1e-3 && asy[3].1 < blk[3].1,
+        "{:?}",
+        times(&asy)
+    );
     for r in 0..3 {
         assert_eq!(asy[r].0 .1, 0);
     }

@@ -1,7 +1,202 @@
 //! Sven (Yang, ch. 6): communication-efficient training of DLRM-style click-through-rate models
 //! on heterogeneous clusters.
+//!
+//! Each worker is a rank ("GPU trainer"): it holds its shards of the embedding tables (column-wise
+//! by default; row- and table-wise as options), each row on the device or the host tier, and a
+//! replica of the dense part. A batch's lookups reach the samples' owners by an alltoall —
+//! Sven's asynchronous one, where every rank scatters at its own arrival, or the blocking
+//! NCCL-style baseline —, the embedding gradients return by another, and the dense gradients are
+//! ring-allreduced. The tasks run on a compute lane and a communication lane, sequentially
+//! (Eq. 6.1), with the input re-distribution offloaded to an input service on CPU machines
+//! ("1-stage"), or in the inter-batch 4-stage pipeline (Eq. 6.2) that keeps embedding staleness
+//! within 3. Hot rows (the top α by access count after a warm-up) go to the device tier; random
+//! placement is the baseline.
+//!
+//! Modules: [`placement`] (shard plans, tiers, importance eviction), [`schedule`] (the lanes'
+//! task orders), [`shards`] (what a rank's shards send and apply), [`options`], the worker and
+//! the input service.
 
 #![warn(missing_docs)]
 
+mod input;
+pub mod options;
 pub mod placement;
+pub mod protocol;
 pub mod schedule;
+pub mod shards;
+mod worker;
+
+pub use input::InputService;
+pub use worker::SvenWorker;
+
+use concord_engine::collective::NoServer;
+use concord_engine::prelude::*;
+use concord_engine::ps::{cut_into_blocks, Block, Placement};
+use options::{Resolved, SvenOptions};
+use placement::{ShardPlan, Sharding};
+use std::sync::Arc;
+
+/// The parameter layout of a Sven run: every table cut at its shards' boundaries (so each layout
+/// block lies in one rank's shard, and the ranks' reports cover the model exactly once), the
+/// dense part as usual.
+#[derive(Debug)]
+pub struct ShardedTables {
+    sharding: Sharding,
+    ranks: usize,
+}
+
+impl ShardedTables {
+    /// The tables' layout: `emb.*` parameters (`[width, rows]`) cut by `sharding` over `ranks`.
+    fn plan(&self, params: &[concord_engine::model::ParamInfo]) -> Option<ShardPlan> {
+        let tables: Vec<(usize, usize)> = params
+            .iter()
+            .take_while(|p| p.name.starts_with("emb.") && p.shape.len() == 2)
+            .map(|p| (p.shape[1], p.shape[0]))
+            .collect();
+        ShardPlan::new(self.sharding, &tables, self.ranks).ok()
+    }
+}
+
+impl Placement for ShardedTables {
+    fn name(&self) -> String {
+        format!("{:?}-wise embedding shards", self.sharding).to_lowercase()
+    }
+
+    fn partition(
+        &self,
+        params: &[concord_engine::model::ParamInfo],
+        max_block_elems: usize,
+        _servers: u32,
+    ) -> Vec<Block> {
+        let Some(plan) = self.plan(params) else {
+            return cut_into_blocks(params, max_block_elems);
+        };
+        let max = max_block_elems.max(1);
+        let mut blocks = Vec::new();
+        let mut push = |param: usize, offset: usize, len: usize| {
+            let mut at = 0;
+            while at < len || (len == 0 && at == 0) {
+                let l = (len - at).min(max);
+                blocks.push(Block {
+                    id: blocks.len() as BlockId,
+                    param,
+                    offset: offset + at,
+                    len: l,
+                });
+                at += l.max(1);
+            }
+        };
+        let tables = plan.tables().len();
+        for (table, offset, len, _) in plan.blocks() {
+            push(table, offset, len);
+        }
+        for (p, info) in params.iter().enumerate().skip(tables) {
+            push(p, 0, info.elems());
+        }
+        blocks
+    }
+
+    fn assign(
+        &self,
+        _params: &[concord_engine::model::ParamInfo],
+        blocks: &[Block],
+        servers: u32,
+    ) -> Vec<ServerId> {
+        (0..blocks.len() as u32)
+            .map(|i| i % servers.max(1))
+            .collect()
+    }
+}
+
+/// The `sven` strategy.
+#[derive(Debug, Default)]
+pub struct Sven;
+
+impl Strategy for Sven {
+    fn name(&self) -> &'static str {
+        "sven"
+    }
+    fn summary(&self) -> &'static str {
+        "Sven (Yang ch. 6): DLRM training with hot embeddings on the device tier, an asynchronous hybrid alltoall and a 4-stage inter-batch pipeline"
+    }
+    fn slots(&self) -> &'static [Slot] {
+        &[
+            Slot::Worker,
+            Slot::Server,
+            Slot::Consistency,
+            Slot::Placement,
+        ]
+    }
+    fn install(
+        &self,
+        options: Option<&toml::Value>,
+        config: &RunConfig,
+        asm: &mut Assembly,
+    ) -> Result<()> {
+        let o: SvenOptions = parse_options(self.name(), options)?;
+        let resolved: Arc<Resolved> = Arc::new(o.resolve(self.name())?);
+        let offload = resolved.opts.pipeline.offloads_input();
+        if offload && (config.servers == 0 || !config.cluster.dedicated_servers) {
+            return Err(EngineError::config(
+                "servers",
+                config.servers,
+                format!(
+                    "`sven` with pipeline = \"{}\" runs its input service on CPU machines of their own: set servers >= 1 and cluster.dedicated_servers = true (e.g. cluster.server_device = \"cpu\")",
+                    if resolved.opts.pipeline == schedule::Mode::FourStage { "four-stage" } else { "input-offload" }
+                ),
+            ));
+        }
+        let sharding = resolved.opts.sharding;
+        let ranks = config.workers as usize;
+        asm.consistency = Some(Arc::new(NoServer));
+        asm.placement = Some(Arc::new(ShardedTables { sharding, ranks }));
+        asm.sparse_embeddings = true;
+        let opts = resolved.clone();
+        asm.set_worker(move |job, id| {
+            let tables: Vec<(usize, usize)> = job
+                .model
+                .dlrm()
+                .map(|s| s.fields.iter().map(|&r| (r, s.width())).collect())
+                .unwrap_or_default();
+            let plan = ShardPlan::new(sharding, &tables, ranks).map_err(|e| {
+                EngineError::config(
+                    "strategy.sven.sharding",
+                    format!("{sharding:?}").to_lowercase(),
+                    e.to_string(),
+                )
+            })?;
+            if let Some((device, host)) = opts.capacities {
+                placement::check_fits(&plan, device, host).map_err(|e| {
+                    EngineError::config("strategy.sven.device_mib", device, e.to_string())
+                })?;
+            }
+            SvenWorker::new(job, id, opts.clone(), Arc::new(plan))
+        });
+        asm.set_server(|job, _id| {
+            let spec = job.model.dlrm().cloned();
+            let per = job.config.batch;
+            let global = per * u64::from(job.config.workers);
+            // Ids of the whole batch for the rank's shards (int64), its samples' dense features
+            // and labels.
+            let elems = spec.map_or(0, |s| {
+                global * s.num_tables() as u64 * 2 + per * (s.dense_features as u64 + 1)
+            });
+            Ok(InputService::new(elems))
+        });
+        Ok(())
+    }
+    fn check(&self, asm: &Assembly, _config: &RunConfig) -> Result<()> {
+        if let Some(other) = asm.owners().get(&Slot::Coordinator) {
+            return Err(EngineError::Composition(format!(
+                "`sven` ranks take no directives, but `{other}` fills the coordinator slot; they cannot be combined"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Registers `sven`.
+pub fn register(registry: &mut Registry) -> Result<()> {
+    registry.register(Arc::new(Sven))?;
+    Ok(())
+}

@@ -191,7 +191,9 @@ mod tests {
 
     fn parse(s: &str) -> Result<Resolved> {
         let v: toml::Value = toml::from_str(s).unwrap();
-        let o: SvenOptions = v.try_into().map_err(|e| EngineError::Composition(format!("{e}")))?;
+        let o: SvenOptions = v
+            .try_into()
+            .map_err(|e| EngineError::Composition(format!("{e}")))?;
         o.resolve("sven")
     }
 

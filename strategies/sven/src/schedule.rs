@@ -160,9 +160,10 @@ impl Program {
                     if mode == Mode::Sequential {
                         comm.push(Task::new(Kind::Input, b));
                     }
-                    compute.extend([Kind::Sfp, Kind::Fp, Kind::Bp, Kind::Opt, Kind::Sbp].map(
-                        |k| Task::new(k, b),
-                    ));
+                    compute.extend(
+                        [Kind::Sfp, Kind::Fp, Kind::Bp, Kind::Opt, Kind::Sbp]
+                            .map(|k| Task::new(k, b)),
+                    );
                     comm.extend(
                         [Kind::FwdA2a, Kind::Allreduce, Kind::BwdA2a].map(|k| Task::new(k, b)),
                     );
@@ -290,7 +291,10 @@ mod tests {
         let period = (opt(30) - opt(10)) / 20.0;
         let eq62 = f64::max(1.0 + 2.0, 4.0) + f64::max(3.0, 1.5) + f64::max(1.0, 2.5) + 0.5;
         let busier = f64::max(1.0 + 2.0 + 3.0 + 2.5 + 0.5, 4.0 + 1.5 + 1.0);
-        assert!(period <= eq62 + 1e-9 && period >= busier - 1e-9, "{period} vs {eq62}");
+        assert!(
+            period <= eq62 + 1e-9 && period >= busier - 1e-9,
+            "{period} vs {eq62}"
+        );
         let (seq, _) = run(Mode::InputOffload, 40, cost);
         let seq_period = (seq[&Task::new(Kind::Opt, 30)] - seq[&Task::new(Kind::Opt, 10)]) / 20.0;
         let eq61: f64 = [1.0, 4.0, 2.0, 3.0, 1.0, 0.5, 1.5, 2.5].iter().sum();

@@ -1,0 +1,58 @@
+//! The input service (the thesis's separate CPU cluster): reads, preprocesses and shards each
+//! batch for the ranks it feeds, and streams the shards into each rank's bounded queue, so the
+//! two input alltoalls disappear from the training cluster (§6.1.2, "1-stage").
+
+use crate::protocol::{Shard, Want};
+use concord_engine::prelude::*;
+
+/// One input-service role: serves the ranks `r` with `r % servers == id`.
+pub struct InputService {
+    /// Bytes of one rank's pre-sharded batch (ids its shards look up, its samples' dense
+    /// features and labels).
+    shard_elems: u64,
+    served: u64,
+}
+
+impl InputService {
+    /// An input service sending shards of `shard_elems` elements (4 bytes each).
+    pub fn new(shard_elems: u64) -> InputService {
+        InputService {
+            shard_elems,
+            served: 0,
+        }
+    }
+}
+
+#[async_trait]
+impl ServerHandler for InputService {
+    async fn handle(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<()> {
+        let Some(want) = env.msg.decode::<Want>()? else {
+            return Err(unexpected(ctx, &env));
+        };
+        ctx.send(
+            env.from,
+            Message::strategy_with(
+                &Shard { clock: want.clock },
+                vec![Payload::Virtual {
+                    elems: self.shard_elems,
+                }],
+            )?,
+        );
+        self.served += 1;
+        Ok(())
+    }
+
+    fn finish(&mut self, _ctx: &mut RoleContext) -> Result<ServerReport> {
+        Ok(ServerReport {
+            version: self.served as i64,
+            ..ServerReport::default()
+        })
+    }
+}
+
+#[async_trait]
+impl Server for InputService {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<ServerReport> {
+        serve(self, ctx).await
+    }
+}
