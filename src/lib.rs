@@ -27,6 +27,7 @@ pub fn registry() -> Registry {
     let built = built.and_then(|_| concord_flexrr::register(&mut r));
     let built = built.and_then(|_| concord_token_sched::register(&mut r));
     let built = built.and_then(|_| concord_pipeline::register(&mut r));
+    let built = built.and_then(|_| concord_sven::register(&mut r));
     // Registration only fails on duplicate names, which is a bug in this list.
     if let Err(e) = built {
         panic!("strategy registry is inconsistent: {e}");
