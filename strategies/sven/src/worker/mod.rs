@@ -29,6 +29,15 @@ use stats::Stats;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+/// The run clock's resolution in `sim`: an event this close to now is due (waiting for it would
+/// not advance the clock).
+const TICK_S: f64 = 1e-3 / concord_engine::time::SIM_DILATION;
+
+/// Whether an event at `at` is due at `now`.
+fn due(now: f64, at: f64) -> bool {
+    now + TICK_S >= at
+}
+
 /// Where a batch's ids come from: the job's data (a real run) or a Zipf sampler (throughput).
 enum Ids {
     Data,
@@ -516,7 +525,7 @@ impl SvenWorker {
             sent: false,
             done_at: None,
         };
-        if send_at <= now {
+        if due(now, send_at) {
             self.send_comm(ctx, cols, &mut active)?;
         }
         Ok(active)
@@ -583,13 +592,13 @@ impl SvenWorker {
     ) -> Result<bool> {
         let now = ctx.now();
         if !active.sent {
-            if now < active.send_at {
+            if !due(now, active.send_at) {
                 return Ok(false);
             }
             self.send_comm(ctx, cols, active)?;
         }
         if let Some(done_at) = active.done_at {
-            return Ok(now >= done_at);
+            return Ok(due(now, done_at));
         }
         let b = active.task.batch;
         let (op_kind, _) = OpKind::parse(active.op).unwrap_or((OpKind::Fwd, b));
@@ -639,7 +648,7 @@ impl SvenWorker {
                     OpKind::InputIndices | OpKind::Allreduce => {}
                 }
                 active.done_at = Some(now + copy);
-                return Ok(copy <= 0.0);
+                return Ok(copy < TICK_S);
             }
         }
         Ok(true)
@@ -665,7 +674,7 @@ impl Worker for SvenWorker {
         loop {
             let mut progressed = false;
             if let Some((task, started, at)) = computing {
-                if ctx.now() >= at {
+                if due(ctx.now(), at) {
                     computing = None;
                     if let Some(r) = self.finish_compute(ctx, task, started)? {
                         records.push(r);
