@@ -18,6 +18,7 @@
 
 #![warn(missing_docs)]
 
+pub mod async_ps;
 mod input;
 pub mod options;
 pub mod placement;
@@ -195,8 +196,9 @@ impl Strategy for Sven {
     }
 }
 
-/// Registers `sven`.
+/// Registers `sven` and its baseline `dlrm-async-ps`.
 pub fn register(registry: &mut Registry) -> Result<()> {
     registry.register(Arc::new(Sven))?;
+    registry.register(Arc::new(async_ps::DlrmAsyncPs))?;
     Ok(())
 }
