@@ -196,7 +196,7 @@ impl Strategy for Sven {
     }
 }
 
-/// Registers `sven` and its baseline `dlrm-async-ps`.
+/// Registers `sven`.
 pub fn register(registry: &mut Registry) -> Result<()> {
     registry.register(Arc::new(Sven))?;
     registry.register(Arc::new(async_ps::DlrmAsyncPs))?;

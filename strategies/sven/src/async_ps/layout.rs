@@ -124,8 +124,9 @@ mod tests {
             let mut seen: Vec<Vec<u32>> = params().iter().map(|p| vec![0; p.elems()]).collect();
             for b in layout.blocks() {
                 let owner = layout.owner(b.id) as usize;
-                for i in b.offset..b.offset + b.len {
-                    seen[b.param][i] += 1;
+                let covered = seen[b.param].iter_mut().enumerate();
+                for (i, n) in covered.skip(b.offset).take(b.len) {
+                    *n += 1;
                     if b.param < 2 {
                         let rows = plan.tables()[b.param].0;
                         assert!(rows_of(&plan, b.param, owner).contains(&(i % rows)));
