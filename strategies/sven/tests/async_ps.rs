@@ -41,6 +41,22 @@ fn four_workers_two_servers_train_and_repeat_bit_for_bit() {
     let auc = r.summary.final_test_auc.expect("a test AUC");
     println!("dlrm-async-ps, 4 workers, 2 servers, 100 clocks: test AUC {auc:.4}");
     assert!(auc > 0.6, "test AUC {auc}");
+    // A worker holds the dense part and its gradients, not the tables (they stay on the
+    // servers).
+    let params = r.params.as_ref().expect("real parameters");
+    let bytes = |tables: bool| -> u64 {
+        let chosen = params
+            .iter()
+            .filter(|(n, _)| n.starts_with("emb.") == tables);
+        chosen.map(|(_, v)| 4 * v.len() as u64).sum()
+    };
+    let peak = r.summary.peak_memory["worker-0"];
+    assert!(
+        peak >= 2 * bytes(false) && peak < 2 * bytes(false) + bytes(true),
+        "worker peak {peak}, dense {}, tables {}",
+        bytes(false),
+        bytes(true)
+    );
     let again = run(&cfg);
     assert_eq!(param_bits(&r), param_bits(&again));
     assert_eq!(r.summary.final_test_auc, again.summary.final_test_auc);
@@ -153,4 +169,24 @@ fn no_servers_and_unknown_options_are_named_errors() {
         .insert(NAME.into(), toml::from_str("row_ns = -2.0").unwrap());
     let e = compose_err(&reg, &cfg);
     assert!(e.contains("strategy.dlrm-async-ps.row_ns"), "{e}");
+}
+
+/// The servers charge every row they read or update: at 100 µs a row, each clock of a lone
+/// worker waits at least for its pull's rows (one per table at the very least) beyond what free
+/// rows cost.
+#[test]
+fn server_row_cost_is_charged() {
+    let time = |row_ns: f64| {
+        let mut cfg = config(1, 1, 5);
+        cfg.strategy.insert(
+            NAME.into(),
+            toml::from_str(&format!("row_ns = {row_ns:?}")).unwrap(),
+        );
+        run(&cfg).summary.time_per_iteration_s
+    };
+    let (free, costly) = (time(0.0), time(1e5));
+    assert!(
+        costly - free >= 8.0 * 1e-4,
+        "per clock: {free} s with free rows, {costly} s at 100 µs a row"
+    );
 }

@@ -10,6 +10,7 @@ use super::options::AsyncPsOptions;
 use super::protocol::{ids_payload, Pull, Push, Rows};
 use crate::placement::ShardPlan;
 use concord_engine::data::{split_ctr, ZipfIds};
+use concord_engine::memory::{MemEvent, TensorClass};
 use concord_engine::model::{DenseStep, DlrmDense, DlrmSpec};
 use concord_engine::prelude::*;
 use std::ops::Range;
@@ -313,6 +314,28 @@ impl AsyncPsWorker {
         Ok(bytes)
     }
 
+    /// Reports what the worker keeps all run to its memory policy: the dense parameters and
+    /// their gradients, and one batch's pulled rows with their gradients (the tables stay on the
+    /// servers).
+    async fn hold_memory(&self, ctx: &mut RoleContext) -> Result<()> {
+        let dense = self.spec.dense_param_elems() as u64 * 4;
+        let rows = (self.per * self.spec.num_tables() * self.spec.width()) as u64 * 4;
+        for (class, bytes, what) in [
+            (TensorClass::Params, dense, "dense parameters"),
+            (TensorClass::Grads, dense, "dense gradients"),
+            (
+                TensorClass::Buffers,
+                2 * rows,
+                "pulled rows and their gradients",
+            ),
+        ] {
+            let what = what.to_string();
+            ctx.memory_event(MemEvent::Allocate { class, bytes, what })
+                .await?;
+        }
+        Ok(())
+    }
+
     /// One clock: pull, step, push.
     async fn clock(&mut self, ctx: &mut RoleContext, clock: u64) -> Result<IterRecord> {
         ctx.set_iter(clock);
@@ -371,6 +394,7 @@ impl AsyncPsWorker {
 #[async_trait]
 impl Worker for AsyncPsWorker {
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
+        self.hold_memory(ctx).await?;
         let clocks = self.job.clocks();
         let mut records = Vec::with_capacity((clocks.end - clocks.start) as usize);
         for clock in clocks {
