@@ -18,6 +18,7 @@
 
 #![warn(missing_docs)]
 
+pub mod async_ps;
 mod input;
 pub mod options;
 pub mod placement;
@@ -198,5 +199,6 @@ impl Strategy for Sven {
 /// Registers `sven`.
 pub fn register(registry: &mut Registry) -> Result<()> {
     registry.register(Arc::new(Sven))?;
+    registry.register(Arc::new(async_ps::DlrmAsyncPs))?;
     Ok(())
 }
