@@ -137,7 +137,7 @@ pub enum ModelConfig {
     /// Throughput mode: a paper's model as a per-layer profile, with virtual payloads and no math.
     Profile {
         /// Built-in profile name (vgg16, vgg19, alexnet, resnet-32/50/101/152, inception-v3/v4,
-        /// googlenet).
+        /// googlenet, dlrm-wide-deep/deep-fm/dcn).
         name: String,
     },
 }
@@ -543,9 +543,9 @@ impl ModelSpec {
         }
     }
 
-    /// The operator graph a memory manager plans on: a graph network's nodes one to one;
-    /// `None` for the other models.
-    /// All parameters in the canonical layout order.
+    /// All parameters in the canonical layout order. A DLRM profile's are its spec's
+    /// ([`DlrmSpec::params`]: the tables, then the dense part), as for a DLRM that trains, so
+    /// strategies cut the same blocks in both modes.
     pub fn params(&self) -> Vec<ParamInfo> {
         match self {
             ModelSpec::Real { stages, .. } => stages
@@ -556,18 +556,22 @@ impl ModelSpec {
             ModelSpec::Mf(m) => m.params(),
             ModelSpec::Dlrm(d) => d.params(),
             ModelSpec::Graph(g) => g.params(),
-            ModelSpec::Profile(p) => p
-                .tensors()
-                .map(|t| ParamInfo {
-                    name: t.name.clone(),
-                    shape: vec![t.elems as usize],
-                    fan_in: 0,
-                })
-                .collect(),
+            ModelSpec::Profile(p) => match &p.dlrm {
+                Some(d) => d.params(),
+                None => p
+                    .tensors()
+                    .map(|t| ParamInfo {
+                        name: t.name.clone(),
+                        shape: vec![t.elems as usize],
+                        fan_in: 0,
+                    })
+                    .collect(),
+            },
         }
     }
 
-    /// Per-stage FLOPs and activation sizes.
+    /// Per-stage FLOPs and activation sizes. A DLRM profile's stages are the `embedding` stage
+    /// ([`DlrmSpec::embedding_stage`]) and then its layers (the dense part).
     pub fn stage_facts(&self) -> Vec<StageFacts> {
         match self {
             ModelSpec::Real { stages, .. } => stages
@@ -583,13 +587,14 @@ impl ModelSpec {
             ModelSpec::Dlrm(d) => d.stage_facts(),
             ModelSpec::Graph(g) => g.stage_facts(),
             ModelSpec::Profile(p) => p
-                .layers
+                .dlrm
                 .iter()
-                .map(|l| StageFacts {
+                .map(DlrmSpec::embedding_stage)
+                .chain(p.layers.iter().map(|l| StageFacts {
                     name: l.name.clone(),
                     forward_flops: l.forward_flops,
                     activation_bytes: l.activation_bytes,
-                })
+                }))
                 .collect(),
         }
     }
@@ -597,7 +602,8 @@ impl ModelSpec {
     /// The parameters each stage owns, as index ranges into [`ModelSpec::params`], one per entry
     /// of [`ModelSpec::stage_facts`]: consecutive, with no gap or overlap, covering every
     /// parameter. For a real network they are [`StagedModel::stage_param_range`]'s; MF is one
-    /// stage owning both factors; a profile's layer owns its tensors.
+    /// stage owning both factors; a profile's layer owns its tensors (and a DLRM profile's
+    /// `embedding` stage its tables).
     pub fn stage_param_ranges(&self) -> Vec<Range<usize>> {
         let counts: Vec<usize> = match self {
             ModelSpec::Real { stages, .. } => stages
@@ -608,7 +614,12 @@ impl ModelSpec {
             ModelSpec::Mf(m) => vec![m.params().len()],
             ModelSpec::Dlrm(d) => vec![d.num_tables(), d.dense_param_range().len()],
             ModelSpec::Graph(g) => g.stage_param_counts(),
-            ModelSpec::Profile(p) => p.layers.iter().map(|l| l.tensors.len()).collect(),
+            ModelSpec::Profile(p) => p
+                .dlrm
+                .iter()
+                .map(DlrmSpec::num_tables)
+                .chain(p.layers.iter().map(|l| l.tensors.len()))
+                .collect(),
         };
         let mut start = 0;
         counts
@@ -623,22 +634,29 @@ impl ModelSpec {
     /// Per-layer cost facts, one per stage (what a calibrated device charges a training step
     /// by): a real network's stages, a profile's layers; empty for matrix factorization and a
     /// DLRM, whose embedding lookups the per-layer model does not describe (they are charged by
-    /// FLOPs).
+    /// FLOPs). A DLRM profile's `embedding` stage gets zero facts for the same reason (a
+    /// strategy charges its lookups itself), its dense layers their own.
     pub fn layer_costs(&self) -> Vec<LayerCost> {
         match self {
             ModelSpec::Real { stages, .. } => stages.iter().map(StageSpec::cost).collect(),
             ModelSpec::Mf(_) | ModelSpec::Dlrm(_) => Vec::new(),
             ModelSpec::Graph(g) => g.layer_costs(),
-            ModelSpec::Profile(p) => p.layers.iter().map(|l| l.cost).collect(),
+            ModelSpec::Profile(p) => p
+                .dlrm
+                .iter()
+                .map(|_| LayerCost::default())
+                .chain(p.layers.iter().map(|l| l.cost))
+                .collect(),
         }
     }
 
     /// The model's operator graph, for a memory manager that simulates an iteration over it
     /// (which feature maps are alive, which are forks and joins): a profile's or a graph
-    /// network's; `None` for
-    /// a staged network (described stage by stage) and for matrix factorization.
+    /// network's; `None` for a staged network (described stage by stage), for matrix
+    /// factorization and for a DLRM, trained or profiled.
     pub fn op_graph(&self) -> Option<OpGraph> {
         match self {
+            ModelSpec::Profile(p) if p.dlrm.is_some() => None,
             ModelSpec::Profile(p) => Some(p.graph.clone()),
             ModelSpec::Graph(g) => Some(g.op_graph()),
             ModelSpec::Real { .. } => None,
@@ -648,7 +666,9 @@ impl ModelSpec {
         }
     }
 
-    /// Forward + backward FLOPs per sample (backward counted as twice the forward).
+    /// Forward + backward FLOPs per sample (backward counted as twice the forward). For a DLRM,
+    /// trained or profiled, that is 3 × [`DlrmSpec::dense_forward_flops`]: the lookups count no
+    /// FLOPs.
     pub fn training_flops_per_sample(&self) -> f64 {
         3.0 * self
             .stage_facts()

@@ -30,9 +30,13 @@
 //!   add reads both the branch and the shortcut and is followed by a ReLU node; a concatenation
 //!   reads every branch; the graph ends in a cost-free softmax. Its nodes' parameters and cost
 //!   facts add up to the layers' exactly. Dropout is not a node.
+//! - The DLRM profiles (`dlrm-wide-deep`, `dlrm-deep-fm`, `dlrm-dcn`; see [`dlrm_deep_fm`]) are
+//!   the exception: their layers are a click-through model's dense part, their embedding tables
+//!   are in [`ModelProfile::dlrm`], and they carry no operator graph.
 
 mod alexnet;
 mod builder;
+mod dlrm;
 mod googlenet;
 mod inception;
 mod inception_v4;
@@ -42,6 +46,10 @@ mod resnet152;
 mod vgg;
 
 pub use alexnet::{alexnet, alexnet_torchvision};
+pub use dlrm::{
+    criteo_like_rows, criteo_like_spec, dlrm_dcn, dlrm_deep_fm, dlrm_profile, dlrm_wide_deep,
+    CRITEO_DENSE, CRITEO_DIM, CRITEO_KAGGLE_ROWS, ROW_CAP,
+};
 pub use googlenet::googlenet;
 pub use inception::inception_v3;
 pub use inception_v4::inception_v4;
@@ -128,12 +136,14 @@ pub struct ModelProfile {
     /// The operator graph the layers are made of: one node per convolution, batch-norm,
     /// activation, pooling window, concatenation, residual add and fc layer, with the edges
     /// that make forks and joins visible to a memory manager, ending in a cost-free softmax.
-    /// Its nodes' parameters and cost facts add up to the layers' exactly.
+    /// Its nodes' parameters and cost facts add up to the layers' exactly. Empty for a DLRM
+    /// profile (see [`ModelProfile::dlrm`]), which has no such graph.
     #[serde(skip)]
     pub graph: OpGraph,
     /// The DLRM a click-through profile describes (tables, dense part), so a strategy that
     /// shards embedding tables knows their sizes; `None` for the other profiles, whose layers
-    /// say everything.
+    /// say everything. With it, the layers are the dense part alone and the tables are not
+    /// among [`ModelProfile::tensors`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dlrm: Option<crate::model::DlrmSpec>,
 }
@@ -190,11 +200,15 @@ impl ModelProfile {
 }
 
 /// Names of the built-in profiles, sorted. `googlenet-32` is GoogLeNet at the Fela paper's
-/// 32 × 32 input (same parameters as `googlenet`, smaller FLOPs and activations).
+/// 32 × 32 input (same parameters as `googlenet`, smaller FLOPs and activations); the `dlrm-*`
+/// profiles are click-through models at Criteo-like sizes ([`criteo_like_spec`]).
 pub fn builtin_names() -> &'static [&'static str] {
     &[
         "alexnet",
         "alexnet-tv",
+        "dlrm-dcn",
+        "dlrm-deep-fm",
+        "dlrm-wide-deep",
         "googlenet",
         "googlenet-32",
         "inception-v3",
@@ -226,6 +240,9 @@ pub fn builtin(name: &str) -> Option<ModelProfile> {
     let profile = match normalize(name).as_str() {
         "alexnet" => alexnet(),
         "alexnettv" => alexnet_torchvision(),
+        "dlrmdcn" => dlrm_dcn(),
+        "dlrmdeepfm" => dlrm_deep_fm(),
+        "dlrmwidedeep" => dlrm_wide_deep(),
         "googlenet" => googlenet(224),
         "googlenet32" => googlenet(32),
         "inceptionv3" => inception_v3(),
@@ -243,6 +260,8 @@ pub fn builtin(name: &str) -> Option<ModelProfile> {
     Some(profile)
 }
 
+#[cfg(test)]
+mod dlrm_tests;
 #[cfg(test)]
 mod graph_tests;
 #[cfg(test)]

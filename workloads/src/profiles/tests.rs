@@ -197,7 +197,14 @@ fn layer_invariants() {
             assert!(l.activation_bytes > 0, "{} {}", m.name, l.name);
             assert!(l.activation_bytes % 4 == 0, "{} {}", m.name, l.name);
             assert!(l.forward_flops > 0.0, "{} {}", m.name, l.name);
-            assert!(!l.tensors.is_empty(), "{} {}", m.name, l.name);
+            // A DLRM's interaction is parameter-free but for DCN's cross layers.
+            let parameter_free = m.dlrm.is_some() && l.name == "interaction";
+            assert!(
+                parameter_free || !l.tensors.is_empty(),
+                "{} {}",
+                m.name,
+                l.name
+            );
             assert!(layer_names.insert(l.name.as_str()), "dup layer {}", l.name);
             for t in &l.tensors {
                 assert!(t.elems > 0, "{} {}", m.name, t.name);
@@ -215,6 +222,8 @@ fn layer_invariants() {
         let last = m.layers.last().unwrap();
         let classes = if m.name.starts_with("resnet-32") {
             10
+        } else if m.dlrm.is_some() {
+            1 // the click logit
         } else {
             1000
         };
@@ -375,7 +384,7 @@ fn blocks_at_edges() {
 
 #[test]
 fn builtin_lookup() {
-    assert_eq!(builtin_names().len(), 14);
+    assert_eq!(builtin_names().len(), 17);
     for &name in builtin_names() {
         let m = builtin(name).unwrap_or_else(|| panic!("{name}"));
         assert_eq!(m.name, name);
@@ -398,6 +407,9 @@ fn builtin_lookup() {
         ("GoogLeNet", "googlenet"),
         ("AlexNet", "alexnet"),
         ("AlexNet-TV", "alexnet-tv"),
+        ("DLRM-DeepFM", "dlrm-deep-fm"),
+        ("dlrm_wide_deep", "dlrm-wide-deep"),
+        ("DLRM DCN", "dlrm-dcn"),
     ] {
         assert_eq!(builtin(alias).unwrap().name, canonical, "{alias}");
     }

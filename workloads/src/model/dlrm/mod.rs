@@ -268,15 +268,21 @@ impl DlrmSpec {
             + 2.0 * self.out_in() as f64
     }
 
+    /// The `embedding` stage: the gathers, no FLOPs, its output the `K` looked-up rows (fp32).
+    /// A DLRM profile's first stage too, before its dense layers.
+    pub fn embedding_stage(&self) -> StageFacts {
+        StageFacts {
+            name: "embedding".into(),
+            forward_flops: 0.0,
+            activation_bytes: (self.num_tables() * self.width() * 4) as u64,
+        }
+    }
+
     /// Two stages for the engine's costs: `embedding` (the gathers: no FLOPs, its output the
     /// `K` looked-up rows) and `dense` (the dense part's FLOPs, output one logit).
     pub fn stage_facts(&self) -> Vec<StageFacts> {
         vec![
-            StageFacts {
-                name: "embedding".into(),
-                forward_flops: 0.0,
-                activation_bytes: (self.num_tables() * self.width() * 4) as u64,
-            },
+            self.embedding_stage(),
             StageFacts {
                 name: "dense".into(),
                 forward_flops: self.dense_forward_flops(),
