@@ -38,6 +38,19 @@ enum Holds {
     /// A part (a pipeline stage, a hybrid worker's layers): the workers' parts together hold
     /// the whole model's parameters and gradients, with this many optimizer slots.
     Part(u64),
+    /// A DLRM's dense part whole on every worker (parameters and gradients); the embedding
+    /// tables, which get no dense gradient, sharded over the workers or on the servers.
+    DenseReplica,
+}
+
+/// `tiny` training a small DeepFM on click-through data.
+fn dlrm(strategies: &[&str], options: &[(&str, &str)]) -> RunConfig {
+    let mut cfg = tiny(strategies, options);
+    cfg.model = toml::from_str("kind = \"dlrm\"\ndim = 4\nbottom = [8]\ntop = [8]").expect("model");
+    cfg.data = toml::from_str("kind = \"ctr\"\nfields = 4\nrows = 200\ntrain = 512\ntest = 64")
+        .expect("data");
+    cfg.cluster.dedicated_servers = true;
+    cfg
 }
 
 /// `tiny` with a deeper MLP (four stages), for strategies that split the model by stages.
@@ -64,7 +77,7 @@ fn cases() -> Vec<(&'static str, RunConfig, Holds)> {
         &["fela"],
         &[("fela", "boundaries = [1, 3]\nthreshold_batch = 4")],
     );
-    use Holds::{Part, Replica};
+    use Holds::{DenseReplica, Part, Replica};
     vec![
         ("bsp", tiny(&["bsp"], &[]), Replica(0)),
         ("ssp", tiny(&["ssp"], &[]), Replica(0)),
@@ -122,6 +135,8 @@ fn cases() -> Vec<(&'static str, RunConfig, Holds)> {
             staged(&["gpipe"], &[("gpipe", "boundaries = [1, 2, 3]")]),
             Part(MOMENTUM_SLOTS),
         ),
+        ("sven", dlrm(&["sven"], &[]), DenseReplica),
+        ("dlrm-async-ps", dlrm(&["dlrm-async-ps"], &[]), DenseReplica),
     ]
 }
 
@@ -177,6 +192,21 @@ fn every_strategy_reports_each_workers_measured_peak_memory() {
                     assert!(
                         *peak > floor,
                         "{name}: worker-{w} peak {peak} B, parameters {p} B: expected more than {floor} B"
+                    );
+                }
+            }
+            Holds::DenseReplica => {
+                let dense: u64 = r
+                    .params
+                    .iter()
+                    .flatten()
+                    .filter(|(n, _)| !n.starts_with("emb."))
+                    .map(|(_, v)| 4 * v.len() as u64)
+                    .sum();
+                for (w, peak) in peaks.iter().enumerate() {
+                    assert!(
+                        *peak > 2 * dense,
+                        "{name}: worker-{w} peak {peak} B, dense part {dense} B"
                     );
                 }
             }

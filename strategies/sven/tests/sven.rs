@@ -5,8 +5,8 @@
 use concord_engine::config::RunConfig;
 use concord_engine::data::DataConfig;
 use concord_engine::model::ModelConfig;
-use concord_engine::run::RunResult;
 use concord_engine::optim::OptimizerConfig;
+use concord_engine::run::RunResult;
 use concord_test_support::{compose_err, figure, max_diff, param_bits, registry, run_with};
 
 fn reg() -> concord_engine::registry::Registry {
@@ -102,8 +102,18 @@ fn the_same_seed_gives_the_same_bits() {
 
 #[test]
 fn hot_rows_serve_far_more_lookups_than_their_share() {
-    let hot = run(&config(2, 32, 12, "pipeline = \"sequential\"\nalpha = 0.1\nwarmup_iters = 4"));
-    let random = run(&config(2, 32, 12, "pipeline = \"sequential\"\nalpha = 0.1\nplacement = \"random\""));
+    let hot = run(&config(
+        2,
+        32,
+        12,
+        "pipeline = \"sequential\"\nalpha = 0.1\nwarmup_iters = 4",
+    ));
+    let random = run(&config(
+        2,
+        32,
+        12,
+        "pipeline = \"sequential\"\nalpha = 0.1\nplacement = \"random\"",
+    ));
     let (h, r) = (
         figure(&hot, "sven.device_hit_rate"),
         figure(&random, "sven.device_hit_rate"),
@@ -120,7 +130,10 @@ fn bad_configurations_are_named_errors() {
     let e = compose_err(&reg, &config(2, 8, 2, "alpha = 1.5"));
     assert!(e.contains("strategy.sven.alpha"), "{e}");
     // Each rank's shard of a table is larger than both tiers.
-    let e = compose_err(&reg, &config(2, 8, 2, "device_mib = 0.000001\nhost_mib = 0.000001"));
+    let e = compose_err(
+        &reg,
+        &config(2, 8, 2, "device_mib = 0.000001\nhost_mib = 0.000001"),
+    );
     assert!(e.contains("larger") || e.contains("tier"), "{e}");
     // Input offload needs the input service's own machines.
     let mut cfg = config(2, 8, 2, "pipeline = \"four-stage\"");

@@ -21,6 +21,7 @@ use crate::shards::{self, BatchIds};
 use comm::Collectives;
 use concord_engine::collective::Group;
 use concord_engine::data::{split_ctr, ZipfIds};
+use concord_engine::memory::{MemEvent, TensorClass};
 use concord_engine::model::{DenseStep, DlrmDense, DlrmSpec};
 use concord_engine::optim::OptState;
 use concord_engine::prelude::*;
@@ -490,6 +491,56 @@ impl SvenWorker {
             .collect()
     }
 
+    /// Reports what the rank keeps on its device all run: the device-tier rows of its shards, the
+    /// dense replica, its gradients and optimizer state, and the buffers of the batches in flight
+    /// (lookups out, embeddings in, their gradients both ways; two batches in the 4-stage
+    /// pipeline, which doubles the memory per stage, §6.1.2).
+    async fn hold_memory(&self, ctx: &mut RoleContext) -> Result<()> {
+        let shard_bytes: u64 = self.mine.iter().map(|(_, s)| s.bytes()).sum();
+        let device_share = match self.opts.opts.placement {
+            PlacementKind::Device => 1.0,
+            PlacementKind::Host => 0.0,
+            PlacementKind::Hot | PlacementKind::Random => self.opts.alpha,
+        };
+        let dense = self.spec.dense_param_elems() as u64 * 4;
+        let slots = self
+            .opt_states
+            .first()
+            .map_or(0, |st| st.slots.len() as u64);
+        let per_batch = 4
+            * 4
+            * (shards::split_elems(&self.mine, self.per) * self.ranks
+                + self.per * self.tables() * self.spec.width()) as u64;
+        let in_flight = if self.opts.opts.pipeline == crate::schedule::Mode::FourStage {
+            2
+        } else {
+            1
+        };
+        for (class, bytes, what) in [
+            (
+                TensorClass::Params,
+                (shard_bytes as f64 * device_share) as u64 + dense,
+                "device-tier embedding rows and the dense replica",
+            ),
+            (TensorClass::Grads, dense, "dense gradients"),
+            (
+                TensorClass::OptimizerState,
+                slots * dense,
+                "dense optimizer state",
+            ),
+            (
+                TensorClass::Buffers,
+                in_flight * per_batch,
+                "lookups, embeddings and their gradients in flight",
+            ),
+        ] {
+            let what = what.to_string();
+            ctx.memory_event(MemEvent::Allocate { class, bytes, what })
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Starts communication task `task`.
     fn start_comm(
         &mut self,
@@ -665,6 +716,7 @@ impl Worker for SvenWorker {
                 ctx.send(server, Message::strategy(&Want { clock: c })?);
             }
         }
+        self.hold_memory(ctx).await?;
         let mut cols = Collectives::default();
         let (mut ci, mut mi) = (0usize, 0usize);
         let mut computing: Option<(Task, f64, f64)> = None;
