@@ -5,9 +5,12 @@
 use crate::protocol::{Shard, Want};
 use concord_engine::prelude::*;
 
+/// Largest chunk of a batch on the wire, in elements (256 KiB).
+pub const CHUNK_ELEMS: u64 = 64 * 1024;
+
 /// One input-service role: serves the ranks `r` with `r % servers == id`.
 pub struct InputService {
-    /// Bytes of one rank's pre-sharded batch (ids its shards look up, its samples' dense
+    /// Elements of one rank's pre-sharded batch (ids its shards look up, its samples' dense
     /// features and labels).
     shard_elems: u64,
     served: u64,
@@ -21,6 +24,11 @@ impl InputService {
             served: 0,
         }
     }
+
+    /// Chunks a batch travels in.
+    pub fn chunks(shard_elems: u64) -> u32 {
+        shard_elems.div_ceil(CHUNK_ELEMS).max(1) as u32
+    }
 }
 
 #[async_trait]
@@ -29,15 +37,22 @@ impl ServerHandler for InputService {
         let Some(want) = env.msg.decode::<Want>()? else {
             return Err(unexpected(ctx, &env));
         };
-        ctx.send(
-            env.from,
-            Message::strategy_with(
-                &Shard { clock: want.clock },
-                vec![Payload::Virtual {
-                    elems: self.shard_elems,
-                }],
-            )?,
-        );
+        let chunks = InputService::chunks(self.shard_elems);
+        for chunk in 0..chunks {
+            let start = u64::from(chunk) * CHUNK_ELEMS;
+            let elems = CHUNK_ELEMS.min(self.shard_elems - start.min(self.shard_elems));
+            ctx.send(
+                env.from,
+                Message::strategy_with(
+                    &Shard {
+                        clock: want.clock,
+                        chunk,
+                        chunks,
+                    },
+                    vec![Payload::Virtual { elems }],
+                )?,
+            );
+        }
         self.served += 1;
         Ok(())
     }

@@ -16,13 +16,19 @@ impl StrategyMessage for Want {
     const BODY_IN_HEADER: bool = true;
 }
 
-/// Input service → worker: the batch of `clock`, pre-sharded for this rank (its payload stands
-/// for the ids its shards look up and its own samples' dense features and labels, by size; the
-/// values themselves are the job's data, read by the rank).
+/// Input service → worker: one chunk of the batch of `clock`, pre-sharded for this rank (the
+/// payloads stand for the ids its shards look up and its own samples' dense features and labels,
+/// by size; the values themselves are the job's data, read by the rank). A batch travels in
+/// `chunks` messages, as an RPC stream does, so that it shares the links with the ranks' own
+/// traffic instead of holding a NIC for the whole batch.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Shard {
     /// The batch.
     pub clock: u64,
+    /// This chunk's index.
+    pub chunk: u32,
+    /// Chunks of the batch.
+    pub chunks: u32,
 }
 impl StrategyMessage for Shard {
     const TAG: &'static str = "sven.shard";

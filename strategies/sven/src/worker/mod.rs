@@ -100,6 +100,7 @@ pub struct SvenWorker {
     done: BTreeSet<Task>,
     sparse_applied: u64,
     shards_in: BTreeSet<u64>,
+    chunks_in: BTreeMap<u64, u32>,
     stats: Stats,
     snapshots: Vec<Snapshot>,
     input_server: Option<RoleId>,
@@ -168,6 +169,7 @@ impl SvenWorker {
             done: BTreeSet::new(),
             sparse_applied: 0,
             shards_in: BTreeSet::new(),
+            chunks_in: BTreeMap::new(),
             stats: Stats::default().skip(opts.opts.warmup_iters.max(2)),
             snapshots: Vec::new(),
             input_server,
@@ -790,7 +792,12 @@ impl Worker for SvenWorker {
             }
             if let Some(env) = ctx.recv_until(deadline).await? {
                 if let Some(shard) = env.msg.decode::<crate::protocol::Shard>()? {
-                    self.shards_in.insert(shard.clock);
+                    let got = self.chunks_in.entry(shard.clock).or_default();
+                    *got += 1;
+                    if *got == shard.chunks {
+                        self.chunks_in.remove(&shard.clock);
+                        self.shards_in.insert(shard.clock);
+                    }
                 } else {
                     cols.on_hop(ctx, &self.group, kind, env)?;
                 }
