@@ -281,6 +281,9 @@ impl SvenWorker {
                     ));
                 }
                 self.stats.max_staleness = self.stats.max_staleness.max(lag);
+                // A batch's iteration starts with its lookups: a straggler's delay lands here,
+                // before this rank's arrival at the forward alltoall.
+                ctx.set_iter(b);
                 if !self.batches.contains_key(&b) {
                     self.load_batch(b)?;
                 }
@@ -468,7 +471,6 @@ impl SvenWorker {
                 });
             }
         }
-        ctx.set_iter(b + 1);
         Ok(close_clock(ctx, &job, b, start, tally))
     }
 

@@ -80,6 +80,9 @@ pub struct Row {
     pub final_loss: Option<f64>,
     /// Test accuracy at the end.
     pub final_accuracy: Option<f64>,
+    /// Test AUC at the end (click-through models).
+    #[serde(default)]
+    pub final_auc: Option<f64>,
     /// Ideal / achieved time.
     pub efficiency: f64,
     /// Share of worker time waiting for parameters.
@@ -129,6 +132,7 @@ impl Row {
             "run_time_s" => Some(self.run_time_s),
             "final_loss" => self.final_loss,
             "final_accuracy" => self.final_accuracy,
+            "final_auc" => self.final_auc,
             "efficiency" => Some(self.efficiency),
             "wait_share" => Some(self.wait_share),
             "bytes_sent" => Some(self.bytes_sent as f64),
@@ -227,6 +231,7 @@ fn cell_rows(
                 run_time_s: m.run_time_s,
                 final_loss: m.final_loss,
                 final_accuracy: m.final_accuracy,
+                final_auc: m.final_auc,
                 efficiency: m.efficiency,
                 wait_share: m.wait_share,
                 bytes_sent: m.bytes_sent,

@@ -33,6 +33,9 @@ pub struct Metrics {
     pub final_accuracy: Option<f64>,
     /// Test loss at the end, where evaluated.
     pub final_test_loss: Option<f64>,
+    /// Test AUC at the end (click-through models).
+    #[serde(default)]
+    pub final_auc: Option<f64>,
     /// Bytes sent over the transport, all roles.
     pub bytes_sent: u64,
     /// Messages sent over the transport, all roles.
@@ -110,6 +113,7 @@ impl CellResult {
                 final_loss: finite(s.final_loss),
                 final_accuracy: s.final_test_accuracy.and_then(finite),
                 final_test_loss: s.final_test_loss.and_then(finite),
+                final_auc: s.final_test_auc.and_then(finite),
                 bytes_sent: s.bytes_sent,
                 messages_sent: s.messages_sent,
                 peak_worker_memory_bytes: peak("worker"),

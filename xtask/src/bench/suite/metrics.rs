@@ -30,6 +30,7 @@ pub const METRICS: &[(&str, &str)] = &[
     ("run_time_s", "virtual seconds of the whole run"),
     ("final_loss", "training loss of the last iteration"),
     ("final_accuracy", "test accuracy at the end"),
+    ("final_auc", "test AUC at the end (click-through models)"),
     ("efficiency", "ideal time / achieved time"),
     ("wait_share", "share of worker time waiting for parameters"),
     ("bytes_sent", "bytes moved over the transport"),

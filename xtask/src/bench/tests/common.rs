@@ -68,6 +68,7 @@ pub fn row(strategy: &str, seed: u64, tpi: f64) -> Row {
         run_time_s: tpi * 10.0,
         final_loss: Some(0.5),
         final_accuracy: None,
+        final_auc: None,
         efficiency: 0.5,
         wait_share: 0.1,
         bytes_sent: 1,

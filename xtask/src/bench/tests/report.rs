@@ -268,6 +268,7 @@ fn the_report_of_a_subset_scenario_shows_only_its_strategies() {
                     wait_share: 0.3 - 0.1 * c.strategy as f64,
                     final_loss: Some(0.5),
                     final_accuracy: None,
+                    final_auc: None,
                     final_test_loss: None,
                     bytes_sent: 10,
                     messages_sent: 1,
