@@ -511,8 +511,8 @@ fn the_async_alltoall_finishes_early_members_sooner_and_equals_blocking_without_
         "{:?}",
         times(&asy)
     );
-    for r in 0..3 {
-        assert_eq!(asy[r].0 .1, 0);
+    for early in &asy[..3] {
+        assert_eq!(early.0 .1, 0);
     }
     // Without skew the two take the same time, up to the arrival announcements' latency (which
     // member finishes first may differ: the order sends meet on the NICs).
