@@ -12,7 +12,8 @@
 //! within 3. Hot rows (the top α by access count after a warm-up) go to the device tier; random
 //! placement is the baseline.
 //!
-//! Modules: [`placement`] (shard plans, tiers, importance eviction), [`schedule`] (the lanes'
+//! Modules: [`placement`] (shard plans, tiers, importance eviction), [`layout`] (parameter
+//! blocks cut at the shards' boundaries), [`schedule`] (the lanes'
 //! task orders), [`shards`] (what a rank's shards send and apply), [`options`], the worker and
 //! the input service.
 
@@ -20,6 +21,7 @@
 
 pub mod async_ps;
 mod input;
+pub mod layout;
 pub mod options;
 pub mod placement;
 pub mod protocol;
@@ -32,82 +34,10 @@ pub use worker::SvenWorker;
 
 use concord_engine::collective::NoServer;
 use concord_engine::prelude::*;
-use concord_engine::ps::{cut_into_blocks, Block, Placement};
+use layout::ShardedTables;
 use options::{Resolved, SvenOptions};
-use placement::{ShardPlan, Sharding};
+use placement::ShardPlan;
 use std::sync::Arc;
-
-/// The parameter layout of a Sven run: every table cut at its shards' boundaries (so each layout
-/// block lies in one rank's shard, and the ranks' reports cover the model exactly once), the
-/// dense part as usual.
-#[derive(Debug)]
-pub struct ShardedTables {
-    sharding: Sharding,
-    ranks: usize,
-}
-
-impl ShardedTables {
-    /// The tables' layout: `emb.*` parameters (`[width, rows]`) cut by `sharding` over `ranks`.
-    fn plan(&self, params: &[concord_engine::model::ParamInfo]) -> Option<ShardPlan> {
-        let tables: Vec<(usize, usize)> = params
-            .iter()
-            .take_while(|p| p.name.starts_with("emb.") && p.shape.len() == 2)
-            .map(|p| (p.shape[1], p.shape[0]))
-            .collect();
-        ShardPlan::new(self.sharding, &tables, self.ranks).ok()
-    }
-}
-
-impl Placement for ShardedTables {
-    fn name(&self) -> String {
-        format!("{:?}-wise embedding shards", self.sharding).to_lowercase()
-    }
-
-    fn partition(
-        &self,
-        params: &[concord_engine::model::ParamInfo],
-        max_block_elems: usize,
-        _servers: u32,
-    ) -> Vec<Block> {
-        let Some(plan) = self.plan(params) else {
-            return cut_into_blocks(params, max_block_elems);
-        };
-        let max = max_block_elems.max(1);
-        let mut blocks = Vec::new();
-        let mut push = |param: usize, offset: usize, len: usize| {
-            let mut at = 0;
-            while at < len || (len == 0 && at == 0) {
-                let l = (len - at).min(max);
-                blocks.push(Block {
-                    id: blocks.len() as BlockId,
-                    param,
-                    offset: offset + at,
-                    len: l,
-                });
-                at += l.max(1);
-            }
-        };
-        let tables = plan.tables().len();
-        for (table, offset, len, _) in plan.blocks() {
-            push(table, offset, len);
-        }
-        for (p, info) in params.iter().enumerate().skip(tables) {
-            push(p, 0, info.elems());
-        }
-        blocks
-    }
-
-    fn assign(
-        &self,
-        _params: &[concord_engine::model::ParamInfo],
-        blocks: &[Block],
-        servers: u32,
-    ) -> Vec<ServerId> {
-        (0..blocks.len() as u32)
-            .map(|i| i % servers.max(1))
-            .collect()
-    }
-}
 
 /// The `sven` strategy.
 #[derive(Debug, Default)]
@@ -150,7 +80,7 @@ impl Strategy for Sven {
         let sharding = resolved.opts.sharding;
         let ranks = config.workers as usize;
         asm.consistency = Some(Arc::new(NoServer));
-        asm.placement = Some(Arc::new(ShardedTables { sharding, ranks }));
+        asm.placement = Some(Arc::new(ShardedTables::new(sharding, ranks)));
         asm.sparse_embeddings = true;
         let opts = resolved.clone();
         asm.set_worker(move |job, id| {

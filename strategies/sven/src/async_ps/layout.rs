@@ -3,21 +3,12 @@
 //! layout whose blocks each lie inside one server's holding, so that the servers' reports cover
 //! the model exactly once.
 
+use crate::layout::{shard_blocks, tables_of};
 use crate::placement::{ShardPlan, Sharding};
 use concord_engine::model::ParamInfo;
 use concord_engine::prelude::*;
 use concord_engine::ps::{cut_into_blocks, Block};
 use std::ops::Range;
-
-/// `(rows, width)` of the embedding tables among `params`: the leading `emb.*` parameters of
-/// shape `[width, rows]`.
-pub fn tables_of(params: &[ParamInfo]) -> Vec<(usize, usize)> {
-    params
-        .iter()
-        .take_while(|p| p.name.starts_with("emb.") && p.shape.len() == 2)
-        .map(|p| (p.shape[1], p.shape[0]))
-        .collect()
-}
 
 /// The row-wise plan of `tables` over `servers` servers (`None` for no servers or an empty
 /// table).
@@ -55,28 +46,7 @@ impl Placement for ServerTables {
         let Some(plan) = server_plan(&tables, servers as usize) else {
             return cut_into_blocks(params, max_block_elems);
         };
-        let max = max_block_elems.max(1);
-        let mut blocks = Vec::new();
-        let mut push = |param: usize, offset: usize, len: usize| {
-            let mut at = 0;
-            while at < len || (len == 0 && at == 0) {
-                let l = (len - at).min(max);
-                blocks.push(Block {
-                    id: blocks.len() as BlockId,
-                    param,
-                    offset: offset + at,
-                    len: l,
-                });
-                at += l.max(1);
-            }
-        };
-        for (table, offset, len, _) in plan.blocks() {
-            push(table, offset, len);
-        }
-        for (p, info) in params.iter().enumerate().skip(tables.len()) {
-            push(p, 0, info.elems());
-        }
-        blocks
+        shard_blocks(&plan, params, max_block_elems)
     }
 
     fn assign(&self, params: &[ParamInfo], blocks: &[Block], servers: u32) -> Vec<ServerId> {
