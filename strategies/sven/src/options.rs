@@ -30,6 +30,13 @@ pub enum PlacementKind {
     Device,
     /// Every row in host memory.
     Host,
+    /// A device tier of α of the rows, admitting a row on a miss and evicting the lowest
+    /// importance score w ← (1 − β)·w + β·(p·k + n·l) (§6.1.3).
+    Importance,
+    /// The same device tier evicting the least recently used row.
+    Lru,
+    /// The same device tier evicting a random row.
+    EvictRandom,
 }
 
 /// `[strategy.sven]` as written.
@@ -62,6 +69,12 @@ pub struct SvenOptions {
     pub copy_gbs: f64,
     /// Zipf exponent of the feature ids drawn in throughput mode (a real run takes its data's).
     pub zipf: f64,
+    /// Importance scores' decay β, in (0, 1] (`placement = "importance"`).
+    pub importance_beta: f64,
+    /// Importance weight k of a click.
+    pub importance_k: f64,
+    /// Importance weight l of a non-click.
+    pub importance_l: f64,
 }
 
 impl Default for SvenOptions {
@@ -79,6 +92,9 @@ impl Default for SvenOptions {
             host_row_factor: 8.0,
             copy_gbs: 500.0,
             zipf: 1.1,
+            importance_beta: crate::placement::DEFAULT_BETA,
+            importance_k: crate::placement::DEFAULT_K,
+            importance_l: crate::placement::DEFAULT_L,
         }
     }
 }
@@ -153,6 +169,14 @@ impl SvenOptions {
                 "the device tier's share of the rows must be in (0, 1]",
             ));
         }
+        crate::placement::Importance::new(
+            self.importance_beta,
+            self.importance_k,
+            self.importance_l,
+        )
+        .map_err(|e| {
+            EngineError::config(key("importance_beta"), self.importance_beta, e.to_string())
+        })?;
         if self.placement == PlacementKind::Hot && self.warmup_iters == 0 {
             return Err(EngineError::config(
                 key("warmup_iters"),

@@ -150,3 +150,31 @@ fn bad_configurations_are_named_errors() {
     let e = compose_err(&reg, &cfg);
     assert!(e.contains("dlrm"), "{e}");
 }
+
+#[test]
+fn a_bounded_device_tier_keeps_hot_rows_by_importance_or_recency_better_than_at_random() {
+    let hit = |placement: &str| {
+        figure(
+            &run(&config(
+                2,
+                64,
+                30,
+                &format!("pipeline = \"sequential\"\nalpha = 0.05\nplacement = \"{placement}\""),
+            )),
+            "sven.device_hit_rate",
+        )
+    };
+    let (importance, lru, random) = (hit("importance"), hit("lru"), hit("evict-random"));
+    assert!(
+        importance > random,
+        "importance {importance} vs random {random}"
+    );
+    assert!(lru > random, "lru {lru} vs random {random}");
+    // A bounded tier of 5 % of the rows still serves far more than 5 % of the lookups.
+    assert!(importance > 0.15, "{importance}");
+    let e = compose_err(
+        &reg(),
+        &config(2, 8, 2, "placement = \"importance\"\nimportance_beta = 0.0"),
+    );
+    assert!(e.contains("importance_beta"), "{e}");
+}

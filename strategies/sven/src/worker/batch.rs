@@ -18,6 +18,8 @@ pub(super) enum Ids {
 #[derive(Default)]
 pub(super) struct BatchState {
     pub(super) ids: Option<Arc<BatchIds>>,
+    pub(super) clicks: Vec<bool>,
+    pub(super) lookups: super::residency::Lookups,
     pub(super) dense_x: Vec<f32>,
     pub(super) labels: Vec<u32>,
     pub(super) fwd_splits: Option<Vec<Payload>>,
@@ -55,6 +57,7 @@ impl SvenWorker {
                 let (dense, ids) = split_ctr(schema, &features);
                 let mine = shards::owned(self.rank, self.per);
                 state.dense_x = dense[mine.start * schema.dense..mine.end * schema.dense].to_vec();
+                state.clicks = labels.iter().map(|&l| l == 1).collect();
                 state.labels = labels[mine].to_vec();
                 state.ids = Some(Arc::new(BatchIds { ids, fields: k }));
             }

@@ -6,6 +6,7 @@
 //! - `batch`: where a batch's ids come from, and what the rank keeps of it;
 //! - `tasks`: the compute lane's tasks, closing a clock, the rank's report and memory;
 //! - `lane`: the communication lane's task in flight;
+//! - `residency`: which tier each looked-up row is on;
 //! - `comm`: the alltoalls and the allreduce in flight;
 //! - `stats`: the measured stage times and the figures of the summary.
 //!
@@ -16,11 +17,14 @@
 mod batch;
 mod comm;
 mod lane;
+mod residency;
 mod stats;
 mod tasks;
 
 use crate::options::{PlacementKind, Resolved};
-use crate::placement::{AccessCounts, Shard, ShardPlan, Tier, TierMap};
+use crate::placement::{
+    AccessCounts, DeviceCache, Eviction, Importance, Shard, ShardPlan, Tier, TierMap,
+};
 use crate::protocol::Want;
 use crate::schedule::{Kind, Program, Task};
 use batch::{BatchState, Ids};
@@ -32,6 +36,7 @@ use concord_engine::optim::OptState;
 use concord_engine::prelude::*;
 use concord_engine::ps::Snapshot;
 use lane::ActiveComm;
+use residency::Residency;
 use stats::Stats;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -59,7 +64,7 @@ pub struct SvenWorker {
     values: Option<Vec<Vec<f32>>>,
     opt_states: Vec<OptState>,
     dense: Option<DlrmDense>,
-    tiers: TierMap,
+    residency: Residency,
     counts: Option<AccessCounts>,
     ids: Ids,
     per: usize,
@@ -102,11 +107,32 @@ impl SvenWorker {
                     .map_err(|e| EngineError::Composition(e.to_string()))?,
             )),
         };
-        let tiers = match opts.opts.placement {
-            PlacementKind::Hot | PlacementKind::Host => TierMap::all(&rows, Tier::Host),
-            PlacementKind::Device => TierMap::all(&rows, Tier::Device),
-            PlacementKind::Random => TierMap::random(&rows, opts.alpha, job.config.seed)
-                .map_err(|e| EngineError::Composition(e.to_string()))?,
+        let mine = plan.rank_shards(rank);
+        let cache = |eviction| -> Result<Residency> {
+            // A device tier of α of the rows this rank's shards hold.
+            let held: usize = mine.iter().map(|(_, s)| s.rows.len()).sum();
+            let capacity = (opts.alpha * held as f64).ceil() as usize;
+            let o = &opts.opts;
+            let importance = Importance::new(o.importance_beta, o.importance_k, o.importance_l)
+                .map_err(|e| EngineError::Composition(e.to_string()))?;
+            Ok(Residency::Cache(Box::new(
+                DeviceCache::new(capacity, eviction)
+                    .with_importance(importance)
+                    .with_seed(job.config.seed),
+            )))
+        };
+        let residency = match opts.opts.placement {
+            PlacementKind::Hot | PlacementKind::Host => {
+                Residency::Static(TierMap::all(&rows, Tier::Host))
+            }
+            PlacementKind::Device => Residency::Static(TierMap::all(&rows, Tier::Device)),
+            PlacementKind::Random => Residency::Static(
+                TierMap::random(&rows, opts.alpha, job.config.seed)
+                    .map_err(|e| EngineError::Composition(e.to_string()))?,
+            ),
+            PlacementKind::Importance => cache(Eviction::Importance)?,
+            PlacementKind::Lru => cache(Eviction::Lru)?,
+            PlacementKind::EvictRandom => cache(Eviction::Random)?,
         };
         let counts = (opts.opts.placement == PlacementKind::Hot).then(|| AccessCounts::new(&rows));
         let opt_states = spec
@@ -123,12 +149,12 @@ impl SvenWorker {
             id,
             rank,
             ranks,
-            mine: plan.rank_shards(rank),
+            mine,
             group: Group::workers(job.config.workers)?,
             values: job.init.clone(),
             opt_states,
             dense,
-            tiers,
+            residency,
             counts,
             ids,
             per: job.config.batch as usize,

@@ -2,6 +2,7 @@
 //! backward fused with the row-wise update, the dense optimizer step; closing a clock; what the
 //! rank reports and holds in device memory.
 
+use super::residency::{Lookups, Residency};
 use super::{PlacementKind, SvenWorker};
 use crate::placement::TierMap;
 use crate::protocol::Want;
@@ -13,22 +14,11 @@ use concord_engine::ps::Snapshot;
 use std::sync::Arc;
 
 impl SvenWorker {
-    /// Seconds of this rank's lookups (or updates) for `ids`: per row by tier, host rows also
-    /// crossing PCIe.
-    pub(super) fn sparse_seconds(
-        &mut self,
-        ctx: &RoleContext,
-        ids: &BatchIds,
-        count: bool,
-    ) -> (f64, u64) {
-        let (dev, host, host_elems) = shards::lookups(&self.mine, ids, &self.tiers);
-        if count {
-            self.stats.device_rows += dev;
-            self.stats.host_rows += host;
-        }
-        let pcie = host_elems as f64 * 4.0 / ctx.device().host_link_bytes_per_s();
-        let s = dev as f64 * self.opts.device_row_s() + host as f64 * self.opts.host_row_s() + pcie;
-        (s, host_elems)
+    /// Seconds of this rank's lookups (or, the same rows, updates) of a batch: per row by
+    /// tier, host rows also crossing PCIe.
+    fn sparse_seconds(&self, ctx: &RoleContext, l: Lookups) -> f64 {
+        let pcie = l.host_elems as f64 * 4.0 / ctx.device().host_link_bytes_per_s();
+        l.device as f64 * self.opts.device_row_s() + l.host as f64 * self.opts.host_row_s() + pcie
     }
 
     /// Starts compute task `task`; returns when its result is ready.
@@ -83,7 +73,14 @@ impl SvenWorker {
                         }
                     }
                 }
-                let (seconds, host_elems) = self.sparse_seconds(ctx, &ids, !warm);
+                let clicks = std::mem::take(&mut self.batch(b)?.clicks);
+                let lookups = self.residency.lookups(&self.mine, &ids, &clicks);
+                if !warm {
+                    self.stats.device_rows += lookups.device;
+                    self.stats.host_rows += lookups.host;
+                }
+                let seconds = self.sparse_seconds(ctx, lookups);
+                let host_elems = lookups.host_elems;
                 let splits = match &self.values {
                     Some(values) => {
                         let tables: Vec<Vec<f32>> = values[..self.tables()].to_vec();
@@ -100,6 +97,7 @@ impl SvenWorker {
                 let st = self.batch(b)?;
                 st.fwd_splits = Some(splits);
                 st.host_elems = host_elems;
+                st.lookups = lookups;
                 st.started.get_or_insert(ctx.now());
                 if let Some(server) = self.input_server {
                     let want = b + 2;
@@ -159,10 +157,8 @@ impl SvenWorker {
                 let ids = self.batch(b)?.ids.clone();
                 let grads = self.batch(b)?.grads_from.take();
                 let lr = self.job.config.optimizer.lr() as f32;
-                let seconds = match &ids {
-                    Some(ids) => self.sparse_seconds(ctx, ids, false).0,
-                    None => 0.0,
-                };
+                let lookups = self.batch(b)?.lookups;
+                let seconds = self.sparse_seconds(ctx, lookups);
                 if let (Some(values), Some(ids), Some(grads)) = (self.values.as_mut(), &ids, grads)
                 {
                     let splits: Vec<Vec<f32>> = grads
@@ -213,8 +209,10 @@ impl SvenWorker {
         match task.kind {
             Kind::Sfp if task.batch + 1 == self.opts.opts.warmup_iters => {
                 if let Some(counts) = &self.counts {
-                    self.tiers = TierMap::hot_top_alpha(counts, self.opts.alpha)
-                        .map_err(|e| EngineError::protocol(ctx.id(), e.to_string()))?;
+                    self.residency = Residency::Static(
+                        TierMap::hot_top_alpha(counts, self.opts.alpha)
+                            .map_err(|e| EngineError::protocol(ctx.id(), e.to_string()))?,
+                    );
                 }
             }
             Kind::Sbp => self.sparse_applied = task.batch + 1,
@@ -281,7 +279,11 @@ impl SvenWorker {
         let device_share = match self.opts.opts.placement {
             PlacementKind::Device => 1.0,
             PlacementKind::Host => 0.0,
-            PlacementKind::Hot | PlacementKind::Random => self.opts.alpha,
+            PlacementKind::Hot
+            | PlacementKind::Random
+            | PlacementKind::Importance
+            | PlacementKind::Lru
+            | PlacementKind::EvictRandom => self.opts.alpha,
         };
         let dense = self.spec.dense_param_elems() as u64 * 4;
         let slots = self
