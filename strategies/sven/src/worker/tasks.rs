@@ -215,7 +215,11 @@ impl SvenWorker {
                     );
                 }
             }
-            Kind::Sbp => self.sparse_applied = task.batch + 1,
+            Kind::Sbp => {
+                // A batch's sparse update is its last task: nothing of it is needed any more.
+                self.sparse_applied = task.batch + 1;
+                self.batches.remove(&task.batch);
+            }
             Kind::Opt => return self.close(ctx, task.batch).map(Some),
             _ => {}
         }
