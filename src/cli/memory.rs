@@ -37,8 +37,11 @@ pub fn run(args: &MemoryArgs) -> anyhow::Result<()> {
     let (model, _) = super::plan::model_of(cfg).map_err(|e| sourced.attribute(e))?;
     let graph = model.op_graph().with_context(|| {
         format!(
-            "model `{}` has no operator graph: use a profile (`kind = \"profile\"`) or a graph network (`tiny-resnet`, `inception-stack`)",
-            cfg.model.kind()
+            "model `{}` has no operator graph (layer-granular memory policies run the convolutional profiles and graph networks; DLRM profiles, staged MLP/CNN models and MF have none): use a profile such as `resnet-50` or a graph network (`tiny-resnet`, `inception-stack`)",
+            match &cfg.model {
+                ModelConfig::Profile { name } => name.clone(),
+                other => other.kind().to_string(),
+            }
         )
     })?;
     let cluster = Cluster::resolve(&cfg.cluster, cfg.workers, cfg.servers)

@@ -98,12 +98,22 @@ fn check_stragglers(config: &RunConfig, cluster: &Cluster) -> Result<()> {
 
 /// A DLRM trains only under strategies whose workers update embedding tables row-wise
 /// ([`Assembly::sparse_embeddings`]); any other composition is refused here, before data is
-/// generated or any role starts. Throughput-mode DLRM profiles do no math and are not checked.
+/// generated or any role starts. A throughput-mode DLRM profile is refused likewise: a strategy
+/// of dense replicas would charge whole-table gradients that no DLRM system moves.
 fn check_sparse_embeddings(config: &RunConfig, asm: &Assembly) -> Result<()> {
-    if matches!(config.model, ModelConfig::Dlrm { .. }) && !asm.sparse_embeddings {
+    let (key, value) = match &config.model {
+        ModelConfig::Dlrm { .. } => ("model.kind", "\"dlrm\"".to_string()),
+        ModelConfig::Profile { name }
+            if crate::profiles::builtin(name).is_some_and(|p| p.dlrm.is_some()) =>
+        {
+            ("model.name", format!("\"{name}\""))
+        }
+        _ => return Ok(()),
+    };
+    if !asm.sparse_embeddings {
         return Err(EngineError::config(
-            "model.kind",
-            "\"dlrm\"",
+            key,
+            value,
             format!(
                 "a DLRM trains only with a strategy whose workers update embedding tables row-wise \
                  (one that sets `sparse_embeddings`, such as `sven` or `dlrm-async-ps`); the \
@@ -217,5 +227,23 @@ mod tests {
         };
         let e = job(&dlrm_config(), &asm, None).err().unwrap().to_string();
         assert!(e.contains("consistency"), "{e}");
+        // A DLRM profile too; other profiles are not concerned.
+        let profile = |name: &str| RunConfig {
+            model: toml::from_str(&format!("kind = \"profile\"\nname = \"{name}\"")).unwrap(),
+            ..RunConfig::default()
+        };
+        let e = job(&profile("dlrm-deep-fm"), &Assembly::default(), None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("model.name") && e.contains("sparse_embeddings"),
+            "{e}"
+        );
+        let e = job(&profile("vgg16"), &Assembly::default(), None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(!e.contains("sparse_embeddings"), "{e}");
     }
 }
