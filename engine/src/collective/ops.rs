@@ -1,6 +1,6 @@
 //! Broadcast (binomial tree) and alltoall (direct pairwise exchange).
 
-use super::{is_hop, Group};
+use super::{is_hop, AsyncAlltoall, Group};
 use crate::context::RoleContext;
 use crate::error::{EngineError, Result};
 use crate::message::Message;
@@ -57,54 +57,19 @@ pub async fn broadcast(
 }
 
 /// Alltoall: member r sends `parts[j]` to member j and returns what every member sent it, indexed
-/// by source rank (its own part stays local). `parts` must hold one entry per member.
+/// by source rank (its own part stays local). `parts` must hold one entry per member. Every member
+/// sends at once: the asynchronous alltoall ([`AsyncAlltoall`]) driven to completion.
 pub async fn alltoall(
     ctx: &mut RoleContext,
     group: &Group,
     op: u64,
     parts: Vec<Payload>,
 ) -> Result<Vec<Payload>> {
-    let p = group.size();
-    let rank = group.require_rank(ctx.id())?;
-    if parts.len() != p {
-        return Err(EngineError::protocol(
-            ctx.id(),
-            format!(
-                "alltoall with {} parts in a group of {p} members",
-                parts.len()
-            ),
-        ));
+    let mut exchange = AsyncAlltoall::new(ctx, group, op)?;
+    exchange.scatter(ctx, parts)?;
+    while !exchange.is_done() {
+        let env = ctx.recv_matching(|e| exchange.wants(e)).await?;
+        exchange.on_message(ctx, env)?;
     }
-    let mut out: Vec<Option<Payload>> = vec![None; p];
-    // Send in ring order starting at the right neighbour, so sends fan out over the NICs.
-    let mut parts: Vec<Option<Payload>> = parts.into_iter().map(Some).collect();
-    for k in 0..p {
-        let j = (rank + k) % p;
-        let data = parts[j].take().unwrap_or(Payload::Virtual { elems: 0 });
-        if j == rank {
-            out[j] = Some(data);
-        } else {
-            ctx.send(
-                group.member(j),
-                Message::Collective {
-                    op,
-                    part: 0,
-                    step: 0,
-                    data,
-                },
-            );
-        }
-    }
-    for k in 1..p {
-        let j = (rank + p - k) % p;
-        let from = group.member(j);
-        let env = ctx.recv_matching(|e| is_hop(e, from, op, 0, 0)).await?;
-        if let Message::Collective { data, .. } = env.msg {
-            out[j] = Some(data);
-        }
-    }
-    Ok(out
-        .into_iter()
-        .map(|x| x.unwrap_or(Payload::Virtual { elems: 0 }))
-        .collect())
+    Ok(exchange.into_parts())
 }

@@ -27,6 +27,7 @@ pub mod placement;
 pub mod protocol;
 pub mod schedule;
 pub mod shards;
+pub mod source;
 mod worker;
 
 pub use input::InputService;

@@ -9,7 +9,8 @@ use super::layout::{dense_owner, rows_of, server_plan};
 use super::options::AsyncPsOptions;
 use super::protocol::{ids_payload, Pull, Push, Rows};
 use crate::placement::ShardPlan;
-use concord_engine::data::{split_ctr, ZipfIds};
+use crate::source::SampleSource;
+use concord_engine::data::ZipfIds;
 use concord_engine::memory::{MemEvent, TensorClass};
 use concord_engine::model::{DenseStep, DlrmDense, DlrmSpec};
 use concord_engine::prelude::*;
@@ -19,14 +20,6 @@ use std::sync::Arc;
 /// Seed offset of a worker's own Zipf draw stream (throughput mode), apart from other streams
 /// derived from the run seed.
 const ZIPF_DRAWS: u64 = 0xA5F5_0000;
-
-/// Where a batch's ids come from.
-enum Source {
-    /// The job's data (a real run).
-    Data,
-    /// A Zipf sampler (throughput mode).
-    Zipf(Box<ZipfIds>),
-}
 
 /// One clock's batch: its ids by table, dense features and labels (empty in throughput mode).
 struct Batch {
@@ -52,7 +45,7 @@ pub struct AsyncPsWorker {
     servers: usize,
     per: usize,
     dense: Option<DlrmDense>,
-    source: Source,
+    source: SampleSource,
     staleness: Staleness,
 }
 
@@ -75,15 +68,16 @@ impl AsyncPsWorker {
             )
         })?;
         let device = concord_engine::gpu::tensor_device(job.cluster.gpu_of(RoleId::Worker(id)))?;
-        let (dense, source) = match &job.data {
-            Some(_) => (Some(DlrmDense::new(&spec, &device)?), Source::Data),
-            None => {
-                let z = ZipfIds::new(&spec.fields, opts.zipf, job.config.seed)
-                    .map_err(|e| EngineError::Composition(e.to_string()))?;
-                let draws = z.with_draw_seed(job.config.seed ^ (ZIPF_DRAWS + u64::from(id)));
-                (None, Source::Zipf(Box::new(draws)))
-            }
+        let dense = match &job.data {
+            Some(_) => Some(DlrmDense::new(&spec, &device)?),
+            None => None,
         };
+        // Each worker draws its own batches (its own stream), as it reads its own samples.
+        let source = SampleSource::for_job(&job, || {
+            let z = ZipfIds::new(&spec.fields, opts.zipf, job.config.seed)
+                .map_err(|e| EngineError::Composition(e.to_string()))?;
+            Ok(z.with_draw_seed(job.config.seed ^ (ZIPF_DRAWS + u64::from(id))))
+        })?;
         Ok(AsyncPsWorker {
             id,
             per: job.config.batch as usize,
@@ -101,40 +95,23 @@ impl AsyncPsWorker {
     /// Zipf draws.
     fn batch(&mut self, clock: u64) -> Result<Batch> {
         let k = self.spec.num_tables();
-        match (&mut self.source, &self.job.data) {
-            (Source::Data, Some(data)) => {
-                let schema = data.train.ctr.as_ref().ok_or_else(|| {
-                    EngineError::Composition(
-                        "`dlrm-async-ps` needs click-through data (`[data] kind = \"ctr\"` or \"ctr-file\")"
-                            .into(),
-                    )
-                })?;
-                let workers = u128::from(self.job.config.workers);
-                let per = self.per as u128;
-                let at = u128::from(clock) * workers * per + u128::from(self.id) * per;
-                let idx = self.job.stream.range(at, self.per);
-                let (features, labels) = data.train.gather(&idx);
-                let (dense_x, ids) = split_ctr(schema, &features);
-                Ok(Batch {
-                    ids: TableIds::new(&ids, k),
-                    dense_x,
-                    labels,
-                })
-            }
-            (Source::Zipf(z), _) => {
-                let mut ids = Vec::with_capacity(self.per * k);
-                z.fill_batch(self.per, &mut ids);
-                Ok(Batch {
-                    ids: TableIds::new(&ids, k),
-                    dense_x: Vec::new(),
-                    labels: Vec::new(),
-                })
-            }
-            (Source::Data, None) => Err(EngineError::protocol(
-                RoleId::Worker(self.id),
-                "a real DLRM run without data",
-            )),
-        }
+        let workers = u128::from(self.job.config.workers);
+        let per = self.per as u128;
+        let at = u128::from(clock) * workers * per + u128::from(self.id) * per;
+        let job = self.job.clone();
+        let samples = self.source.take(
+            &job,
+            "dlrm-async-ps",
+            RoleId::Worker(self.id),
+            at,
+            self.per,
+            k,
+        )?;
+        Ok(Batch {
+            ids: TableIds::new(&samples.ids, k),
+            dense_x: samples.dense_x,
+            labels: samples.labels,
+        })
     }
 
     /// Per table, the positions in the batch's unique ids that server `s` holds.

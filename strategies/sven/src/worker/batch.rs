@@ -3,16 +3,9 @@
 
 use super::SvenWorker;
 use crate::shards::{self, BatchIds};
-use concord_engine::data::{split_ctr, ZipfIds};
 use concord_engine::model::DenseStep;
 use concord_engine::prelude::*;
 use std::sync::Arc;
-
-/// Where a batch's ids come from: the job's data (a real run) or a Zipf sampler (throughput).
-pub(super) enum Ids {
-    Data,
-    Zipf(Box<ZipfIds>),
-}
 
 /// What a rank keeps of one batch until its tasks are done.
 #[derive(Default)]
@@ -23,7 +16,6 @@ pub(super) struct BatchState {
     pub(super) dense_x: Vec<f32>,
     pub(super) labels: Vec<u32>,
     pub(super) fwd_splits: Option<Vec<Payload>>,
-    pub(super) host_elems: u64,
     pub(super) emb: Option<Vec<f32>>,
     pub(super) step: Option<DenseStep>,
     pub(super) bwd_splits: Option<Vec<Payload>>,
@@ -40,39 +32,31 @@ impl SvenWorker {
     pub(super) fn load_batch(&mut self, b: u64) -> Result<()> {
         let global = self.per * self.ranks;
         let k = self.tables();
-        let mut state = BatchState::default();
-        match (&mut self.ids, &self.job.data) {
-            (Ids::Data, Some(data)) => {
-                let schema = data.train.ctr.as_ref().ok_or_else(|| {
-                    EngineError::Composition(
-                        "`sven` needs click-through data (`[data] kind = \"ctr\"` or \"ctr-file\")"
-                            .into(),
-                    )
-                })?;
-                let idx = self
-                    .job
-                    .stream
-                    .range(u128::from(b) * global as u128, global);
-                let (features, labels) = data.train.gather(&idx);
-                let (dense, ids) = split_ctr(schema, &features);
-                let mine = shards::owned(self.rank, self.per);
-                state.dense_x = dense[mine.start * schema.dense..mine.end * schema.dense].to_vec();
-                state.clicks = labels.iter().map(|&l| l == 1).collect();
-                state.labels = labels[mine].to_vec();
-                state.ids = Some(Arc::new(BatchIds { ids, fields: k }));
-            }
-            (Ids::Zipf(z), _) => {
-                let mut ids = Vec::with_capacity(global * k);
-                z.fill_batch(global, &mut ids);
-                state.ids = Some(Arc::new(BatchIds { ids, fields: k }));
-            }
-            (Ids::Data, None) => {
-                return Err(EngineError::protocol(
-                    RoleId::Worker(self.id),
-                    "a real DLRM run without data",
-                ))
-            }
-        }
+        let job = self.job.clone();
+        let samples = self.source.take(
+            &job,
+            "sven",
+            RoleId::Worker(self.id),
+            u128::from(b) * global as u128,
+            global,
+            k,
+        )?;
+        let mine = shards::owned(self.rank, self.per);
+        let dense = samples.dense_x.len() / global;
+        let state = BatchState {
+            dense_x: samples.dense_x[mine.start * dense..mine.end * dense].to_vec(),
+            clicks: samples.labels.iter().map(|&l| l == 1).collect(),
+            labels: samples
+                .labels
+                .get(mine)
+                .map(<[u32]>::to_vec)
+                .unwrap_or_default(),
+            ids: Some(Arc::new(BatchIds {
+                ids: samples.ids,
+                fields: k,
+            })),
+            ..BatchState::default()
+        };
         self.batches.insert(b, state);
         Ok(())
     }

@@ -45,7 +45,7 @@ impl SvenWorker {
         let mut send_at = now;
         if task.kind == Kind::FwdA2a && self.opts.opts.alltoall == AlltoallKind::Blocking {
             // NCCL moves device memory only: host-tier lookups are first copied to the device.
-            let host = self.batch(b)?.host_elems;
+            let host = self.batch(b)?.lookups.host_elems;
             send_at += host as f64 * 4.0 / ctx.device().host_link_bytes_per_s();
         }
         if task.kind == Kind::Input {

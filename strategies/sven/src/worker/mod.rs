@@ -27,7 +27,8 @@ use crate::placement::{
 };
 use crate::protocol::Want;
 use crate::schedule::{Kind, Program, Task};
-use batch::{BatchState, Ids};
+use crate::source::SampleSource;
+use batch::BatchState;
 use comm::Collectives;
 use concord_engine::collective::Group;
 use concord_engine::data::ZipfIds;
@@ -66,7 +67,7 @@ pub struct SvenWorker {
     dense: Option<DlrmDense>,
     residency: Residency,
     counts: Option<AccessCounts>,
-    ids: Ids,
+    source: SampleSource,
     per: usize,
     batches: BTreeMap<u64, BatchState>,
     done: BTreeSet<Task>,
@@ -100,13 +101,11 @@ impl SvenWorker {
             Some(_) => Some(DlrmDense::new(&spec, &device)?),
             None => None,
         };
-        let ids = match &job.data {
-            Some(_) => Ids::Data,
-            None => Ids::Zipf(Box::new(
-                ZipfIds::new(&rows, opts.opts.zipf, job.config.seed)
-                    .map_err(|e| EngineError::Composition(e.to_string()))?,
-            )),
-        };
+        // Every rank draws the same global batches (the same seed), as it reads the same data.
+        let source = SampleSource::for_job(&job, || {
+            ZipfIds::new(&rows, opts.opts.zipf, job.config.seed)
+                .map_err(|e| EngineError::Composition(e.to_string()))
+        })?;
         let mine = plan.rank_shards(rank);
         let cache = |eviction| -> Result<Residency> {
             // A device tier of α of the rows this rank's shards hold.
@@ -156,7 +155,7 @@ impl SvenWorker {
             dense,
             residency,
             counts,
-            ids,
+            source,
             per: job.config.batch as usize,
             batches: BTreeMap::new(),
             done: BTreeSet::new(),

@@ -80,11 +80,10 @@ impl SvenWorker {
                     self.stats.host_rows += lookups.host;
                 }
                 let seconds = self.sparse_seconds(ctx, lookups);
-                let host_elems = lookups.host_elems;
                 let splits = match &self.values {
                     Some(values) => {
-                        let tables: Vec<Vec<f32>> = values[..self.tables()].to_vec();
-                        shards::forward_splits(&self.mine, &ids, &tables, &rows, n, per)
+                        let tables = &values[..self.tables()];
+                        shards::forward_splits(&self.mine, &ids, tables, &rows, n, per)
                             .into_iter()
                             .map(Payload::Real)
                             .collect()
@@ -96,7 +95,6 @@ impl SvenWorker {
                 };
                 let st = self.batch(b)?;
                 st.fwd_splits = Some(splits);
-                st.host_elems = host_elems;
                 st.lookups = lookups;
                 st.started.get_or_insert(ctx.now());
                 if let Some(server) = self.input_server {
@@ -110,15 +108,15 @@ impl SvenWorker {
             Kind::Fp => {
                 let dense_values = self
                     .values
-                    .as_ref()
-                    .map(|v| v[self.spec.dense_param_range()].to_vec());
+                    .as_deref()
+                    .map(|v| &v[self.spec.dense_param_range()]);
                 let dense = self.dense.as_ref();
                 let st = self.batches.get_mut(&b).ok_or_else(|| {
                     EngineError::protocol(ctx.id(), format!("batch {b} is not loaded"))
                 })?;
                 let step = match (dense, &st.emb, dense_values) {
                     (Some(d), Some(emb), Some(v)) => {
-                        d.set_params(&v)?;
+                        d.set_params(v)?;
                         Some(d.step(emb, &st.dense_x, &st.labels)?)
                     }
                     _ => None,

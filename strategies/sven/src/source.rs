@@ -1,0 +1,76 @@
+//! Where a DLRM strategy's samples come from: the job's click-through data (a real run), or a
+//! Zipf sampler of feature ids (throughput mode: no dense features, no labels).
+
+use concord_engine::data::{split_ctr, ZipfIds};
+use concord_engine::prelude::*;
+
+/// A run of samples: dense features `[n, dense]`, ids `[n, fields]`, labels (the last and the
+/// first empty in throughput mode).
+pub struct Samples {
+    /// Dense features, sample-major.
+    pub dense_x: Vec<f32>,
+    /// Feature ids, sample-major.
+    pub ids: Vec<u32>,
+    /// Click (1) or not (0) per sample.
+    pub labels: Vec<u32>,
+}
+
+/// The source of a role's samples.
+pub enum SampleSource {
+    /// The job's data, read by stream position.
+    Data,
+    /// Draws in order from a Zipf sampler.
+    Zipf(Box<ZipfIds>),
+}
+
+impl SampleSource {
+    /// The job's data when it has some, else the sampler `zipf` builds.
+    pub fn for_job(job: &Job, zipf: impl FnOnce() -> Result<ZipfIds>) -> Result<SampleSource> {
+        Ok(match &job.data {
+            Some(_) => SampleSource::Data,
+            None => SampleSource::Zipf(Box::new(zipf()?)),
+        })
+    }
+
+    /// `count` samples of `fields` ids each: those at stream positions `start..` of the job's
+    /// data, or the sampler's next draws. `strategy` and `role` name who asks, for errors.
+    pub fn take(
+        &mut self,
+        job: &Job,
+        strategy: &str,
+        role: RoleId,
+        start: u128,
+        count: usize,
+        fields: usize,
+    ) -> Result<Samples> {
+        match (self, &job.data) {
+            (SampleSource::Data, Some(data)) => {
+                let schema = data.train.ctr.as_ref().ok_or_else(|| {
+                    EngineError::Composition(format!(
+                        "`{strategy}` needs click-through data (`[data] kind = \"ctr\"` or \"ctr-file\")"
+                    ))
+                })?;
+                let idx = job.stream.range(start, count);
+                let (features, labels) = data.train.gather(&idx);
+                let (dense_x, ids) = split_ctr(schema, &features);
+                Ok(Samples {
+                    dense_x,
+                    ids,
+                    labels,
+                })
+            }
+            (SampleSource::Zipf(z), _) => {
+                let mut ids = Vec::with_capacity(count * fields);
+                z.fill_batch(count, &mut ids);
+                Ok(Samples {
+                    dense_x: Vec::new(),
+                    ids,
+                    labels: Vec::new(),
+                })
+            }
+            (SampleSource::Data, None) => {
+                Err(EngineError::protocol(role, "a real DLRM run without data"))
+            }
+        }
+    }
+}
