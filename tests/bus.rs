@@ -25,6 +25,7 @@ fn config(bus_gbps: Option<f64>, iterations: u64) -> RunConfig {
         device: "box".into(),
         count: 2,
         slots: 2,
+        labels: Default::default(),
     }];
     cfg
 }

@@ -88,6 +88,7 @@ fn a_slot_beyond_the_visible_gpus_is_refused_before_any_work() {
         device: "cuda".into(),
         count: 1,
         slots: visible + 1,
+        labels: Default::default(),
     }];
     let asm = concord::registry().compose(&cfg).expect("composes");
     let err = concord::engine::run(&cfg, &asm, Default::default()).expect_err("refused");

@@ -331,6 +331,7 @@ fn on_one_machine_nothing_crosses_a_nic_but_the_bytes_are_counted() {
         device: "cpu".into(),
         count: 1,
         slots: 2,
+        labels: Default::default(),
     }];
     let item = chunk(1, vec![Payload::Real(values(250_000))]);
     let bytes = item.expected_wire_bytes();

@@ -362,6 +362,11 @@ pub struct MachineGroup {
     /// Worker slots per machine (one worker per device or core).
     #[serde(default = "one")]
     pub slots: u32,
+    /// Free-form labels of these machines (e.g. `tier = "transient"`, an allocation id, a
+    /// price): what membership traces select machines by and what strategies that care about
+    /// machine kinds (tiers of reliability) read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 fn one() -> u32 {
@@ -387,6 +392,12 @@ pub struct ClusterConfig {
     /// Device profile of dedicated server machines (default: `default_device`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_device: Option<String>,
+    /// The machine of each server, by index, where a strategy needs servers in particular places
+    /// (e.g. one per machine of a tier): as many entries as servers (standby ones included).
+    /// Unset: servers are dealt round-robin over the workers' machines (or get machines of their
+    /// own with `dedicated_servers`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_machines: Option<Vec<MachineId>>,
 }
 
 impl Default for ClusterConfig {
@@ -397,6 +408,7 @@ impl Default for ClusterConfig {
             devices: BTreeMap::new(),
             dedicated_servers: false,
             server_device: None,
+            server_machines: None,
         }
     }
 }
@@ -410,6 +422,15 @@ pub struct Machine {
     pub device_name: String,
     /// Resolved profile.
     pub device: DeviceProfile,
+    /// Its labels from the config ([`MachineGroup::labels`]).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Machine {
+    /// The value of label `key`, if set.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
 }
 
 /// The resolved cluster: machines and where every role runs.
@@ -454,6 +475,7 @@ impl Cluster {
                     id,
                     device_name: cfg.default_device.clone(),
                     device: device.clone(),
+                    labels: BTreeMap::new(),
                 });
                 slots.push(1);
             }
@@ -473,6 +495,7 @@ impl Cluster {
                         id,
                         device_name: group.device.clone(),
                         device: device.clone(),
+                        labels: group.labels.clone(),
                     });
                     slots.push(group.slots);
                 }
@@ -511,6 +534,7 @@ impl Cluster {
                         id,
                         device_name: name.to_string(),
                         device: device.clone(),
+                        labels: BTreeMap::new(),
                     });
                     id
                 })
@@ -518,6 +542,10 @@ impl Cluster {
         } else {
             let used = worker_machine.last().map_or(1, |&m| m + 1);
             (0..servers).map(|s| s % used).collect()
+        };
+        let server_machine = match &cfg.server_machines {
+            None => server_machine,
+            Some(list) => explicit_servers(list, servers, machines.len() as MachineId)?,
         };
         Ok(Cluster {
             machines,
@@ -559,6 +587,30 @@ impl Cluster {
     }
 }
 
+/// Checks an explicit server placement (`cluster.server_machines`): one machine per server, each
+/// one of the cluster's.
+fn explicit_servers(
+    list: &[MachineId],
+    servers: u32,
+    machines: MachineId,
+) -> Result<Vec<MachineId>> {
+    if list.len() != servers as usize {
+        return Err(EngineError::config(
+            "cluster.server_machines",
+            format!("{} entries", list.len()),
+            format!("needs one machine per server: the job starts {servers} servers"),
+        ));
+    }
+    if let Some((i, &m)) = list.iter().enumerate().find(|(_, &m)| m >= machines) {
+        return Err(EngineError::config(
+            format!("cluster.server_machines[{i}]"),
+            m,
+            format!("unknown machine: the cluster has machines 0..{machines}"),
+        ));
+    }
+    Ok(list.to_vec())
+}
+
 /// For tests: `machines` machines of one worker slot each, 8 Gbit/s (1 GB/s) NICs, 10 µs
 /// latency, 1 TFLOP/s; one server.
 #[cfg(test)]
@@ -596,6 +648,7 @@ pub(crate) fn test_cluster_with(
         device: "nic".into(),
         count: machines,
         slots,
+        labels: Default::default(),
     }];
     let workers = machines * slots;
     std::sync::Arc::new(Cluster::resolve(&cfg, workers, 1).expect("a valid test cluster"))
@@ -613,11 +666,13 @@ mod tests {
                     device: "k40c".into(),
                     count: 2,
                     slots: 2,
+                    labels: Default::default(),
                 },
                 MachineGroup {
                     device: "v100".into(),
                     count: 1,
                     slots: 4,
+                    labels: Default::default(),
                 },
             ],
             ..Default::default()
@@ -650,6 +705,7 @@ mod tests {
                 device: "cpu".into(),
                 count: 1,
                 slots: 2,
+                labels: Default::default(),
             }],
             ..Default::default()
         };
@@ -676,6 +732,7 @@ mod tests {
                 device: "bus".into(),
                 count: 1,
                 slots: 2,
+                labels: Default::default(),
             }],
             devices: BTreeMap::from([("bus".to_string(), device)]),
             ..Default::default()

@@ -4,6 +4,7 @@ use crate::cluster::ClusterConfig;
 use crate::data::DataConfig;
 use crate::error::{EngineError, Result};
 use crate::guard::GuardConfig;
+use crate::membership::MembershipEntry;
 use crate::model::ModelConfig;
 use crate::optim::OptimizerConfig;
 use crate::process::ProcessConfig;
@@ -81,6 +82,10 @@ pub struct RunConfig {
     /// Timeouts and limits of `runtime = "process"` (`[process]`).
     #[serde(default, skip_serializing_if = "ProcessConfig::is_default")]
     pub process: ProcessConfig,
+    /// Machines that join, are warned of an eviction, or fail while the job trains
+    /// (`[[membership]]`, see [`crate::membership`]). Empty: every machine stays for the whole job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub membership: Vec<MembershipEntry>,
 }
 
 /// What runs the engine's allreduce ([`crate::collective::Allreduce`]).
@@ -128,6 +133,7 @@ impl Default for RunConfig {
             trace: TraceMode::Full,
             collective: CollectiveBackend::Ring,
             process: ProcessConfig::default(),
+            membership: Vec::new(),
         }
     }
 }

@@ -354,6 +354,11 @@ pub struct Assembly {
     /// Default false: workers that train dense replicas through whole-model gradients cannot
     /// train a DLRM, and such a run is refused before any work.
     pub sparse_embeddings: bool,
+    /// The roles handle machines that join, are warned of an eviction, or fail while the job
+    /// runs ([`crate::membership`]): the coordinator hears of each change and reassigns work.
+    /// Default false: a run with a `[[membership]]` trace is refused before any work unless a
+    /// strategy sets it, since workers that wait for a fixed set of peers would hang.
+    pub elastic_membership: bool,
     pub(crate) owners: BTreeMap<Slot, String>,
     pub(crate) names: Vec<String>,
     /// Strategies of the run that cannot resume, with the reason (see [`Strategy::resumes`]).

@@ -185,6 +185,7 @@ mod tests {
             device: "gpu".into(),
             count: workers.div_ceil(slots),
             slots,
+            labels: Default::default(),
         }];
         let cluster = Cluster::resolve(&config.cluster, workers, 1).expect("cluster");
         (config, cluster)

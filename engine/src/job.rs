@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::guard::RunGuard;
 use crate::ids::RoleId;
 use crate::ids::WorkerId;
+use crate::membership::MembershipPlan;
 use crate::memory::MemoryPolicy;
 use crate::model::{ModelSpec, Replica};
 use crate::ps::Consistency;
@@ -65,6 +66,9 @@ pub struct Job {
     /// The divergence guard: every clock record passes through it, and it can stop the run.
     /// Roles never read from it.
     pub guard: RunGuard,
+    /// Which machines are absent at the start and when machines join, are warned or leave
+    /// ([`crate::membership`]); static for a job without a `[[membership]]` trace.
+    pub membership: Arc<MembershipPlan>,
 }
 
 /// The clocks one launch of the roles runs, and the checkpoint it starts from.

@@ -29,6 +29,7 @@ pub mod guard;
 pub mod ids;
 pub mod job;
 pub mod layer_model;
+pub mod membership;
 pub mod memory;
 pub mod message;
 pub mod metrics;

@@ -8,6 +8,7 @@
 
 use crate::error::EngineError;
 use crate::ids::Clock;
+use crate::membership::MembershipEvent;
 use crate::payload::{blocks_bytes, BlockPayload, Payload};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -88,6 +89,9 @@ pub enum Message {
     WorkerDone,
     /// The engine asks a role to finish (servers and coordinators run until told).
     Shutdown,
+    /// The engine tells the coordinator that machines joined, were warned of an eviction, were
+    /// evicted or failed ([`crate::membership`]): the cloud provider's notice, free on the wire.
+    Membership(MembershipEvent),
     /// One hop of an engine collective ([`crate::collective`]): a piece of a buffer moving between
     /// two members of a group. Only its payload and the header travel on the wire.
     Collective {
@@ -115,7 +119,10 @@ impl Message {
                 Message::Collective { data, .. } => data.bytes(),
                 Message::Custom(m) => m.bytes(),
                 Message::Directive(_) | Message::Report(_) => 64,
-                Message::Pull { .. } | Message::WorkerDone | Message::Shutdown => 0,
+                Message::Pull { .. }
+                | Message::WorkerDone
+                | Message::Shutdown
+                | Message::Membership(_) => 0,
             }
     }
 

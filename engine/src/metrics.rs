@@ -153,6 +153,44 @@ pub fn merge_iterations_with(per_worker: &[Vec<IterRecord>], left: &[bool]) -> V
     rows
 }
 
+/// Merges the records of a job whose workers come and go ([`crate::membership`]): a clock's
+/// row merges whichever workers recorded it — who works on a clock is the strategy's decision,
+/// not a fixed set — and rows run over consecutive clocks from the first recorded one to the
+/// first clock that no worker recorded.
+pub fn merge_iterations_elastic(per_worker: &[Vec<IterRecord>]) -> Vec<IterationRow> {
+    let by_clock: Vec<BTreeMap<u64, &IterRecord>> = per_worker
+        .iter()
+        .map(|records| {
+            let mut m = BTreeMap::new();
+            for r in records {
+                m.entry(r.clock).or_insert(r);
+            }
+            m
+        })
+        .collect();
+    let Some(first) = by_clock
+        .iter()
+        .filter_map(|m| m.keys().next().copied())
+        .min()
+    else {
+        return Vec::new();
+    };
+    let mut rows = Vec::new();
+    for clock in first.. {
+        let present: Vec<(u32, &IterRecord)> = by_clock
+            .iter()
+            .enumerate()
+            .filter_map(|(w, m)| m.get(&clock).map(|r| (w as u32, *r)))
+            .collect();
+        if present.is_empty() {
+            break;
+        }
+        let all = present.len() == per_worker.len();
+        rows.push(merge_clock(rows.len() as u64 + 1, &present, all));
+    }
+    rows
+}
+
 /// The row of one clock from the records of the workers present (in worker order); `all`: every
 /// worker is present.
 fn merge_clock(iteration: u64, present: &[(u32, &IterRecord)], all: bool) -> IterationRow {
@@ -417,6 +455,29 @@ mod tests {
         assert_eq!(merge_iterations(&[full.clone(), gap.clone()]).len(), 1);
         assert_eq!(merge_iterations_with(&[full, gap], &[false, true]).len(), 1);
         assert!(merge_iterations(&[vec![], vec![]]).is_empty());
+    }
+
+    #[test]
+    fn an_elastic_merge_takes_whoever_recorded_each_clock() {
+        // Worker 1 joins at clock 1 and pauses at clock 2; worker 0 leaves after clock 2.
+        let w0 = vec![
+            rec(0, 1.0, 4, 1.0),
+            rec(1, 2.0, 2, 1.0),
+            rec(2, 3.0, 4, 1.0),
+        ];
+        let w1 = vec![rec(1, 2.5, 2, 3.0), rec(3, 4.0, 4, 3.0)];
+        let rows = merge_iterations_elastic(&[w0, w1]);
+        assert_eq!(rows.len(), 4, "clocks 0..=3 each have a worker");
+        assert_eq!(rows[0].workers, Some(vec![0]));
+        assert_eq!(rows[1].workers, None, "both took part in clock 1");
+        assert_eq!(rows[2].workers, Some(vec![0]));
+        assert_eq!(rows[3].workers, Some(vec![1]));
+        assert_eq!(rows[1].samples, 4);
+        // The row's loss is sample-weighted over whoever took part: (2·1 + 2·3) / 4.
+        assert!((rows[1].loss - 2.0).abs() < 1e-12, "{}", rows[1].loss);
+        // A clock nobody recorded ends the rows.
+        let gap = merge_iterations_elastic(&[vec![rec(0, 1.0, 1, 1.0), rec(2, 2.0, 1, 1.0)]]);
+        assert_eq!(gap.len(), 1);
     }
 
     #[test]

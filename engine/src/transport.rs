@@ -371,6 +371,20 @@ impl Network {
         self.enqueue(st, at, env);
     }
 
+    /// Delivers `msg` to `to` now (after what is already due at this instant), outside the link
+    /// model and the counters: the engine's notices (membership changes) that no role sends.
+    pub fn control_now(&self, to: RoleId, msg: Message) {
+        let now = self.time.now();
+        let st = self.lock();
+        let env = Envelope {
+            from: RoleId::Coordinator,
+            to,
+            sent_at: now,
+            msg,
+        };
+        self.enqueue(st, self.time.instant_at(now), env);
+    }
+
     /// Queues `env` for delivery at `at`, after everything already queued for that instant, and
     /// wakes the pump if the message is now the first due: otherwise the pump already waits for
     /// an earlier one and delivers this one in its turn (sparing a wake-up per message).

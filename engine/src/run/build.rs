@@ -12,6 +12,7 @@ use crate::error::{EngineError, Result};
 use crate::guard::RunGuard;
 use crate::ids::RoleId;
 use crate::job::{Job, ProgressFn, Segment};
+use crate::membership::MembershipPlan;
 use crate::model::{ModelConfig, ModelSpec};
 use crate::ps::{ParamLayout, ParamServer, RoundRobinPlacement, SnapshotPlan};
 use crate::stragglers::JobShape;
@@ -96,6 +97,47 @@ fn check_stragglers(config: &RunConfig, cluster: &Cluster) -> Result<()> {
     Ok(())
 }
 
+/// Resolves the job's membership trace against its cluster, and refuses what a changing
+/// membership does not combine with yet (mid-run checkpoints, the process runtime).
+fn check_membership(
+    config: &RunConfig,
+    asm: &Assembly,
+    cluster: &Cluster,
+) -> Result<MembershipPlan> {
+    let plan = MembershipPlan::resolve(&config.membership, cluster)?;
+    if plan.is_static() {
+        return Ok(plan);
+    }
+    if !asm.elastic_membership {
+        return Err(EngineError::config(
+            "membership",
+            format!("{} entries", config.membership.len()),
+            format!(
+                "the strategies of this run ({}) keep a fixed set of machines; a membership trace \
+                 needs one whose roles handle machines joining and leaving (such as `agileml`)",
+                asm.strategies().join(", ")
+            ),
+        ));
+    }
+    if let Some(k) = config.checkpoint_every {
+        return Err(EngineError::config(
+            "checkpoint_every",
+            k,
+            "mid-run checkpoints of a job whose membership changes are not supported yet: the \
+             cut would have to record which machines are in the job",
+        ));
+    }
+    if config.runtime == crate::context::RuntimeKind::Process {
+        return Err(EngineError::config(
+            "membership",
+            format!("{} entries", config.membership.len()),
+            "the process runtime runs a fixed set of processes; replay membership traces in \
+             `sim` or `wall`",
+        ));
+    }
+    Ok(plan)
+}
+
 /// A DLRM trains only under strategies whose workers update embedding tables row-wise
 /// ([`Assembly::sparse_embeddings`]); any other composition is refused here, before data is
 /// generated or any role starts. A throughput-mode DLRM profile is refused likewise: a strategy
@@ -134,6 +176,7 @@ pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressF
         total_servers(config, asm),
     )?);
     check_stragglers(config, &cluster)?;
+    let membership = Arc::new(check_membership(config, asm, &cluster)?);
     crate::gpu::check_job(config, &cluster)?;
     check_sparse_embeddings(config, asm)?;
     let (model, data) = match &config.model {
@@ -189,6 +232,7 @@ pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressF
         directed: std::sync::OnceLock::new(),
         progress,
         guard,
+        membership,
         segment: RwLock::new(Segment {
             clocks: 0..config.iterations,
             from: None,

@@ -107,7 +107,7 @@ pub(super) fn finish(
     let traffic = traffic_total;
 
     let model = FinalModel::union(&job.layout, &holders)?;
-    let mut rows = metrics::merge_iterations(&worker_records);
+    let mut rows = merge_rows(job, &worker_records);
     keep_evaluations(&mut rows, &history.rows);
     let evaluator = Evaluator::new(job)?;
     evaluator.snapshots_onto(&holders, &mut rows)?;
@@ -356,4 +356,14 @@ pub(super) fn stopped(
         resume: None,
     };
     StoppedRun { reason, result }
+}
+
+/// The run's rows from its workers' records: every worker expected to the end in a job whose
+/// membership never changes, whoever recorded each clock in one whose membership does.
+fn merge_rows(job: &Job, worker_records: &[Vec<IterRecord>]) -> Vec<metrics::IterationRow> {
+    if job.membership.is_static() {
+        metrics::merge_iterations(worker_records)
+    } else {
+        metrics::merge_iterations_elastic(worker_records)
+    }
 }

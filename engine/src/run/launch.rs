@@ -4,6 +4,7 @@
 //! returned.
 
 use super::build::Built;
+use super::members::{self, gated, Gated, Presence};
 use crate::context::{straggler_identity, RoleContext, RoleStats, RuntimeKind};
 use crate::contract::{Coordinator, CoordinatorReport, Server, ServerReport, Worker, WorkerReport};
 use crate::error::{EngineError, Result};
@@ -38,6 +39,9 @@ pub(super) struct RoleOutput<T> {
     pub end_s: f64,
     /// Its straggler patterns' state when it returned.
     pub stragglers: Vec<Option<serde_json::Value>>,
+    /// Whether its machine left the job, or never joined it, before the role finished
+    /// ([`crate::membership`]): it takes no part in the rows after its last record.
+    pub left: bool,
 }
 
 /// Everything the roles of a finished run returned, each kind in role order.
@@ -177,16 +181,54 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
         context_for(&job, role, net.clone(), rx, &traces)
     };
 
+    let presence = Presence::new(&job.membership, job.cluster.machines.len());
+    let gate_of = |role: RoleId| presence.gate(job.cluster.machine_of(role));
     let mut worker_set = JoinSet::new();
     for (w, worker) in workers.into_iter().enumerate() {
         let role = RoleId::Worker(w as u32);
-        worker_set.spawn(run_worker(worker, ctx_for(role)?, start_of(role)));
+        let (job, gate) = (job.clone(), gate_of(role));
+        let ctx = ctx_for(role)?;
+        let start = start_of(role);
+        worker_set.spawn(async move {
+            let mut out = run_worker(worker, ctx, start, gate).await;
+            if out.left {
+                // What it recorded before it went (the guard keeps every closed clock).
+                let records = job.guard.records().into_iter().nth(w).unwrap_or_default();
+                out.result = Ok(WorkerReport {
+                    iterations: records,
+                    ..WorkerReport::default()
+                });
+            }
+            out
+        });
     }
     let mut server_set = JoinSet::new();
     for (s, server) in servers.into_iter().enumerate() {
         let role = RoleId::Server(s as u32);
-        server_set.spawn(run_server(server, ctx_for(role)?, start_of(role)));
+        server_set.spawn(run_server(
+            server,
+            ctx_for(role)?,
+            start_of(role),
+            gate_of(role),
+        ));
     }
+    let driver = (!job.membership.is_static()).then(|| {
+        tokio::spawn(members::drive(
+            job.membership.clone(),
+            presence.clone(),
+            net.clone(),
+            time,
+        ))
+    });
+    // Workers of machines that have not joined: once every other worker is done, they never will.
+    let absent_workers = || {
+        job.cluster
+            .worker_machine
+            .iter()
+            .filter(|&&m| presence.is_absent(m))
+            .count()
+    };
+    let total_workers = job.config.workers as usize;
     let coord = tokio::spawn(run_coordinator(
         coordinator,
         ctx_for(RoleId::Coordinator)?,
@@ -195,6 +237,9 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
 
     let body = async {
         let mut w_out = Vec::new();
+        if driver.is_some() && absent_workers() == total_workers {
+            presence.cancel_absent();
+        }
         while let Some(joined) = worker_set.join_next().await {
             let out = joined.map_err(|e| {
                 EngineError::protocol(RoleId::Coordinator, format!("a worker task failed: {e}"))
@@ -206,6 +251,9 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
                     .unwrap_or_else(|| EngineError::protocol(role, "failed")));
             }
             w_out.push(out);
+            if driver.is_some() && w_out.len() + absent_workers() == total_workers {
+                presence.cancel_absent();
+            }
         }
         for s in 0..total_servers {
             net.control_after_in_flight(RoleId::Server(s), Message::Shutdown);
@@ -240,6 +288,9 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
             format!("the run did not finish within time_limit_s = {limit} s of run time: a role is waiting for a message that never comes (deadlock) or the run is far longer than expected"),
         )),
     };
+    if let Some(d) = driver {
+        d.abort();
+    }
     net.close();
     let (mut w_out, mut s_out, c_out) = match outcome {
         Ok(v) => v,
@@ -333,26 +384,46 @@ pub(super) fn context_for(
     .with_trace(traces.recorder(role)?))
 }
 
-/// One worker's task; `start_at`: the run time it restarts at when resuming.
+/// One worker's task; `start_at`: the run time it restarts at when resuming; `gate`: its
+/// machine's standing where membership changes.
 pub(super) async fn run_worker(
     mut worker: Box<dyn Worker>,
     mut ctx: RoleContext,
     start_at: Option<f64>,
+    gate: Option<Gate>,
 ) -> RoleOutput<WorkerReport> {
     wait_until(ctx.time(), start_at).await;
-    let result = worker.run(&mut ctx).await;
-    output_of(ctx, result)
+    let ran = gated(gate, worker.run(&mut ctx)).await;
+    gated_output(ctx, ran)
 }
 
-/// One server's task; `start_at`: the run time it restarts at when resuming.
+/// One server's task; `start_at`: the run time it restarts at when resuming; `gate`: its
+/// machine's standing where membership changes.
 pub(super) async fn run_server(
     mut server: Box<dyn Server>,
     mut ctx: RoleContext,
     start_at: Option<f64>,
+    gate: Option<Gate>,
 ) -> RoleOutput<ServerReport> {
     wait_until(ctx.time(), start_at).await;
-    let result = server.run(&mut ctx).await;
-    output_of(ctx, result)
+    let ran = gated(gate, server.run(&mut ctx)).await;
+    gated_output(ctx, ran)
+}
+
+/// What a role's machine standing is watched through.
+pub(super) type Gate = tokio::sync::watch::Receiver<members::Standing>;
+
+/// The output of a gated role: a role whose machine left or never joined returns an empty report
+/// (the caller fills in what it recorded) and is marked as having left.
+fn gated_output<T: Default>(ctx: RoleContext, ran: Gated<T>) -> RoleOutput<T> {
+    match ran {
+        Gated::Ran(result) => output_of(ctx, result),
+        Gated::NeverJoined | Gated::Departed => {
+            let mut out = output_of(ctx, Ok(T::default()));
+            out.left = true;
+            out
+        }
+    }
 }
 
 /// The coordinator's task; `start_at`: the run time it restarts at when resuming.
@@ -388,5 +459,6 @@ pub(super) fn output_of<T>(mut ctx: RoleContext, result: Result<T>) -> RoleOutpu
         peak_memory: ctx.peak_memory(),
         end_s: ctx.stopped_at(),
         stragglers: ctx.straggler_state(),
+        left: false,
     }
 }

@@ -14,6 +14,7 @@ mod build;
 mod evaluate;
 mod finish;
 mod launch;
+mod members;
 mod parts;
 mod process;
 

@@ -276,14 +276,14 @@ async fn rank_body(
     for (w, worker) in workers.into_iter().enumerate() {
         let role = RoleId::Worker(w as u32);
         if here(role) {
-            worker_set.spawn(launch::run_worker(worker, ctx_for(role)?, None));
+            worker_set.spawn(launch::run_worker(worker, ctx_for(role)?, None, None));
         }
     }
     let mut server_set = JoinSet::new();
     for (s, server) in servers.into_iter().enumerate() {
         let role = RoleId::Server(s as u32);
         if here(role) {
-            server_set.spawn(launch::run_server(server, ctx_for(role)?, None));
+            server_set.spawn(launch::run_server(server, ctx_for(role)?, None, None));
         }
     }
     let coord = here(RoleId::Coordinator).then(|| {

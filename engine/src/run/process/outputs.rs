@@ -32,6 +32,7 @@ fn local<T>(out: RemoteOutput<T>) -> RoleOutput<T> {
         peak_memory: out.peak_memory,
         end_s: out.end_s,
         stragglers: out.stragglers,
+        left: false,
     }
 }
 
