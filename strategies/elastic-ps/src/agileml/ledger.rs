@@ -44,10 +44,13 @@ pub enum LedgerError {
     },
 }
 
+/// One reported range and its reporter, where known.
+type Report = (Range<u64>, Option<WorkerId>);
+
 /// Per-clock record of processed item ranges.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ledger {
-    records: BTreeMap<Clock, Vec<(Range<u64>, Option<WorkerId>)>>,
+    records: BTreeMap<Clock, Vec<Report>>,
     verified: BTreeSet<Clock>,
 }
 
@@ -77,7 +80,7 @@ impl Ledger {
     /// Checks that `clock`'s reports cover `0..total` exactly once; on success the clock is
     /// listed in [`verified_clocks`](Self::verified_clocks). Errors name the first wrong range.
     pub fn verify(&mut self, clock: Clock, total: u64) -> Result<(), LedgerError> {
-        let mut entries: Vec<(Range<u64>, Option<WorkerId>)> = self
+        let mut entries: Vec<Report> = self
             .records
             .get(&clock)
             .map(|e| e.iter().filter(|(r, _)| r.start < r.end).cloned().collect())
@@ -141,13 +144,14 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::iter::once;
 
     #[test]
     fn exact_cover_verifies() {
         let mut l = Ledger::new();
-        l.record_from(0, 2, [5..10]);
+        l.record_from(0, 2, once(5..10));
         l.record_from(0, 1, [0..3, 3..5]);
-        l.record(0, [4..4]); // empty ranges are ignored
+        l.record(0, once(4..4)); // empty ranges are ignored
         assert_eq!(l.verify(0, 10), Ok(()));
         assert_eq!(l.verified_clocks(), &BTreeSet::from([0]));
     }
@@ -155,8 +159,8 @@ mod tests {
     #[test]
     fn doubled_and_missing_items_are_named() {
         let mut l = Ledger::new();
-        l.record_from(3, 1, [0..6]);
-        l.record_from(3, 2, [4..10]);
+        l.record_from(3, 1, once(0..6));
+        l.record_from(3, 2, once(4..10));
         assert_eq!(
             l.verify(3, 10),
             Err(LedgerError::Doubled {
@@ -173,7 +177,7 @@ mod tests {
                 range: 4..7
             })
         );
-        l.record_from(5, 1, [0..8]);
+        l.record_from(5, 1, once(0..8));
         assert_eq!(
             l.verify(5, 10),
             Err(LedgerError::Missing {
@@ -197,7 +201,7 @@ mod tests {
                 workers: vec![]
             })
         );
-        l.record(8, [0..12]);
+        l.record(8, once(0..12));
         assert_eq!(
             l.verify(8, 10),
             Err(LedgerError::Beyond {
@@ -214,7 +218,7 @@ mod tests {
     fn discard_and_prune() {
         let mut l = Ledger::new();
         for c in 0..4 {
-            l.record(c, [0..4]);
+            l.record(c, once(0..4));
             l.verify(c, 4).unwrap();
         }
         l.discard_from(2);

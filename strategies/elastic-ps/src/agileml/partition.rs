@@ -34,7 +34,9 @@ pub fn partition_ranges(len: usize, np: usize) -> Vec<Range<usize>> {
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum PartitionError {
     /// A vector of the wrong length for the partition.
-    #[error("partition {partition} (elements {range:?}): {what} has {got} values, expected {expected}")]
+    #[error(
+        "partition {partition} (elements {range:?}): {what} has {got} values, expected {expected}"
+    )]
     Length {
         /// The partition.
         partition: PartitionId,
@@ -58,7 +60,9 @@ pub enum PartitionError {
         got: Clock,
     },
     /// A commit of a clock not applied yet.
-    #[error("partition {partition}: cannot commit clock {clock}, last applied clock is {applied:?}")]
+    #[error(
+        "partition {partition}: cannot commit clock {clock}, last applied clock is {applied:?}"
+    )]
     CommitAhead {
         /// The partition.
         partition: PartitionId,
@@ -432,7 +436,12 @@ impl Backup {
                 got: snapshot.id,
             });
         }
-        check_len(self.id, &self.range, "END-OF-LIFE value", snapshot.value.len())?;
+        check_len(
+            self.id,
+            &self.range,
+            "END-OF-LIFE value",
+            snapshot.value.len(),
+        )?;
         self.value = snapshot.value.clone();
         self.opt = snapshot.opt.clone();
         self.consistent = snapshot.applied;
@@ -494,8 +503,7 @@ mod tests {
 
     fn close(a: &[f32], b: &[f32], rel: f32) -> bool {
         a.len() == b.len()
-            && a
-                .iter()
+            && a.iter()
                 .zip(b)
                 .all(|(x, y)| (x - y).abs() <= rel * x.abs().max(y.abs()).max(1.0))
     }
@@ -566,7 +574,11 @@ mod tests {
             let value5 = p.value.clone();
             assert!(!close(&value5, &value2, 1e-3));
             assert_eq!(p.rollback(), 3);
-            assert!(close(&p.value, &value2, 1e-6), "{o:?}: {:?} vs {value2:?}", p.value);
+            assert!(
+                close(&p.value, &value2, 1e-6),
+                "{o:?}: {:?} vs {value2:?}",
+                p.value
+            );
             assert_eq!(p.opt, opt2);
             assert_eq!(p.applied, Some(2));
             assert!(p.deltas.is_empty());
@@ -642,7 +654,12 @@ mod tests {
             b.receive(push).unwrap();
             assert_eq!(b.commit(9), Some(9));
             p.commit(9).unwrap();
-            assert!(close(&b.value, &p.value, 1e-5), "{:?} vs {:?}", b.value, p.value);
+            assert!(
+                close(&b.value, &p.value, 1e-5),
+                "{:?} vs {:?}",
+                b.value,
+                p.value
+            );
             assert_eq!(b.opt, p.opt);
             assert_eq!(b.to_partition().applied, Some(9));
         }
@@ -726,7 +743,10 @@ mod tests {
         wrong.id = 9;
         assert!(matches!(
             b.adopt_eol(&wrong),
-            Err(PartitionError::WrongPartition { expected: 3, got: 9 })
+            Err(PartitionError::WrongPartition {
+                expected: 3,
+                got: 9
+            })
         ));
     }
 

@@ -16,7 +16,9 @@ use thiserror::Error;
 #[derive(Clone, Debug, PartialEq, Error)]
 pub enum StageError {
     /// AgileML keeps its durable state on reliable machines and needs at least one.
-    #[error("AgileML needs at least one reliable machine; have 0 reliable and {transient} transient")]
+    #[error(
+        "AgileML needs at least one reliable machine; have 0 reliable and {transient} transient"
+    )]
     NoReliable {
         /// Transient machines present.
         transient: usize,
@@ -264,17 +266,19 @@ mod tests {
             vec![11, 13, 14, 15]
         );
         // Too many current: the longest-running current ones stay.
-        assert_eq!(
-            active_ps_machines(&ms, &[10, 12, 14], 2),
-            vec![10, 12]
-        );
+        assert_eq!(active_ps_machines(&ms, &[10, 12, 14], 2), vec![10, 12]);
         // 1 reliable + 1 transient: half of 2 is 1.
         assert_eq!(
             active_ps_machines(&[m(0, false, 0.0), m(5, true, 1.0)], &[], 8),
             vec![5]
         );
         // 3 reliable + 1 transient: half is 2 but only one transient machine.
-        let few = [m(0, false, 0.0), m(1, false, 0.0), m(2, false, 0.0), m(5, true, 1.0)];
+        let few = [
+            m(0, false, 0.0),
+            m(1, false, 0.0),
+            m(2, false, 0.0),
+            m(5, true, 1.0),
+        ];
         assert_eq!(active_ps_machines(&few, &[], 8), vec![5]);
         assert!(active_ps_machines(&few[..3], &[], 8).is_empty());
         assert!(active_ps_machines(&few, &[], 0).is_empty());
@@ -292,7 +296,10 @@ mod tests {
         before: &BTreeMap<PartitionId, MachineId>,
         after: &BTreeMap<PartitionId, MachineId>,
     ) -> usize {
-        after.iter().filter(|(p, m)| before.get(p) != Some(m)).count()
+        after
+            .iter()
+            .filter(|(p, m)| before.get(p) != Some(m))
+            .count()
     }
 
     #[test]
@@ -305,7 +312,10 @@ mod tests {
         // Owner 3 leaves: only its 2 partitions move, owners 1 and 2 end with 4 and 3.
         let after = assign_partitions(7, &[1, 2], &fresh);
         assert_eq!(moves(&fresh, &after), 2);
-        assert_eq!(counts(&after).values().copied().collect::<Vec<_>>(), vec![4, 3]);
+        assert_eq!(
+            counts(&after).values().copied().collect::<Vec<_>>(),
+            vec![4, 3]
+        );
         // A fourth owner joins: 7 = 2+2+2+1, so owner 1 gives up one partition and nothing else moves.
         let joined = assign_partitions(7, &[1, 2, 3, 4], &fresh);
         assert_eq!(moves(&fresh, &joined), 1);

@@ -211,7 +211,13 @@ impl DataTree {
         (u128::from(self.total) * i as u128 / n as u128) as u64
     }
 
-    fn build(&mut self, parent: Option<NodeId>, workers: &[WorkerId], lo: usize, hi: usize) -> NodeId {
+    fn build(
+        &mut self,
+        parent: Option<NodeId>,
+        workers: &[WorkerId],
+        lo: usize,
+        hi: usize,
+    ) -> NodeId {
         let id = self.nodes.len() as NodeId;
         let n = workers.len();
         let range = self.bound(lo, n)..self.bound(hi, n);
@@ -600,7 +606,9 @@ mod tests {
     use super::*;
 
     fn ranges(t: &DataTree, ids: &[NodeId]) -> Vec<Range<u64>> {
-        ids.iter().map(|&i| t.node(i).unwrap().range.clone()).collect()
+        ids.iter()
+            .map(|&i| t.node(i).unwrap().range.clone())
+            .collect()
     }
 
     fn set(ws: &[WorkerId]) -> BTreeSet<WorkerId> {
@@ -687,7 +695,10 @@ mod tests {
         assert!(r.reloads.is_empty());
         assert_eq!((t.items_of(3), t.items_of(4)), (20, 20));
         assert_eq!(t.holders(), set(&[3, 4]));
-        assert!(t.nodes().iter().all(|n| !n.loaded.contains(&1) && !n.loaded.contains(&2)));
+        assert!(t
+            .nodes()
+            .iter()
+            .all(|n| !n.loaded.contains(&1) && !n.loaded.contains(&2)));
     }
 
     #[test]

@@ -28,7 +28,9 @@ pub enum TilingError {
         node: NodeId,
     },
     /// A contribution names a node that does not exist yet at this clock.
-    #[error("tree sum at clock {clock}: node {node} (items {range:?}) is not in the tree at this clock")]
+    #[error(
+        "tree sum at clock {clock}: node {node} (items {range:?}) is not in the tree at this clock"
+    )]
     NotAtClock {
         /// The clock being summed.
         clock: Clock,
@@ -169,13 +171,16 @@ pub fn subtree_sum(
         touched.insert(id);
         let mut cur = id;
         while cur != root {
-            let parent = tree.node(cur).and_then(|n| n.parent).ok_or(TilingError::Outside {
-                clock,
-                node: id,
-                range: range_of(id),
-                root,
-                root_range: range_of(root),
-            })?;
+            let parent = tree
+                .node(cur)
+                .and_then(|n| n.parent)
+                .ok_or(TilingError::Outside {
+                    clock,
+                    node: id,
+                    range: range_of(id),
+                    root,
+                    root_range: range_of(root),
+                })?;
             if given.contains_key(&parent) {
                 return Err(TilingError::Overlap {
                     clock,
@@ -275,8 +280,12 @@ mod tests {
         // 4 leaves 0..1, 1..2, 2..3, 3..4 with values 1e8, 1, -1e8, 1. In f32, 1e8 + 1 = 1e8.
         let t = DataTree::new(4, &[1, 2, 3, 4]).unwrap();
         let vals = [1e8f32, 1.0, -1e8, 1.0];
-        let contrib: Vec<(NodeId, Vec<f32>)> =
-            t.leaves().into_iter().zip(vals).map(|(l, v)| (l, vec![v])).collect();
+        let contrib: Vec<(NodeId, Vec<f32>)> = t
+            .leaves()
+            .into_iter()
+            .zip(vals)
+            .map(|(l, v)| (l, vec![v]))
+            .collect();
         // Tree: (1e8 + 1) + (-1e8 + 1) = 1e8 + -1e8 = 0.
         assert_eq!(tree_sum(&t, 0, &contrib).unwrap(), vec![0.0]);
         // The naive left-to-right sum gives ((1e8 + 1) - 1e8) + 1 = 1.
@@ -286,7 +295,10 @@ mod tests {
         let (l, r) = t.node(0).unwrap().children.unwrap();
         let left = subtree_sum(&t, 0, l, &contrib[..2]).unwrap();
         let right = subtree_sum(&t, 0, r, &contrib[2..]).unwrap();
-        assert_eq!(tree_sum(&t, 0, &[(l, left), (r, right)]).unwrap(), vec![0.0]);
+        assert_eq!(
+            tree_sum(&t, 0, &[(l, left), (r, right)]).unwrap(),
+            vec![0.0]
+        );
     }
 
     #[test]
@@ -365,7 +377,10 @@ mod tests {
                 root_range: 0..4
             })
         );
-        assert_eq!(subtree_sum(&t, 0, 1, &[(2, v(1.0)), (3, v(0.5))]).unwrap(), v(1.5));
+        assert_eq!(
+            subtree_sum(&t, 0, 1, &[(2, v(1.0)), (3, v(0.5))]).unwrap(),
+            v(1.5)
+        );
     }
 
     #[test]
@@ -457,7 +472,12 @@ mod tests {
             let vals: Vec<(NodeId, Vec<f32>)> = t
                 .leaves()
                 .into_iter()
-                .map(|l| (l, vec![rng.gen_range(-1.0f32..1.0) * 10f32.powi(rng.gen_range(0..8))]))
+                .map(|l| {
+                    (
+                        l,
+                        vec![rng.gen_range(-1.0f32..1.0) * 10f32.powi(rng.gen_range(0..8))],
+                    )
+                })
                 .collect();
             let tree = tree_sum(&t, Clock::MAX, &vals).unwrap();
             let naive = vals.iter().fold(0.0f32, |a, (_, v)| a + v[0]);
