@@ -40,6 +40,7 @@
 
 #![warn(missing_docs)]
 
+pub mod agileml;
 pub mod assign;
 pub mod options;
 pub mod placement;
