@@ -115,5 +115,6 @@ impl Strategy for ElasticPs {
 /// Registers `elastic-ps`.
 pub fn register(registry: &mut Registry) -> Result<()> {
     registry.register(Arc::new(ElasticPs))?;
+    registry.register(Arc::new(agileml::AgileMl))?;
     Ok(())
 }

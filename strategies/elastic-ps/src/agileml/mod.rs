@@ -13,13 +13,30 @@
 //! - [`stage`]: the stage policy (r = transient/reliable: 1:1 and 15:1 thresholds), ActivePS
 //!   placement on the longest-running transient machines, balanced partition assignment.
 //! - [`ledger`]: the coordinator's exactly-once account of processed items per clock.
+//!
+//! And the roles built on them, with what they share:
+//!
+//! - [`plan`]: what every role derives from the job alone (tiers, partitions and their homes, the
+//!   stage, ActivePSs and data tree at the start); [`options`]: `[strategy.agileml]`.
+//! - [`worker`], [`server`] (one per machine: ParamServ, ActivePS or BackupPS per partition) and
+//!   [`controller`] (the elasticity controller), talking in [`protocol`]'s messages;
+//!   [`holdings`]: a worker's leaves in terms of the tree.
+//! - [`strategy`]: the `agileml` strategy that composes them.
 
+pub mod controller;
+pub mod holdings;
 pub mod ids;
 pub mod ledger;
+pub mod options;
 pub mod partition;
+pub mod plan;
+pub mod protocol;
+pub mod server;
 pub mod stage;
+pub mod strategy;
 pub mod tree;
 pub mod treesum;
+pub mod worker;
 
 pub use ids::{Clock, MachineId, NodeId, PartitionId, WorkerId};
 pub use ledger::{Ledger, LedgerError};
@@ -28,5 +45,6 @@ pub use stage::{
     active_ps_machines, assign_partitions, home_of, stage_for, MachineInfo, Stage, StageError,
     StageThresholds,
 };
+pub use strategy::AgileMl;
 pub use tree::{DataTree, Node, Removal, Split, TreeError};
 pub use treesum::{subtree_sum, tree_sum, TilingError};

@@ -1,0 +1,863 @@
+//! AgileML's elasticity controller (the coordinator role): it tracks the machines in the job and
+//! their tiers, picks the stage from their ratio, places ActivePSs on the longest-running
+//! transient machines and moves partitions to them (the old server forwarding meanwhile), splits
+//! the data of a worker with a joining one, hands the data of a leaving worker to the worker that
+//! has it loaded, tracks the clock the backups are consistent at, and rolls everything back to it
+//! when transient state is lost.
+
+use super::holdings::loaded_leaves;
+use super::ids::{Clock, MachineId, NodeId, PartitionId};
+use super::ledger::Ledger;
+use super::plan::{choose_stage, owners_for, Plan};
+use super::protocol::{Adopted, Commit, Handoff, Note, Order, Pushed, Rollback, Route, TreeUpdate};
+use super::stage::{MachineInfo, Stage};
+use super::tree::DataTree;
+use concord_engine::membership::MembershipEvent;
+use concord_engine::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Counts the controller reports in the run summary (`agileml.*`).
+#[derive(Debug, Default)]
+struct Counts {
+    stage_changes: u64,
+    handoffs: u64,
+    rollbacks: u64,
+    joins: u64,
+    departures: u64,
+    reloads: u64,
+}
+
+/// The elasticity controller.
+pub struct Controller {
+    job: Arc<Job>,
+    plan: Arc<Plan>,
+    epoch: u64,
+    stage: Stage,
+    /// Machines in the job, with when they joined.
+    present: BTreeMap<MachineId, f64>,
+    /// Machines warned of an eviction.
+    warned: BTreeSet<MachineId>,
+    tree: DataTree,
+    owners: Vec<ServerId>,
+    route_version: u64,
+    /// Clock each partition's backup is consistent at (partitions an ActivePS serves).
+    consistent: Vec<Option<Clock>>,
+    committed: Option<Clock>,
+    /// Last clock each worker reported done, in the current epoch.
+    done: BTreeMap<WorkerId, Clock>,
+    /// Joining workers: their partner and the leaf they will take from it.
+    joining: BTreeMap<WorkerId, (WorkerId, NodeId)>,
+    /// Workers told to hand over their leaves and stop, with the leaves and their takers.
+    retiring: BTreeMap<WorkerId, Vec<(NodeId, WorkerId)>>,
+    /// Workers that stopped (retired or gone).
+    stopped: BTreeSet<WorkerId>,
+    /// Item ranges worked on per clock of the current epoch, one copy each (a range inside one
+    /// already there is a recomputed share).
+    coverage: BTreeMap<Clock, Vec<std::ops::Range<u64>>>,
+    /// Items worked on twice (recomputed shares of a clock whose holder left).
+    recomputed: u64,
+    counts: Counts,
+    /// Stage at each change: (run time, stage number).
+    stages: Vec<(f64, u8)>,
+    /// Partitions on their way from their home to an ActivePS: the home keeps a backup at the
+    /// clock the ActivePS reports when it adopts them.
+    from_home: BTreeSet<PartitionId>,
+    /// The first clock of the current epoch.
+    epoch_start: Clock,
+    /// When each clock's last update left its worker (the clock's end as the controller sees it).
+    clock_ends: BTreeMap<Clock, f64>,
+    /// When machines first joined, and when a warning was first given.
+    first_added: Option<f64>,
+    first_warned: Option<f64>,
+}
+
+impl Controller {
+    /// The controller of `job`.
+    pub fn new(job: Arc<Job>, plan: Arc<Plan>) -> Controller {
+        let present = plan.present.iter().map(|&m| (m, 0.0)).collect();
+        Controller {
+            epoch: 0,
+            stage: plan.stage,
+            present,
+            warned: BTreeSet::new(),
+            tree: plan.tree.clone(),
+            owners: plan.owners.clone(),
+            route_version: 0,
+            consistent: vec![None; plan.np()],
+            committed: None,
+            done: BTreeMap::new(),
+            joining: BTreeMap::new(),
+            retiring: BTreeMap::new(),
+            stopped: BTreeSet::new(),
+            coverage: BTreeMap::new(),
+            recomputed: 0,
+            counts: Counts::default(),
+            stages: vec![(0.0, stage_number(plan.stage))],
+            from_home: BTreeSet::new(),
+            epoch_start: 0,
+            clock_ends: BTreeMap::new(),
+            first_added: None,
+            first_warned: None,
+            job,
+            plan,
+        }
+    }
+
+    fn transient(&self, m: MachineId) -> bool {
+        self.plan.transient[m as usize]
+    }
+
+    /// Machines that stay (present and not warned), as the stage policy sees them.
+    fn staying(&self) -> Vec<MachineInfo> {
+        self.present
+            .iter()
+            .filter(|(m, _)| !self.warned.contains(m))
+            .map(|(&id, &joined)| MachineInfo {
+                id,
+                transient: self.transient(id),
+                joined,
+            })
+            .collect()
+    }
+
+    /// Workers on machines in the job that are not stopping.
+    fn live_workers(&self) -> Vec<WorkerId> {
+        self.present
+            .keys()
+            .filter(|m| !self.warned.contains(m))
+            .flat_map(|&m| self.plan.workers_of[m as usize].iter().copied())
+            .filter(|w| !self.stopped.contains(w) && !self.retiring.contains_key(w))
+            .collect()
+    }
+
+    /// The lowest clock that may still lack updates: one past the slowest holder's last.
+    fn current_clock(&self) -> Clock {
+        self.tree
+            .holders()
+            .iter()
+            .filter_map(|w| self.done.get(w).map(|c| c + 1))
+            .min()
+            .unwrap_or(self.epoch_start)
+    }
+
+    fn send_all_servers<T: StrategyMessage>(&self, ctx: &mut RoleContext, msg: &T) -> Result<()> {
+        for &m in self.present.keys() {
+            ctx.send(
+                RoleId::Server(self.plan.server_of(m)),
+                Message::strategy(msg)?,
+            );
+        }
+        Ok(())
+    }
+
+    fn send_route(&mut self, ctx: &mut RoleContext) -> Result<()> {
+        self.route_version += 1;
+        let route = Route {
+            version: self.route_version,
+            servers: self.owners.clone(),
+        };
+        for &m in self.present.keys() {
+            for &w in &self.plan.workers_of[m as usize] {
+                if !self.stopped.contains(&w) {
+                    ctx.send(RoleId::Worker(w), Message::strategy(&route)?);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves partitions to the servers the stage wants (forwarding covers the gap); where the
+    /// stage changes, moves data between reliable and transient workers.
+    fn restage(&mut self, ctx: &mut RoleContext) -> Result<()> {
+        let staying = self.staying();
+        let stage = choose_stage(&self.plan.options, &staying)?;
+        if stage != self.stage {
+            self.counts.stage_changes += 1;
+            self.stages.push((ctx.now(), stage_number(stage)));
+            let (from, to) = (self.stage, stage);
+            self.stage = stage;
+            if to == Stage::Three {
+                self.reliable_workers_stop(ctx)?;
+            } else if from == Stage::Three {
+                self.reliable_workers_resume(ctx)?;
+            }
+        }
+        let current: BTreeMap<PartitionId, MachineId> = self
+            .owners
+            .iter()
+            .enumerate()
+            .filter(|(_, &s)| self.transient(self.plan.machine_of_server(s)))
+            .filter(|(_, &s)| !self.warned.contains(&self.plan.machine_of_server(s)))
+            .map(|(p, &s)| (p as PartitionId, self.plan.machine_of_server(s)))
+            .collect();
+        let wanted = owners_for(
+            self.stage,
+            &self.plan.options,
+            &staying,
+            &self.plan.homes,
+            &current,
+        );
+        let mut moved = false;
+        for (p, (&now, &want)) in self.owners.clone().iter().zip(&wanted).enumerate() {
+            if now != want {
+                if now == self.plan.homes[p] {
+                    self.from_home.insert(p as PartitionId);
+                }
+                ctx.send(
+                    RoleId::Server(now),
+                    Message::strategy(&Handoff {
+                        part: p as PartitionId,
+                        to: want,
+                    })?,
+                );
+                self.owners[p] = want;
+                self.counts.handoffs += 1;
+                moved = true;
+            }
+        }
+        if moved {
+            self.send_route(ctx)?;
+        }
+        Ok(())
+    }
+
+    /// Stage 3: workers on reliable machines hand their leaves to transient workers (which
+    /// preloaded them) and idle.
+    fn reliable_workers_stop(&mut self, ctx: &mut RoleContext) -> Result<()> {
+        let takers: Vec<WorkerId> = self
+            .live_workers()
+            .into_iter()
+            .filter(|&w| self.transient(self.job.cluster.worker_machine[w as usize]))
+            .collect();
+        if takers.is_empty() {
+            return Ok(());
+        }
+        let givers: Vec<WorkerId> = self
+            .tree
+            .holders()
+            .into_iter()
+            .filter(|&w| !self.transient(self.job.cluster.worker_machine[w as usize]))
+            .collect();
+        for giver in givers {
+            let mut moves = Vec::new();
+            for leaf in self.tree.leaves_of(giver) {
+                let to = *takers
+                    .iter()
+                    .min_by_key(|&&t| (self.tree.items_of(t), t))
+                    .unwrap_or(&takers[0]);
+                self.tree.preload(to, leaf).map_err(tree_error)?;
+                self.tree.reassign(leaf, to).map_err(tree_error)?;
+                moves.push((leaf, to));
+            }
+            self.give(ctx, giver, moves, false)?;
+        }
+        Ok(())
+    }
+
+    /// Back from stage 3: reliable workers take back the leaves they have loaded.
+    fn reliable_workers_resume(&mut self, ctx: &mut RoleContext) -> Result<()> {
+        let reliable: BTreeSet<WorkerId> = self
+            .live_workers()
+            .into_iter()
+            .filter(|&w| !self.transient(self.job.cluster.worker_machine[w as usize]))
+            .collect();
+        let mut by_giver: BTreeMap<WorkerId, Vec<(NodeId, WorkerId)>> = BTreeMap::new();
+        for w in &reliable {
+            for leaf in loaded_leaves(&self.tree, *w) {
+                let Some(holder) = self.tree.node(leaf).and_then(|n| n.holder) else {
+                    continue;
+                };
+                if holder != *w && !reliable.contains(&holder) {
+                    self.tree.reassign(leaf, *w).map_err(tree_error)?;
+                    by_giver.entry(holder).or_default().push((leaf, *w));
+                }
+            }
+        }
+        for (giver, moves) in by_giver {
+            self.give(ctx, giver, moves, false)?;
+        }
+        Ok(())
+    }
+
+    fn give(
+        &mut self,
+        ctx: &mut RoleContext,
+        giver: WorkerId,
+        leaves: Vec<(NodeId, WorkerId)>,
+        retire: bool,
+    ) -> Result<()> {
+        let order = Order::Give {
+            leaves,
+            retire,
+            tree: self.tree.clone(),
+        };
+        ctx.send(RoleId::Worker(giver), Message::strategy(&order)?);
+        Ok(())
+    }
+
+    /// Machines joined: each of their workers pairs with the worker holding the most data and
+    /// loads its range; their servers may become ActivePSs.
+    fn added(&mut self, ctx: &mut RoleContext, machines: &[MachineId]) -> Result<()> {
+        let now = ctx.now();
+        self.first_added.get_or_insert(now);
+        for &m in machines {
+            self.present.insert(m, now);
+        }
+        let mut split = false;
+        for &m in machines {
+            if self.stage == Stage::Three && !self.transient(m) {
+                continue;
+            }
+            for &w in &self.plan.workers_of[m as usize].clone() {
+                let Some(partner) = self.tree.partner() else {
+                    continue;
+                };
+                let s = self
+                    .tree
+                    .split(partner, w, self.current_clock())
+                    .map_err(tree_error)?;
+                self.joining.insert(w, (partner, s.right));
+                self.counts.joins += 1;
+                split = true;
+                let order = Order::Load {
+                    items: s.load_items.end - s.load_items.start,
+                    tree: self.tree.clone(),
+                    route: Route {
+                        version: self.route_version,
+                        servers: self.owners.clone(),
+                    },
+                };
+                ctx.send(RoleId::Worker(w), Message::strategy(&order)?);
+            }
+        }
+        if split {
+            self.send_all_servers(
+                ctx,
+                &TreeUpdate {
+                    tree: self.tree.clone(),
+                },
+            )?;
+        }
+        self.restage(ctx)
+    }
+
+    /// A joining worker has its data: its partner hands it the leaf at its next clock.
+    fn ready(&mut self, ctx: &mut RoleContext, w: WorkerId) -> Result<()> {
+        if let Some((partner, leaf)) = self.joining.remove(&w) {
+            self.give(ctx, partner, vec![(leaf, w)], false)?;
+        }
+        Ok(())
+    }
+
+    /// Machines warned of an eviction: ActivePSs there hand their partitions on (all of them to
+    /// their homes, END-OF-LIFE, when every transient machine goes), workers there hand their
+    /// leaves to the workers that have them loaded and stop.
+    fn warned(&mut self, ctx: &mut RoleContext, machines: &[MachineId]) -> Result<()> {
+        self.first_warned.get_or_insert(ctx.now());
+        self.warned.extend(machines.iter().copied());
+        self.leave_workers(ctx, machines, true)?;
+        self.restage(ctx)
+    }
+
+    /// Workers of `machines` leave: their leaves go to survivors. Warned ones hand over at a
+    /// clock boundary themselves; for gone ones the takers start from the current clock.
+    fn leave_workers(
+        &mut self,
+        ctx: &mut RoleContext,
+        machines: &[MachineId],
+        warned: bool,
+    ) -> Result<()> {
+        let gone: BTreeSet<WorkerId> = machines
+            .iter()
+            .flat_map(|&m| self.plan.workers_of[m as usize].iter().copied())
+            .collect();
+        // A joining worker that leaves before it got its leaf: the partner keeps it (the tree
+        // removal below hands the leaf back). A joining worker whose partner leaves takes its
+        // leaf at once.
+        for w in &gone {
+            self.joining.remove(w);
+        }
+        let orphaned: Vec<(WorkerId, NodeId)> = self
+            .joining
+            .iter()
+            .filter(|(_, (partner, _))| gone.contains(partner))
+            .map(|(&w, &(_, leaf))| (w, leaf))
+            .collect();
+        for (w, leaf) in orphaned {
+            self.joining.remove(&w);
+            self.take(ctx, vec![(leaf, w)])?;
+        }
+        let holders = self.tree.holders();
+        if gone.iter().all(|w| !holders.contains(w)) {
+            for w in &gone {
+                self.stopped.insert(*w);
+            }
+            return Ok(());
+        }
+        if holders.iter().all(|w| gone.contains(w)) && self.live_workers().is_empty() {
+            return Err(EngineError::protocol(
+                RoleId::Coordinator,
+                "every worker of the job is leaving: no machine is left to train on",
+            ));
+        }
+        let removal = self.tree.remove(&gone).map_err(tree_error)?;
+        self.counts.reloads += removal.reloads.len() as u64;
+        self.counts.departures += gone.len() as u64;
+        // Every leaf that changes holder, by its holder (reloads are among them: their taker
+        // loads them from storage, which the job's data being shared makes a copy of).
+        let mut by_giver: BTreeMap<WorkerId, Vec<(NodeId, WorkerId)>> = BTreeMap::new();
+        for (leaf, from, to) in removal.moves.iter().copied() {
+            by_giver.entry(from).or_default().push((leaf, to));
+        }
+        if warned {
+            for (giver, moves) in by_giver {
+                self.retiring.insert(giver, moves.clone());
+                self.give(ctx, giver, moves, true)?;
+            }
+            for w in &gone {
+                if !self.retiring.contains_key(w) {
+                    self.stopped.insert(*w);
+                }
+            }
+        } else {
+            let all: Vec<(NodeId, WorkerId)> = by_giver.into_values().flatten().collect();
+            for w in &gone {
+                self.stopped.insert(*w);
+                self.done.remove(w);
+            }
+            self.take(ctx, all)?;
+        }
+        Ok(())
+    }
+
+    /// Tells takers to work on leaves whose holder is gone, from the current clock.
+    fn take(&mut self, ctx: &mut RoleContext, moves: Vec<(NodeId, WorkerId)>) -> Result<()> {
+        let clock = self.current_clock();
+        let mut by_taker: BTreeMap<WorkerId, Vec<NodeId>> = BTreeMap::new();
+        for (leaf, to) in moves {
+            by_taker.entry(to).or_default().push(leaf);
+        }
+        for (to, leaves) in by_taker {
+            let order = Order::Take {
+                leaves,
+                tree: self.tree.clone(),
+                clock,
+            };
+            ctx.send(RoleId::Worker(to), Message::strategy(&order)?);
+        }
+        Ok(())
+    }
+
+    /// Machines evicted at their deadline: workers that did not hand over in time are gone; a
+    /// partition whose hand-off had not arrived is lost (an effective failure).
+    fn evicted(&mut self, ctx: &mut RoleContext, machines: &[MachineId]) -> Result<()> {
+        let set: BTreeSet<MachineId> = machines.iter().copied().collect();
+        let late: Vec<(NodeId, WorkerId)> = self
+            .retiring
+            .iter()
+            .filter(|(w, _)| set.contains(&self.job.cluster.worker_machine[**w as usize]))
+            .flat_map(|(_, moves)| moves.iter().copied())
+            .collect();
+        self.retiring
+            .retain(|w, _| !set.contains(&self.job.cluster.worker_machine[*w as usize]));
+        for &m in machines {
+            for &w in &self.plan.workers_of[m as usize] {
+                self.stopped.insert(w);
+                self.done.remove(&w);
+            }
+        }
+        self.take(ctx, late)?;
+        let lost = self
+            .owners
+            .iter()
+            .any(|&s| set.contains(&self.plan.machine_of_server(s)));
+        for &m in machines {
+            self.present.remove(&m);
+            self.warned.remove(&m);
+        }
+        if lost {
+            self.roll_back(ctx, &set)?;
+        }
+        Ok(())
+    }
+
+    /// Machines failed: their workers' leaves go to survivors; if they served partitions, every
+    /// partition rolls back to the committed clock and the workers redo from the next.
+    fn failed(&mut self, ctx: &mut RoleContext, machines: &[MachineId]) -> Result<()> {
+        let set: BTreeSet<MachineId> = machines.iter().copied().collect();
+        self.leave_workers(ctx, machines, false)?;
+        for w in self.retiring.keys().copied().collect::<Vec<_>>() {
+            if set.contains(&self.job.cluster.worker_machine[w as usize]) {
+                let moves = self.retiring.remove(&w).unwrap_or_default();
+                self.take(ctx, moves)?;
+            }
+        }
+        let lost = self
+            .owners
+            .iter()
+            .any(|&s| set.contains(&self.plan.machine_of_server(s)));
+        for &m in machines {
+            self.present.remove(&m);
+            self.warned.remove(&m);
+        }
+        if lost {
+            self.roll_back(ctx, &set)?;
+        } else {
+            self.restage(ctx)?;
+        }
+        Ok(())
+    }
+
+    /// Rolls every partition back to the committed clock: partitions whose server is gone are
+    /// served again from their backups (at their home, or sent by it to a surviving ActivePS);
+    /// surviving ActivePSs subtract their pending deltas; workers restart at the next clock.
+    fn roll_back(&mut self, ctx: &mut RoleContext, gone: &BTreeSet<MachineId>) -> Result<()> {
+        self.epoch += 1;
+        self.counts.rollbacks += 1;
+        let staying = self.staying();
+        let stage = choose_stage(&self.plan.options, &staying)?;
+        if stage != self.stage {
+            self.counts.stage_changes += 1;
+            self.stages.push((ctx.now(), stage_number(stage)));
+            if self.stage == Stage::Three {
+                self.reliable_workers_resume(ctx)?;
+            }
+            self.stage = stage;
+        }
+        let current: BTreeMap<PartitionId, MachineId> = self
+            .owners
+            .iter()
+            .enumerate()
+            .map(|(p, &s)| (p as PartitionId, self.plan.machine_of_server(s)))
+            .filter(|(_, m)| !gone.contains(m) && self.transient(*m))
+            .collect();
+        let wanted = owners_for(
+            self.stage,
+            &self.plan.options,
+            &staying,
+            &self.plan.homes,
+            &current,
+        );
+        let mut orders: BTreeMap<ServerId, Rollback> = self
+            .present
+            .keys()
+            .map(|&m| {
+                (
+                    self.plan.server_of(m),
+                    Rollback {
+                        epoch: self.epoch,
+                        to: self.committed,
+                        serve_from_backup: Vec::new(),
+                        send_backup: Vec::new(),
+                    },
+                )
+            })
+            .collect();
+        for p in 0..self.plan.np() {
+            let owner_lost = gone.contains(&self.plan.machine_of_server(self.owners[p]));
+            if !owner_lost {
+                continue;
+            }
+            let home = self.plan.homes[p];
+            let to = wanted[p];
+            if let Some(o) = orders.get_mut(&home) {
+                if to == home {
+                    o.serve_from_backup.push(p as PartitionId);
+                } else {
+                    o.send_backup.push((p as PartitionId, to));
+                }
+            }
+            self.owners[p] = to;
+            self.consistent[p] = self.committed;
+        }
+        for (s, order) in orders {
+            ctx.send(RoleId::Server(s), Message::strategy(&order)?);
+        }
+        self.send_route(ctx)?;
+        let from = self.committed.map_or(0, |c| c + 1);
+        for w in self.live_workers() {
+            ctx.send(
+                RoleId::Worker(w),
+                Message::strategy(&Order::Restart {
+                    epoch: self.epoch,
+                    from,
+                })?,
+            );
+        }
+        self.done.clear();
+        self.epoch_start = from;
+        self.coverage.split_off(&from);
+        Ok(())
+    }
+
+    /// The clock every partition is backed up to, told to the servers when it moves.
+    fn advance_commit(&mut self, ctx: &mut RoleContext) -> Result<()> {
+        let slowest_done = self
+            .tree
+            .holders()
+            .iter()
+            .filter_map(|w| self.done.get(w).copied())
+            .min();
+        let mut commit = slowest_done;
+        for (p, &s) in self.owners.iter().enumerate() {
+            if self.transient(self.plan.machine_of_server(s)) {
+                commit = match (commit, self.consistent[p]) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    _ => None,
+                };
+            }
+        }
+        if commit > self.committed {
+            self.committed = commit;
+            if let Some(clock) = commit {
+                self.send_all_servers(ctx, &Commit { clock })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the last clock's items have all been worked on.
+    fn all_done(&self) -> bool {
+        let last = self.job.config.iterations.saturating_sub(1);
+        let Some(ranges) = self.coverage.get(&last) else {
+            return false;
+        };
+        let mut sorted = ranges.clone();
+        sorted.sort_by_key(|r| r.start);
+        let mut at = 0;
+        for r in sorted {
+            if r.start != at {
+                return false;
+            }
+            at = r.end;
+        }
+        at == self.plan.total_items
+    }
+
+    /// Records that `nodes` of `clock` were worked on, one copy of each item.
+    fn cover(&mut self, clock: Clock, nodes: &[NodeId]) {
+        let ranges = self.coverage.entry(clock).or_default();
+        for &n in nodes {
+            let Some(r) = self.tree.node(n).map(|x| x.range.clone()) else {
+                continue;
+            };
+            if ranges.iter().any(|o| o.start <= r.start && r.end <= o.end) {
+                self.recomputed += r.end - r.start;
+                continue;
+            }
+            let mut dropped = 0;
+            ranges.retain(|o| {
+                let inside = r.start <= o.start && o.end <= r.end;
+                if inside {
+                    dropped += o.end - o.start;
+                }
+                !inside
+            });
+            self.recomputed += dropped;
+            ranges.push(r);
+        }
+    }
+
+    /// Checks that every clock of the job was worked on exactly once over its items (the
+    /// exactly-once coverage of claim 6); returns the clocks verified.
+    fn verify_ledger(&self) -> Result<usize> {
+        let mut ledger = Ledger::new();
+        let total = self.plan.total_items;
+        for (&clock, ranges) in &self.coverage {
+            ledger.record(clock, ranges.iter().cloned());
+            ledger
+                .verify(clock, total)
+                .map_err(|e| EngineError::protocol(RoleId::Coordinator, format!("ledger: {e}")))?;
+        }
+        let expected = self.job.config.iterations;
+        let verified = ledger.verified_clocks().len();
+        if self.all_done() && (verified as u64) < expected {
+            return Err(EngineError::protocol(
+                RoleId::Coordinator,
+                format!("ledger: {verified} of {expected} clocks were worked on"),
+            ));
+        }
+        Ok(verified)
+    }
+
+    /// Per-clock durations around membership changes: the clock time before the first join,
+    /// the worst clock between a join and the first warning relative to it (a join must not
+    /// disrupt), the worst clock after an eviction relative to the clocks after it (the blip),
+    /// and the last clocks' time relative to the first ones.
+    fn timing_figures(&self) -> Vec<(String, f64)> {
+        let mut out = Vec::new();
+        let ends: Vec<(Clock, f64)> = self.clock_ends.iter().map(|(&c, &t)| (c, t)).collect();
+        let durations: Vec<(f64, f64)> = ends
+            .windows(2)
+            .filter(|w| w[1].0 == w[0].0 + 1)
+            .map(|w| (w[1].1, w[1].1 - w[0].1))
+            .collect();
+        let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len().max(1) as f64;
+        let Some(added) = self.first_added else {
+            return out;
+        };
+        let before: Vec<f64> = durations
+            .iter()
+            .filter(|(t, _)| *t <= added)
+            .map(|d| d.1)
+            .collect();
+        if before.is_empty() {
+            return out;
+        }
+        let base = mean(&before);
+        out.push(("agileml.iter_s_before_join".to_string(), base));
+        let until = self.first_warned.unwrap_or(f64::INFINITY);
+        let joined: Vec<f64> = durations
+            .iter()
+            .filter(|(t, d)| *t - *d >= added && *t <= until)
+            .map(|d| d.1)
+            .collect();
+        let around: Vec<f64> = durations
+            .iter()
+            .filter(|(t, _)| *t > added && *t <= until)
+            .map(|d| d.1)
+            .collect();
+        if let Some(worst) = around.iter().copied().reduce(f64::max) {
+            out.push(("agileml.join_disruption".to_string(), worst / base - 1.0));
+        }
+        if !joined.is_empty() {
+            out.push(("agileml.iter_s_joined".to_string(), mean(&joined)));
+            out.push(("agileml.join_speedup".to_string(), base / mean(&joined)));
+        }
+        if let Some(warned) = self.first_warned {
+            let after: Vec<f64> = durations
+                .iter()
+                .filter(|(t, _)| *t > warned)
+                .map(|d| d.1)
+                .collect();
+            if after.len() >= 3 {
+                let tail = &after[after.len() / 2..];
+                let settled = mean(tail);
+                let worst = after.iter().copied().fold(0.0, f64::max);
+                out.push(("agileml.eviction_blip".to_string(), worst / settled - 1.0));
+                out.push((
+                    "agileml.after_eviction_vs_before_join".to_string(),
+                    settled / base - 1.0,
+                ));
+            }
+        }
+        out
+    }
+
+    fn report(&self, ctx: &mut RoleContext) -> CoordinatorReport {
+        let c = &self.counts;
+        let mut figures = vec![
+            ("agileml.stage_changes".to_string(), c.stage_changes as f64),
+            ("agileml.handoffs".to_string(), c.handoffs as f64),
+            ("agileml.rollbacks".to_string(), c.rollbacks as f64),
+            ("agileml.joins".to_string(), c.joins as f64),
+            ("agileml.departures".to_string(), c.departures as f64),
+            ("agileml.reloads".to_string(), c.reloads as f64),
+            (
+                "agileml.final_stage".to_string(),
+                stage_number(self.stage) as f64,
+            ),
+            (
+                "agileml.recomputed_items".to_string(),
+                self.recomputed as f64,
+            ),
+        ];
+        figures.extend(self.timing_figures());
+        let _ = ctx;
+        CoordinatorReport {
+            figures,
+            ..CoordinatorReport::default()
+        }
+    }
+}
+
+fn stage_number(s: Stage) -> u8 {
+    match s {
+        Stage::One => 1,
+        Stage::Two => 2,
+        Stage::Three => 3,
+    }
+}
+
+fn tree_error(e: impl std::fmt::Display) -> EngineError {
+    EngineError::protocol(RoleId::Coordinator, format!("agileml data tree: {e}"))
+}
+
+#[async_trait]
+impl Coordinator for Controller {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
+        let mut finished = false;
+        loop {
+            let env = ctx.recv().await?;
+            match &env.msg {
+                Message::Shutdown => break,
+                Message::Membership(event) => match event {
+                    MembershipEvent::Added { machines } => self.added(ctx, machines)?,
+                    MembershipEvent::Warned { machines, .. } => self.warned(ctx, machines)?,
+                    MembershipEvent::Evicted { machines } => self.evicted(ctx, machines)?,
+                    MembershipEvent::Failed { machines } => self.failed(ctx, machines)?,
+                },
+                _ => {}
+            }
+            if let Some(note) = env.msg.decode::<Note>()? {
+                let RoleId::Worker(w) = env.from else {
+                    continue;
+                };
+                match note {
+                    Note::Ready => self.ready(ctx, w)?,
+                    Note::Retired => {
+                        self.retiring.remove(&w);
+                        self.stopped.insert(w);
+                    }
+                    Note::Done {
+                        epoch,
+                        clock,
+                        nodes,
+                    } => {
+                        if epoch == self.epoch {
+                            let e = self.done.entry(w).or_insert(clock);
+                            *e = (*e).max(clock);
+                            self.cover(clock, &nodes);
+                            self.clock_ends
+                                .entry(clock)
+                                .and_modify(|t| *t = t.max(ctx.now()))
+                                .or_insert(ctx.now());
+                            self.advance_commit(ctx)?;
+                        }
+                    }
+                }
+            } else if let Some(p) = env.msg.decode::<Pushed>()? {
+                for (part, clock) in p.parts {
+                    let c = &mut self.consistent[part as usize];
+                    *c = (*c).max(Some(clock));
+                }
+                self.advance_commit(ctx)?;
+            } else if let Some(a) = env.msg.decode::<Adopted>()? {
+                // A partition fresh from its home: the home's backup holds its state at the
+                // clock it was handed over at.
+                if self.from_home.remove(&a.part) {
+                    let c = &mut self.consistent[a.part as usize];
+                    *c = (*c).max(a.applied);
+                }
+            }
+            if !finished && self.all_done() {
+                finished = true;
+                // Idle workers (stage 3 on reliable machines, joining ones) may return.
+                for &m in self.present.keys() {
+                    for &w in &self.plan.workers_of[m as usize] {
+                        if !self.stopped.contains(&w) {
+                            ctx.send(RoleId::Worker(w), Message::strategy(&Order::Finish)?);
+                        }
+                    }
+                }
+            }
+        }
+        let verified = self.verify_ledger()?;
+        let mut report = self.report(ctx);
+        report
+            .figures
+            .push(("agileml.ledger_clocks".to_string(), verified as f64));
+        Ok(report)
+    }
+}

@@ -1,0 +1,503 @@
+//! An AgileML worker: stateless, it reads the partitions from whichever server the route names,
+//! computes the gradient of the data-tree leaves it holds, and sends each server the sums over
+//! the largest subtrees it holds whole (so the servers' tree-ordered sums are the same bits
+//! however the leaves are spread over workers).
+//!
+//! Leaves change hands at clock boundaries: a giver stops working on them at its next clock and
+//! tells the taker from which clock they are its (`Begin`); a taker of a gone worker's leaves
+//! works on them from its current clock, recomputing that clock's share with the parameters it
+//! read if its own updates already left. A server keeps one copy of whatever arrives twice.
+
+use super::holdings::{cover_of, leaves_under};
+use super::ids::{Clock, NodeId, PartitionId};
+use super::plan::Plan;
+use super::protocol::{Begin, Note, Order, Read, Route, Update, Values};
+use super::tree::DataTree;
+use super::treesum::subtree_sum;
+use concord_engine::dp::{train_step, Charge, ClockTally, StepAt};
+use concord_engine::model::Replica;
+use concord_engine::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// The parameters a worker read for one clock.
+struct ReadState {
+    epoch: u64,
+    clock: Clock,
+    /// Values per partition (empty vectors in throughput mode).
+    values: BTreeMap<PartitionId, Vec<f32>>,
+}
+
+/// What interrupts a clock.
+enum Interrupt {
+    /// A roll-back: start again at `from`.
+    Restart(Clock),
+    /// The job is over.
+    Finish,
+}
+
+/// An AgileML worker.
+pub struct AgileWorker {
+    id: WorkerId,
+    job: Arc<Job>,
+    plan: Arc<Plan>,
+    replica: Option<Replica>,
+    epoch: u64,
+    tree: DataTree,
+    route: Route,
+    /// Leaves worked on from the next clock on.
+    holdings: BTreeSet<NodeId>,
+    /// Leaves to hand over at the next clock boundary, and whether to stop then.
+    giving: Vec<(NodeId, WorkerId)>,
+    retiring: bool,
+    /// The parameters of the last clock whose updates were sent (for late shares).
+    last: Option<ReadState>,
+    /// The clock the worker is on.
+    clock: Clock,
+}
+
+impl AgileWorker {
+    /// Worker `id` of `job`.
+    pub fn new(job: Arc<Job>, id: WorkerId, plan: Arc<Plan>) -> Result<AgileWorker> {
+        let holdings = plan.tree.leaves_of(id).into_iter().collect();
+        Ok(AgileWorker {
+            id,
+            replica: job.replica(RoleId::Worker(id))?,
+            route: Route {
+                version: 0,
+                servers: plan.owners.clone(),
+            },
+            tree: plan.tree.clone(),
+            job,
+            plan,
+            epoch: 0,
+            holdings,
+            giving: Vec::new(),
+            retiring: false,
+            last: None,
+            clock: 0,
+        })
+    }
+
+    /// Takes a newer data tree: a held leaf that has since been split is held as its leaves
+    /// (until the worker hands some of them over).
+    fn set_tree(&mut self, tree: DataTree) {
+        let held: Vec<NodeId> = self.holdings.iter().copied().collect();
+        self.holdings = held
+            .into_iter()
+            .flat_map(|n| leaves_under(&tree, n))
+            .collect();
+        self.tree = tree;
+    }
+
+    /// Handles one message that is not a value reply; returns an interrupt where it ends the
+    /// clock.
+    async fn handle(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<Option<Interrupt>> {
+        if let Some(order) = env.msg.decode::<Order>()? {
+            return self.order(ctx, order).await;
+        }
+        if let Some(route) = env.msg.decode::<Route>()? {
+            if route.version > self.route.version {
+                self.route = route;
+            }
+            return Ok(None);
+        }
+        if let Some(begin) = env.msg.decode::<Begin>()? {
+            // An idle worker (a newcomer, or a reliable worker in stage 3) starts at the giver's
+            // clock.
+            if self.holdings.is_empty() {
+                self.clock = begin.clock;
+            }
+            self.take(ctx, &begin.leaves, begin.clock).await?;
+            return Ok(None);
+        }
+        if env.msg.decode::<Values>()?.is_some() {
+            // A reply to a read of an earlier clock or epoch.
+            return Ok(None);
+        }
+        Err(unexpected(ctx, &env))
+    }
+
+    async fn order(&mut self, ctx: &mut RoleContext, order: Order) -> Result<Option<Interrupt>> {
+        match order {
+            Order::Load { .. } => Err(EngineError::protocol(
+                ctx.id(),
+                "a worker already in the job was told to load data",
+            )),
+            Order::Give {
+                leaves,
+                retire,
+                tree,
+            } => {
+                self.set_tree(tree);
+                self.giving.extend(leaves);
+                self.retiring |= retire;
+                Ok(None)
+            }
+            Order::Take {
+                leaves,
+                tree,
+                clock,
+            } => {
+                self.set_tree(tree);
+                if self.holdings.is_empty() {
+                    self.clock = clock;
+                }
+                self.take(ctx, &leaves, clock).await?;
+                Ok(None)
+            }
+            Order::Restart { epoch, from } => {
+                self.epoch = epoch;
+                self.last = None;
+                Ok(Some(Interrupt::Restart(from)))
+            }
+            Order::Finish => Ok(Some(Interrupt::Finish)),
+        }
+    }
+
+    /// Adds `leaves` from clock `from` on: if this worker already sent its updates of `from`,
+    /// it computes their share of `from` now, with the parameters it read for it.
+    async fn take(&mut self, ctx: &mut RoleContext, leaves: &[NodeId], from: Clock) -> Result<()> {
+        self.holdings.extend(leaves.iter().copied());
+        let Some(last) = self.last.take() else {
+            return Ok(());
+        };
+        if last.clock >= from && last.epoch == self.epoch {
+            let set: BTreeSet<NodeId> = leaves.iter().copied().collect();
+            let (_, _, nodes, _) = self.compute_and_send(ctx, &last, &set).await?;
+            let note = Note::Done {
+                epoch: last.epoch,
+                clock: last.clock,
+                nodes,
+            };
+            ctx.send(RoleId::Coordinator, Message::strategy(&note)?);
+        }
+        self.last = Some(last);
+        Ok(())
+    }
+
+    /// Waits for the data of a joining worker's share: the order to load it, the load, then the
+    /// partner's `Begin`.
+    async fn join(&mut self, ctx: &mut RoleContext) -> Result<bool> {
+        loop {
+            let env = ctx.recv().await?;
+            if let Some(order) = env.msg.decode::<Order>()? {
+                match order {
+                    Order::Load { items, tree, route } => {
+                        self.set_tree(tree);
+                        if route.version >= self.route.version {
+                            self.route = route;
+                        }
+                        let load_s = self.plan.load_seconds(items);
+                        let t0 = ctx.now();
+                        ctx.sleep(load_s).await;
+                        ctx.trace_span("load data", "comm", t0, ctx.now());
+                        ctx.send(RoleId::Coordinator, Message::strategy(&Note::Ready)?);
+                        continue;
+                    }
+                    Order::Finish => return Ok(false),
+                    other => {
+                        if let Some(Interrupt::Finish) = self.order(ctx, other).await? {
+                            return Ok(false);
+                        }
+                    }
+                }
+            } else if let Some(interrupt) = self.handle(ctx, env).await? {
+                if let Interrupt::Finish = interrupt {
+                    return Ok(false);
+                }
+            }
+            if !self.holdings.is_empty() {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Hands over what the controller asked to, at this clock boundary; returns whether the
+    /// worker retires.
+    fn give(&mut self, ctx: &mut RoleContext) -> Result<bool> {
+        if self.giving.is_empty() && !self.retiring {
+            return Ok(false);
+        }
+        let leaves = std::mem::take(&mut self.giving);
+        let retire = self.retiring;
+        let mut by_taker: BTreeMap<WorkerId, Vec<NodeId>> = BTreeMap::new();
+        for (leaf, to) in leaves {
+            if self.holdings.remove(&leaf) {
+                by_taker.entry(to).or_default().push(leaf);
+            }
+        }
+        for (to, leaves) in by_taker {
+            let begin = Begin {
+                clock: self.clock,
+                leaves,
+            };
+            ctx.send(RoleId::Worker(to), Message::strategy(&begin)?);
+        }
+        if retire {
+            ctx.send(RoleId::Coordinator, Message::strategy(&Note::Retired)?);
+        }
+        Ok(retire)
+    }
+
+    /// Reads every partition for the current clock; `Err(interrupt)` when a control message
+    /// ends the clock first.
+    async fn read(
+        &mut self,
+        ctx: &mut RoleContext,
+    ) -> Result<std::result::Result<ReadState, Interrupt>> {
+        let (epoch, clock) = (self.epoch, self.clock);
+        let mut by_server: BTreeMap<ServerId, Vec<PartitionId>> = BTreeMap::new();
+        for (p, &s) in self.route.servers.iter().enumerate() {
+            by_server.entry(s).or_default().push(p as PartitionId);
+        }
+        for (s, parts) in by_server {
+            let read = Read {
+                worker: self.id,
+                epoch,
+                clock,
+                parts,
+            };
+            ctx.send(RoleId::Server(s), Message::strategy(&read)?);
+        }
+        let np = self.plan.np();
+        let mut values = BTreeMap::new();
+        while values.len() < np {
+            let env = ctx.recv().await?;
+            match env.msg.decode::<Values>()? {
+                Some(v) if v.epoch == epoch && v.clock == clock => {
+                    let Message::Custom(m) = env.msg else {
+                        unreachable!("decoded as a strategy message")
+                    };
+                    for (p, payload) in v.parts.iter().zip(m.payloads) {
+                        let data = match payload {
+                            Payload::Real(v) => v,
+                            Payload::Virtual { .. } => Vec::new(),
+                        };
+                        values.insert(*p, data);
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    if let Some(i) = self.handle(ctx, env).await? {
+                        return Ok(Err(i));
+                    }
+                    if self.epoch != epoch {
+                        return Ok(Err(Interrupt::Restart(self.clock)));
+                    }
+                }
+            }
+        }
+        Ok(Ok(ReadState {
+            epoch,
+            clock,
+            values,
+        }))
+    }
+
+    /// Computes the gradient sums of `leaves` at `state` and sends each partition's server its
+    /// slices, one item per largest whole subtree; returns (samples, loss sum, nodes sent, bytes).
+    async fn compute_and_send(
+        &mut self,
+        ctx: &mut RoleContext,
+        state: &ReadState,
+        leaves: &BTreeSet<NodeId>,
+    ) -> Result<(u64, f64, Vec<NodeId>, u64)> {
+        let job = self.job.clone();
+        let real = job.model.is_real();
+        let params = if real {
+            Some(assemble(&self.plan, &job, &state.values))
+        } else {
+            None
+        };
+        let flops = job.model.training_flops_per_sample();
+        let device = job.cluster.device_of(ctx.id()).clone();
+        let total: u64 = leaves
+            .iter()
+            .filter_map(|&l| self.tree.node(l).map(|n| n.range.end - n.range.start))
+            .sum();
+        let step_s = device.step_seconds(&job.cost_sheet, flops, total as f64);
+        let mut sums: BTreeMap<NodeId, Vec<f32>> = BTreeMap::new();
+        let (mut samples, mut loss_sum) = (0u64, 0.0f64);
+        for &leaf in leaves {
+            let Some(node) = self.tree.node(leaf) else {
+                return Err(EngineError::protocol(
+                    ctx.id(),
+                    format!("holds leaf {leaf}, which its data tree does not have"),
+                ));
+            };
+            let items = node.range.end - node.range.start;
+            let at = StepAt {
+                clock: state.clock,
+                stream_offset: state.clock * self.plan.total_items + node.range.start,
+                batch: items,
+            };
+            // The leaf's share of one step over all the worker's items (a worker steps through
+            // its data at the rate of its whole batch), counting the leaf's own FLOPs.
+            let share = step_s * items as f64 / total.max(1) as f64;
+            let work = Work {
+                modeled_s: Some(share),
+                ..Work::training_step(flops, items as f64)
+            };
+            let replica = self.replica.as_ref();
+            let blocks = params.as_deref().unwrap_or(&[]);
+            let ((loss, grads), _) =
+                train_step(ctx, &job, replica, blocks, at, work, Charge::Whole).await?;
+            samples += items;
+            if loss.is_finite() {
+                loss_sum += loss * items as f64;
+            }
+            // The leaf's value: the gradient summed over its items.
+            let flat = grads.map_or_else(Vec::new, |g| flatten_blocks(&job, &g, items as f32));
+            sums.insert(leaf, flat);
+        }
+        // One item per largest subtree held whole.
+        let covers = cover_of(&self.tree, leaves);
+        let mut by_server: BTreeMap<ServerId, (Vec<(PartitionId, NodeId)>, Vec<Payload>)> =
+            BTreeMap::new();
+        for &node in &covers {
+            let value = if real {
+                let leaf_values: Vec<(NodeId, Vec<f32>)> = leaves_under(&self.tree, node)
+                    .into_iter()
+                    .filter_map(|l| sums.get(&l).map(|v| (l, v.clone())))
+                    .collect();
+                subtree_sum(&self.tree, Clock::MAX, node, &leaf_values).map_err(|e| {
+                    EngineError::protocol(ctx.id(), format!("summing its leaves: {e}"))
+                })?
+            } else {
+                Vec::new()
+            };
+            let mut offset = 0usize;
+            for (p, spec) in self.plan.parts.iter().enumerate() {
+                let payload = if real {
+                    Payload::Real(value[offset..offset + spec.elems].to_vec())
+                } else {
+                    Payload::Virtual {
+                        elems: spec.elems as u64,
+                    }
+                };
+                offset += spec.elems;
+                let server = self.route.servers[p];
+                let entry = by_server.entry(server).or_default();
+                entry.0.push((p as PartitionId, node));
+                entry.1.push(payload);
+            }
+        }
+        let mut bytes = 0;
+        for (server, (items, payloads)) in by_server {
+            let update = Update {
+                worker: self.id,
+                epoch: state.epoch,
+                clock: state.clock,
+                items,
+            };
+            let msg = Message::strategy_with(&update, payloads)?;
+            bytes += msg.wire_bytes();
+            ctx.send(RoleId::Server(server), msg);
+        }
+        Ok((samples, loss_sum, covers, bytes))
+    }
+}
+
+/// The model's parameters (one vector per parameter tensor) from the partitions' values.
+fn assemble(plan: &Plan, job: &Job, values: &BTreeMap<PartitionId, Vec<f32>>) -> Vec<Vec<f32>> {
+    let blocks = job.layout.blocks();
+    let mut out = job.layout.zeros();
+    for (p, spec) in plan.parts.iter().enumerate() {
+        let Some(v) = values.get(&(p as PartitionId)) else {
+            continue;
+        };
+        let mut offset = 0;
+        for b in &blocks[spec.blocks.clone()] {
+            out[b.param][b.offset..b.offset + b.len].copy_from_slice(&v[offset..offset + b.len]);
+            offset += b.len;
+        }
+    }
+    out
+}
+
+/// A gradient (one vector per parameter tensor) as one flat vector in block order — the order
+/// partitions cut — scaled by `scale`.
+fn flatten_blocks(job: &Job, grads: &[Vec<f32>], scale: f32) -> Vec<f32> {
+    job.layout
+        .blocks()
+        .iter()
+        .flat_map(|b| {
+            grads[b.param][b.offset..b.offset + b.len]
+                .iter()
+                .map(move |x| x * scale)
+        })
+        .collect()
+}
+
+#[async_trait]
+impl Worker for AgileWorker {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
+        let job = self.job.clone();
+        let end = job.config.iterations;
+        let machine = job.cluster.machine_of(ctx.id());
+        if !job.membership.present_at_start(machine) && !self.join(ctx).await? {
+            return Ok(WorkerReport::default());
+        }
+        let mut records = Vec::new();
+        'clocks: while self.clock < end {
+            if self.give(ctx)? {
+                break;
+            }
+            if self.holdings.is_empty() {
+                // Idle (stage 3 on a reliable machine, or all its leaves given away): wait for
+                // work or the end.
+                let env = ctx.recv().await?;
+                match self.handle(ctx, env).await? {
+                    Some(Interrupt::Finish) => break,
+                    Some(Interrupt::Restart(from)) => self.clock = from,
+                    None => {}
+                }
+                continue;
+            }
+            ctx.set_iter(self.clock);
+            let start = ctx.now();
+            let state = match self.read(ctx).await? {
+                Ok(s) => s,
+                Err(Interrupt::Finish) => break 'clocks,
+                Err(Interrupt::Restart(from)) => {
+                    self.clock = from;
+                    continue;
+                }
+            };
+            let read_done = ctx.now();
+            let leaves = self.holdings.clone();
+            let (samples, loss_sum, nodes, bytes_sent) =
+                self.compute_and_send(ctx, &state, &leaves).await?;
+            let compute_end = ctx.now();
+            let note = Note::Done {
+                epoch: state.epoch,
+                clock: state.clock,
+                nodes,
+            };
+            ctx.send(RoleId::Coordinator, Message::strategy(&note)?);
+            let tally = ClockTally {
+                samples,
+                compute_s: compute_end - read_done,
+                wait_s: read_done - start,
+                comm_s: 0.0,
+                loss: if samples > 0 && job.model.is_real() {
+                    loss_sum / samples as f64
+                } else {
+                    f64::NAN
+                },
+                version_read: state.clock as i64 - 1,
+                bytes_sent,
+            };
+            records.push(close_clock(ctx, &job, state.clock, start, tally));
+            self.last = Some(state);
+            self.clock += 1;
+        }
+        // Leaves given at the very end: their takers learn there is nothing left to do.
+        self.give(ctx)?;
+        Ok(WorkerReport {
+            iterations: records,
+            ..WorkerReport::default()
+        })
+    }
+}

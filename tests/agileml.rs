@@ -1,0 +1,205 @@
+//! AgileML (`agileml`): tiered elastic parameter servers on reliable and transient machines.
+//!
+//! - Claim 1: after a warned eviction of some transient machines, or of all of them, the final
+//!   parameters are bit-identical to a run without the eviction (the stage changes, partitions
+//!   move, data moves to the workers that have it loaded, and nothing is lost or doubled).
+//! - Stages change where parameters live, never the math: stages 1, 2 and 3 give the same bits.
+//! - Claim 2: after a failure of all transient machines, or of one ActivePS, every partition rolls
+//!   back to the committed clock and the workers redo from the next one.
+//! - Claim 6: the controller's ledger covers every item of every clock.
+//! - Start-up errors name what is wrong.
+
+mod common;
+
+use common::{run, small};
+use concord::engine::cluster::MachineGroup;
+use concord::engine::config::RunConfig;
+use concord::engine::membership::{EventKind, MembershipEntry};
+use concord::engine::run::RunResult;
+use std::collections::BTreeMap;
+
+const ITERATIONS: u64 = 24;
+
+/// `reliable` reliable and `transient` transient one-slot machines of 1 GFLOP/s (so a clock
+/// takes longer than loading the small data set), one server each, a small real MLP cut into
+/// many blocks.
+fn cluster(reliable: u32, transient: u32, options: &str) -> RunConfig {
+    let group = |count, tier: &str| MachineGroup {
+        device: "slow".into(),
+        count,
+        slots: 1,
+        labels: BTreeMap::from([("tier".to_string(), tier.to_string())]),
+    };
+    let machines = reliable + transient;
+    let mut cfg = small(machines, 8, ITERATIONS);
+    cfg.servers = machines;
+    cfg.block_bytes = 512;
+    cfg.eval_every = 8;
+    cfg.cluster.machines = vec![group(reliable, "reliable"), group(transient, "transient")];
+    cfg.cluster
+        .devices
+        .insert("slow".into(), concord_test_support::slow_device(1.0));
+    cfg.strategies = vec!["agileml".into()];
+    cfg.strategy
+        .insert("agileml".into(), toml::from_str(options).expect("options"));
+    cfg
+}
+
+fn bits(r: &RunResult) -> Vec<(String, Vec<u32>)> {
+    r.params
+        .as_ref()
+        .expect("real model")
+        .iter()
+        .map(|(n, v)| (n.clone(), v.iter().map(|x| x.to_bits()).collect()))
+        .collect()
+}
+
+fn figure(r: &RunResult, name: &str) -> f64 {
+    r.summary
+        .figures
+        .get(&format!("agileml.{name}"))
+        .copied()
+        .unwrap_or_else(|| panic!("figure {name} missing: {:?}", r.summary.figures))
+}
+
+/// Run time at which iteration `k` (1-based) ended.
+fn time_of(r: &RunResult, k: usize) -> f64 {
+    r.rows[k - 1].time_s
+}
+
+fn warn(at_s: f64, deadline_s: f64, machines: &[u32]) -> MembershipEntry {
+    MembershipEntry {
+        at_s,
+        event: EventKind::Warn,
+        machines: machines.to_vec(),
+        labels: BTreeMap::new(),
+        deadline_s: Some(deadline_s),
+    }
+}
+
+fn event(at_s: f64, event: EventKind, machines: &[u32]) -> MembershipEntry {
+    MembershipEntry {
+        at_s,
+        event,
+        machines: machines.to_vec(),
+        labels: BTreeMap::new(),
+        deadline_s: None,
+    }
+}
+
+#[test]
+fn stages_place_parameters_but_never_change_the_math() {
+    let one = run(&cluster(2, 4, "stage = \"one\""));
+    let two = run(&cluster(2, 4, "stage = \"two\""));
+    let three = run(&cluster(2, 4, "stage = \"three\""));
+    assert_eq!(one.rows.len(), ITERATIONS as usize);
+    assert_eq!(bits(&one), bits(&two), "stage 1 vs stage 2");
+    assert_eq!(bits(&one), bits(&three), "stage 1 vs stage 3");
+    assert!(one.summary.final_test_accuracy.is_some());
+    assert_eq!(figure(&two, "final_stage"), 2.0);
+    assert_eq!(figure(&three, "final_stage"), 3.0);
+    assert_eq!(figure(&one, "ledger_clocks"), ITERATIONS as f64);
+}
+
+/// Claim 1: a warned eviction of two of six transient machines, both running ActivePSs (their
+/// partitions move to the surviving transient machines; stage 2 stays), and of all six (the
+/// ActivePSs push END-OF-LIFE to their homes; stage 1) leaves the final parameters
+/// bit-identical to the run without it.
+#[test]
+fn a_warned_eviction_loses_no_progress() {
+    let base = cluster(2, 6, "");
+    let reference = run(&base);
+    assert_eq!(figure(&reference, "final_stage"), 2.0);
+    let step = time_of(&reference, 2) - time_of(&reference, 1);
+    let at = time_of(&reference, 6) + 0.3 * step;
+    for (machines, stage) in [(vec![4, 5], 2.0), (vec![2, 3, 4, 5, 6, 7], 1.0)] {
+        let mut cfg = base.clone();
+        cfg.membership = vec![warn(at, at + 20.0 * step, &machines)];
+        let evicted = run(&cfg);
+        assert_eq!(evicted.rows.len(), ITERATIONS as usize, "{machines:?}");
+        assert_eq!(bits(&evicted), bits(&reference), "eviction of {machines:?}");
+        assert_eq!(figure(&evicted, "final_stage"), stage, "{machines:?}");
+        assert!(figure(&evicted, "handoffs") >= 2.0, "{machines:?}");
+        assert_eq!(figure(&evicted, "rollbacks"), 0.0);
+        assert_eq!(figure(&evicted, "ledger_clocks"), ITERATIONS as f64);
+    }
+}
+
+/// Claim 2: when every transient machine fails, the model returns to the backups' committed
+/// state and the workers redo the clocks after it; when one ActivePS fails, every partition
+/// rolls back. Either way the job ends with every clock applied once and a model close to the
+/// undisturbed one (the roll-back subtracts deltas in floating point).
+#[test]
+fn a_failure_rolls_back_to_the_committed_clock_and_redoes_the_rest() {
+    let base = cluster(2, 6, "");
+    let reference = run(&base);
+    let step = time_of(&reference, 2) - time_of(&reference, 1);
+    let at = time_of(&reference, 10) + 0.5 * step;
+    for machines in [vec![2, 3, 4, 5, 6, 7], vec![3]] {
+        let mut cfg = base.clone();
+        cfg.membership = vec![event(at, EventKind::Fail, &machines)];
+        let failed = run(&cfg);
+        assert_eq!(figure(&failed, "rollbacks"), 1.0, "{machines:?}");
+        assert_eq!(failed.rows.len(), ITERATIONS as usize, "{machines:?}");
+        // Some clock was worked on twice by a surviving worker: the redo after the roll-back.
+        let redone = failed.worker_records.iter().any(|recs| {
+            let mut clocks: Vec<u64> = recs.iter().map(|r| r.clock).collect();
+            let n = clocks.len();
+            clocks.sort_unstable();
+            clocks.dedup();
+            clocks.len() < n
+        });
+        assert!(redone, "{machines:?}: no clock was redone");
+        let diff = common::max_diff(
+            failed.params.as_ref().expect("real"),
+            reference.params.as_ref().expect("real"),
+        );
+        assert!(diff < 1e-3, "{machines:?}: {diff}");
+        assert_eq!(figure(&failed, "ledger_clocks"), ITERATIONS as f64);
+    }
+}
+
+/// Machines that join mid-run take half of a worker's data after loading it and speed the
+/// clocks up; the stage moves from 1 to 2 as the ratio grows.
+#[test]
+fn machines_that_join_take_work_and_the_stage_follows_the_ratio() {
+    // 100 kB of data: a joining worker loads its share in well under a clock.
+    let base = cluster(2, 4, "data_gb = 0.0001");
+    let reference = run(&base);
+    // Machines 2..6 absent at the start, joining early in the run.
+    let at = time_of(&reference, 4);
+    let mut cfg = base.clone();
+    cfg.membership = vec![event(at, EventKind::Add, &[2, 3, 4, 5])];
+    let joined = run(&cfg);
+    assert_eq!(joined.rows.len(), ITERATIONS as usize);
+    assert_eq!(figure(&joined, "joins"), 4.0);
+    assert_eq!(figure(&joined, "final_stage"), 2.0);
+    assert!(figure(&joined, "stage_changes") >= 1.0);
+    // The late workers recorded clocks, and none before they joined.
+    for w in 2..6 {
+        let recs = &joined.worker_records[w];
+        assert!(!recs.is_empty(), "worker {w} never worked");
+        assert!(recs.iter().all(|r| r.start_s >= at), "worker {w}");
+    }
+    assert_eq!(figure(&joined, "ledger_clocks"), ITERATIONS as f64);
+}
+
+#[test]
+fn start_up_errors_name_the_cause() {
+    let mut cfg = cluster(2, 2, "");
+    cfg.servers = 2;
+    let e = concord_test_support::compose_err(&concord::registry(), &cfg);
+    assert!(
+        e.contains("servers") && e.contains("one server role per machine"),
+        "{e}"
+    );
+    let mut cfg = cluster(2, 2, "");
+    cfg.cluster.machines.reverse();
+    let e = concord_test_support::compose_err(&concord::registry(), &cfg);
+    assert!(e.contains("machine 0") && e.contains("reliable"), "{e}");
+    let e = concord_test_support::compose_err(
+        &concord::registry(),
+        &cluster(2, 2, "three_above = 0.5"),
+    );
+    assert!(e.contains("strategy.agileml.three_above"), "{e}");
+}
