@@ -277,6 +277,21 @@ impl Controller {
         for (giver, moves) in by_giver {
             self.give(ctx, giver, moves, false)?;
         }
+        // Reliable workers that never had data (the job started in stage 3) join like newcomers.
+        let mut split = false;
+        for w in reliable {
+            if self.tree.items_of(w) == 0 && !self.joining.contains_key(&w) {
+                split |= self.join_worker(ctx, w)?;
+            }
+        }
+        if split {
+            self.send_all_servers(
+                ctx,
+                &TreeUpdate {
+                    tree: self.tree.clone(),
+                },
+            )?;
+        }
         Ok(())
     }
 
@@ -310,25 +325,7 @@ impl Controller {
                 continue;
             }
             for &w in &self.plan.workers_of[m as usize].clone() {
-                let Some(partner) = self.tree.partner() else {
-                    continue;
-                };
-                let s = self
-                    .tree
-                    .split(partner, w, self.current_clock())
-                    .map_err(tree_error)?;
-                self.joining.insert(w, (partner, s.right));
-                self.counts.joins += 1;
-                split = true;
-                let order = Order::Load {
-                    items: s.load_items.end - s.load_items.start,
-                    tree: self.tree.clone(),
-                    route: Route {
-                        version: self.route_version,
-                        servers: self.owners.clone(),
-                    },
-                };
-                ctx.send(RoleId::Worker(w), Message::strategy(&order)?);
+                split |= self.join_worker(ctx, w)?;
             }
         }
         if split {
@@ -340,6 +337,31 @@ impl Controller {
             )?;
         }
         self.restage(ctx)
+    }
+
+    /// Worker `w` joins the work: it pairs with the worker holding the most data, which will
+    /// hand it half of its largest leaf once it has loaded that leaf; returns whether the tree
+    /// was split (the servers must hear of it).
+    fn join_worker(&mut self, ctx: &mut RoleContext, w: WorkerId) -> Result<bool> {
+        let Some(partner) = self.tree.partner() else {
+            return Ok(false);
+        };
+        let s = self
+            .tree
+            .split(partner, w, self.current_clock())
+            .map_err(tree_error)?;
+        self.joining.insert(w, (partner, s.right));
+        self.counts.joins += 1;
+        let order = Order::Load {
+            items: s.load_items.end - s.load_items.start,
+            tree: self.tree.clone(),
+            route: Route {
+                version: self.route_version,
+                servers: self.owners.clone(),
+            },
+        };
+        ctx.send(RoleId::Worker(w), Message::strategy(&order)?);
+        Ok(true)
     }
 
     /// A joining worker has its data: its partner hands it the leaf at its next clock.

@@ -118,45 +118,18 @@ impl Plan {
             .collect();
         let stage = choose_stage(options, &infos)?;
         let owners = owners_for(stage, options, &infos, &homes, &BTreeMap::new());
-        // The data is cut over every worker in the job; in stage 3 the transient workers work
-        // on (having preloaded) the reliable workers' leaves, so a stage changes who works on a
-        // leaf, never the leaves.
+        // The data is cut over every worker in the job; in stage 3 over the transient workers
+        // only (the reliable machines run no workers: their share is spread over the transient
+        // workers, which preloaded it).
         let holders: Vec<WorkerId> = present
             .iter()
+            .filter(|&&m| stage != Stage::Three || transient[m as usize])
             .flat_map(|&m| workers_of[m as usize].iter().copied())
             .collect();
         let total_items = job.config.batch * job.config.workers as u64;
-        let tree_err = |e: super::tree::TreeError| {
+        let tree = DataTree::new(total_items, &holders).map_err(|e| {
             EngineError::config("workers", holders.len(), format!("agileml data tree: {e}"))
-        };
-        let mut tree = DataTree::new(total_items, &holders).map_err(tree_err)?;
-        if stage == Stage::Three {
-            let transient_workers: Vec<WorkerId> = holders
-                .iter()
-                .copied()
-                .filter(|&w| transient[cluster.worker_machine[w as usize] as usize])
-                .collect();
-            for &w in &holders {
-                if transient[cluster.worker_machine[w as usize] as usize] {
-                    continue;
-                }
-                for leaf in tree.leaves_of(w) {
-                    let to = transient_workers
-                        .iter()
-                        .copied()
-                        .min_by_key(|&t| (tree.items_of(t), t))
-                        .ok_or_else(|| {
-                            EngineError::config(
-                                "strategy.agileml.stage",
-                                "three",
-                                "stage 3 needs transient workers",
-                            )
-                        })?;
-                    tree.preload(to, leaf).map_err(tree_err)?;
-                    tree.reassign(leaf, to).map_err(tree_err)?;
-                }
-            }
-        }
+        })?;
         let data_bytes = match (options.data_gb, &job.data) {
             (Some(gb), _) => gb * 1e9,
             (None, Some(data)) => (data.train.len() * data.train.sample_len() * 4) as f64,

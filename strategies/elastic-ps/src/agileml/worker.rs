@@ -120,10 +120,19 @@ impl AgileWorker {
 
     async fn order(&mut self, ctx: &mut RoleContext, order: Order) -> Result<Option<Interrupt>> {
         match order {
-            Order::Load { .. } => Err(EngineError::protocol(
-                ctx.id(),
-                "a worker already in the job was told to load data",
-            )),
+            Order::Load { items, tree, route } => {
+                // Loads the partner's range in the background of the job, then says so.
+                self.set_tree(tree);
+                if route.version >= self.route.version {
+                    self.route = route;
+                }
+                let load_s = self.plan.load_seconds(items);
+                let t0 = ctx.now();
+                ctx.sleep(load_s).await;
+                ctx.trace_span("load data", "comm", t0, ctx.now());
+                ctx.send(RoleId::Coordinator, Message::strategy(&Note::Ready)?);
+                Ok(None)
+            }
             Order::Give {
                 leaves,
                 retire,
@@ -157,7 +166,12 @@ impl AgileWorker {
 
     /// Adds `leaves` from clock `from` on: if this worker already sent its updates of `from`,
     /// it computes their share of `from` now, with the parameters it read for it.
-    async fn take(&mut self, ctx: &mut RoleContext, leaves: &[NodeId], from: Clock) -> Result<()> {
+    async fn take(&mut self, ctx: &mut RoleContext, nodes: &[NodeId], from: Clock) -> Result<()> {
+        // A node handed over may have been split since: it is held as its current leaves.
+        let leaves: Vec<NodeId> = nodes
+            .iter()
+            .flat_map(|&n| leaves_under(&self.tree, n))
+            .collect();
         self.holdings.extend(leaves.iter().copied());
         let Some(last) = self.last.take() else {
             return Ok(());
@@ -181,31 +195,8 @@ impl AgileWorker {
     async fn join(&mut self, ctx: &mut RoleContext) -> Result<bool> {
         loop {
             let env = ctx.recv().await?;
-            if let Some(order) = env.msg.decode::<Order>()? {
-                match order {
-                    Order::Load { items, tree, route } => {
-                        self.set_tree(tree);
-                        if route.version >= self.route.version {
-                            self.route = route;
-                        }
-                        let load_s = self.plan.load_seconds(items);
-                        let t0 = ctx.now();
-                        ctx.sleep(load_s).await;
-                        ctx.trace_span("load data", "comm", t0, ctx.now());
-                        ctx.send(RoleId::Coordinator, Message::strategy(&Note::Ready)?);
-                        continue;
-                    }
-                    Order::Finish => return Ok(false),
-                    other => {
-                        if let Some(Interrupt::Finish) = self.order(ctx, other).await? {
-                            return Ok(false);
-                        }
-                    }
-                }
-            } else if let Some(interrupt) = self.handle(ctx, env).await? {
-                if let Interrupt::Finish = interrupt {
-                    return Ok(false);
-                }
+            if let Some(Interrupt::Finish) = self.handle(ctx, env).await? {
+                return Ok(false);
             }
             if !self.holdings.is_empty() {
                 return Ok(true);
@@ -222,9 +213,14 @@ impl AgileWorker {
         let leaves = std::mem::take(&mut self.giving);
         let retire = self.retiring;
         let mut by_taker: BTreeMap<WorkerId, Vec<NodeId>> = BTreeMap::new();
-        for (leaf, to) in leaves {
-            if self.holdings.remove(&leaf) {
-                by_taker.entry(to).or_default().push(leaf);
+        for (node, to) in leaves {
+            // The node may have been split since the order: its leaves held here go.
+            let mut any = false;
+            for leaf in leaves_under(&self.tree, node) {
+                any |= self.holdings.remove(&leaf);
+            }
+            if any {
+                by_taker.entry(to).or_default().push(node);
             }
         }
         for (to, leaves) in by_taker {
