@@ -61,14 +61,14 @@ fn on_demand_costs_the_reference_with_a_pro_rata_last_hour() {
 #[test]
 fn spot_hours_are_billed_at_the_price_of_their_start() {
     // The price doubles 20 minutes in but stays below the bid (on-demand): no eviction.
-    let study = Study::new(market(&[(1200.0, 0.5)]), params(1.5)).unwrap();
+    let study = Study::new(market(&[(1200.0, 0.5)]), params(2.25)).unwrap();
     let o = study.run_job(Scheme::StandardAgileml, START).unwrap();
-    // 1 reliable + 1 spot = the reference's 8 vCPUs (ratio 1:1, so the reliable one works):
-    // done in 1.5 h. Reliable: $1 + $0.5. Spot: the first hour at its start price $0.25,
-    // then half an hour at $0.5.
+    // Work 8 vCPUs × 2.25 h = 18. 1 reliable + 2 spot (the reference's 8 vCPUs in spot; at
+    // 2:1 the reliable one runs workers too): 12 vCPUs, done in 1.5 h. Reliable: $1 + $0.5.
+    // Spot: the first hour at its start price 2 × $0.25, then half an hour at 2 × $0.5.
     assert!(close(o.runtime_h, 1.5), "{o:?}");
-    assert!(close(o.cost, 1.5 + 0.25 + 0.25), "{o:?}");
-    assert!(close(o.on_demand_h, 1.5) && close(o.spot_h, 1.5));
+    assert!(close(o.cost, 1.5 + 0.5 + 0.5), "{o:?}");
+    assert!(close(o.on_demand_h, 1.5) && close(o.spot_h, 3.0));
     assert_eq!((o.free_h, o.evictions), (0.0, 0));
 }
 
@@ -77,21 +77,20 @@ fn an_eviction_refunds_its_hour_and_costs_lambda_then_sigma() {
     // The price jumps above on-demand from 30 to 40 minutes.
     let study = Study::new(market(&[(1800.0, 2.0), (2400.0, 0.25)]), params(2.0)).unwrap();
     let o = study.run_job(Scheme::StandardAgileml, START).unwrap();
-    // Work 2 × 4 × 2 = 16 vCPU-h. 0–30 min at 8/h: 4. 30–32 min: λ, nothing. 32–40 min: the
+    // Work 2 × 4 × 2 = 16 vCPU-h. 0–30 min at 12/h: 6. 30–32 min: λ, nothing. 32–40 min: the
     // reliable one alone (4/h): 8/15. 40 min: a new spot allocation, σ until 41 min. From
-    // 41 min at 8/h: (16 − 4 − 8/15)/8 h = 86 min, so the job ends at 127 min.
-    let end_min = 41.0 + (16.0 - 4.0 - 8.0 / 15.0) / 8.0 * 60.0;
-    assert!(close(end_min, 127.0));
-    assert!(close(o.runtime_h * 60.0, end_min), "{o:?}");
+    // 41 min at 12/h until the rest is done.
+    let end_min = 41.0 + (16.0 - 6.0 - 8.0 / 15.0) / 12.0 * 60.0;
+    assert!(close(o.runtime_h * 60.0, end_min), "{o:?} vs {end_min} min");
     assert_eq!(o.evictions, 1);
-    // The evicted half hour is free.
-    assert!(close(o.free_h, 0.5));
-    // Reliable: one hour, then 67 min pro rata at $1. Second spot allocation from 40 min:
-    // one hour at $0.25, then 27 min pro rata.
-    let cost = 1.0 + 67.0 / 60.0 + 0.25 + 0.25 * 27.0 / 60.0;
+    // The evicted half hour of 2 instances is free.
+    assert!(close(o.free_h, 1.0));
+    // Reliable: one hour, then the rest pro rata at $1. Second spot allocation from 40 min,
+    // its first hour not over: pro rata at 2 × $0.25.
+    let cost = 1.0 + (end_min - 60.0) / 60.0 + 0.5 * (end_min - 40.0) / 60.0;
     assert!(close(o.cost, cost), "{} vs {cost}", o.cost);
-    assert!(close(o.on_demand_h, 127.0 / 60.0));
-    assert!(close(o.spot_h, 87.0 / 60.0));
+    assert!(close(o.on_demand_h, end_min / 60.0));
+    assert!(close(o.spot_h, 2.0 * (end_min - 40.0) / 60.0));
 }
 
 #[test]

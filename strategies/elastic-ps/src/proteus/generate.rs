@@ -59,7 +59,7 @@ impl Default for GeneratorParams {
             bumps_per_day: 4.0,
             bump_fraction: [0.4, 0.9],
             bump_minutes: 20.0,
-            spikes_per_day: 1.5,
+            spikes_per_day: 6.0,
             spike_fraction: [1.1, 4.0],
             spike_minutes: 30.0,
             floor_fraction: 0.1,

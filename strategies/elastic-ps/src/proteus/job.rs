@@ -189,14 +189,13 @@ impl<'a> Job<'a> {
                 }
             }
             Scheme::StandardCheckpoint | Scheme::StandardAgileml | Scheme::AtMarket => {
-                let mut target = study.reference_vcpus();
+                // Spot for the whole reference footprint; AgileML holds its reliable
+                // on-demand allocation besides (which runs no workers in stage 3).
                 if self.scheme.agile() {
                     self.hold_reliable();
-                    target -= study.params.reliable_count as f64
-                        * study.market.types[reference].vcpus as f64;
                 }
                 if !self.allocs.iter().any(Allocation::is_spot) {
-                    self.standard_acquire(target);
+                    self.standard_acquire(study.reference_vcpus());
                 }
             }
             Scheme::Proteus => {
