@@ -2,12 +2,14 @@
 
 mod calibrate;
 mod launch;
+mod market;
 mod memory;
 mod out_dir;
 mod plan;
 
 pub use calibrate::CalibrateArgs;
 pub use launch::LaunchArgs;
+pub use market::MarketArgs;
 pub use memory::MemoryArgs;
 pub use plan::{PlanArgs, SearchArg};
 
@@ -58,6 +60,10 @@ pub enum Command {
     /// training iteration of the configured model: time, overlap, peak and least memory,
     /// fragmentation; `--plot` draws the memory after every layer.
     Memory(MemoryArgs),
+    /// The Proteus spot-market cost study: one job under on-demand, standard bidding with
+    /// checkpointing or AgileML, Proteus (BidBrain + AgileML) and bidding at the market, from
+    /// many random start points over a spot price trace; `--generate` writes a synthetic market.
+    Market(MarketArgs),
 }
 
 /// Where the configuration comes from.
@@ -166,6 +172,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Launch(args) => launch::run(&args),
         Command::Plan(args) => plan::run(&args),
         Command::Memory(args) => memory::run(&args),
+        Command::Market(args) => market::run(&args),
     }
 }
 

@@ -45,6 +45,7 @@ pub mod assign;
 pub mod options;
 pub mod placement;
 pub mod policy;
+pub mod proteus;
 pub mod protocol;
 pub mod psld;
 pub mod scheduler;

@@ -4,7 +4,7 @@
 use super::measure::{first_at_target, phase_ratio, steady_time_per_iteration};
 use crate::bench::runner::result::CellResult;
 use crate::bench::suite::expand::{Cell, Scenario};
-use crate::bench::suite::metrics::FIGURE_PREFIX;
+use crate::bench::suite::metrics::{FIGURE_PREFIX, MARKET_METRICS};
 use crate::bench::suite::schema::Suite;
 use crate::bench::suite::toml_tables::show_value;
 use serde::{Deserialize, Serialize};
@@ -146,6 +146,7 @@ impl Row {
             }
             "throughput_samples_per_s" => Some(self.throughput_samples_per_s),
             "peak_worker_memory_bytes" => Some(self.peak_worker_memory_bytes as f64),
+            m if MARKET_METRICS.contains(&m) => self.figure(&format!("market.{m}")),
             _ => None,
         }
     }

@@ -6,6 +6,7 @@
 //! value changes the key.
 
 use super::result::CellResult;
+use crate::bench::suite::expand::MarketCell;
 use concord_engine::config::RunConfig;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -60,6 +61,16 @@ pub fn cache_key(code_version: &str, config: &RunConfig) -> String {
     let json = serde_json::to_string(config).unwrap_or_default();
     let mut bytes = code_version.as_bytes().to_vec();
     bytes.push(b'\n');
+    bytes.extend_from_slice(json.as_bytes());
+    format!("{:016x}", fnv1a(&bytes))
+}
+
+/// The cache key of a market cell under a code version (the market file's contents are part of
+/// the workspace, so of the code version where they are tracked).
+pub fn market_cache_key(code_version: &str, market: &MarketCell) -> String {
+    let json = serde_json::to_string(market).unwrap_or_default();
+    let mut bytes = code_version.as_bytes().to_vec();
+    bytes.extend_from_slice(b"\nmarket\n");
     bytes.extend_from_slice(json.as_bytes());
     format!("{:016x}", fnv1a(&bytes))
 }

@@ -7,7 +7,7 @@ pub mod cache;
 pub mod result;
 
 use crate::bench::error::BenchError;
-use crate::bench::suite::expand::{Cell, Scenario};
+use crate::bench::suite::expand::{Cell, MarketCell, Scenario};
 use crate::bench::suite::schema::Suite;
 use cache::{cache_key, read_cache, write_cache};
 use concord_engine::config::RunConfig;
@@ -18,6 +18,31 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
+
+/// Runs one cell: its market study, or its config to completion (in `sim`, as the suite
+/// resolved it).
+pub fn run_any(cell: &Cell) -> anyhow::Result<CellResult> {
+    match &cell.market {
+        Some(m) => run_market(m),
+        None => run_cell(&cell.config),
+    }
+}
+
+/// Runs a market cell: the study of its scheme over its start points.
+pub fn run_market(m: &MarketCell) -> anyhow::Result<CellResult> {
+    use concord_elastic_ps::proteus::{Market, Scheme, Study, StudyParams};
+    let scheme: Scheme = m.scheme.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    let path = crate::bench::suite::load::workspace_root().join(&m.file);
+    let market = Market::load(&path)?;
+    let params = StudyParams {
+        hours: m.hours,
+        starts: m.starts,
+        seed: m.seed,
+        ..StudyParams::default()
+    };
+    let s = Study::new(market, params)?.summarize(scheme)?;
+    Ok(CellResult::from_market(&s))
+}
 
 /// Runs one cell's config to completion (in `sim`, as the suite resolved it).
 pub fn run_cell(config: &RunConfig) -> anyhow::Result<CellResult> {
@@ -73,7 +98,10 @@ pub fn run_suite(
     })?;
     let keys: Vec<String> = cells
         .iter()
-        .map(|c| cache_key(code_version, &c.config))
+        .map(|c| match &c.market {
+            Some(m) => cache::market_cache_key(code_version, m),
+            None => cache_key(code_version, &c.config),
+        })
         .collect();
     let mut results: Vec<Option<CellResult>> = vec![None; cells.len()];
     let mut todo = Vec::new();
@@ -119,17 +147,16 @@ pub fn run_suite(
                 let cell = &cells[i];
                 let id = cell.id(suite, scenarios);
                 bar.set_message(id.clone());
-                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    run_cell(&cell.config)
-                }))
-                .unwrap_or_else(|p| {
-                    let what = p
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_else(|| "panic".into());
-                    Err(anyhow::anyhow!("panicked: {what}"))
-                });
+                let outcome =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_any(cell)))
+                        .unwrap_or_else(|p| {
+                            let what = p
+                                .downcast_ref::<String>()
+                                .cloned()
+                                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                                .unwrap_or_else(|| "panic".into());
+                            Err(anyhow::anyhow!("panicked: {what}"))
+                        });
                 let outcome = outcome.and_then(|r| {
                     write_cache(&cache_dir, &keys[i], code_version, &cell.config, &r)?;
                     Ok(r)

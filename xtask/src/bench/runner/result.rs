@@ -90,6 +90,45 @@ pub struct CellResult {
 }
 
 impl CellResult {
+    /// A market cell's result: the scheme's means as `market.*` figures, its mean runtime as
+    /// the run time; no iterations, no curve.
+    pub fn from_market(s: &concord_elastic_ps::proteus::SchemeSummary) -> CellResult {
+        let figures: BTreeMap<String, f64> = [
+            ("cost_relative", s.cost_relative),
+            ("runtime_h", s.runtime_h),
+            ("free_share", s.free_share),
+            ("evictions", s.evictions),
+            ("on_demand_h", s.on_demand_h),
+            ("spot_h", s.spot_h),
+            ("free_h", s.free_h),
+        ]
+        .into_iter()
+        .map(|(k, v)| (format!("market.{k}"), v))
+        .collect();
+        CellResult {
+            metrics: Metrics {
+                iterations: 0,
+                run_time_s: s.runtime_h * 3600.0,
+                time_per_iteration_s: 0.0,
+                throughput_samples_per_s: 0.0,
+                ideal_time_s: 0.0,
+                efficiency: 0.0,
+                wait_share: 0.0,
+                final_loss: None,
+                final_accuracy: None,
+                final_test_loss: None,
+                final_auc: None,
+                bytes_sent: 0,
+                messages_sent: 0,
+                peak_worker_memory_bytes: 0,
+                peak_server_memory_bytes: 0,
+                figures,
+            },
+            curve: Vec::new(),
+            evals: Vec::new(),
+        }
+    }
+
     /// Extracts the deterministic parts of a run's result.
     pub fn from_run(result: &RunResult) -> CellResult {
         let s = &result.summary;

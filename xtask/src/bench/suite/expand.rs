@@ -31,8 +31,25 @@ pub struct Cell {
     pub strategy: usize,
     /// The seed.
     pub seed: u64,
-    /// The resolved, validated run config.
+    /// The resolved, validated run config (the defaults for a market cell).
     pub config: RunConfig,
+    /// A market cell's study: the scenario's, with this cell's scheme.
+    pub market: Option<MarketCell>,
+}
+
+/// What a market cell runs: the study of one scheme.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct MarketCell {
+    /// The market file, relative to the workspace root.
+    pub file: String,
+    /// Job length, hours.
+    pub hours: f64,
+    /// Random start points.
+    pub starts: usize,
+    /// The scheme's name.
+    pub scheme: String,
+    /// Seed of the start points.
+    pub seed: u64,
 }
 
 impl Cell {
@@ -93,6 +110,22 @@ impl Suite {
             for ti in self.scenario_strategies(&scenario.spec) {
                 let strategy = &self.strategies[ti];
                 for &seed in &self.seeds {
+                    if let (Some(m), Some(scheme)) = (&scenario.spec.market, &strategy.scheme) {
+                        cells.push(Cell {
+                            scenario: si,
+                            strategy: ti,
+                            seed,
+                            config: RunConfig::default(),
+                            market: Some(MarketCell {
+                                file: m.file.clone(),
+                                hours: m.hours,
+                                starts: m.starts,
+                                scheme: scheme.clone(),
+                                seed,
+                            }),
+                        });
+                        continue;
+                    }
                     let where_ = format!(
                         "scenarios[{scenario_index}] ({}) × strategies[{ti}] ({})",
                         scenario.label, strategy.label
@@ -108,6 +141,7 @@ impl Suite {
                         strategy: ti,
                         seed,
                         config,
+                        market: None,
                     });
                 }
             }

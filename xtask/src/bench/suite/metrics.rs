@@ -47,6 +47,27 @@ pub const METRICS: &[(&str, &str)] = &[
         "peak_worker_memory_bytes",
         "largest peak memory of a worker",
     ),
+    (
+        "cost_relative",
+        "market scenarios: mean job cost over all on-demand's",
+    ),
+    ("runtime_h", "market scenarios: mean job runtime, hours"),
+    (
+        "free_share",
+        "market scenarios: share of instance-hours refunded by evictions (free computing)",
+    ),
+    ("evictions", "market scenarios: mean evictions per job"),
+];
+
+/// The metrics of a market scenario, each also a strategy figure `market.<name>` of its rows.
+pub const MARKET_METRICS: &[&str] = &[
+    "cost_relative",
+    "runtime_h",
+    "free_share",
+    "evictions",
+    "on_demand_h",
+    "spot_h",
+    "free_h",
 ];
 
 /// The prefix of a metric that names a strategy figure (`figure:lb-bsp.rmse_relative`).

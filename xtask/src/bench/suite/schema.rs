@@ -49,8 +49,15 @@ fn default_baseline() -> String {
 pub struct StrategySpec {
     /// Name in tables, plots and the CSV; unique within the suite.
     pub label: String,
-    /// Strategy names as the registry knows them, composed in order (`strategies = [...]`).
+    /// Strategy names as the registry knows them, composed in order (`strategies = [...]`);
+    /// empty for a market scheme.
+    #[serde(default)]
     pub strategies: Vec<String>,
+    /// A spot-market scheme instead of a training strategy (`on-demand`,
+    /// `standard-checkpoint`, `standard-agileml`, `proteus`, `at-market`): run only in market
+    /// scenarios.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<String>,
     /// Per-strategy options, by strategy name: becomes the run's `[strategy.<name>]` tables.
     #[serde(default)]
     pub options: toml::Table,
@@ -107,6 +114,23 @@ pub struct ScenarioSpec {
     /// Paper claims about a metric's shape across the sweep (needs `sweep`).
     #[serde(default)]
     pub trends: Vec<Trend>,
+    /// A spot-market cost study instead of a training run: each of the scenario's scheme
+    /// strategies is one row (`cost_relative`, `runtime_h`, `free_share`, `evictions`).
+    #[serde(default)]
+    pub market: Option<MarketStudy>,
+}
+
+/// A market scenario's study: the market file, the job length and the start points (the seed
+/// of the start points is the cell's seed).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MarketStudy {
+    /// The market file (TOML naming its CSV trace), relative to the workspace root.
+    pub file: String,
+    /// Job length on the reference footprint, hours.
+    pub hours: f64,
+    /// Random start points.
+    pub starts: usize,
 }
 
 /// A claim about how a strategy's metric moves across a sweep's (numeric) values, checked on
@@ -289,13 +313,16 @@ impl ScenarioSpec {
 
 impl Suite {
     /// Indices (into [`Suite::strategies`], in suite order) of the strategies a scenario runs:
-    /// those its `strategies` lists, or all.
+    /// those its `strategies` lists, or all of its kind (market schemes in a market scenario,
+    /// training strategies in any other).
     pub fn scenario_strategies(&self, spec: &ScenarioSpec) -> Vec<usize> {
         (0..self.strategies.len())
             .filter(|&t| {
-                spec.strategies
-                    .as_ref()
-                    .is_none_or(|l| l.contains(&self.strategies[t].label))
+                let s = &self.strategies[t];
+                match &spec.strategies {
+                    Some(l) => l.contains(&s.label),
+                    None => s.scheme.is_some() == spec.market.is_some(),
+                }
             })
             .collect()
     }

@@ -24,11 +24,26 @@ pub fn check(suite: &Suite, bad: &dyn Fn(&str, String) -> BenchError) -> Result<
                 format!("{:?} is empty or used twice", s.label),
             ));
         }
-        if s.strategies.is_empty() {
-            return Err(bad(
-                &format!("strategies[{i}].strategies"),
-                "names no strategy".into(),
-            ));
+        match &s.scheme {
+            None if s.strategies.is_empty() => {
+                return Err(bad(
+                    &format!("strategies[{i}].strategies"),
+                    "names no strategy (or set `scheme` for a market scheme)".into(),
+                ));
+            }
+            Some(_)
+                if !s.strategies.is_empty() || !s.options.is_empty() || !s.config.is_empty() =>
+            {
+                return Err(bad(
+                    &format!("strategies[{i}].scheme"),
+                    "a market scheme takes no `strategies`, `options` or `config`".into(),
+                ));
+            }
+            Some(name) => {
+                name.parse::<concord_elastic_ps::proteus::Scheme>()
+                    .map_err(|e| bad(&format!("strategies[{i}].scheme"), e))?;
+            }
+            None => {}
         }
     }
     let mut labels = BTreeSet::new();
@@ -80,6 +95,27 @@ pub fn check(suite: &Suite, bad: &dyn Fn(&str, String) -> BenchError) -> Result<
                     ));
                 }
             }
+        }
+        if let Some(m) = &s.market {
+            check_market(suite, s, &format!("scenarios[{i}]"), bad)?;
+            if !(m.hours.is_finite() && m.hours > 0.0) || m.starts == 0 {
+                return Err(bad(
+                    &format!("scenarios[{i}].market"),
+                    "needs `hours` > 0 and `starts` ≥ 1".into(),
+                ));
+            }
+        } else if let Some(k) = suite
+            .scenario_strategies(s)
+            .into_iter()
+            .find(|&t| suite.strategies[t].scheme.is_some())
+        {
+            return Err(bad(
+                &format!("scenarios[{i}].strategies"),
+                format!(
+                    "{:?} is a market scheme: it runs only in a scenario with `market`",
+                    suite.strategies[k].label
+                ),
+            ));
         }
         if let Some(calm) = &s.calm {
             let other = suite.scenarios.iter().find(|o| &o.label == calm);
@@ -241,6 +277,47 @@ fn check_claim(
         return Err(bad(
             &format!("{key}.by_at_most"),
             "must be at least by_at_least".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a market scenario: it runs market schemes only, and has none of a training run's
+/// settings.
+fn check_market(
+    suite: &Suite,
+    s: &ScenarioSpec,
+    key: &str,
+    bad: &dyn Fn(&str, String) -> BenchError,
+) -> Result<(), BenchError> {
+    let runs = suite.scenario_strategies(s);
+    if runs.is_empty() {
+        return Err(bad(
+            &format!("{key}.strategies"),
+            "a market scenario needs strategies with `scheme`".into(),
+        ));
+    }
+    if let Some(&t) = runs.iter().find(|&&t| suite.strategies[t].scheme.is_none()) {
+        return Err(bad(
+            &format!("{key}.strategies"),
+            format!(
+                "{:?} is a training strategy: a market scenario runs only strategies with `scheme`",
+                suite.strategies[t].label
+            ),
+        ));
+    }
+    let training = s.file.is_some()
+        || !s.config.is_empty()
+        || s.target.is_some()
+        || s.phases.is_some()
+        || s.calm.is_some()
+        || s.sweep.is_some()
+        || suite.sweep.is_some();
+    if training {
+        return Err(bad(
+            &format!("{key}.market"),
+            "a market scenario takes no `file`, `config`, `target`, `phases`, `calm` or `sweep`"
+                .into(),
         ));
     }
     Ok(())

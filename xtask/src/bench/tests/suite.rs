@@ -393,3 +393,90 @@ fn a_strategy_that_switches_the_model_kind_drops_the_scenario_models_keys() {
     merge_layer(&mut base, same);
     assert_eq!(base["model"]["name"].as_str(), Some("vgg16"));
 }
+
+/// A market scenario: scheme strategies only, one cell per scheme and seed, runnable.
+const MARKET: &str = r#"
+seeds = [1]
+[[strategies]]
+label = "bsp"
+strategies = ["bsp"]
+[[strategies]]
+label = "proteus"
+scheme = "proteus"
+[[strategies]]
+label = "on-demand"
+scheme = "on-demand"
+[[scenarios]]
+label = "train"
+[[scenarios]]
+label = "cost"
+market = { file = "configs/market/synthetic-4w.toml", hours = 2.0, starts = 3 }
+claim = { text = "cheaper", metric = "cost_relative", strategy = "proteus", baseline = "on-demand", expect = "less" }
+"#;
+
+#[test]
+fn a_market_scenario_runs_its_schemes_and_training_scenarios_do_not() {
+    let s = parse(MARKET).unwrap();
+    let scenarios = s.scenarios_expanded();
+    let cells = s.cells(&scenarios).unwrap();
+    let of = |label: &str| -> Vec<String> {
+        cells
+            .iter()
+            .filter(|c| scenarios[c.scenario].label == label)
+            .map(|c| s.strategies[c.strategy].label.clone())
+            .collect()
+    };
+    assert_eq!(of("train"), ["bsp"]);
+    assert_eq!(of("cost"), ["proteus", "on-demand"]);
+    let od = cells
+        .iter()
+        .find(|c| c.market.as_ref().is_some_and(|m| m.scheme == "on-demand"))
+        .unwrap();
+    let r = crate::bench::runner::run_any(od).unwrap();
+    assert!((r.metrics.figures["market.cost_relative"] - 1.0).abs() < 1e-9);
+    assert!((r.metrics.run_time_s - 7200.0).abs() < 1e-6);
+}
+
+#[test]
+fn market_schemes_and_scenarios_are_checked() {
+    let cases = [
+        // An unknown scheme.
+        (
+            MARKET.replace(r#"scheme = "proteus""#, r#"scheme = "nope""#),
+            "strategies[1].scheme",
+        ),
+        // A scheme in a training scenario.
+        (
+            MARKET.replace(
+                "label = \"train\"",
+                "label = \"train\"\nstrategies = [\"proteus\"]",
+            ),
+            "scenarios[0].strategies",
+        ),
+        // A training strategy in a market scenario.
+        (
+            MARKET.replace(
+                "label = \"cost\"",
+                "label = \"cost\"\nstrategies = [\"bsp\"]",
+            ),
+            "scenarios[1].strategies",
+        ),
+        // A training setting in a market scenario.
+        (
+            MARKET.replace(
+                "label = \"cost\"",
+                "label = \"cost\"\nconfig = { workers = 2 }",
+            ),
+            "scenarios[1].market",
+        ),
+        // No jobs.
+        (
+            MARKET.replace("starts = 3", "starts = 0"),
+            "scenarios[1].market",
+        ),
+    ];
+    for (text, key) in cases {
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains(key), "{key}: {e}");
+    }
+}

@@ -87,10 +87,16 @@ pub fn scenarios_section(md: &mut String, input: &ReportInput<'_>, rows: &[Row],
         if let Some(t) = &sc.spec.target {
             setup.push(describe_target(t));
         }
+        if let Some(m) = &sc.spec.market {
+            setup.push(format!(
+                "market study of `{}`: {} h jobs from {} random start points (`concord market`)",
+                m.file, m.hours, m.starts
+            ));
+        }
         if let Some(cfg) = input
             .cells
             .iter()
-            .find(|c| input.scenarios[c.scenario].label == sc.label)
+            .find(|c| input.scenarios[c.scenario].label == sc.label && c.market.is_none())
             .map(|c| &c.config)
         {
             setup.push(format!(
@@ -101,81 +107,87 @@ pub fn scenarios_section(md: &mut String, input: &ReportInput<'_>, rows: &[Row],
         if !setup.is_empty() {
             let _ = writeln!(md, "Setup: {}.\n", setup.join("; "));
         }
-        let best = best(rows, suite, sc);
-        let has_target = sc.spec.target.is_some();
-        let shown: Vec<&StrategySpec> = suite
-            .scenario_strategies(&sc.spec)
-            .into_iter()
-            .map(|t| &suite.strategies[t])
-            .collect();
-        // Speed-ups only where the scenario runs its baseline.
-        let baseline = sc.spec.speedup_baseline(suite);
-        let has_base = shown.iter().any(|s| s.label == baseline);
-        let base_tpi = stat(rows, &sc.label, baseline, "time_per_iteration_s");
-        let base_ttt = stat(rows, &sc.label, baseline, "time_to_target_s");
-        let _ = write!(md, "| strategy | time/iter (ms) |");
-        if has_base {
-            let _ = write!(md, " speed-up vs {baseline} |");
-        }
-        if has_target {
-            let _ = write!(md, " time to target (s) |");
+        if sc.spec.market.is_some() {
+            market_table(md, rows, suite, sc);
+        } else {
+            let best = best(rows, suite, sc);
+            let has_target = sc.spec.target.is_some();
+            let shown: Vec<&StrategySpec> = suite
+                .scenario_strategies(&sc.spec)
+                .into_iter()
+                .map(|t| &suite.strategies[t])
+                .collect();
+            // Speed-ups only where the scenario runs its baseline.
+            let baseline = sc.spec.speedup_baseline(suite);
+            let has_base = shown.iter().any(|s| s.label == baseline);
+            let base_tpi = stat(rows, &sc.label, baseline, "time_per_iteration_s");
+            let base_ttt = stat(rows, &sc.label, baseline, "time_to_target_s");
+            let _ = write!(md, "| strategy | time/iter (ms) |");
             if has_base {
-                let _ = write!(md, " speed-up to target vs {baseline} |");
-            }
-        }
-        let _ = writeln!(
-            md,
-            " efficiency | wait share | final loss | final accuracy | MB moved | peak worker mem (KiB) |"
-        );
-        let cols =
-            8 + usize::from(has_base) + usize::from(has_target) * (1 + usize::from(has_base));
-        let _ = writeln!(md, "|{}", "---|".repeat(cols));
-        for s in shown {
-            let st = |m: &str| stat(rows, &sc.label, &s.label, m);
-            let tpi = st("time_per_iteration_s");
-            let mark = if best.as_deref() == Some(s.label.as_str()) {
-                format!("**{}** ★", s.label)
-            } else {
-                s.label.clone()
-            };
-            let _ = write!(md, "| {mark} | {} |", show(tpi, ms));
-            if has_base {
-                let speedup = match (base_tpi, tpi) {
-                    (Some(b), Some(t)) if t.mean > 0.0 => format!("{:.2}×", b.mean / t.mean),
-                    _ => "–".into(),
-                };
-                let _ = write!(md, " {speedup} |");
+                let _ = write!(md, " speed-up vs {baseline} |");
             }
             if has_target {
-                let ttt = st("time_to_target_s");
-                let n = cell_rows(rows, &sc.label, &s.label).len();
-                let reached = ttt.map_or(0, |t| t.n);
-                let shown = if reached < n {
-                    format!("{} [{reached}/{n} seeds reached]", show(ttt, plain))
-                } else {
-                    show(ttt, plain)
-                };
-                let _ = write!(md, " {shown} |");
+                let _ = write!(md, " time to target (s) |");
                 if has_base {
-                    let sp = match (base_ttt, ttt) {
-                        (Some(b), Some(t)) if t.mean > 0.0 => format!("{:.2}×", b.mean / t.mean),
-                        _ => "–".into(),
-                    };
-                    let _ = write!(md, " {sp} |");
+                    let _ = write!(md, " speed-up to target vs {baseline} |");
                 }
             }
             let _ = writeln!(
-                md,
-                " {} | {} | {} | {} | {} | {} |",
-                show(st("efficiency"), plain),
-                show(st("wait_share"), pct),
-                show(st("final_loss"), plain),
-                show(st("final_accuracy"), plain),
-                show(st("bytes_sent"), mb),
-                show(st("peak_worker_memory_bytes"), kib),
-            );
+            md,
+            " efficiency | wait share | final loss | final accuracy | MB moved | peak worker mem (KiB) |"
+        );
+            let cols =
+                8 + usize::from(has_base) + usize::from(has_target) * (1 + usize::from(has_base));
+            let _ = writeln!(md, "|{}", "---|".repeat(cols));
+            for s in shown {
+                let st = |m: &str| stat(rows, &sc.label, &s.label, m);
+                let tpi = st("time_per_iteration_s");
+                let mark = if best.as_deref() == Some(s.label.as_str()) {
+                    format!("**{}** ★", s.label)
+                } else {
+                    s.label.clone()
+                };
+                let _ = write!(md, "| {mark} | {} |", show(tpi, ms));
+                if has_base {
+                    let speedup = match (base_tpi, tpi) {
+                        (Some(b), Some(t)) if t.mean > 0.0 => format!("{:.2}×", b.mean / t.mean),
+                        _ => "–".into(),
+                    };
+                    let _ = write!(md, " {speedup} |");
+                }
+                if has_target {
+                    let ttt = st("time_to_target_s");
+                    let n = cell_rows(rows, &sc.label, &s.label).len();
+                    let reached = ttt.map_or(0, |t| t.n);
+                    let shown = if reached < n {
+                        format!("{} [{reached}/{n} seeds reached]", show(ttt, plain))
+                    } else {
+                        show(ttt, plain)
+                    };
+                    let _ = write!(md, " {shown} |");
+                    if has_base {
+                        let sp = match (base_ttt, ttt) {
+                            (Some(b), Some(t)) if t.mean > 0.0 => {
+                                format!("{:.2}×", b.mean / t.mean)
+                            }
+                            _ => "–".into(),
+                        };
+                        let _ = write!(md, " {sp} |");
+                    }
+                }
+                let _ = writeln!(
+                    md,
+                    " {} | {} | {} | {} | {} | {} |",
+                    show(st("efficiency"), plain),
+                    show(st("wait_share"), pct),
+                    show(st("final_loss"), plain),
+                    show(st("final_accuracy"), plain),
+                    show(st("bytes_sent"), mb),
+                    show(st("peak_worker_memory_bytes"), kib),
+                );
+            }
+            md.push('\n');
         }
-        md.push('\n');
         for (_, c) in sc.spec.all_claims() {
             let check = check_claim(rows, &sc.label, c, &suite.seeds);
             let (measured, seeds, verdict) = describe_check(c, &check);
@@ -205,4 +217,29 @@ pub fn scenarios_section(md: &mut String, input: &ReportInput<'_>, rows: &[Row],
             md.push('\n');
         }
     }
+}
+
+/// A market scenario's table: each scheme's means over seeds of the cost study's figures.
+fn market_table(md: &mut String, rows: &[Row], suite: &Suite, sc: &Scenario) {
+    let _ = writeln!(
+        md,
+        "| scheme | cost (× on-demand) | runtime (h) | on-demand h | spot h | free h | evictions | free share |"
+    );
+    let _ = writeln!(md, "|{}", "---|".repeat(8));
+    for t in suite.scenario_strategies(&sc.spec) {
+        let label = &suite.strategies[t].label;
+        let st = |m: &str| stat(rows, &sc.label, label, m);
+        let _ = writeln!(
+            md,
+            "| {label} | {} | {} | {} | {} | {} | {} | {} |",
+            show(st("cost_relative"), plain),
+            show(st("runtime_h"), plain),
+            show(st("figure:market.on_demand_h"), plain),
+            show(st("figure:market.spot_h"), plain),
+            show(st("figure:market.free_h"), plain),
+            show(st("evictions"), plain),
+            show(st("free_share"), pct),
+        );
+    }
+    md.push('\n');
 }
