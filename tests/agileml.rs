@@ -211,3 +211,17 @@ fn start_up_errors_name_the_cause() {
     );
     assert!(e.contains("strategy.agileml.three_above"), "{e}");
 }
+
+/// Membership works in real time too: under `wall`, a warned eviction during the run leaves the
+/// parameters bit-identical to the undisturbed simulated run (the tree-ordered sums make the
+/// arrival order irrelevant).
+#[test]
+fn under_wall_time_a_warned_eviction_also_loses_no_progress() {
+    let base = cluster(2, 6, "");
+    let reference = run(&base);
+    let mut cfg = common::with_runtime(base, concord::engine::context::RuntimeKind::Wall);
+    cfg.membership = vec![warn(0.02, 5.0, &[4, 5])];
+    let wall = run(&cfg);
+    assert_eq!(wall.rows.len(), ITERATIONS as usize);
+    assert_eq!(bits(&wall), bits(&reference));
+}

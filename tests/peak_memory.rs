@@ -77,6 +77,8 @@ fn cases() -> Vec<(&'static str, RunConfig, Holds)> {
         &["fela"],
         &[("fela", "boundaries = [1, 3]\nthreshold_batch = 4")],
     );
+    let mut agileml = tiny(&["agileml"], &[]);
+    agileml.servers = 4;
     use Holds::{DenseReplica, Part, Replica};
     vec![
         ("bsp", tiny(&["bsp"], &[]), Replica(0)),
@@ -91,6 +93,8 @@ fn cases() -> Vec<(&'static str, RunConfig, Holds)> {
         ("single-stream", swapping("single-stream"), Replica(0)),
         ("superneurons", swapping("superneurons"), Replica(0)),
         ("elastic-ps", tiny(&["elastic-ps"], &[]), Replica(0)),
+        // AgileML runs one server role per machine (here 4 reliable machines, stage 1).
+        ("agileml", agileml, Replica(0)),
         // Workers that apply the update themselves keep the optimizer state beside the replica.
         (
             "allreduce",

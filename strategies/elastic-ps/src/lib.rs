@@ -1,4 +1,11 @@
-//! # Elastic parameter servers: PSLD (004_3d04b63091f008e9.txt)
+//! # Elastic parameter servers: PSLD (004_3d04b63091f008e9.txt), AgileML and Proteus
+//!
+//! Three mechanisms live here: PSLD's load-aware block placement (this page), AgileML's tiered
+//! elastic parameter servers on reliable and transient machines ([`agileml`], strategy
+//! `agileml`), and Proteus's spot-market allocator BidBrain with its trace-driven cost study
+//! ([`proteus`], `concord market`).
+//!
+//! ## PSLD
 //!
 //! Synchronous parameter-server training where the block → server map is not fixed. Parameters
 //! are cut into blocks of at most `block_bytes` (U, 4 MiB by default) dealt round-robin; every

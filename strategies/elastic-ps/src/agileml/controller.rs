@@ -576,13 +576,12 @@ impl Controller {
                 )
             })
             .collect();
-        for p in 0..self.plan.np() {
+        for (p, &to) in wanted.iter().enumerate() {
             let owner_lost = gone.contains(&self.plan.machine_of_server(self.owners[p]));
             if !owner_lost {
                 continue;
             }
             let home = self.plan.homes[p];
-            let to = wanted[p];
             if let Some(o) = orders.get_mut(&home) {
                 if to == home {
                     o.serve_from_backup.push(p as PartitionId);

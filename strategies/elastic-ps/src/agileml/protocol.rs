@@ -65,6 +65,9 @@ impl StrategyMessage for Update {
     const BODY_IN_HEADER: bool = true;
 }
 
+/// Update items bound for one server: `(partition, node)` per payload, and the payloads.
+pub type Items = (Vec<(PartitionId, NodeId)>, Vec<Payload>);
+
 /// A read or update a server no longer serving a partition passes on to its new server
 /// (forwarding during propagation).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

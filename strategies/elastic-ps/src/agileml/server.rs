@@ -13,7 +13,7 @@ use super::ids::{Clock, NodeId, PartitionId};
 use super::partition::{Backup, Partition, PartitionSnapshot};
 use super::plan::Plan;
 use super::protocol::{
-    Adopt, Adopted, BackupPush, Commit, Forwarded, Handoff, PushAck, Pushed, Read, Rollback,
+    Adopt, Adopted, BackupPush, Commit, Forwarded, Handoff, Items, PushAck, Pushed, Read, Rollback,
     TreeUpdate, Update, Values,
 };
 use super::tree::DataTree;
@@ -200,8 +200,7 @@ impl AgileServer {
         if !known {
             return Ok(false);
         }
-        let mut onward: BTreeMap<ServerId, (Vec<(PartitionId, NodeId)>, Vec<Payload>)> =
-            BTreeMap::new();
+        let mut onward: BTreeMap<ServerId, Items> = BTreeMap::new();
         let mut touched = BTreeSet::new();
         for ((p, node), payload) in update.items.iter().copied().zip(payloads) {
             if let Some(&to) = self.forward.get(&p) {
@@ -305,7 +304,7 @@ impl AgileServer {
     fn snapshot(&mut self, ctx: &RoleContext, p: PartitionId, clock: Clock) {
         let iterations = clock + 1;
         let cfg = &self.job.config;
-        if iterations % cfg.eval_every != 0 && iterations != cfg.iterations {
+        if !iterations.is_multiple_of(cfg.eval_every) && iterations != cfg.iterations {
             return;
         }
         let blocks = self.blocks_of(p);
@@ -508,7 +507,7 @@ impl AgileServer {
 
     fn commit(&mut self, clock: Clock) -> Result<()> {
         for served in self.serving.values_mut() {
-            let upto = served.part.applied.map_or(None, |a| Some(a.min(clock)));
+            let upto = served.part.applied.map(|a| a.min(clock));
             if let Some(c) = upto {
                 served.part.commit(c).map_err(part_error)?;
             }

@@ -11,7 +11,7 @@
 use super::holdings::{cover_of, leaves_under};
 use super::ids::{Clock, NodeId, PartitionId};
 use super::plan::Plan;
-use super::protocol::{Begin, Note, Order, Read, Route, Update, Values};
+use super::protocol::{Begin, Items, Note, Order, Read, Route, Update, Values};
 use super::tree::DataTree;
 use super::treesum::subtree_sum;
 use concord_engine::dp::{train_step, Charge, ClockTally, StepAt};
@@ -349,8 +349,7 @@ impl AgileWorker {
         }
         // One item per largest subtree held whole.
         let covers = cover_of(&self.tree, leaves);
-        let mut by_server: BTreeMap<ServerId, (Vec<(PartitionId, NodeId)>, Vec<Payload>)> =
-            BTreeMap::new();
+        let mut by_server: BTreeMap<ServerId, Items> = BTreeMap::new();
         for &node in &covers {
             let value = if real {
                 let leaf_values: Vec<(NodeId, Vec<f32>)> = leaves_under(&self.tree, node)
@@ -435,6 +434,7 @@ impl Worker for AgileWorker {
         if !job.membership.present_at_start(machine) && !self.join(ctx).await? {
             return Ok(WorkerReport::default());
         }
+        concord_engine::dp::hold_replica(ctx, &job).await?;
         let mut records = Vec::new();
         'clocks: while self.clock < end {
             if self.give(ctx)? {
