@@ -525,3 +525,70 @@ fn a_divergence_anywhere_stops_every_process_and_rank_0_writes_the_stopped_run()
         );
     }
 }
+
+/// AgileML under processes: 1 reliable and 3 transient machines (stage 2: ActivePSs on transient
+/// machines, the BackupPS on the reliable one), one process each; machine 3 is warned of an
+/// eviction while the job runs. Its partitions and data move on and the final parameters are the
+/// undisturbed `sim` run's, bit for bit (the tree-ordered sums make arrival order irrelevant).
+#[test]
+fn agileml_runs_under_processes_through_a_warned_eviction() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiers = "[[cluster.machines]]\ndevice = \"cpu\"\ncount = 1\nlabels = { tier = \"reliable\" }\n\
+                 [[cluster.machines]]\ndevice = \"cpu\"\ncount = 3\nlabels = { tier = \"transient\" }\n";
+    let text = format!(
+        "seed = 7\nworkers = 4\nservers = 4\nbatch = 16\niterations = 40\neval_every = 20\n\
+         block_bytes = 512\nstrategies = [\"agileml\"]\n\
+         [model]\nkind = \"mlp\"\nhidden = [32]\n\
+         [data]\nkind = \"teacher\"\ntrain = 2048\ntest = 256\n\
+         [optimizer]\nkind = \"sgd\"\nlr = 0.1\nmomentum = 0.0\n\
+         [cluster]\ndefault_device = \"cpu\"\n{tiers}\
+         [process]\npeer_timeout_s = 10.0\nconnect_timeout_s = 60.0\n"
+    );
+    let plain = dir.path().join("plain.toml");
+    std::fs::write(&plain, &text).unwrap();
+    let evicted = dir.path().join("evicted.toml");
+    // The run takes tens of milliseconds of real time: the warning lands in it.
+    let trace =
+        "[[membership]]\nat_s = 0.01\nevent = \"warn\"\nmachines = [3]\ndeadline_s = 30.0\n";
+    std::fs::write(&evicted, format!("{text}{trace}")).unwrap();
+    sim(&plain, &dir.path().join("sim"));
+    launch(4, &evicted, &dir.path().join("proc"), &[]);
+    let s = summary(&dir.path().join("proc"));
+    assert_eq!(s["runtime"], "process");
+    let rows = std::fs::read_to_string(dir.path().join("proc").join("metrics.jsonl")).unwrap();
+    assert_eq!(rows.lines().count(), 40, "one row per iteration");
+    assert_eq!(
+        s["figures"]["agileml.departures"], 1.0,
+        "the warning landed"
+    );
+    assert_eq!(
+        model(&dir.path().join("proc")),
+        model(&dir.path().join("sim")),
+        "process run with an eviction vs undisturbed sim"
+    );
+}
+
+/// A machine whose `add` comes after the job ends never starts its roles: its process waits,
+/// hears that every other process is done, and ends with them; the model is `sim`'s for the same
+/// trace.
+#[test]
+fn agileml_under_processes_ends_without_a_machine_that_never_joined() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "seed = 7\nworkers = 4\nservers = 4\nbatch = 16\niterations = 8\neval_every = 8\n\
+                block_bytes = 512\nstrategies = [\"agileml\"]\n\
+                [model]\nkind = \"mlp\"\nhidden = [32]\n\
+                [data]\nkind = \"teacher\"\ntrain = 2048\ntest = 256\n\
+                [cluster]\ndefault_device = \"cpu\"\n\
+                [[cluster.machines]]\ndevice = \"cpu\"\ncount = 2\nlabels = { tier = \"reliable\" }\n\
+                [[cluster.machines]]\ndevice = \"cpu\"\ncount = 2\nlabels = { tier = \"transient\" }\n\
+                [[membership]]\nat_s = 1000.0\nevent = \"add\"\nmachines = [3]\n\
+                [process]\npeer_timeout_s = 10.0\nconnect_timeout_s = 60.0\n";
+    let cfg = dir.path().join("late.toml");
+    std::fs::write(&cfg, text).unwrap();
+    sim(&cfg, &dir.path().join("sim"));
+    launch(4, &cfg, &dir.path().join("proc"), &[]);
+    assert_eq!(
+        model(&dir.path().join("proc")),
+        model(&dir.path().join("sim"))
+    );
+}

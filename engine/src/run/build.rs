@@ -98,7 +98,8 @@ fn check_stragglers(config: &RunConfig, cluster: &Cluster) -> Result<()> {
 }
 
 /// Resolves the job's membership trace against its cluster, and refuses what a changing
-/// membership does not combine with yet (mid-run checkpoints, the process runtime).
+/// membership does not combine with: strategies whose roles do not handle it, and mid-run
+/// checkpoints (not yet).
 fn check_membership(
     config: &RunConfig,
     asm: &Assembly,
@@ -125,14 +126,6 @@ fn check_membership(
             k,
             "mid-run checkpoints of a job whose membership changes are not supported yet: the \
              cut would have to record which machines are in the job",
-        ));
-    }
-    if config.runtime == crate::context::RuntimeKind::Process {
-        return Err(EngineError::config(
-            "membership",
-            format!("{} entries", config.membership.len()),
-            "the process runtime runs a fixed set of processes; replay membership traces in \
-             `sim` or `wall`",
         ));
     }
     Ok(plan)

@@ -4,7 +4,7 @@
 //! returned.
 
 use super::build::Built;
-use super::members::{self, gated, Gated, Presence};
+pub(super) use super::members::{self, gated, Gated, Presence};
 use crate::context::{straggler_identity, RoleContext, RoleStats, RuntimeKind};
 use crate::contract::{Coordinator, CoordinatorReport, Server, ServerReport, Worker, WorkerReport};
 use crate::error::{EngineError, Result};
@@ -213,10 +213,11 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
         ));
     }
     let driver = (!job.membership.is_static()).then(|| {
+        let net = net.clone();
         tokio::spawn(members::drive(
             job.membership.clone(),
             presence.clone(),
-            net.clone(),
+            move |msg| net.control_now(RoleId::Coordinator, msg),
             time,
         ))
     });

@@ -3,11 +3,10 @@
 //! of every change at its time.
 
 use crate::error::Result;
-use crate::ids::{MachineId, RoleId};
+use crate::ids::MachineId;
 use crate::membership::{MembershipEvent, MembershipPlan};
 use crate::message::Message;
 use crate::time::TimeBase;
-use crate::transport::Network;
 use std::future::Future;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -54,6 +53,11 @@ impl Presence {
         self.dynamic
             .then(|| self.machines.get(m as usize).map(watch::Sender::subscribe))
             .flatten()
+    }
+
+    /// Whether the job's membership changes at all.
+    pub fn is_dynamic(&self) -> bool {
+        self.dynamic
     }
 
     /// Whether machine `m` has not joined (yet).
@@ -124,11 +128,12 @@ pub(super) async fn gated<T>(
 }
 
 /// Replays the plan: at each event's time, moves its machines (roles start or stop) and tells the
-/// coordinator. Runs until the last event or until the launch drops it.
+/// coordinator through `notify` (a process without the coordinator passes one that does
+/// nothing). Runs until the last event or until the launch drops it.
 pub(super) async fn drive(
     plan: Arc<MembershipPlan>,
     presence: Arc<Presence>,
-    net: Arc<Network>,
+    notify: impl Fn(Message) + Send + 'static,
     time: TimeBase,
 ) {
     for timed in &plan.events {
@@ -149,7 +154,7 @@ pub(super) async fn drive(
         }
         // A machine that was never started (the job ended first) makes no news.
         if moved {
-            net.control_now(RoleId::Coordinator, Message::Membership(event.clone()));
+            notify(Message::Membership(event.clone()));
         }
     }
 }

@@ -272,20 +272,55 @@ async fn rank_body(
         launch::context_for(&job, role, net.clone(), rx, &traces)
     };
     let here = |role: RoleId| job.cluster.machine_of(role) == rank;
+    // Every process replays the membership trace for its own roles; the coordinator's process
+    // also tells the coordinator.
+    let presence = launch::Presence::new(&job.membership, job.cluster.machines.len());
+    let gate_of = |role: RoleId| presence.gate(job.cluster.machine_of(role));
     let mut worker_set = JoinSet::new();
     for (w, worker) in workers.into_iter().enumerate() {
         let role = RoleId::Worker(w as u32);
         if here(role) {
-            worker_set.spawn(launch::run_worker(worker, ctx_for(role)?, None, None));
+            let gate = gate_of(role);
+            worker_set.spawn(launch::run_worker(worker, ctx_for(role)?, None, gate));
         }
     }
     let mut server_set = JoinSet::new();
     for (s, server) in servers.into_iter().enumerate() {
         let role = RoleId::Server(s as u32);
         if here(role) {
-            server_set.spawn(launch::run_server(server, ctx_for(role)?, None, None));
+            let gate = gate_of(role);
+            server_set.spawn(launch::run_server(server, ctx_for(role)?, None, gate));
         }
     }
+    let driver = presence.is_dynamic().then(|| {
+        let (mailboxes, coordinator_here) = (mailboxes.clone(), here(RoleId::Coordinator));
+        tokio::spawn(launch::members::drive(
+            job.membership.clone(),
+            presence.clone(),
+            move |msg| {
+                if coordinator_here {
+                    MeshTransport::deliver(
+                        &mailboxes,
+                        Envelope {
+                            from: RoleId::Coordinator,
+                            to: RoleId::Coordinator,
+                            sent_at: time.now(),
+                            msg,
+                        },
+                    );
+                }
+            },
+            time,
+        ))
+    });
+    let local_workers = worker_set.len();
+    let local_absent = || {
+        job.cluster
+            .worker_machine
+            .iter()
+            .filter(|&&m| m == rank && presence.is_absent(m))
+            .count()
+    };
     let coord = here(RoleId::Coordinator).then(|| {
         ctx_for(RoleId::Coordinator)
             .map(|ctx| tokio::spawn(launch::run_coordinator(coordinator, ctx, None)))
@@ -293,8 +328,27 @@ async fn rank_body(
     let coord = coord.transpose()?;
     let limit = config.time_limit_s;
     let body = async {
-        // 1. This process's workers, while listening to the others.
-        let w_out = join_listening(&mut worker_set, ranks, &job, rank).await?;
+        // 1. This process's workers, while listening to the others. Where membership changes,
+        // workers of a machine that has not joined when every other process is done never will.
+        let cancel = |ranks: &Ranks, joined: usize| {
+            if presence.is_dynamic()
+                && ranks.done.len() + 1 >= ranks.world as usize
+                && joined + local_absent() == local_workers
+            {
+                presence.cancel_absent();
+            }
+        };
+        let mut w_out = join_listening(&mut worker_set, ranks, &job, rank, cancel).await?;
+        for out in w_out.iter_mut().filter(|o| o.left) {
+            // What a worker whose machine left recorded before it went.
+            if let RoleId::Worker(w) = out.role {
+                let records = job.guard.records().into_iter().nth(w as usize);
+                out.result = Ok(crate::contract::WorkerReport {
+                    iterations: records.unwrap_or_default(),
+                    ..Default::default()
+                });
+            }
+        }
         // 2. Tell the others, and hear from all of them.
         ranks.peers.broadcast(&Frame::WorkersDone);
         ranks
@@ -314,7 +368,7 @@ async fn rank_body(
                 );
             }
         }
-        let s_out = join_listening(&mut server_set, ranks, &job, rank).await?;
+        let s_out = join_listening(&mut server_set, ranks, &job, rank, |_, _| {}).await?;
         let c_out = match coord {
             Some(handle) => Some(handle.await.map_err(|e| {
                 EngineError::protocol(
@@ -335,6 +389,9 @@ async fn rank_body(
             reason: format!("the run did not finish within time_limit_s = {limit} s"),
         }),
     };
+    if let Some(d) = driver {
+        d.abort();
+    }
     if let Some(reason) = job.guard.stop_reason() {
         return Err(ranks.stop(&job, reason, asm, wall_start).await);
     }

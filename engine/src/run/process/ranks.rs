@@ -36,15 +36,18 @@ pub(super) struct Ranks {
 }
 
 /// Joins every role task of `set` while taking in the other ranks' events; their outputs, or the
-/// first role's failure.
+/// first role's failure. `progress` hears, before each wait, the ranks' state and how many roles
+/// have returned.
 pub(super) async fn join_listening<T: Send + 'static>(
     set: &mut JoinSet<RoleOutput<T>>,
     ranks: &mut Ranks,
     job: &Job,
     rank: u32,
+    progress: impl Fn(&Ranks, usize),
 ) -> Result<Vec<RoleOutput<T>>> {
     let mut outputs = Vec::new();
     while !set.is_empty() {
+        progress(ranks, outputs.len());
         tokio::select! {
             joined = set.join_next() => {
                 let Some(joined) = joined else { break };

@@ -475,32 +475,14 @@ impl Controller {
     /// partition whose hand-off had not arrived is lost (an effective failure).
     fn evicted(&mut self, ctx: &mut RoleContext, machines: &[MachineId]) -> Result<()> {
         let set: BTreeSet<MachineId> = machines.iter().copied().collect();
-        let late: Vec<(NodeId, WorkerId)> = self
-            .retiring
-            .iter()
-            .filter(|(w, _)| set.contains(&self.job.cluster.worker_machine[**w as usize]))
-            .flat_map(|(_, moves)| moves.iter().copied())
-            .collect();
-        self.retiring
-            .retain(|w, _| !set.contains(&self.job.cluster.worker_machine[*w as usize]));
         for &m in machines {
             for &w in &self.plan.workers_of[m as usize] {
                 self.stopped.insert(w);
                 self.done.remove(&w);
             }
         }
-        self.take(ctx, late)?;
-        let lost = self
-            .owners
-            .iter()
-            .any(|&s| set.contains(&self.plan.machine_of_server(s)));
-        for &m in machines {
-            self.present.remove(&m);
-            self.warned.remove(&m);
-        }
-        if lost {
-            self.roll_back(ctx, &set)?;
-        }
+        self.retirees_gone(ctx, &set)?;
+        self.machines_gone(ctx, &set)?;
         Ok(())
     }
 
@@ -509,26 +491,44 @@ impl Controller {
     fn failed(&mut self, ctx: &mut RoleContext, machines: &[MachineId]) -> Result<()> {
         let set: BTreeSet<MachineId> = machines.iter().copied().collect();
         self.leave_workers(ctx, machines, false)?;
-        for w in self.retiring.keys().copied().collect::<Vec<_>>() {
-            if set.contains(&self.job.cluster.worker_machine[w as usize]) {
-                let moves = self.retiring.remove(&w).unwrap_or_default();
-                self.take(ctx, moves)?;
-            }
-        }
-        let lost = self
-            .owners
-            .iter()
-            .any(|&s| set.contains(&self.plan.machine_of_server(s)));
-        for &m in machines {
-            self.present.remove(&m);
-            self.warned.remove(&m);
-        }
-        if lost {
-            self.roll_back(ctx, &set)?;
-        } else {
+        self.retirees_gone(ctx, &set)?;
+        if !self.machines_gone(ctx, &set)? {
             self.restage(ctx)?;
         }
         Ok(())
+    }
+
+    /// Workers on `gone` machines that were handing their leaves over and did not finish: the
+    /// takers start on the leaves from the current clock.
+    fn retirees_gone(&mut self, ctx: &mut RoleContext, gone: &BTreeSet<MachineId>) -> Result<()> {
+        let machine_of = |w: WorkerId| self.job.cluster.worker_machine[w as usize];
+        let late: Vec<(NodeId, WorkerId)> = self
+            .retiring
+            .iter()
+            .filter(|(&w, _)| gone.contains(&machine_of(w)))
+            .flat_map(|(_, moves)| moves.iter().copied())
+            .collect();
+        let cluster = self.job.cluster.clone();
+        self.retiring
+            .retain(|&w, _| !gone.contains(&cluster.worker_machine[w as usize]));
+        self.take(ctx, late)
+    }
+
+    /// Takes `gone` machines out of the job; where one still served a partition, rolls every
+    /// partition back. Returns whether it did.
+    fn machines_gone(&mut self, ctx: &mut RoleContext, gone: &BTreeSet<MachineId>) -> Result<bool> {
+        let lost = self
+            .owners
+            .iter()
+            .any(|&s| gone.contains(&self.plan.machine_of_server(s)));
+        for m in gone {
+            self.present.remove(m);
+            self.warned.remove(m);
+        }
+        if lost {
+            self.roll_back(ctx, gone)?;
+        }
+        Ok(lost)
     }
 
     /// Rolls every partition back to the committed clock: partitions whose server is gone are
@@ -766,7 +766,7 @@ impl Controller {
         out
     }
 
-    fn report(&self, ctx: &mut RoleContext) -> CoordinatorReport {
+    fn report(&self) -> CoordinatorReport {
         let c = &self.counts;
         let mut figures = vec![
             ("agileml.stage_changes".to_string(), c.stage_changes as f64),
@@ -785,7 +785,6 @@ impl Controller {
             ),
         ];
         figures.extend(self.timing_figures());
-        let _ = ctx;
         CoordinatorReport {
             figures,
             ..CoordinatorReport::default()
@@ -875,7 +874,7 @@ impl Coordinator for Controller {
             }
         }
         let verified = self.verify_ledger()?;
-        let mut report = self.report(ctx);
+        let mut report = self.report();
         report
             .figures
             .push(("agileml.ledger_clocks".to_string(), verified as f64));

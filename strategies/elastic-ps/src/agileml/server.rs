@@ -124,7 +124,7 @@ impl AgileServer {
 
     /// Answers what of `read` is ready now and keeps the rest; forwards the parts served
     /// elsewhere; holds the whole read if a part is neither here nor forwarded (on its way).
-    fn read(&mut self, ctx: &mut RoleContext, read: Read, env: &Envelope) -> Result<bool> {
+    fn read(&mut self, ctx: &mut RoleContext, read: Read) -> Result<bool> {
         if read
             .parts
             .iter()
@@ -146,7 +146,6 @@ impl AgileServer {
                 });
             }
         }
-        let _ = env;
         for (to, parts) in onward {
             let fwd = Forwarded::Read(Read {
                 parts,
@@ -461,13 +460,7 @@ impl AgileServer {
         );
         for read in adopt.reads {
             if read.epoch == self.epoch {
-                let env = Envelope {
-                    from: RoleId::Worker(read.worker),
-                    to: ctx.id(),
-                    sent_at: ctx.now(),
-                    msg: Message::strategy(&read)?,
-                };
-                self.read(ctx, read, &env)?;
+                self.read(ctx, read)?;
             }
         }
         self.try_apply(ctx, p).await
@@ -522,8 +515,24 @@ impl AgileServer {
     fn rollback(&mut self, ctx: &mut RoleContext, rb: Rollback) -> Result<()> {
         self.epoch = rb.epoch;
         self.pushing.clear();
-        for served in self.serving.values_mut() {
+        for (p, served) in self.serving.iter_mut() {
+            // Every partition returns to the same clock: one that has not heard of the latest
+            // commit yet commits to it first.
+            if rb.to.is_some() && served.part.committed < rb.to && served.part.applied >= rb.to {
+                if let Some(to) = rb.to {
+                    served.part.commit(to).map_err(part_error)?;
+                }
+            }
             served.part.rollback();
+            if served.part.applied != rb.to {
+                return Err(EngineError::protocol(
+                    ctx.id(),
+                    format!(
+                        "partition {p} rolled back to clock {:?}, not the committed {:?}",
+                        served.part.applied, rb.to
+                    ),
+                ));
+            }
             served.pending.clear();
             served.reads.clear();
         }
@@ -561,7 +570,6 @@ impl AgileServer {
                 self.forward.insert(p, to);
             }
         }
-        let _ = rb.to;
         Ok(())
     }
 
@@ -573,7 +581,7 @@ impl AgileServer {
             _ => Vec::new(),
         };
         if let Some(read) = msg.decode::<Read>()? {
-            return self.epoch_then(read.epoch, |s| s.read(ctx, read.clone(), &env));
+            return self.epoch_then(read.epoch, |s| s.read(ctx, read.clone()));
         }
         if let Some(update) = msg.decode::<Update>()? {
             if update.epoch < self.epoch {
@@ -586,9 +594,7 @@ impl AgileServer {
         }
         if let Some(fwd) = msg.decode::<Forwarded>()? {
             return match fwd {
-                Forwarded::Read(read) => {
-                    self.epoch_then(read.epoch, |s| s.read(ctx, read.clone(), &env))
-                }
+                Forwarded::Read(read) => self.epoch_then(read.epoch, |s| s.read(ctx, read.clone())),
                 Forwarded::Update(update) => {
                     if update.epoch < self.epoch {
                         return Ok(true);
