@@ -225,3 +225,28 @@ fn under_wall_time_a_warned_eviction_also_loses_no_progress() {
     assert_eq!(wall.rows.len(), ITERATIONS as usize);
     assert_eq!(bits(&wall), bits(&reference));
 }
+
+/// A failure while partitions are on their way between servers (a warning moved them a
+/// microsecond earlier): the hand-offs still land, the partitions roll back with the rest, and
+/// the job ends with every clock covered once.
+#[test]
+fn a_failure_during_a_hand_off_loses_no_partition() {
+    let base = cluster(2, 6, "");
+    let reference = run(&base);
+    let step = time_of(&reference, 2) - time_of(&reference, 1);
+    let at = time_of(&reference, 8) + 0.4 * step;
+    let mut cfg = base;
+    cfg.membership = vec![
+        warn(at, at + 20.0 * step, &[4, 5]),
+        event(at + 1e-6, EventKind::Fail, &[3]),
+    ];
+    let r = run(&cfg);
+    assert_eq!(r.rows.len(), ITERATIONS as usize);
+    assert_eq!(figure(&r, "rollbacks"), 1.0);
+    assert_eq!(figure(&r, "ledger_clocks"), ITERATIONS as f64);
+    let diff = common::max_diff(
+        r.params.as_ref().expect("real"),
+        reference.params.as_ref().expect("real"),
+    );
+    assert!(diff < 1e-3, "{diff}");
+}

@@ -131,14 +131,18 @@ impl Controller {
             .collect()
     }
 
-    /// The lowest clock that may still lack updates: one past the slowest holder's last.
+    /// The lowest clock whose items are not all worked on yet (in the current epoch): where a
+    /// taker of a gone worker's leaves must start.
     fn current_clock(&self) -> Clock {
-        self.tree
-            .holders()
-            .iter()
-            .filter_map(|w| self.done.get(w).map(|c| c + 1))
-            .min()
-            .unwrap_or(self.epoch_start)
+        let mut c = self.epoch_start;
+        while self
+            .coverage
+            .get(&c)
+            .is_some_and(|r| tiles(r, self.plan.total_items))
+        {
+            c += 1;
+        }
+        c
     }
 
     fn send_all_servers<T: StrategyMessage>(&self, ctx: &mut RoleContext, msg: &T) -> Result<()> {
@@ -597,7 +601,10 @@ impl Controller {
         }
         self.send_route(ctx)?;
         let from = self.committed.map_or(0, |c| c + 1);
-        for w in self.live_workers() {
+        // Workers handing their leaves over are still running: they restart too (and hand over
+        // at the new epoch's first clock boundary).
+        let retiring: Vec<WorkerId> = self.retiring.keys().copied().collect();
+        for w in self.live_workers().into_iter().chain(retiring) {
             ctx.send(
                 RoleId::Worker(w),
                 Message::strategy(&Order::Restart {
@@ -641,19 +648,9 @@ impl Controller {
     /// Whether the last clock's items have all been worked on.
     fn all_done(&self) -> bool {
         let last = self.job.config.iterations.saturating_sub(1);
-        let Some(ranges) = self.coverage.get(&last) else {
-            return false;
-        };
-        let mut sorted = ranges.clone();
-        sorted.sort_by_key(|r| r.start);
-        let mut at = 0;
-        for r in sorted {
-            if r.start != at {
-                return false;
-            }
-            at = r.end;
-        }
-        at == self.plan.total_items
+        self.coverage
+            .get(&last)
+            .is_some_and(|r| tiles(r, self.plan.total_items))
     }
 
     /// Records that `nodes` of `clock` were worked on, one copy of each item.
@@ -790,6 +787,20 @@ impl Controller {
             ..CoordinatorReport::default()
         }
     }
+}
+
+/// Whether `ranges` tile the items `0..total` exactly.
+fn tiles(ranges: &[std::ops::Range<u64>], total: u64) -> bool {
+    let mut sorted = ranges.to_vec();
+    sorted.sort_by_key(|r| r.start);
+    let mut at = 0;
+    for r in sorted {
+        if r.start != at {
+            return false;
+        }
+        at = r.end;
+    }
+    at == total
 }
 
 fn stage_number(s: Stage) -> u8 {

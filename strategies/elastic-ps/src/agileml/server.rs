@@ -55,6 +55,8 @@ pub struct AgileServer {
     snapshots: BTreeMap<u64, (f64, BTreeMap<PartitionId, Vec<BlockPayload>>)>,
     /// Sums dropped as already there (a recomputed share).
     duplicates: u64,
+    /// The clock of the last roll-back.
+    rolled_to: Option<Clock>,
 }
 
 impl AgileServer {
@@ -96,6 +98,7 @@ impl AgileServer {
             held: Vec::new(),
             snapshots: BTreeMap::new(),
             duplicates: 0,
+            rolled_to: None,
         })
     }
 
@@ -515,26 +518,9 @@ impl AgileServer {
     fn rollback(&mut self, ctx: &mut RoleContext, rb: Rollback) -> Result<()> {
         self.epoch = rb.epoch;
         self.pushing.clear();
-        for (p, served) in self.serving.iter_mut() {
-            // Every partition returns to the same clock: one that has not heard of the latest
-            // commit yet commits to it first.
-            if rb.to.is_some() && served.part.committed < rb.to && served.part.applied >= rb.to {
-                if let Some(to) = rb.to {
-                    served.part.commit(to).map_err(part_error)?;
-                }
-            }
-            served.part.rollback();
-            if served.part.applied != rb.to {
-                return Err(EngineError::protocol(
-                    ctx.id(),
-                    format!(
-                        "partition {p} rolled back to clock {:?}, not the committed {:?}",
-                        served.part.applied, rb.to
-                    ),
-                ));
-            }
-            served.pending.clear();
-            served.reads.clear();
+        self.rolled_to = rb.to;
+        for (&p, served) in self.serving.iter_mut() {
+            roll_back_to(ctx, p, served, rb.to)?;
         }
         for backup in self.backups.values_mut() {
             backup.discard_staged();
@@ -609,12 +595,23 @@ impl AgileServer {
         if let Some(h) = msg.decode::<Handoff>()? {
             return self.handoff(ctx, h.part, h.to);
         }
-        if let Some(a) = msg.decode::<Adopt>()? {
-            if a.epoch < self.epoch {
-                return Ok(true);
-            }
+        if let Some(mut a) = msg.decode::<Adopt>()? {
             if a.epoch > self.epoch {
                 return Ok(false);
+            }
+            if a.epoch < self.epoch {
+                // Handed over before a roll-back: the partition is served here all the same, at
+                // the clock everything returned to; what it carried of the old epoch goes.
+                let value = payloads(msg).into_iter().next().into_iter().collect();
+                a.buffered.clear();
+                a.reads.clear();
+                let p = a.snapshot.id;
+                self.adopt(ctx, a, value).await?;
+                let to = self.rolled_to;
+                if let Some(served) = self.serving.get_mut(&p) {
+                    roll_back_to(ctx, p, served, to)?;
+                }
+                return Ok(true);
             }
             self.adopt(ctx, a, payloads(msg)).await?;
             return Ok(true);
@@ -705,6 +702,35 @@ fn tiles(tree: &DataTree, sums: &Sums, total: u64) -> bool {
         at = r.end;
     }
     at == total
+}
+
+/// Brings a served partition back to clock `to` (the controller's committed clock), dropping
+/// the sums and reads of the epoch that ends: one that has not heard of the latest commit yet
+/// commits to it first; one that cannot land there is an error naming it.
+fn roll_back_to(
+    ctx: &RoleContext,
+    p: PartitionId,
+    served: &mut Served,
+    to: Option<Clock>,
+) -> Result<()> {
+    if to.is_some() && served.part.committed < to && served.part.applied >= to {
+        if let Some(to) = to {
+            served.part.commit(to).map_err(part_error)?;
+        }
+    }
+    served.part.rollback();
+    if served.part.applied != to {
+        return Err(EngineError::protocol(
+            ctx.id(),
+            format!(
+                "partition {p} rolled back to clock {:?}, not the committed {to:?}",
+                served.part.applied
+            ),
+        ));
+    }
+    served.pending.clear();
+    served.reads.clear();
+    Ok(())
 }
 
 /// A partition error as the engine's.
