@@ -46,21 +46,12 @@ fn cluster(reliable: u32, transient: u32, options: &str) -> RunConfig {
     cfg
 }
 
-fn bits(r: &RunResult) -> Vec<(String, Vec<u32>)> {
-    r.params
-        .as_ref()
-        .expect("real model")
-        .iter()
-        .map(|(n, v)| (n.clone(), v.iter().map(|x| x.to_bits()).collect()))
-        .collect()
+fn bits(r: &RunResult) -> Vec<Vec<u32>> {
+    concord_test_support::param_bits(r)
 }
 
 fn figure(r: &RunResult, name: &str) -> f64 {
-    r.summary
-        .figures
-        .get(&format!("agileml.{name}"))
-        .copied()
-        .unwrap_or_else(|| panic!("figure {name} missing: {:?}", r.summary.figures))
+    concord_test_support::figure(r, &format!("agileml.{name}"))
 }
 
 /// Run time at which iteration `k` (1-based) ended.
@@ -70,22 +61,13 @@ fn time_of(r: &RunResult, k: usize) -> f64 {
 
 fn warn(at_s: f64, deadline_s: f64, machines: &[u32]) -> MembershipEntry {
     MembershipEntry {
-        at_s,
-        event: EventKind::Warn,
-        machines: machines.to_vec(),
-        labels: BTreeMap::new(),
         deadline_s: Some(deadline_s),
+        ..MembershipEntry::on_machines(at_s, EventKind::Warn, machines)
     }
 }
 
 fn event(at_s: f64, event: EventKind, machines: &[u32]) -> MembershipEntry {
-    MembershipEntry {
-        at_s,
-        event,
-        machines: machines.to_vec(),
-        labels: BTreeMap::new(),
-        deadline_s: None,
-    }
+    MembershipEntry::on_machines(at_s, event, machines)
 }
 
 /// Stages 1 and 2 differ only in where partitions are served: the same bits.

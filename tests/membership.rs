@@ -127,13 +127,7 @@ fn config(membership: Vec<MembershipEntry>) -> RunConfig {
 }
 
 fn entry(at_s: f64, event: EventKind, machines: &[u32]) -> MembershipEntry {
-    MembershipEntry {
-        at_s,
-        event,
-        machines: machines.to_vec(),
-        labels: BTreeMap::new(),
-        deadline_s: None,
-    }
+    MembershipEntry::on_machines(at_s, event, machines)
 }
 
 fn run(

@@ -291,6 +291,15 @@ impl RunGuard {
     pub fn records(&self) -> Vec<Vec<IterRecord>> {
         self.lock().records.clone()
     }
+
+    /// The records `worker` closed so far (none for a worker it has not seen).
+    pub fn records_of(&self, worker: WorkerId) -> Vec<IterRecord> {
+        self.lock()
+            .records
+            .get(worker as usize)
+            .cloned()
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]

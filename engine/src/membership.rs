@@ -62,6 +62,19 @@ pub struct MembershipEntry {
     pub deadline_s: Option<f64>,
 }
 
+impl MembershipEntry {
+    /// An entry for `machines` by index, without a deadline (set `deadline_s` for a warning).
+    pub fn on_machines(at_s: f64, event: EventKind, machines: &[MachineId]) -> MembershipEntry {
+        MembershipEntry {
+            at_s,
+            event,
+            machines: machines.to_vec(),
+            labels: BTreeMap::new(),
+            deadline_s: None,
+        }
+    }
+}
+
 /// A membership change as the coordinator hears of it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum MembershipEvent {
@@ -372,13 +385,7 @@ mod tests {
     }
 
     fn entry(at_s: f64, event: EventKind, machines: &[u32]) -> MembershipEntry {
-        MembershipEntry {
-            at_s,
-            event,
-            machines: machines.to_vec(),
-            labels: BTreeMap::new(),
-            deadline_s: None,
-        }
+        MembershipEntry::on_machines(at_s, event, machines)
     }
 
     #[test]

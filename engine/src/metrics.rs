@@ -107,16 +107,7 @@ pub fn merge_iterations(per_worker: &[Vec<IterRecord>]) -> Vec<IterationRow> {
 /// those workers' values in worker order, and its `workers` field names them when some worker is
 /// absent. A worker's second record of a clock is ignored.
 pub fn merge_iterations_with(per_worker: &[Vec<IterRecord>], left: &[bool]) -> Vec<IterationRow> {
-    let by_clock: Vec<BTreeMap<u64, &IterRecord>> = per_worker
-        .iter()
-        .map(|records| {
-            let mut m = BTreeMap::new();
-            for r in records {
-                m.entry(r.clock).or_insert(r);
-            }
-            m
-        })
-        .collect();
+    let by_clock = records_by_clock(per_worker);
     let firsts = by_clock.iter().filter_map(|m| m.keys().next().copied());
     let lasts = by_clock
         .iter()
@@ -158,16 +149,7 @@ pub fn merge_iterations_with(per_worker: &[Vec<IterRecord>], left: &[bool]) -> V
 /// not a fixed set — and rows run over consecutive clocks from the first recorded one to the
 /// first clock that no worker recorded.
 pub fn merge_iterations_elastic(per_worker: &[Vec<IterRecord>]) -> Vec<IterationRow> {
-    let by_clock: Vec<BTreeMap<u64, &IterRecord>> = per_worker
-        .iter()
-        .map(|records| {
-            let mut m = BTreeMap::new();
-            for r in records {
-                m.entry(r.clock).or_insert(r);
-            }
-            m
-        })
-        .collect();
+    let by_clock = records_by_clock(per_worker);
     let Some(first) = by_clock
         .iter()
         .filter_map(|m| m.keys().next().copied())
@@ -189,6 +171,20 @@ pub fn merge_iterations_elastic(per_worker: &[Vec<IterRecord>]) -> Vec<Iteration
         rows.push(merge_clock(rows.len() as u64 + 1, &present, all));
     }
     rows
+}
+
+/// Each worker's records by clock; a worker's second record of a clock is ignored.
+fn records_by_clock(per_worker: &[Vec<IterRecord>]) -> Vec<BTreeMap<u64, &IterRecord>> {
+    per_worker
+        .iter()
+        .map(|records| {
+            let mut m = BTreeMap::new();
+            for r in records {
+                m.entry(r.clock).or_insert(r);
+            }
+            m
+        })
+        .collect()
 }
 
 /// The row of one clock from the records of the workers present (in worker order); `all`: every

@@ -190,16 +190,8 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
         let ctx = ctx_for(role)?;
         let start = start_of(role);
         worker_set.spawn(async move {
-            let mut out = run_worker(worker, ctx, start, gate).await;
-            if out.left {
-                // What it recorded before it went (the guard keeps every closed clock).
-                let records = job.guard.records().into_iter().nth(w).unwrap_or_default();
-                out.result = Ok(WorkerReport {
-                    iterations: records,
-                    ..WorkerReport::default()
-                });
-            }
-            out
+            let out = run_worker(worker, ctx, start, gate).await;
+            with_departed_records(&job, out)
         });
     }
     let mut server_set = JoinSet::new();
@@ -409,6 +401,21 @@ pub(super) async fn run_server(
     wait_until(ctx.time(), start_at).await;
     let ran = gated(gate, server.run(&mut ctx)).await;
     gated_output(ctx, ran)
+}
+
+/// A worker's output where its machine left (or never joined): the records it closed before it
+/// went, which the run's guard keeps, stand for its report.
+pub(super) fn with_departed_records(
+    job: &Job,
+    mut out: RoleOutput<WorkerReport>,
+) -> RoleOutput<WorkerReport> {
+    if let (true, RoleId::Worker(w)) = (out.left, out.role) {
+        out.result = Ok(WorkerReport {
+            iterations: job.guard.records_of(w),
+            ..WorkerReport::default()
+        });
+    }
+    out
 }
 
 /// What a role's machine standing is watched through.

@@ -338,17 +338,11 @@ async fn rank_body(
                 presence.cancel_absent();
             }
         };
-        let mut w_out = join_listening(&mut worker_set, ranks, &job, rank, cancel).await?;
-        for out in w_out.iter_mut().filter(|o| o.left) {
-            // What a worker whose machine left recorded before it went.
-            if let RoleId::Worker(w) = out.role {
-                let records = job.guard.records().into_iter().nth(w as usize);
-                out.result = Ok(crate::contract::WorkerReport {
-                    iterations: records.unwrap_or_default(),
-                    ..Default::default()
-                });
-            }
-        }
+        let w_out: Vec<_> = join_listening(&mut worker_set, ranks, &job, rank, cancel)
+            .await?
+            .into_iter()
+            .map(|out| launch::with_departed_records(&job, out))
+            .collect();
         // 2. Tell the others, and hear from all of them.
         ranks.peers.broadcast(&Frame::WorkersDone);
         ranks

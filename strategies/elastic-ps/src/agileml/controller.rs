@@ -5,7 +5,7 @@
 //! has it loaded, tracks the clock the backups are consistent at, and rolls everything back to it
 //! when transient state is lost.
 
-use super::holdings::loaded_leaves;
+use super::holdings::{keep_once, loaded_leaves, tiles};
 use super::ids::{Clock, MachineId, NodeId, PartitionId};
 use super::ledger::Ledger;
 use super::plan::{choose_stage, owners_for, Plan};
@@ -138,7 +138,7 @@ impl Controller {
         while self
             .coverage
             .get(&c)
-            .is_some_and(|r| tiles(r, self.plan.total_items))
+            .is_some_and(|r| tiles(r.iter().cloned(), self.plan.total_items))
         {
             c += 1;
         }
@@ -153,6 +153,14 @@ impl Controller {
             );
         }
         Ok(())
+    }
+
+    /// Tells every server of the new data tree (a split: sums may name its new nodes).
+    fn send_tree(&self, ctx: &mut RoleContext) -> Result<()> {
+        let update = TreeUpdate {
+            tree: self.tree.clone(),
+        };
+        self.send_all_servers(ctx, &update)
     }
 
     fn send_route(&mut self, ctx: &mut RoleContext) -> Result<()> {
@@ -289,12 +297,7 @@ impl Controller {
             }
         }
         if split {
-            self.send_all_servers(
-                ctx,
-                &TreeUpdate {
-                    tree: self.tree.clone(),
-                },
-            )?;
+            self.send_tree(ctx)?;
         }
         Ok(())
     }
@@ -333,12 +336,7 @@ impl Controller {
             }
         }
         if split {
-            self.send_all_servers(
-                ctx,
-                &TreeUpdate {
-                    tree: self.tree.clone(),
-                },
-            )?;
+            self.send_tree(ctx)?;
         }
         self.restage(ctx)
     }
@@ -430,13 +428,13 @@ impl Controller {
         let removal = self.tree.remove(&gone).map_err(tree_error)?;
         self.counts.reloads += removal.reloads.len() as u64;
         self.counts.departures += gone.len() as u64;
-        // Every leaf that changes holder, by its holder (reloads are among them: their taker
-        // loads them from storage, which the job's data being shared makes a copy of).
-        let mut by_giver: BTreeMap<WorkerId, Vec<(NodeId, WorkerId)>> = BTreeMap::new();
-        for (leaf, from, to) in removal.moves.iter().copied() {
-            by_giver.entry(from).or_default().push((leaf, to));
-        }
+        // Every leaf that changes holder (reloads are among them: their taker loads them from
+        // storage, which the job's data being shared makes a copy of).
         if warned {
+            let mut by_giver: BTreeMap<WorkerId, Vec<(NodeId, WorkerId)>> = BTreeMap::new();
+            for (leaf, from, to) in removal.moves.iter().copied() {
+                by_giver.entry(from).or_default().push((leaf, to));
+            }
             for (giver, moves) in by_giver {
                 self.retiring.insert(giver, moves.clone());
                 self.give(ctx, giver, moves, true)?;
@@ -447,7 +445,11 @@ impl Controller {
                 }
             }
         } else {
-            let all: Vec<(NodeId, WorkerId)> = by_giver.into_values().flatten().collect();
+            let all: Vec<(NodeId, WorkerId)> = removal
+                .moves
+                .iter()
+                .map(|&(leaf, _, to)| (leaf, to))
+                .collect();
             for w in &gone {
                 self.stopped.insert(*w);
                 self.done.remove(w);
@@ -650,7 +652,7 @@ impl Controller {
         let last = self.job.config.iterations.saturating_sub(1);
         self.coverage
             .get(&last)
-            .is_some_and(|r| tiles(r, self.plan.total_items))
+            .is_some_and(|r| tiles(r.iter().cloned(), self.plan.total_items))
     }
 
     /// Records that `nodes` of `clock` were worked on, one copy of each item.
@@ -660,20 +662,17 @@ impl Controller {
             let Some(r) = self.tree.node(n).map(|x| x.range.clone()) else {
                 continue;
             };
-            if ranges.iter().any(|o| o.start <= r.start && r.end <= o.end) {
-                self.recomputed += r.end - r.start;
-                continue;
-            }
-            let mut dropped = 0;
-            ranges.retain(|o| {
-                let inside = r.start <= o.start && o.end <= r.end;
-                if inside {
-                    dropped += o.end - o.start;
+            let present = ranges.iter().enumerate().map(|(i, o)| (i, o.clone()));
+            match keep_once(present, &r) {
+                None => self.recomputed += r.end - r.start,
+                Some(replaced) => {
+                    for i in replaced.into_iter().rev() {
+                        let o = ranges.remove(i);
+                        self.recomputed += o.end - o.start;
+                    }
+                    ranges.push(r);
                 }
-                !inside
-            });
-            self.recomputed += dropped;
-            ranges.push(r);
+            }
         }
     }
 
@@ -787,20 +786,6 @@ impl Controller {
             ..CoordinatorReport::default()
         }
     }
-}
-
-/// Whether `ranges` tile the items `0..total` exactly.
-fn tiles(ranges: &[std::ops::Range<u64>], total: u64) -> bool {
-    let mut sorted = ranges.to_vec();
-    sorted.sort_by_key(|r| r.start);
-    let mut at = 0;
-    for r in sorted {
-        if r.start != at {
-            return false;
-        }
-        at = r.end;
-    }
-    at == total
 }
 
 fn stage_number(s: Stage) -> u8 {

@@ -5,6 +5,7 @@
 use super::ids::{NodeId, WorkerId};
 use super::tree::DataTree;
 use std::collections::BTreeSet;
+use std::ops::Range;
 
 /// The current leaves under `node` (itself if it is a leaf), in item order.
 pub fn leaves_under(tree: &DataTree, node: NodeId) -> Vec<NodeId> {
@@ -59,4 +60,38 @@ pub fn loaded_leaves(tree: &DataTree, worker: WorkerId) -> Vec<NodeId> {
             false
         })
         .collect()
+}
+
+/// Whether `ranges` tile the items `0..total` exactly (no gap, no overlap).
+pub fn tiles(ranges: impl IntoIterator<Item = Range<u64>>, total: u64) -> bool {
+    let mut sorted: Vec<Range<u64>> = ranges.into_iter().collect();
+    sorted.sort_by_key(|r| r.start);
+    let mut at = 0;
+    for r in sorted {
+        if r.start != at {
+            return false;
+        }
+        at = r.end;
+    }
+    at == total
+}
+
+/// How one copy of each item is kept when a range of work arrives beside `present` (each with
+/// its key): `None` when it lies inside one already there (a recomputed share, dropped); else
+/// the keys of those it contains, which it replaces. Servers apply this to the gradient sums
+/// of a clock and the controller to its ledger, so both keep the same copy.
+pub fn keep_once<K>(
+    present: impl IntoIterator<Item = (K, Range<u64>)>,
+    new: &Range<u64>,
+) -> Option<Vec<K>> {
+    let mut replaced = Vec::new();
+    for (key, r) in present {
+        if r.start <= new.start && new.end <= r.end {
+            return None;
+        }
+        if new.start <= r.start && r.end <= new.end {
+            replaced.push(key);
+        }
+    }
+    Some(replaced)
 }

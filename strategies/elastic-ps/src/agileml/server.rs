@@ -9,6 +9,7 @@
 //! ActivePS streams the deltas of its applied clocks to each partition's home, one push in
 //! flight per home, so the backup stream goes at the rate the network allows.
 
+use super::holdings::{keep_once, tiles};
 use super::ids::{Clock, NodeId, PartitionId};
 use super::partition::{Backup, Partition, PartitionSnapshot};
 use super::plan::Plan;
@@ -255,7 +256,7 @@ impl AgileServer {
             let complete = served
                 .pending
                 .get(&next)
-                .is_some_and(|sums| tiles(&self.tree, sums, total));
+                .is_some_and(|sums| complete(&self.tree, sums, total));
             if !complete {
                 break;
             }
@@ -665,43 +666,28 @@ impl AgileServer {
 /// Inserts `node`'s sum into a clock's `sums`, keeping one copy of each item: a node inside
 /// one already there is dropped, one containing some replaces them. Returns whether it was kept.
 fn insert_sum(tree: &DataTree, sums: &mut Sums, node: NodeId, values: Vec<f32>) -> bool {
-    let Some(range) = tree.node(node).map(|n| n.range.clone()) else {
+    let range_of = |n: NodeId| tree.node(n).map(|x| x.range.clone());
+    let Some(range) = range_of(node) else {
         return false;
     };
-    let mut inside = Vec::new();
-    for &other in sums.keys() {
-        let Some(r) = tree.node(other).map(|n| n.range.clone()) else {
-            continue;
-        };
-        if r.start <= range.start && range.end <= r.end {
-            return false;
-        }
-        if range.start <= r.start && r.end <= range.end {
-            inside.push(other);
-        }
-    }
-    for o in inside {
-        sums.remove(&o);
+    let present = sums.keys().filter_map(|&k| range_of(k).map(|r| (k, r)));
+    let Some(replaced) = keep_once(present, &range) else {
+        return false;
+    };
+    for k in replaced {
+        sums.remove(&k);
     }
     sums.insert(node, values);
     true
 }
 
 /// Whether the nodes of `sums` tile the items `0..total` exactly.
-fn tiles(tree: &DataTree, sums: &Sums, total: u64) -> bool {
-    let mut ranges: Vec<std::ops::Range<u64>> = sums
-        .keys()
-        .filter_map(|&n| tree.node(n).map(|n| n.range.clone()))
-        .collect();
-    ranges.sort_by_key(|r| r.start);
-    let mut at = 0;
-    for r in ranges {
-        if r.start != at {
-            return false;
-        }
-        at = r.end;
-    }
-    at == total
+fn complete(tree: &DataTree, sums: &Sums, total: u64) -> bool {
+    tiles(
+        sums.keys()
+            .filter_map(|&n| tree.node(n).map(|n| n.range.clone())),
+        total,
+    )
 }
 
 /// Brings a served partition back to clock `to` (the controller's committed clock), dropping

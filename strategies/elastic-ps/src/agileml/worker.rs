@@ -307,7 +307,7 @@ impl AgileWorker {
             None
         };
         let flops = job.model.training_flops_per_sample();
-        let device = job.cluster.device_of(ctx.id()).clone();
+        let device = job.cluster.device_of(ctx.id());
         let total: u64 = leaves
             .iter()
             .filter_map(|&l| self.tree.node(l).map(|n| n.range.end - n.range.start))

@@ -35,25 +35,33 @@ pub fn parse_csv(
     };
     let mut points: Vec<Vec<(f64, f64)>> = vec![Vec::new(); types.len()];
     let mut header_seen = false;
-    for (n, raw) in text.lines().enumerate() {
-        let line = n + 1;
-        let row = raw.trim();
-        if row.is_empty() || row.starts_with('#') {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    for record in reader.records() {
+        let record = record.map_err(|e| {
+            let line = e.position().map_or(0, |p| p.line() as usize);
+            bad(line, "(row)", format!("unreadable CSV: {e}"))
+        })?;
+        let line = record.position().map_or(0, |p| p.line() as usize);
+        let cols: Vec<&str> = record.iter().collect();
+        // Blank and comment lines.
+        if cols.iter().all(|c| c.is_empty()) || cols[0].starts_with('#') {
             continue;
         }
         if !header_seen {
-            let cols: Vec<&str> = row.split(',').map(str::trim).collect();
             if cols != ["time_s", "type", "price"] {
                 return Err(bad(
                     line,
                     "(header)",
-                    format!("expected `{HEADER}`, found `{row}`"),
+                    format!("expected `{HEADER}`, found `{}`", cols.join(",")),
                 ));
             }
             header_seen = true;
             continue;
         }
-        let cols: Vec<&str> = row.split(',').map(str::trim).collect();
         if cols.len() != 3 {
             return Err(bad(
                 line,
