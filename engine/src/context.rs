@@ -16,11 +16,10 @@ use crate::message::Message;
 use crate::metrics::TraceEvent;
 use crate::stragglers::{Effect, Probe, ResourceSignals, RoleKind, StragglerSet};
 use crate::trace::Recorder;
-use crate::transport::{Departure, Envelope, Transport};
+use crate::transport::{Departure, Envelope, Inbox, Transport};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use tokio::sync::mpsc;
 
 /// How the straggler injector knows a role: its kind and index (`None` for the coordinator, which
 /// no pattern slows).
@@ -217,7 +216,7 @@ pub struct RoleContext {
     id: RoleId,
     kind: RuntimeKind,
     net: Arc<dyn Transport>,
-    rx: mpsc::UnboundedReceiver<Envelope>,
+    rx: Inbox,
     stash: VecDeque<Envelope>,
     device: DeviceProfile,
     machine: MachineId,
@@ -258,7 +257,7 @@ impl RoleContext {
         id: RoleId,
         kind: RuntimeKind,
         net: Arc<dyn Transport>,
-        rx: mpsc::UnboundedReceiver<Envelope>,
+        rx: impl Into<Inbox>,
         num_workers: u32,
         progress_points: u32,
         stragglers: StragglerSet,
@@ -270,7 +269,7 @@ impl RoleContext {
             id,
             kind,
             net,
-            rx,
+            rx: rx.into(),
             stash: VecDeque::new(),
             device,
             machine,
@@ -434,7 +433,7 @@ impl RoleContext {
                 .ok_or_else(|| EngineError::protocol(self.id, "mailbox closed while waiting"));
         }
         if self.now() >= deadline {
-            return Ok(self.rx.try_recv().ok());
+            return Ok(self.rx.try_recv());
         }
         let time = self.net.time();
         tokio::select! {
@@ -448,7 +447,7 @@ impl RoleContext {
 
     /// A message already delivered for which `want` holds, without waiting.
     pub fn try_recv_matching(&mut self, want: impl Fn(&Envelope) -> bool) -> Option<Envelope> {
-        while let Ok(env) = self.rx.try_recv() {
+        while let Some(env) = self.rx.try_recv() {
             self.stash.push_back(env);
         }
         let pos = self.stash.iter().position(want)?;

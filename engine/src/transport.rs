@@ -27,11 +27,14 @@ use crate::time::TimeBase;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
+mod in_flight;
 pub(crate) mod tables;
-use tables::{ByRole, LinkCounts, PortClocks, Slots};
+use in_flight::Lanes;
+use tables::{LinkCounts, PortClocks};
 
 /// A message in flight or delivered, with its addressing.
 #[derive(Clone, Debug)]
@@ -59,10 +62,8 @@ pub struct LinkTraffic {
 }
 
 struct State {
-    /// Messages in flight by (arrival, send order); the envelopes wait in `parked`, so the ordered
-    /// map moves only small keys and slot numbers.
-    queue: BTreeMap<(Instant, u64), usize>,
-    parked: Slots<Envelope>,
+    /// Every role's messages, in flight and delivered, in (arrival, send order).
+    queue: Lanes<Envelope>,
     seq: u64,
     egress_free: Vec<f64>,
     ingress_free: Vec<f64>,
@@ -151,36 +152,23 @@ pub struct Network {
     wall_start: std::time::Instant,
     state: Mutex<State>,
     wake: Notify,
-    mailboxes: ByRole<mpsc::UnboundedSender<Envelope>>,
 }
 
 impl Network {
-    /// Creates the network and one mailbox per role; returns the receivers by role.
+    /// Creates the network and one mailbox per role; returns the mailboxes by role.
     pub fn new(
         cluster: Arc<Cluster>,
         time: TimeBase,
         roles: &[RoleId],
         shaper: Option<BandwidthShaper>,
-    ) -> (
-        Arc<Network>,
-        BTreeMap<RoleId, mpsc::UnboundedReceiver<Envelope>>,
-    ) {
-        let mut senders = Vec::with_capacity(roles.len());
-        let mut receivers = BTreeMap::new();
-        for &r in roles {
-            let (tx, rx) = mpsc::unbounded_channel();
-            senders.push((r, tx));
-            receivers.insert(r, rx);
-        }
-        let mailboxes = ByRole::new(senders);
+    ) -> (Arc<Network>, BTreeMap<RoleId, Inbox>) {
         let n = cluster.machines.len();
         let net = Network {
             cluster,
             time,
             wall_start: std::time::Instant::now(),
             state: Mutex::new(State {
-                queue: BTreeMap::new(),
-                parked: Slots::default(),
+                queue: Lanes::new(roles),
                 seq: 0,
                 egress_free: vec![0.0; n],
                 ingress_free: vec![0.0; n],
@@ -191,9 +179,19 @@ impl Network {
                 closed: false,
             }),
             wake: Notify::new(),
-            mailboxes,
         };
-        (Arc::new(net), receivers)
+        let net = Arc::new(net);
+        let inboxes = roles
+            .iter()
+            .map(|&role| {
+                let wire = InboxKind::Wire {
+                    net: net.clone(),
+                    role,
+                };
+                (role, Inbox(wire))
+            })
+            .collect();
+        (net, inboxes)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -332,11 +330,14 @@ impl Network {
             sent_at: now,
             msg,
         };
-        if arrive <= now && st.queue.is_empty() {
+        if arrive <= now && st.queue.nothing_in_flight() {
             // Nothing in flight can be overtaken: hand it over directly, in send order.
+            let due = (self.time.instant_at(arrive), st.seq);
+            st.seq += 1;
+            let woken = st.queue.hand_over(to, due, env);
             drop(st);
-            if let Some(tx) = self.mailboxes.get(to) {
-                let _ = tx.send(env);
+            if let Some(waker) = woken {
+                waker.wake();
             }
             return Departure {
                 start,
@@ -359,9 +360,8 @@ impl Network {
         let st = self.lock();
         let at = st
             .queue
-            .keys()
-            .next_back()
-            .map_or(self.time.instant_at(now), |k| k.0);
+            .last_due()
+            .map_or(self.time.instant_at(now), |due| due.0);
         let env = Envelope {
             from: RoleId::Coordinator,
             to,
@@ -392,12 +392,8 @@ impl Network {
         let seq = st.seq;
         st.seq += 1;
         let key = (at, seq);
-        let first = st
-            .queue
-            .first_key_value()
-            .is_none_or(|(head, _)| key < *head);
-        let slot = st.parked.put(env);
-        st.queue.insert(key, slot);
+        let first = st.queue.first_due().is_none_or(|head| key < head);
+        st.queue.push(env.to, key, env);
         drop(st);
         if first {
             self.wake.notify_one();
@@ -417,6 +413,11 @@ impl Network {
 
     /// Delivers messages at their arrival times until [`Network::close`] and the queue drains.
     pub async fn pump(self: Arc<Self>) {
+        // One timer, moved to each next arrival: a run delivers millions of messages at distinct
+        // instants, and re-arming a timer costs less than making and dropping one per instant.
+        let sleep = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(sleep);
+        let mut woken = Vec::new();
         loop {
             let notified = self.wake.notified();
             tokio::pin!(notified);
@@ -424,34 +425,91 @@ impl Network {
             let next = {
                 let mut st = self.lock();
                 let now = Instant::now();
-                while let Some(entry) = st.queue.first_entry() {
-                    if entry.key().0 > now {
-                        break;
-                    }
-                    let slot = entry.remove();
-                    let Some(env) = st.parked.take(slot) else {
-                        continue;
-                    };
-                    if let Some(tx) = self.mailboxes.get(env.to) {
-                        // A role that already finished drops late messages; nothing waits on them.
-                        let _ = tx.send(env);
-                    }
+                while let Some(receiver) = st.queue.deliver_due(now) {
+                    woken.extend(receiver);
                 }
-                if st.closed && st.queue.is_empty() {
+                let done = st.closed && st.queue.nothing_in_flight();
+                let next = st.queue.first_due().map(|due| due.0);
+                drop(st);
+                // Receivers wake in delivery order, outside the lock they will take.
+                for waker in woken.drain(..) {
+                    waker.wake();
+                }
+                if done {
                     return;
                 }
-                st.queue.keys().next().map(|k| k.0)
+                next
             };
             match next {
                 Some(t) => {
+                    if sleep.deadline() != t || sleep.is_elapsed() {
+                        sleep.as_mut().reset(t);
+                    }
                     tokio::select! {
                         biased;
                         _ = &mut notified => {}
-                        _ = tokio::time::sleep_until(t) => {}
+                        _ = &mut sleep => {}
                     }
                 }
                 None => notified.await,
             }
+        }
+    }
+
+    /// `role`'s first delivered message, or `None` after leaving `waker` to be woken by the
+    /// next.
+    fn take_or_wait(&self, role: RoleId, waker: &std::task::Waker) -> Option<Envelope> {
+        self.lock().queue.take_or_wait(role, waker)
+    }
+}
+
+/// A role's mailbox: what has been delivered to it, in order of arrival (then of sending).
+///
+/// On the simulated wire it is the role's own lane of the network (delivered messages are not
+/// copied again); the process runtime fills a channel.
+pub struct Inbox(InboxKind);
+
+enum InboxKind {
+    Channel(mpsc::UnboundedReceiver<Envelope>),
+    Wire { net: Arc<Network>, role: RoleId },
+}
+
+impl Inbox {
+    /// The next message, waiting for it; `None` once nothing can come any more.
+    pub async fn recv(&mut self) -> Option<Envelope> {
+        match &mut self.0 {
+            InboxKind::Channel(rx) => rx.recv().await,
+            InboxKind::Wire { net, role } => {
+                let (net, role) = (&**net, *role);
+                std::future::poll_fn(|cx| match net.take_or_wait(role, cx.waker()) {
+                    Some(env) => Poll::Ready(Some(env)),
+                    None => Poll::Pending,
+                })
+                .await
+            }
+        }
+    }
+
+    /// The next message if one has been delivered, without waiting.
+    pub fn try_recv(&mut self) -> Option<Envelope> {
+        match &mut self.0 {
+            InboxKind::Channel(rx) => rx.try_recv().ok(),
+            InboxKind::Wire { net, role } => net.lock().queue.take(*role),
+        }
+    }
+}
+
+impl From<mpsc::UnboundedReceiver<Envelope>> for Inbox {
+    fn from(rx: mpsc::UnboundedReceiver<Envelope>) -> Inbox {
+        Inbox(InboxKind::Channel(rx))
+    }
+}
+
+impl Drop for Inbox {
+    /// A role that is gone drops what is still sent to it; nothing waits on it.
+    fn drop(&mut self) {
+        if let InboxKind::Wire { net, role } = &self.0 {
+            net.lock().queue.close(*role);
         }
     }
 }
@@ -557,12 +615,7 @@ mod tests {
 
     /// One machine of four workers whose bus is 8 Gbit/s (1 GB/s) when `bus` is set, and the
     /// network between them (paused virtual time).
-    fn one_machine(
-        bus: bool,
-    ) -> (
-        Arc<Network>,
-        BTreeMap<RoleId, mpsc::UnboundedReceiver<Envelope>>,
-    ) {
+    fn one_machine(bus: bool) -> (Arc<Network>, BTreeMap<RoleId, Inbox>) {
         let cluster = crate::cluster::test_cluster_with(1, 4, bus.then_some(8.0));
         let roles: Vec<RoleId> = (0..4).map(RoleId::Worker).collect();
         Network::new(cluster, TimeBase::new(true), &roles, None)

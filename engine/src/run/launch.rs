@@ -17,7 +17,8 @@ use crate::resume::NetworkState;
 use crate::stragglers::{Probe, RoleKind, StragglerSet};
 use crate::time::TimeBase;
 use crate::trace::{Sampling, TracePlan};
-use crate::transport::{BandwidthShaper, LinkTraffic, Network, Transport};
+use crate::transport::tables::ByRole;
+use crate::transport::{BandwidthShaper, Inbox, LinkTraffic, Network, Transport};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -102,13 +103,15 @@ fn bandwidth_shaper(
     roles: &[RoleId],
     transfers: TransferCounts,
 ) -> Result<Option<BandwidthShaper>> {
-    let mut shapers = BTreeMap::new();
+    let mut sets = Vec::new();
     for &r in roles {
         let set = stragglers_of(job, r)?;
         if !set.is_empty() {
-            shapers.insert(r, set);
+            sets.push((r, set));
         }
     }
+    // Asked twice per message between machines: a table by role number, not a search.
+    let mut shapers = ByRole::new(sets);
     let cluster = job.cluster.clone();
     let workers_n = job.config.workers;
     // Each role's transfers are counted, so per-transfer patterns (server jitter) draw anew for
@@ -116,7 +119,7 @@ fn bandwidth_shaper(
     Ok((!shapers.is_empty()).then(|| {
         Box::new(move |role: RoleId, now: f64| {
             let (Some(set), Some((kind, index))) =
-                (shapers.get_mut(&role), straggler_identity(role))
+                (shapers.get_mut(role), straggler_identity(role))
             else {
                 return 1.0;
             };
@@ -347,7 +350,7 @@ pub(super) fn context_for(
     job: &Job,
     role: RoleId,
     net: Arc<dyn Transport>,
-    rx: tokio::sync::mpsc::UnboundedReceiver<crate::transport::Envelope>,
+    rx: impl Into<Inbox>,
     traces: &TracePlan,
 ) -> Result<RoleContext> {
     let cfg = &job.config;

@@ -1,6 +1,5 @@
-//! The transport's per-message bookkeeping, laid out for a send path taken millions of times:
-//! in-flight envelopes in reusable slots, and per-role tables indexed by a dense role number
-//! rather than searched.
+//! The transport's per-role bookkeeping, laid out for a send path taken millions of times: tables
+//! indexed by a dense role number rather than searched.
 
 use super::LinkTraffic;
 use crate::ids::RoleId;
@@ -8,7 +7,7 @@ use std::collections::BTreeMap;
 
 /// A dense number for every role: the coordinator, then servers and workers interleaved, so any
 /// role has one without knowing the job's counts and a table grows only as far as it is used.
-fn slot_of(role: RoleId) -> usize {
+pub(super) fn slot_of(role: RoleId) -> usize {
     match role {
         RoleId::Coordinator => 0,
         RoleId::Server(i) => 1 + 2 * i as usize,
@@ -22,47 +21,6 @@ fn role_of(slot: usize) -> RoleId {
         0 => RoleId::Coordinator,
         s if s % 2 == 1 => RoleId::Server(((s - 1) / 2) as u32),
         s => RoleId::Worker(((s - 2) / 2) as u32),
-    }
-}
-
-/// Storage for values that wait by number: freed numbers are reused, so a steady stream of
-/// messages in flight allocates nothing once the store has grown to its peak.
-pub(super) struct Slots<T> {
-    items: Vec<Option<T>>,
-    free: Vec<usize>,
-}
-
-impl<T> Default for Slots<T> {
-    fn default() -> Self {
-        Slots {
-            items: Vec::new(),
-            free: Vec::new(),
-        }
-    }
-}
-
-impl<T> Slots<T> {
-    /// Stores `item`; returns its number.
-    pub(super) fn put(&mut self, item: T) -> usize {
-        match self.free.pop() {
-            Some(slot) => {
-                self.items[slot] = Some(item);
-                slot
-            }
-            None => {
-                self.items.push(Some(item));
-                self.items.len() - 1
-            }
-        }
-    }
-
-    /// Takes the item stored as `slot` out, freeing the number.
-    pub(super) fn take(&mut self, slot: usize) -> Option<T> {
-        let item = self.items.get_mut(slot)?.take();
-        if item.is_some() {
-            self.free.push(slot);
-        }
-        item
     }
 }
 
@@ -88,6 +46,16 @@ impl<T> ByRole<T> {
     /// The value of `role`, if it has one.
     pub(crate) fn get(&self, role: RoleId) -> Option<&T> {
         self.items.get(slot_of(role))?.as_ref()
+    }
+
+    /// The value of `role` to change, if it has one.
+    pub(crate) fn get_mut(&mut self, role: RoleId) -> Option<&mut T> {
+        self.items.get_mut(slot_of(role))?.as_mut()
+    }
+
+    /// Whether no role has a value.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.items.iter().all(Option::is_none)
     }
 }
 
@@ -232,18 +200,6 @@ mod tests {
             (RoleId::Worker(1), 2.5),
         ]);
         assert_eq!(map, expected);
-    }
-
-    #[test]
-    fn slots_reuse_freed_numbers_and_take_once() {
-        let mut slots = Slots::default();
-        let a = slots.put("a");
-        let b = slots.put("b");
-        assert_eq!(slots.take(a), Some("a"));
-        assert_eq!(slots.take(a), None);
-        assert_eq!(slots.put("c"), a);
-        assert_eq!(slots.take(b), Some("b"));
-        assert_eq!(slots.take(a), Some("c"));
     }
 
     #[test]
