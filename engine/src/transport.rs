@@ -719,6 +719,50 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_later_message_over_the_bus_overtakes_one_still_on_the_nic() {
+        // Two machines of two workers each, bus and NIC both 1 GB/s.
+        let cluster = crate::cluster::test_cluster_with(2, 2, Some(8.0));
+        let roles: Vec<RoleId> = (0..4).map(RoleId::Worker).collect();
+        let (net, mut rx) = Network::new(cluster, TimeBase::new(true), &roles, None);
+        let pump = tokio::spawn(net.clone().pump());
+        let far = net.send(w(2), w(0), one_mb());
+        let near = net.send(w(1), w(0), push(0));
+        assert!(near < far, "the bus message arrives first: {near} vs {far}");
+        let inbox = rx.get_mut(&w(0)).unwrap();
+        assert!(
+            inbox.try_recv().is_none(),
+            "nothing is delivered before it arrives"
+        );
+        let first = inbox.recv().await.unwrap();
+        assert_eq!(first.from, w(1));
+        assert!((net.now() - near).abs() < 1e-6, "{} vs {near}", net.now());
+        let second = inbox.recv().await.unwrap();
+        assert_eq!(second.from, w(2));
+        assert!((net.now() - far).abs() < 1e-6, "{} vs {far}", net.now());
+        net.close();
+        rx.clear();
+        pump.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn messages_to_a_role_that_is_gone_are_dropped() {
+        let (net, mut rx) = one_machine(true);
+        let pump = tokio::spawn(net.clone().pump());
+        net.send(w(0), w(1), one_mb());
+        drop(rx.remove(&w(1)));
+        net.send(w(0), w(1), one_mb());
+        // Traffic is still charged: the sender cannot know the receiver is gone.
+        assert_eq!(net.traffic()[&(w(0), w(1))].messages, 2);
+        net.send(w(0), w(2), one_mb());
+        let got = rx.get_mut(&w(2)).unwrap().recv().await.unwrap();
+        assert_eq!(got.from, w(0));
+        net.close();
+        rx.clear();
+        // The pump ends: nothing is left in flight for the role that is gone.
+        pump.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn bus_queues_restore_into_a_fresh_network() {
         let (net, _rx) = one_machine(true);
         net.send(w(0), w(1), one_mb());
