@@ -455,12 +455,6 @@ impl Network {
             }
         }
     }
-
-    /// `role`'s first delivered message, or `None` after leaving `waker` to be woken by the
-    /// next.
-    fn take_or_wait(&self, role: RoleId, waker: &std::task::Waker) -> Option<Envelope> {
-        self.lock().queue.take_or_wait(role, waker)
-    }
 }
 
 /// A role's mailbox: what has been delivered to it, in order of arrival (then of sending).
@@ -481,7 +475,7 @@ impl Inbox {
             InboxKind::Channel(rx) => rx.recv().await,
             InboxKind::Wire { net, role } => {
                 let (net, role) = (&**net, *role);
-                std::future::poll_fn(|cx| match net.take_or_wait(role, cx.waker()) {
+                std::future::poll_fn(|cx| match net.lock().queue.take_or_wait(role, cx.waker()) {
                     Some(env) => Poll::Ready(Some(env)),
                     None => Poll::Pending,
                 })

@@ -13,7 +13,7 @@
 //! lane. Either way messages are delivered in exactly (arrival, send order) across the run, and
 //! each receiver takes its own in that order.
 
-use super::tables::slot_of;
+use super::tables::ByRole;
 use crate::ids::RoleId;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -55,46 +55,30 @@ impl<T> Lane<T> {
 
 /// Every receiver's lane, and the order of their next arrivals.
 pub(super) struct Lanes<T> {
-    /// By dense role number; `None` for a number that is no role of the run.
-    lanes: Vec<Option<Lane<T>>>,
+    /// The lane of every role of the run.
+    lanes: ByRole<Lane<T>>,
     /// The next arrival of every lane with messages in flight (entries whose message has moved
     /// are dropped when they come up: see [`Lanes::settle`]).
-    heads: BinaryHeap<Reverse<(Due, usize)>>,
+    heads: BinaryHeap<Reverse<(Due, RoleId)>>,
     in_flight: usize,
 }
 
 impl<T> Lanes<T> {
     /// A lane for each of `roles`.
     pub(super) fn new(roles: &[RoleId]) -> Lanes<T> {
-        let mut lanes: Vec<Option<Lane<T>>> = Vec::new();
-        for &role in roles {
-            let slot = slot_of(role);
-            if lanes.len() <= slot {
-                lanes.resize_with(slot + 1, || None);
-            }
-            lanes[slot] = Some(Lane::default());
-        }
         Lanes {
-            lanes,
+            lanes: ByRole::new(roles.iter().map(|&role| (role, Lane::default()))),
             heads: BinaryHeap::new(),
             in_flight: 0,
         }
     }
 
-    fn lane_mut(&mut self, role: RoleId) -> Option<&mut Lane<T>> {
-        self.lanes.get_mut(slot_of(role))?.as_mut()
-    }
-
     /// Puts `item` in flight to `to`, due at `due` (unique: its send order is). A message to a
     /// role that is not in the run, or is gone, is dropped.
     pub(super) fn push(&mut self, to: RoleId, due: Due, item: T) {
-        let number = slot_of(to);
-        let Some(lane) = self.lanes.get_mut(number).and_then(Option::as_mut) else {
+        let Some(lane) = self.lanes.get_mut(to).filter(|lane| !lane.closed) else {
             return;
         };
-        if lane.closed {
-            return;
-        }
         let at = if lane.dues.back().is_none_or(|last| *last < due) {
             lane.dues.push_back(due);
             lane.items.push_back(item);
@@ -109,14 +93,14 @@ impl<T> Lanes<T> {
         };
         self.in_flight += 1;
         if at == lane.delivered {
-            self.heads.push(Reverse((due, number)));
+            self.heads.push(Reverse((due, to)));
         }
     }
 
     /// Hands `item` to `to` at once, as delivered: the sender found nothing in flight that it
     /// could overtake. Returns the receiver to wake.
     pub(super) fn hand_over(&mut self, to: RoleId, due: Due, item: T) -> Option<Waker> {
-        let lane = self.lane_mut(to).filter(|lane| !lane.closed)?;
+        let lane = self.lanes.get_mut(to).filter(|lane| !lane.closed)?;
         debug_assert_eq!(lane.delivered, lane.items.len(), "nothing in flight");
         lane.dues.push_back(due);
         lane.items.push_back(item);
@@ -127,8 +111,8 @@ impl<T> Lanes<T> {
     /// Drops heap entries whose message has moved (overtaken in its lane, or delivered), so the
     /// heap's top is the next arrival.
     fn settle(&mut self) {
-        while let Some(Reverse((due, number))) = self.heads.peek().copied() {
-            let current = self.lanes[number].as_ref().and_then(Lane::next_due);
+        while let Some(Reverse((due, role))) = self.heads.peek().copied() {
+            let current = self.lanes.get(role).and_then(Lane::next_due);
             if current == Some(due) {
                 return;
             }
@@ -145,8 +129,7 @@ impl<T> Lanes<T> {
     /// When the last message in flight is due.
     pub(super) fn last_due(&self) -> Option<Due> {
         self.lanes
-            .iter()
-            .flatten()
+            .values()
             .filter(|lane| lane.delivered < lane.dues.len())
             .filter_map(|lane| lane.dues.back().copied())
             .max()
@@ -162,23 +145,23 @@ impl<T> Lanes<T> {
     /// waits.
     pub(super) fn deliver_due(&mut self, now: Instant) -> Option<Option<Waker>> {
         self.settle();
-        let Reverse((due, number)) = *self.heads.peek()?;
+        let Reverse((due, role)) = *self.heads.peek()?;
         if due.0 > now {
             return None;
         }
         self.heads.pop();
         self.in_flight -= 1;
-        let lane = self.lanes[number].as_mut()?;
+        let lane = self.lanes.get_mut(role)?;
         lane.delivered += 1;
         if let Some(next) = lane.next_due() {
-            self.heads.push(Reverse((next, number)));
+            self.heads.push(Reverse((next, role)));
         }
         Some(lane.waiting.take())
     }
 
     /// Takes `role`'s first delivered message, if any.
     pub(super) fn take(&mut self, role: RoleId) -> Option<T> {
-        let lane = self.lane_mut(role)?;
+        let lane = self.lanes.get_mut(role)?;
         if lane.delivered == 0 {
             return None;
         }
@@ -191,7 +174,7 @@ impl<T> Lanes<T> {
     pub(super) fn take_or_wait(&mut self, role: RoleId, waker: &Waker) -> Option<T> {
         let item = self.take(role);
         if item.is_none() {
-            if let Some(lane) = self.lane_mut(role) {
+            if let Some(lane) = self.lanes.get_mut(role) {
                 match &mut lane.waiting {
                     Some(w) if w.will_wake(waker) => {}
                     slot => *slot = Some(waker.clone()),
@@ -204,7 +187,7 @@ impl<T> Lanes<T> {
     /// The receiver `role` is gone: drops its messages, delivered or in flight, and any that
     /// come for it later.
     pub(super) fn close(&mut self, role: RoleId) {
-        let Some(lane) = self.lane_mut(role) else {
+        let Some(lane) = self.lanes.get_mut(role) else {
             return;
         };
         let flying = lane.dues.len() - lane.delivered;

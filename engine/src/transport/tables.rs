@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 /// A dense number for every role: the coordinator, then servers and workers interleaved, so any
 /// role has one without knowing the job's counts and a table grows only as far as it is used.
-pub(super) fn slot_of(role: RoleId) -> usize {
+fn slot_of(role: RoleId) -> usize {
     match role {
         RoleId::Coordinator => 0,
         RoleId::Server(i) => 1 + 2 * i as usize,
@@ -56,6 +56,11 @@ impl<T> ByRole<T> {
     /// Whether no role has a value.
     pub(crate) fn is_empty(&self) -> bool {
         self.items.iter().all(Option::is_none)
+    }
+
+    /// Every value, in role-number order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
+        self.items.iter().flatten()
     }
 }
 
