@@ -232,14 +232,87 @@ fn bsp_and_allreduce_end_with_the_parameters_of_sim() {
         let (a, b) = (dir.path().join("sim"), dir.path().join("process"));
         sim(&cfg, &a);
         launch(4, &cfg, &b, &[]);
-        let (ma, mb) = (model(&a), model(&b));
-        assert!(!ma.is_empty());
-        assert_eq!(ma.keys().collect::<Vec<_>>(), mb.keys().collect::<Vec<_>>());
-        for (name, bits) in &ma {
-            assert!(
-                bits == &mb[name],
-                "{strategy}: tensor {name} differs from sim"
-            );
+        assert_same_model(&a, &b, strategy);
+    }
+}
+
+/// The model tensors of two run folders are the same bits.
+fn assert_same_model(a: &Path, b: &Path, what: &str) {
+    let (ma, mb) = (model(a), model(b));
+    assert!(!ma.is_empty());
+    assert_eq!(ma.keys().collect::<Vec<_>>(), mb.keys().collect::<Vec<_>>());
+    for (name, bits) in &ma {
+        assert!(bits == &mb[name], "{what}: tensor {name} differs from sim");
+    }
+}
+
+/// A process job cut by `checkpoint_every` plays each stretch with roles built afresh from the
+/// cut, which rank 0 sends the other processes: BSP and allreduce over 3 processes (two of them
+/// followers, which wait for each other between stretches) still end where `sim` ends, and the
+/// run keeps one row per iteration.
+#[test]
+fn a_process_job_cut_by_checkpoints_ends_with_the_parameters_of_sim() {
+    for strategy in ["bsp", "allreduce"] {
+        let dir = tempfile::tempdir().unwrap();
+        let top = format!("strategies = [\"{strategy}\"]");
+        let cfg = config(dir.path(), 3, 6, &top, "");
+        let (a, b) = (dir.path().join("sim"), dir.path().join("process"));
+        sim(&cfg, &a);
+        launch(3, &cfg, &b, &["--set", "checkpoint_every=5"]);
+        assert_same_model(&a, &b, strategy);
+        let rows = std::fs::read_to_string(b.join("metrics.jsonl")).unwrap();
+        assert_eq!(
+            rows.lines().count(),
+            12,
+            "{strategy}: one row per iteration"
+        );
+        // The later stretches' timelines continue in their own files.
+        let continued = std::fs::read_dir(b.join("trace")).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains(".from-5.")
+        });
+        assert!(
+            continued,
+            "{strategy}: no timeline of the stretch from clock 5"
+        );
+    }
+}
+
+/// A process job stopped at its checkpoint and resumed under processes (`--resume`, more
+/// iterations) ends where one `sim` run of all the iterations ends; SSP's cut (its workers wait
+/// for each other at the checkpoint clock) resumes under processes too.
+#[test]
+fn a_process_job_resumes_from_its_checkpoint() {
+    for strategy in ["bsp", "ssp"] {
+        let dir = tempfile::tempdir().unwrap();
+        let top = format!("strategies = [\"{strategy}\"]");
+        let cfg = config(dir.path(), 3, 6, &top, "");
+        let (a, b) = (dir.path().join("sim"), dir.path().join("process"));
+        sim(&cfg, &a);
+        launch(3, &cfg, &b, &["--set", "iterations=7"]);
+        let resumed = concord()
+            .args(["launch", "--nproc", "3", "train", "--quiet", "--resume"])
+            .arg(&b)
+            .args(["--set", "iterations=12"])
+            .output()
+            .expect("runs concord launch");
+        assert!(
+            resumed.status.success(),
+            "resume failed\n{}",
+            text(&resumed)
+        );
+        let s = summary(&b);
+        assert_eq!(s["runtime"], "process");
+        let rows = std::fs::read_to_string(b.join("metrics.jsonl")).unwrap();
+        assert_eq!(
+            rows.lines().count(),
+            12,
+            "{strategy}: one row per iteration"
+        );
+        if strategy == "bsp" {
+            assert_same_model(&a, &b, strategy);
         }
     }
 }

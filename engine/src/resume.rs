@@ -54,7 +54,7 @@ impl RoleState {
 }
 
 /// One role at a checkpoint.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RoleCheckpoint {
     /// Run time at which the role stopped: it restarts there.
     pub at_s: f64,
@@ -104,7 +104,7 @@ pub struct History {
 }
 
 /// A consistent cut of a run: where it stopped and everything needed to continue.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ResumePoint {
     /// Clocks completed: the resumed run starts at this clock.
     pub clock: u64,

@@ -11,46 +11,34 @@ use crate::time::TimeBase;
 use crate::transport::tables::{ByRole, LinkCounts};
 use crate::transport::{Departure, Envelope, LinkTraffic, Transport};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::mpsc;
 
 /// The mailboxes of the roles of this process.
 pub type Mailboxes = ByRole<mpsc::UnboundedSender<Envelope>>;
 
-/// The role-facing side of the mesh (see the module docs).
-pub struct MeshTransport {
-    cluster: Arc<Cluster>,
-    time: TimeBase,
-    wall_start: std::time::Instant,
-    rank: u32,
-    mailboxes: Arc<Mailboxes>,
-    peers: Arc<Peers>,
-    traffic: Mutex<LinkCounts>,
+/// Where messages for this process's roles go: the mailboxes of the stretch of clocks now
+/// running. A run cut by checkpoints builds its roles afresh for every stretch, and their
+/// mailboxes with them; the connections to the other processes, which deliver here, stay.
+pub struct Postbox(RwLock<Mailboxes>);
+
+impl Default for Postbox {
+    /// No mailboxes yet: the roles of the first stretch are not built.
+    fn default() -> Postbox {
+        Postbox(RwLock::new(Mailboxes::new([])))
+    }
 }
 
-impl MeshTransport {
-    /// The transport of rank `peers.rank()`, delivering locally through `mailboxes`.
-    pub fn new(
-        cluster: Arc<Cluster>,
-        time: TimeBase,
-        roles: &[RoleId],
-        mailboxes: Arc<Mailboxes>,
-        peers: Arc<Peers>,
-    ) -> MeshTransport {
-        MeshTransport {
-            cluster,
-            time,
-            wall_start: std::time::Instant::now(),
-            rank: peers.rank(),
-            mailboxes,
-            peers,
-            traffic: Mutex::new(LinkCounts::new(roles)),
-        }
+impl Postbox {
+    /// Delivers to `mailboxes` from now on.
+    pub fn replace(&self, mailboxes: Mailboxes) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = mailboxes;
     }
 
     /// Hands a message that arrived for a role of this process to its mailbox (a role that has
     /// already finished drops it, as in the one-process runtimes).
-    pub fn deliver(mailboxes: &Mailboxes, env: Envelope) {
+    pub fn deliver(&self, env: Envelope) {
+        let mailboxes = self.0.read().unwrap_or_else(|p| p.into_inner());
         match mailboxes.get(env.to) {
             Some(tx) => {
                 let _ = tx.send(env);
@@ -60,6 +48,38 @@ impl MeshTransport {
                 env.to.label(),
                 env.from.label()
             ),
+        }
+    }
+}
+
+/// The role-facing side of the mesh (see the module docs).
+pub struct MeshTransport {
+    cluster: Arc<Cluster>,
+    time: TimeBase,
+    wall_start: std::time::Instant,
+    rank: u32,
+    postbox: Arc<Postbox>,
+    peers: Arc<Peers>,
+    traffic: Mutex<LinkCounts>,
+}
+
+impl MeshTransport {
+    /// The transport of rank `peers.rank()`, delivering locally through `postbox`.
+    pub fn new(
+        cluster: Arc<Cluster>,
+        time: TimeBase,
+        roles: &[RoleId],
+        postbox: Arc<Postbox>,
+        peers: Arc<Peers>,
+    ) -> MeshTransport {
+        MeshTransport {
+            cluster,
+            time,
+            wall_start: std::time::Instant::now(),
+            rank: peers.rank(),
+            postbox,
+            peers,
+            traffic: Mutex::new(LinkCounts::new(roles)),
         }
     }
 
@@ -93,15 +113,12 @@ impl Transport for MeshTransport {
             .add(from, to, bytes);
         let machine = self.cluster.machine_of(to);
         if machine == self.rank {
-            MeshTransport::deliver(
-                &self.mailboxes,
-                Envelope {
-                    from,
-                    to,
-                    sent_at: now,
-                    msg,
-                },
-            );
+            self.postbox.deliver(Envelope {
+                from,
+                to,
+                sent_at: now,
+                msg,
+            });
         } else {
             let pad = Padding(msg.virtual_bytes());
             let frame = Frame::Deliver {

@@ -11,6 +11,7 @@ use crate::contract::{CoordinatorReport, ServerReport, WorkerReport};
 use crate::ids::RoleId;
 use crate::message::Message;
 use crate::metrics::{IterRecord, TraceEvent};
+use crate::resume::ResumePoint;
 use crate::transport::LinkTraffic;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -18,7 +19,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::codec::LengthDelimitedCodec;
 
 /// Version of the frame format; processes of different versions refuse each other.
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
 
 /// Why a frame or a handshake was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -229,6 +230,13 @@ pub enum Frame {
     WorkersDone,
     /// The sender's role outputs, to rank 0.
     Outputs(Box<ProcessOutputs>),
+    /// Rank 0 to every other rank before each stretch of clocks (the whole run, or the clocks up
+    /// to the next checkpoint): where the stretch starts. `None`: at clock 0; otherwise the cut
+    /// the stretch continues from, with the receiver's roles' checkpoints only.
+    Segment(Option<Box<ResumePoint>>),
+    /// Every role of the sender has returned at the end of a stretch: nothing it sent during that
+    /// stretch is still on the way behind this frame.
+    SegmentEnd,
     /// The sender's divergence guard stopped the run; its workers' records so far.
     Diverged {
         /// The stop reason as JSON (`summary.json`'s `stopped`).
@@ -257,6 +265,8 @@ impl Frame {
             Frame::Progress { .. } => "progress",
             Frame::WorkersDone => "workers-done",
             Frame::Outputs(_) => "outputs",
+            Frame::Segment(_) => "segment",
+            Frame::SegmentEnd => "segment-end",
             Frame::Diverged { .. } => "diverged",
             Frame::Abort { .. } => "abort",
             Frame::Bye => "bye",

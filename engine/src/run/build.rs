@@ -22,17 +22,23 @@ use std::sync::{Arc, RwLock};
 pub(super) struct Built {
     /// What every role was built from.
     pub job: Arc<Job>,
-    /// Worker `w` at index `w`.
-    pub workers: Vec<Box<dyn Worker>>,
-    /// Server `s` at index `s`: the configured servers, then the standby ones.
-    pub servers: Vec<Box<dyn Server>>,
+    /// The workers built, each with its index.
+    pub workers: Vec<(u32, Box<dyn Worker>)>,
+    /// The servers built, each with its index: the configured servers, then the standby ones.
+    pub servers: Vec<(u32, Box<dyn Server>)>,
     /// The coordinator.
     pub coordinator: Box<dyn Coordinator>,
 }
 
 /// Builds the roles of `job` with the parts in `asm`, for the clocks and checkpoint its segment
-/// names: each role restores its checkpoint, if any, as it is built.
-pub(super) fn roles(job: &Arc<Job>, asm: &Assembly) -> Result<Built> {
+/// names: each role restores its checkpoint, if any, as it is built. Only the workers and servers
+/// `placed_here` are built (a process builds the roles of its machine); the coordinator always
+/// is, since whether it directs batches shapes every worker.
+pub(super) fn roles(
+    job: &Arc<Job>,
+    asm: &Assembly,
+    placed_here: impl Fn(RoleId) -> bool,
+) -> Result<Built> {
     let job = job.clone();
     let config = &job.config;
     // The coordinator is built first: whether it directs batches shapes the workers.
@@ -41,16 +47,18 @@ pub(super) fn roles(job: &Arc<Job>, asm: &Assembly) -> Result<Built> {
         None => Box::new(StaticCoordinator::new(&job)?),
     };
     let _ = job.directed.set(coordinator.directs_batches());
-    let mut workers: Vec<Box<dyn Worker>> = Vec::new();
-    for w in 0..config.workers {
-        workers.push(match &asm.worker {
+    let mut workers: Vec<(u32, Box<dyn Worker>)> = Vec::new();
+    for w in (0..config.workers).filter(|&w| placed_here(RoleId::Worker(w))) {
+        let worker: Box<dyn Worker> = match &asm.worker {
             Some(f) => f(job.clone(), w)?,
             None => Box::new(DataParallelWorker::new(job.clone(), w)?),
-        });
+        };
+        workers.push((w, worker));
     }
-    let mut servers: Vec<Box<dyn Server>> = Vec::new();
-    for s in 0..total_servers(config, asm) {
-        servers.push(match &asm.server {
+    let mut servers: Vec<(u32, Box<dyn Server>)> = Vec::new();
+    let here = (0..total_servers(config, asm)).filter(|&s| placed_here(RoleId::Server(s)));
+    for s in here {
+        let server: Box<dyn Server> = match &asm.server {
             Some(f) => f(job.clone(), s)?,
             None => {
                 let mut server = ParamServer::new(
@@ -67,7 +75,8 @@ pub(super) fn roles(job: &Arc<Job>, asm: &Assembly) -> Result<Built> {
                 }
                 Box::new(server)
             }
-        });
+        };
+        servers.push((s, server));
     }
     Ok(Built {
         job,

@@ -187,8 +187,8 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
     let presence = Presence::new(&job.membership, job.cluster.machines.len());
     let gate_of = |role: RoleId| presence.gate(job.cluster.machine_of(role));
     let mut worker_set = JoinSet::new();
-    for (w, worker) in workers.into_iter().enumerate() {
-        let role = RoleId::Worker(w as u32);
+    for (w, worker) in workers {
+        let role = RoleId::Worker(w);
         let (job, gate) = (job.clone(), gate_of(role));
         let ctx = ctx_for(role)?;
         let start = start_of(role);
@@ -198,8 +198,8 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
         });
     }
     let mut server_set = JoinSet::new();
-    for (s, server) in servers.into_iter().enumerate() {
-        let role = RoleId::Server(s as u32);
+    for (s, server) in servers {
+        let role = RoleId::Server(s);
         server_set.spawn(run_server(
             server,
             ctx_for(role)?,

@@ -116,19 +116,15 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
     if let Some(point) = &from {
         fits(point, config)?;
     }
-    let mut traces: BTreeMap<RoleId, Vec<TraceEvent>> = BTreeMap::new();
-    let mut reads = Vec::new();
+    let mut stretches = Stretches::default();
     loop {
         let start = from.as_ref().map_or(0, |p| p.clock);
-        let end = match config.checkpoint_every {
-            Some(k) => ((start / k + 1) * k).min(config.iterations),
-            None => config.iterations,
-        };
+        let end = segment_end(config, start);
         job.set_segment(Segment {
             clocks: start..end,
             from: from.clone(),
         });
-        let built = build::roles(&job, asm)?;
+        let built = build::roles(&job, asm, |_| true)?;
         let launched = launch::launch(built, options.trace_dir.as_deref());
         if let Some(reason) = job.guard.stop_reason() {
             let resumed = options.resume.as_deref();
@@ -136,20 +132,11 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
             return Err(EngineError::Stopped(Box::new(stopped)));
         }
         let mut result = finish::finish(asm, &job, launched?, from.as_deref(), wall_start)?;
-        for (role, events) in std::mem::take(&mut result.traces) {
-            traces.entry(role).or_default().extend(events);
-        }
-        // Moved, not copied: at a thousand workers they are the largest thing a run returns.
-        if reads.is_empty() {
-            reads = std::mem::take(&mut result.reads);
-        } else {
-            reads.append(&mut result.reads);
-        }
         if end >= config.iterations {
-            result.traces = ordered(traces);
-            result.reads = reads;
+            stretches.complete(&mut result);
             return Ok(result);
         }
+        stretches.keep(&mut result);
         let point = result.resume.take().ok_or_else(|| {
             EngineError::Composition("a checkpoint was due but the run cannot cut one".into())
         })?;
@@ -157,6 +144,45 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
             write_checkpoint(dir, &result, &point)?;
         }
         from = Some(Arc::new(point));
+    }
+}
+
+/// What the stretches of a run cut by checkpoints gather before its last: each role's timeline
+/// and the reads (the rest of a stretch's result is carried by its checkpoint's history).
+#[derive(Default)]
+struct Stretches {
+    traces: BTreeMap<RoleId, Vec<TraceEvent>>,
+    reads: Vec<ReadRecord>,
+}
+
+impl Stretches {
+    /// Takes the timelines and reads of a stretch's `result`.
+    fn keep(&mut self, result: &mut RunResult) {
+        for (role, events) in std::mem::take(&mut result.traces) {
+            self.traces.entry(role).or_default().extend(events);
+        }
+        // Moved, not copied: at a thousand workers they are the largest thing a run returns.
+        if self.reads.is_empty() {
+            self.reads = std::mem::take(&mut result.reads);
+        } else {
+            self.reads.append(&mut result.reads);
+        }
+    }
+
+    /// Completes the last stretch's `result` with what the earlier ones gathered.
+    fn complete(mut self, result: &mut RunResult) {
+        self.keep(result);
+        result.traces = ordered(self.traces);
+        result.reads = self.reads;
+    }
+}
+
+/// Where the stretch of clocks that starts at `start` ends: at the next checkpoint, or at the end
+/// of the run.
+fn segment_end(config: &RunConfig, start: u64) -> u64 {
+    match config.checkpoint_every {
+        Some(k) => ((start / k + 1) * k).min(config.iterations),
+        None => config.iterations,
     }
 }
 

@@ -198,14 +198,19 @@ impl Peers {
         }
     }
 
-    /// Queues `frame` for every peer.
+    /// Queues `frame` for every peer; a frame that cannot be encoded, or is over the frame
+    /// limit, fails this process (the peers would wait for it) instead.
     pub fn broadcast(&self, frame: &Frame) {
-        let Ok(bytes) = wire::encode_framed(self.tag, frame) else {
-            return;
+        let bytes = match wire::encode_framed(self.tag, frame) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                let _ = self.events.send(Event::Failed { why: e.to_string() });
+                return;
+            }
         };
-        let queues = self.queues.read().unwrap_or_else(|p| p.into_inner());
-        for q in queues.iter().flatten() {
-            let _ = q.send(bytes.clone());
+        let peers = self.queues.read().unwrap_or_else(|p| p.into_inner()).len() as u32;
+        for rank in (0..peers).filter(|&r| r != self.rank) {
+            self.send_encoded(rank, bytes.clone());
         }
     }
 

@@ -7,6 +7,13 @@
 //! a process has heard it from all, no worker message for its roles is still on the way, so its
 //! servers and coordinator get their shutdown behind every message they were sent. Each follower
 //! then sends rank 0 its outputs (`Outputs`) and waits for rank 0's `Bye`.
+//!
+//! A run cut by checkpoints (`checkpoint_every`, or resumed with `--resume`) plays each stretch of
+//! clocks between cuts that way, with roles built afresh from the cut, as `sim` and `wall` do. Rank
+//! 0 holds the cuts: it sends each process where the next stretch starts (`Segment`, with every
+//! role's checkpoint), gathers the stretch's outputs and writes its checkpoint. A
+//! follower starts the next stretch only once every other follower has said its roles are done
+//! (`SegmentEnd`), so no message of one stretch reaches the roles of the next.
 
 mod outputs;
 mod ranks;
@@ -20,17 +27,18 @@ use crate::config::{RunConfig, RuntimeKind};
 use crate::contract::Assembly;
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
-use crate::job::{ProgressFn, Segment};
+use crate::job::{Job, ProgressFn, Segment};
 use crate::message::Message;
 use crate::process::mesh::{Mesh, Peers};
-use crate::process::net::{Mailboxes, MeshTransport};
+use crate::process::net::{Mailboxes, MeshTransport, Postbox};
 use crate::process::wire::{Frame, JobIdentity, ProcessOutputs};
 use crate::process::World;
+use crate::resume::ResumePoint;
 use crate::time::TimeBase;
 use crate::transport::Envelope;
 use outputs::{gather, remote};
 use ranks::{join_listening, Ranks};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -79,8 +87,8 @@ pub fn run_process(
     outcome
 }
 
-/// The checks before any connection: a world that matches the cluster, and what this runtime
-/// does not do yet. Returns the cluster.
+/// The checks before any connection: a world that matches the cluster, and strategies that can
+/// be cut by checkpoints where the run is. Returns the cluster.
 fn check(
     config: &RunConfig,
     asm: &Assembly,
@@ -96,12 +104,7 @@ fn check(
     }
     config.process.validate()?;
     if config.checkpoint_every.is_some() || options.resume.is_some() {
-        return Err(EngineError::config(
-            "checkpoint_every",
-            config.checkpoint_every.unwrap_or(0),
-            "mid-run checkpoints and --resume are not supported by the process runtime yet (a \
-             checkpoint is still written at the end); use `sim` or `wall` to cut and resume",
-        ));
+        asm.resumable()?;
     }
     let cluster = Cluster::resolve(
         &config.cluster,
@@ -135,54 +138,25 @@ async fn rank_main(
     wall_start: std::time::Instant,
 ) -> Result<RankOutcome> {
     let rank = world.rank;
-    let servers = build::total_servers(config, asm);
-    let roles = launch::all_roles(config.workers, servers);
-    let local: Vec<RoleId> = roles
-        .iter()
-        .copied()
-        .filter(|&r| cluster.machine_of(r) == rank)
-        .collect();
-    let mut receivers = BTreeMap::new();
-    let mut senders = Vec::new();
-    for &r in &local {
-        let (tx, rx) = mpsc::unbounded_channel::<Envelope>();
-        senders.push((r, tx));
-        receivers.insert(r, rx);
-    }
-    let mailboxes = Arc::new(Mailboxes::new(senders));
-
+    let postbox = Arc::new(Postbox::default());
     let mesh = Mesh::connect(world, identity, config.process.limits()).await?;
-    let boxes = mailboxes.clone();
+    let boxes = postbox.clone();
     let local_progress = Arc::new(AtomicU64::new(0));
     let (peers, events) = mesh.start(
-        Arc::new(move |env| MeshTransport::deliver(&boxes, env)),
+        Arc::new(move |env| boxes.deliver(env)),
         local_progress.clone(),
     );
     let peers = Arc::new(peers);
-    let mut ranks = Ranks {
-        peers: peers.clone(),
-        events,
-        cluster: Arc::new(cluster),
-        progress: options.progress.clone(),
-        ready: BTreeSet::new(),
-        done: BTreeSet::new(),
-        outputs: BTreeMap::new(),
-        byes: BTreeSet::new(),
-        diverged: BTreeSet::new(),
-        world: world.size,
-    };
-    match rank_body(
+    let mut ranks = Ranks::new(peers.clone(), events, Arc::new(cluster), world.size);
+    ranks.progress = options.progress.clone();
+    let stage = Stage {
         config,
         asm,
-        &options,
-        &mut ranks,
-        receivers,
-        mailboxes,
-        local_progress,
+        options: &options,
+        postbox,
         wall_start,
-    )
-    .await
-    {
+    };
+    match rank_body(&stage, &mut ranks, local_progress).await {
         Ok(outcome) => {
             peers.close().await;
             Ok(outcome)
@@ -199,6 +173,16 @@ async fn rank_main(
             Err(e)
         }
     }
+}
+
+/// What every stretch of a rank's run is played on: the job's description, how to run it, where
+/// messages for this process's roles go, and when the run began.
+struct Stage<'a> {
+    config: &'a RunConfig,
+    asm: &'a Assembly,
+    options: &'a RunOptions,
+    postbox: Arc<Postbox>,
+    wall_start: std::time::Instant,
 }
 
 /// The progress observer of this rank: rank 0 reports to `options.progress`; the others send
@@ -218,49 +202,160 @@ fn progress_of(options: &RunOptions, peers: Arc<Peers>, local: Arc<AtomicU64>) -
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// This rank's run: the clocks up to each checkpoint (`checkpoint_every`) are one stretch, played
+/// by roles built afresh from the cut before it, as `sim` and `wall` do. Rank 0 holds the cuts:
+/// before each stretch it sends every other rank where it starts (the roles' checkpoints); after
+/// it, rank 0 gathers every rank's outputs, finishes the stretch and writes its checkpoint.
 async fn rank_body(
-    config: &RunConfig,
-    asm: &Assembly,
-    options: &RunOptions,
+    stage: &Stage<'_>,
     ranks: &mut Ranks,
-    mut receivers: BTreeMap<RoleId, mpsc::UnboundedReceiver<Envelope>>,
-    mailboxes: Arc<Mailboxes>,
     local_progress: Arc<AtomicU64>,
-    wall_start: std::time::Instant,
 ) -> Result<RankOutcome> {
+    let Stage {
+        config,
+        asm,
+        options,
+        ..
+    } = *stage;
     let rank = ranks.peers.rank();
     let progress = progress_of(options, ranks.peers.clone(), local_progress);
     let job = Arc::new(build::job(config, asm, Some(progress))?);
-    job.set_segment(Segment {
-        clocks: 0..config.iterations,
-        from: None,
-    });
+    let mut from = if rank == 0 {
+        options.resume.clone()
+    } else {
+        None
+    };
+    if let Some(point) = &from {
+        super::fits(point, config)?;
+    }
+    let mut stretches = super::Stretches::default();
+    let mut first = true;
+    loop {
+        if rank == 0 {
+            let start = from.as_deref().map(|p| Box::new(without_history(p)));
+            ranks.peers.broadcast(&Frame::Segment(start));
+        } else {
+            from = ranks.next_segment(&job, first).await?;
+        }
+        first = false;
+        let start = from.as_ref().map_or(0, |p| p.clock);
+        let end = super::segment_end(config, start);
+        job.set_segment(Segment {
+            clocks: start..end,
+            from: from.clone(),
+        });
+        let mine = run_segment(stage, &job, ranks).await?;
+        // Every Ready and WorkersDone of this stretch is in; the next stretch's may come once
+        // rank 0 has everyone's outputs.
+        ranks.ready.clear();
+        ranks.done.clear();
+        let last = end >= config.iterations;
+        if rank != 0 {
+            ranks.peers.send(0, &Frame::Outputs(Box::new(mine)));
+            if last {
+                ranks.wait(&job, |r| r.byes.contains(&0)).await?;
+                return Ok(RankOutcome::Follower);
+            }
+            // The other followers start the next stretch once nothing of this one is on the way.
+            for r in (1..ranks.world).filter(|&r| r != rank) {
+                ranks.peers.send(r, &Frame::SegmentEnd);
+            }
+            continue;
+        }
+        ranks
+            .wait(&job, |r| r.outputs.len() + 1 >= r.world as usize)
+            .await?;
+        let mut all = vec![mine];
+        all.extend(std::mem::take(&mut ranks.outputs).into_values());
+        let launched = gather(all)?;
+        if last {
+            // The followers may go: everything they hold is here.
+            ranks.peers.close().await;
+        }
+        let mut result = finish::finish(asm, &job, launched, from.as_deref(), stage.wall_start)?;
+        if last {
+            stretches.complete(&mut result);
+            return Ok(RankOutcome::Leader(Box::new(result)));
+        }
+        stretches.keep(&mut result);
+        let point = result.resume.take().ok_or_else(|| {
+            EngineError::Composition("a checkpoint was due but the run cannot cut one".into())
+        })?;
+        if let Some(dir) = &options.checkpoint_dir {
+            super::write_checkpoint(dir, &result, &point)?;
+        }
+        from = Some(Arc::new(point));
+    }
+}
+
+/// What the other processes need of cut `point`: every role's checkpoint (a role may restore from
+/// another's: allreduce's replicas all restore worker 0's), without the run's history, which stays
+/// with rank 0 and is the larger part of a long run's cut.
+fn without_history(point: &ResumePoint) -> ResumePoint {
+    ResumePoint {
+        clock: point.clock,
+        roles: point.roles.clone(),
+        history: Default::default(),
+    }
+}
+
+/// One stretch of this rank: build the roles placed on this machine, start them with every other
+/// process's, run them to the stretch's end, end them in step with the others; their outputs.
+async fn run_segment(
+    stage: &Stage<'_>,
+    job: &Arc<Job>,
+    ranks: &mut Ranks,
+) -> Result<ProcessOutputs> {
+    let Stage {
+        config,
+        asm,
+        ref postbox,
+        wall_start,
+        ..
+    } = *stage;
+    let rank = ranks.peers.rank();
     let Built {
         job,
         workers,
         servers,
         coordinator,
-    } = build::roles(&job, asm)?;
-    let total_servers = servers.len() as u32;
+    } = build::roles(job, asm, |role| job.cluster.machine_of(role) == rank)?;
+    let total_servers = build::total_servers(config, asm);
+    let roles = launch::all_roles(config.workers, total_servers);
+    let here = |role: RoleId| job.cluster.machine_of(role) == rank;
+    let mut receivers = BTreeMap::new();
+    let mut senders = Vec::new();
+    for role in roles.iter().copied().filter(|&r| here(r)) {
+        let (tx, rx) = mpsc::unbounded_channel::<Envelope>();
+        senders.push((role, tx));
+        receivers.insert(role, rx);
+    }
+    postbox.replace(Mailboxes::new(senders));
     // Every process starts its roles (and its clock) once all have built theirs.
     ranks.peers.broadcast(&Frame::Ready);
     ranks
         .wait(&job, |r| r.ready.len() + 1 >= r.world as usize)
         .await?;
-    let time = TimeBase::starting_at(false, 0.0);
-    let roles = launch::all_roles(config.workers, total_servers);
+    let from = job.segment_start();
+    let origin = from.as_ref().map_or(0.0, |p| p.earliest_s());
+    // Each role restarts at the run time it stopped at.
+    let start_of = |role: RoleId| {
+        from.as_ref()
+            .and_then(|p| p.roles.get(&role))
+            .map(|c| c.at_s)
+    };
+    let time = TimeBase::starting_at(false, origin);
     let net = Arc::new(MeshTransport::new(
         job.cluster.clone(),
         time,
         &roles,
-        mailboxes.clone(),
+        postbox.clone(),
         ranks.peers.clone(),
     ));
     // Rank 0 streams its roles' timelines to the run folder; the others send theirs along with
     // their outputs.
     let trace_dir = if rank == 0 {
-        options.trace_dir.as_deref()
+        stage.options.trace_dir.as_deref()
     } else {
         None
     };
@@ -271,43 +366,45 @@ async fn rank_body(
             .ok_or_else(|| EngineError::protocol(role, "no mailbox"))?;
         launch::context_for(&job, role, net.clone(), rx, &traces)
     };
-    let here = |role: RoleId| job.cluster.machine_of(role) == rank;
     // Every process replays the membership trace for its own roles; the coordinator's process
     // also tells the coordinator.
     let presence = launch::Presence::new(&job.membership, job.cluster.machines.len());
     let gate_of = |role: RoleId| presence.gate(job.cluster.machine_of(role));
     let mut worker_set = JoinSet::new();
-    for (w, worker) in workers.into_iter().enumerate() {
-        let role = RoleId::Worker(w as u32);
-        if here(role) {
-            let gate = gate_of(role);
-            worker_set.spawn(launch::run_worker(worker, ctx_for(role)?, None, gate));
-        }
+    for (w, worker) in workers {
+        let role = RoleId::Worker(w);
+        let ctx = ctx_for(role)?;
+        worker_set.spawn(launch::run_worker(
+            worker,
+            ctx,
+            start_of(role),
+            gate_of(role),
+        ));
     }
     let mut server_set = JoinSet::new();
-    for (s, server) in servers.into_iter().enumerate() {
-        let role = RoleId::Server(s as u32);
-        if here(role) {
-            let gate = gate_of(role);
-            server_set.spawn(launch::run_server(server, ctx_for(role)?, None, gate));
-        }
+    for (s, server) in servers {
+        let role = RoleId::Server(s);
+        let ctx = ctx_for(role)?;
+        server_set.spawn(launch::run_server(
+            server,
+            ctx,
+            start_of(role),
+            gate_of(role),
+        ));
     }
     let driver = presence.is_dynamic().then(|| {
-        let (mailboxes, coordinator_here) = (mailboxes.clone(), here(RoleId::Coordinator));
+        let (postbox, coordinator_here) = (postbox.clone(), here(RoleId::Coordinator));
         tokio::spawn(launch::members::drive(
             job.membership.clone(),
             presence.clone(),
             move |msg| {
                 if coordinator_here {
-                    MeshTransport::deliver(
-                        &mailboxes,
-                        Envelope {
-                            from: RoleId::Coordinator,
-                            to: RoleId::Coordinator,
-                            sent_at: time.now(),
-                            msg,
-                        },
-                    );
+                    postbox.deliver(Envelope {
+                        from: RoleId::Coordinator,
+                        to: RoleId::Coordinator,
+                        sent_at: time.now(),
+                        msg,
+                    });
                 }
             },
             time,
@@ -322,8 +419,10 @@ async fn rank_body(
             .count()
     };
     let coord = here(RoleId::Coordinator).then(|| {
-        ctx_for(RoleId::Coordinator)
-            .map(|ctx| tokio::spawn(launch::run_coordinator(coordinator, ctx, None)))
+        ctx_for(RoleId::Coordinator).map(|ctx| {
+            let start = start_of(RoleId::Coordinator);
+            tokio::spawn(launch::run_coordinator(coordinator, ctx, start))
+        })
     });
     let coord = coord.transpose()?;
     let limit = config.time_limit_s;
@@ -351,15 +450,12 @@ async fn rank_body(
         // 3. Shut this process's servers and coordinator down behind everything they were sent.
         for role in roles.iter().copied().filter(|&r| here(r)) {
             if !matches!(role, RoleId::Worker(_)) {
-                MeshTransport::deliver(
-                    &mailboxes,
-                    Envelope {
-                        from: RoleId::Coordinator,
-                        to: role,
-                        sent_at: time.now(),
-                        msg: Message::Shutdown,
-                    },
-                );
+                postbox.deliver(Envelope {
+                    from: RoleId::Coordinator,
+                    to: role,
+                    sent_at: time.now(),
+                    msg: Message::Shutdown,
+                });
             }
         }
         let s_out = join_listening(&mut server_set, ranks, &job, rank, |_, _| {}).await?;
@@ -396,25 +492,10 @@ async fn rank_body(
             reason: format!("the coordinator failed: {e}"),
         });
     }
-    let mine = ProcessOutputs {
+    Ok(ProcessOutputs {
         workers: w_out.into_iter().filter_map(remote).collect(),
         servers: s_out.into_iter().filter_map(remote).collect(),
         coordinator: c_out.and_then(remote),
         traffic: net.traffic().into_iter().collect(),
-    };
-    if rank != 0 {
-        ranks.peers.send(0, &Frame::Outputs(Box::new(mine)));
-        ranks.wait(&job, |r| r.byes.contains(&0)).await?;
-        return Ok(RankOutcome::Follower);
-    }
-    ranks
-        .wait(&job, |r| r.outputs.len() + 1 >= r.world as usize)
-        .await?;
-    let mut all = vec![mine];
-    all.extend(std::mem::take(&mut ranks.outputs).into_values());
-    let launched = gather(all)?;
-    // The followers may go: everything they hold is here.
-    ranks.peers.close().await;
-    let result = finish::finish(asm, &job, launched, None, wall_start)?;
-    Ok(RankOutcome::Leader(Box::new(result)))
+    })
 }

@@ -11,6 +11,7 @@ use crate::ids::RoleId;
 use crate::job::{Job, ProgressFn};
 use crate::process::mesh::{Event, Peers};
 use crate::process::wire::{Frame, ProcessOutputs};
+use crate::resume::ResumePoint;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -32,6 +33,10 @@ pub(super) struct Ranks {
     pub(super) byes: BTreeSet<u32>,
     /// Ranks that sent their records after a divergence stop.
     pub(super) diverged: BTreeSet<u32>,
+    /// Where the next stretch starts, once rank 0 has said (followers): `Some(None)` at clock 0.
+    pub(super) segment: Option<Option<Box<ResumePoint>>>,
+    /// Followers whose roles are done with the stretch before the next (followers).
+    pub(super) ended: BTreeSet<u32>,
     pub(super) world: u32,
 }
 
@@ -70,6 +75,45 @@ pub(super) async fn join_listening<T: Send + 'static>(
 }
 
 impl Ranks {
+    /// What rank `peers.rank()` knows before any other rank has said anything.
+    pub(super) fn new(
+        peers: Arc<Peers>,
+        events: mpsc::UnboundedReceiver<Event>,
+        cluster: Arc<Cluster>,
+        world: u32,
+    ) -> Ranks {
+        Ranks {
+            peers,
+            events,
+            cluster,
+            progress: None,
+            ready: BTreeSet::new(),
+            done: BTreeSet::new(),
+            outputs: BTreeMap::new(),
+            byes: BTreeSet::new(),
+            diverged: BTreeSet::new(),
+            segment: None,
+            ended: BTreeSet::new(),
+            world,
+        }
+    }
+
+    /// Where this follower's next stretch starts (`None`: at clock 0), once rank 0 has said and,
+    /// after the `first`, every other follower's roles are done with the stretch before.
+    pub(super) async fn next_segment(
+        &mut self,
+        job: &Job,
+        first: bool,
+    ) -> Result<Option<Arc<ResumePoint>>> {
+        let others = (self.world as usize).saturating_sub(2);
+        self.wait(job, |r| {
+            r.segment.is_some() && (first || r.ended.len() >= others)
+        })
+        .await?;
+        self.ended.clear();
+        Ok(self.segment.take().flatten().map(|p| Arc::new(*p)))
+    }
+
     /// Takes in the other ranks' events until `done` holds.
     pub(super) async fn wait(&mut self, job: &Job, done: impl Fn(&Ranks) -> bool) -> Result<()> {
         while !done(self) {
@@ -116,6 +160,14 @@ impl Ranks {
                     if let Some(p) = &self.progress {
                         p(worker, clocks);
                     }
+                    Ok(())
+                }
+                Frame::Segment(point) => {
+                    self.segment = Some(point);
+                    Ok(())
+                }
+                Frame::SegmentEnd => {
+                    self.ended.insert(r);
                     Ok(())
                 }
                 Frame::Bye => {
@@ -183,7 +235,9 @@ impl Ranks {
                 Err(_) => break,
             }
         }
-        let stopped = finish::stopped(asm, job, reason, None, wall_start);
+        // Rank 0's cut holds the run's history before this stretch.
+        let from = job.segment_start();
+        let stopped = finish::stopped(asm, job, reason, from.as_deref(), wall_start);
         EngineError::Stopped(Box::new(stopped))
     }
 }
