@@ -1,6 +1,6 @@
 //! `cargo xtask bench --suite fidelity`: how well `sim` predicts `--runtime process` on this
 //! machine. `concord calibrate --host` measures the machine (training steps of the suite's models,
-//! a server's update, loopback TCP, the role-to-role latency of the process runtime's transport)
+//! a server's update, the role-to-role latency and bandwidth of the process runtime's transport)
 //! into a device profile; then each job runs as two processes (`concord launch`) and in `sim` on
 //! that profile, and the suite prints the steady-state time per iteration of both and the error
 //! of the prediction, against the goal of 15 % for BSP, SSP and allreduce

@@ -1,7 +1,9 @@
-//! The latency one role sees to a role of another process on this machine, through the process
-//! runtime's own transport: two ranks of a mesh (each on a runtime of its own, as two processes
-//! would be) bounce a small message; half the median round trip is what `sim` should charge as
-//! the link's latency to predict `--runtime process` here.
+//! The latency and bandwidth one role sees to a role of another process on this machine, through
+//! the process runtime's own transport: two ranks of a mesh (each on a runtime of its own, as two
+//! processes would be) bounce a message; half the median round trip of a small one is what `sim`
+//! should charge as the link's latency, and the time a large one adds is what the transport's
+//! bytes cost (encoding, the socket and decoding, not the socket alone) to predict
+//! `--runtime process` here.
 
 use super::mesh::{Limits, Mesh};
 use super::wire::{Frame, JobIdentity, Padding};
@@ -9,6 +11,7 @@ use super::{Launcher, World};
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
 use crate::message::Message;
+use crate::payload::Payload;
 use crate::transport::Envelope;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -25,9 +28,23 @@ const ATTEMPTS: usize = 3;
 /// Half the median round trip, in seconds, of `round_trips` small messages between two ranks of
 /// a mesh on loopback.
 pub fn role_latency(round_trips: usize) -> Result<f64> {
+    probe(round_trips, 0)
+}
+
+/// Bits per second one role moves to a role of another process through the transport: a message
+/// carrying `bytes` of tensor values each way, its median round trip less the small message's
+/// (`latency_s`, one way), `round_trips` times.
+pub fn role_bandwidth(bytes: u64, round_trips: usize, latency_s: f64) -> Result<f64> {
+    let one_way = probe(round_trips, bytes)?;
+    let per_transfer = (one_way - latency_s).max(f64::MIN_POSITIVE);
+    Ok(bytes as f64 * 8.0 / per_transfer)
+}
+
+/// Half the median round trip, in seconds, of `round_trips` messages of `bytes` of tensor values.
+fn probe(round_trips: usize, bytes: u64) -> Result<f64> {
     let mut last = None;
     for _ in 0..ATTEMPTS {
-        match probe_once(round_trips) {
+        match probe_once(round_trips, bytes) {
             Ok(latency) => return Ok(latency),
             Err(e) => last = Some(e),
         }
@@ -38,8 +55,8 @@ pub fn role_latency(round_trips: usize) -> Result<f64> {
     }))
 }
 
-/// One attempt of [`role_latency`] on a port free now.
-fn probe_once(round_trips: usize) -> Result<f64> {
+/// One attempt of [`probe`] on a port free now.
+fn probe_once(round_trips: usize, bytes: u64) -> Result<f64> {
     let port = std::net::TcpListener::bind(("127.0.0.1", 0))
         .and_then(|l| l.local_addr())
         .map_err(|e| EngineError::Process {
@@ -55,11 +72,13 @@ fn probe_once(round_trips: usize) -> Result<f64> {
         job_id: "latency-probe".into(),
         launcher: Launcher::Torchrun,
     };
-    let echo = std::thread::spawn(move || bounce(world(1), None));
-    let timed = bounce(world(0), Some(WARM_UP + round_trips));
+    // Large messages need fewer warm-up trips: their first few fill the buffers as well.
+    let warm_up = if bytes == 0 { WARM_UP } else { WARM_UP / 20 };
+    let echo = std::thread::spawn(move || bounce(world(1), None, bytes));
+    let timed = bounce(world(0), Some(warm_up + round_trips), bytes);
     let _ = echo.join();
     let mut trips = timed?;
-    trips.drain(..WARM_UP.min(trips.len()));
+    trips.drain(..warm_up.min(trips.len()));
     trips.sort_by(f64::total_cmp);
     let median = trips
         .get(trips.len() / 2)
@@ -71,9 +90,10 @@ fn probe_once(round_trips: usize) -> Result<f64> {
     Ok(median / 2.0)
 }
 
-/// One side of the probe: rank 0 sends `trips` messages one after another and times each round
-/// trip; rank 1 sends every message back until rank 0 says bye.
-fn bounce(world: World, trips: Option<usize>) -> Result<Vec<f64>> {
+/// One side of the probe: rank 0 sends `trips` messages (a pull when `bytes` is 0, else a
+/// collective hop carrying `bytes` of values) one after another and times each round trip; rank 1
+/// sends every message back until rank 0 says bye.
+fn bounce(world: World, trips: Option<usize>, bytes: u64) -> Result<Vec<f64>> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -86,7 +106,7 @@ fn bounce(world: World, trips: Option<usize>) -> Result<Vec<f64>> {
             connect_timeout: Duration::from_secs(30),
             peer_timeout: Duration::from_secs(30),
             heartbeat: Duration::from_secs(1),
-            max_frame: 1 << 20,
+            max_frame: (bytes as usize).saturating_mul(2).max(1 << 20),
         };
         let identity = JobIdentity::new(&world.job_id, "", "");
         let mesh = Mesh::connect(&world, identity, limits).await?;
@@ -99,13 +119,23 @@ fn bounce(world: World, trips: Option<usize>) -> Result<Vec<f64>> {
         );
         let me = RoleId::Worker(world.rank);
         let other = RoleId::Worker(1 - world.rank);
-        let ping = |clock| Frame::Deliver {
+        let values = Arc::new(vec![0.5f32; (bytes / 4) as usize]);
+        let ping = |clock: u64| Frame::Deliver {
             from: me,
             to: other,
             sent_at: 0.0,
-            msg: Message::Pull {
-                clock,
-                min_version: None,
+            msg: if bytes == 0 {
+                Message::Pull {
+                    clock,
+                    min_version: None,
+                }
+            } else {
+                Message::Collective {
+                    op: clock,
+                    part: 0,
+                    step: 0,
+                    data: Payload::Real(values.as_ref().clone()),
+                }
             },
             pad: Padding(0),
         };
@@ -113,8 +143,9 @@ fn bounce(world: World, trips: Option<usize>) -> Result<Vec<f64>> {
         match trips {
             Some(n) => {
                 for i in 0..n {
+                    let frame = ping(i as u64);
                     let t = Instant::now();
-                    peers.send(1, &ping(i as u64));
+                    peers.send(1, &frame);
                     if rx.recv().await.is_none() {
                         break;
                     }
@@ -124,7 +155,16 @@ fn bounce(world: World, trips: Option<usize>) -> Result<Vec<f64>> {
             None => loop {
                 tokio::select! {
                     got = rx.recv() => match got {
-                        Some(env) => { peers.send(0, &ping(match env.msg { Message::Pull { clock, .. } => clock, _ => 0 })); }
+                        Some(env) => {
+                            // The same message back, as received (no copy of its values).
+                            peers.send(0, &Frame::Deliver {
+                                from: me,
+                                to: other,
+                                sent_at: 0.0,
+                                msg: env.msg,
+                                pad: Padding(0),
+                            });
+                        }
                         None => break,
                     },
                     event = events.recv() => match event {
@@ -137,4 +177,19 @@ fn bounce(world: World, trips: Option<usize>) -> Result<Vec<f64>> {
         peers.close().await;
         Ok(times)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_large_message_costs_more_than_a_small_one_and_gives_a_finite_bandwidth() {
+        let latency = role_latency(50).unwrap();
+        let one_way = probe(10, 4 << 20).unwrap();
+        assert!(one_way > latency, "{one_way} s vs {latency} s");
+        let gbps = role_bandwidth(4 << 20, 10, latency).unwrap() / 1e9;
+        // Bounded by memory copies: no loopback transport moves a terabit per second.
+        assert!(gbps.is_finite() && gbps > 0.0 && gbps < 1000.0, "{gbps}");
+    }
 }

@@ -99,6 +99,16 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         "# role to role through the process runtime's transport: {role_us:.1} us (half the median of {trips} round trips); the profile's latency_us"
     );
     loopback.latency_us = role_us;
+    // The bytes a role moves cost more than the socket's: the frame is encoded, written, read and
+    // decoded by the runtime's tasks. Timed with messages of the largest model's size.
+    let bytes = (update.elems as u64 * 4).max(1 << 20);
+    let role_gbps =
+        concord_engine::process::probe::role_bandwidth(bytes, trips.min(40), role_us * 1e-6)? / 1e9;
+    println!(
+        "# role to role through the process runtime's transport: {role_gbps:.2} Gbit/s with messages of {:.1} MiB (the time they add to a round trip); the profile's nic_gbps",
+        bytes as f64 / (1 << 20) as f64
+    );
+    loopback.gbps = role_gbps;
     let memory_gib = match host::machine_memory_gib() {
         Some(m) => m,
         None => {

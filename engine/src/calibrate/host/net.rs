@@ -20,8 +20,11 @@ const PING_WARMUP: usize = 100;
 pub struct Loopback {
     /// Bytes streamed.
     pub stream_bytes: u64,
-    /// Bandwidth of the stream, Gbit/s.
+    /// Bandwidth a role sees, Gbit/s: the stream's, until a measurement through the process
+    /// runtime's transport replaces it.
     pub gbps: f64,
+    /// Bandwidth of the stream on a bare socket, Gbit/s.
+    pub socket_gbps: f64,
     /// Round trips timed.
     pub round_trips: usize,
     /// Half the median round trip of a [`PING_BYTES`] message, µs.
@@ -54,6 +57,7 @@ pub fn loopback(stream_bytes: u64, round_trips: usize) -> Result<Loopback, HostE
     Ok(Loopback {
         stream_bytes,
         gbps: stream_bytes as f64 * 8.0 / seconds / 1e9,
+        socket_gbps: stream_bytes as f64 * 8.0 / seconds / 1e9,
         round_trips: trips.len(),
         latency_us: median(&mut trips) / 2.0 * 1e6,
     })

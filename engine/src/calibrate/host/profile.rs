@@ -95,9 +95,10 @@ impl HostProfile {
         );
         s += &format!("memory_gib = {:?}\n", round_sig(d.memory_gib, 4));
         s += &format!(
-            "nic_gbps = {:?}  # loopback TCP, {} MiB stream\n",
+            "nic_gbps = {:?}  # role to role through the process runtime's loopback TCP (a {} MiB stream on a bare socket: {:?})\n",
             round_sig(d.nic_gbps, 4),
-            self.loopback.stream_bytes >> 20
+            self.loopback.stream_bytes >> 20,
+            round_sig(self.loopback.socket_gbps, 4)
         );
         s += &format!(
             "latency_us = {:?}  # role to role through the process runtime's loopback TCP, half the median round trip\n",
