@@ -8,7 +8,7 @@
 //! step(b) = max(gpu(b), cpu)
 //! gpu(b)  = Σ_layers 3·(b + h)·(F_conv/R_conv + F_1x1/R_1x1 + F_fc/R_fc)
 //!         + (3·A·b + 5·P) / BW + K·t_kernel
-//! cpu     = Σ_layers K·t_dispatch
+//! cpu     = Σ_layers K·t_dispatch + t_step
 //! ```
 //!
 //! with, per layer, `F_*` the forward FLOPs per sample of each arithmetic kind (backward costs
@@ -17,7 +17,9 @@
 //! the forward and backward passes, gradient written, update read and written: 5 passes) and
 //! `K` its kernels. The rates `R_*`, the batch `h` at which small batches reach half the
 //! arithmetic rate (a kernel on few samples does not fill the device), the effective memory
-//! bandwidth `BW`, the device time per kernel and the host time per kernel are fitted to
+//! bandwidth `BW`, the device time per kernel, the host time per kernel and the host time per
+//! step `t_step` (what the framework does once a step besides dispatching: with autocast or
+//! tensor cores, a fixed cost that lifts the floor of every model alike) are fitted to
 //! measurements per precision mode (see [`crate::calibrate`]).
 
 use crate::cost::LayerCost;
@@ -99,11 +101,15 @@ pub struct LayerRates {
     pub kernel_us: f64,
     /// Host time to dispatch one kernel, µs: the floor of a step of small kernels.
     pub dispatch_us: f64,
+    /// Host time every step costs besides its kernels' dispatch, µs (the framework's own work
+    /// per step); part of the floor. Profiles written before it existed mean 0.
+    #[serde(default)]
+    pub step_us: f64,
 }
 
 impl LayerRates {
     /// The rates as a parameter vector, in [`LayerRates::NAMES`] order (what the fit varies).
-    pub fn to_vec(&self) -> [f64; 7] {
+    pub fn to_vec(&self) -> [f64; 8] {
         [
             self.conv_tflops,
             self.pointwise_tflops,
@@ -112,11 +118,12 @@ impl LayerRates {
             self.memory_tbps,
             self.kernel_us,
             self.dispatch_us,
+            self.step_us,
         ]
     }
 
     /// Rates from a parameter vector in [`LayerRates::NAMES`] order.
-    pub fn from_vec(v: [f64; 7]) -> LayerRates {
+    pub fn from_vec(v: [f64; 8]) -> LayerRates {
         LayerRates {
             conv_tflops: v[0],
             pointwise_tflops: v[1],
@@ -125,11 +132,12 @@ impl LayerRates {
             memory_tbps: v[4],
             kernel_us: v[5],
             dispatch_us: v[6],
+            step_us: v[7],
         }
     }
 
     /// Field names, in parameter-vector order.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "conv_tflops",
         "pointwise_tflops",
         "matmul_tflops",
@@ -137,6 +145,7 @@ impl LayerRates {
         "memory_tbps",
         "kernel_us",
         "dispatch_us",
+        "step_us",
     ];
 
     /// Seconds of one training step of `batch` samples through `layers`.
@@ -162,7 +171,7 @@ impl LayerRates {
             kernels += l.kernels;
         }
         gpu += kernels * self.kernel_us * 1e-6;
-        (gpu, kernels * self.dispatch_us * 1e-6)
+        (gpu, (kernels * self.dispatch_us + self.step_us) * 1e-6)
     }
 
     /// Checks every rate is a positive (`half_batch`, `kernel_us`, `dispatch_us`: non-negative)
@@ -258,7 +267,7 @@ impl LayerModel {
 /// batches 8–256; fp32, TF32, bf16). Refit with
 /// `concord calibrate --from bench/calibration/h200-torch-sweep.json`.
 pub fn fitted_h200() -> LayerModel {
-    let r = |v: [f64; 7]| Some(LayerRates::from_vec(v));
+    let r = |v: [f64; 8]| Some(LayerRates::from_vec(v));
     LayerModel {
         fp32: r(H200_FP32),
         tf32: r(H200_TF32),
@@ -272,7 +281,7 @@ pub fn fitted_h200() -> LayerModel {
 pub fn datasheet_titan_x() -> LayerModel {
     LayerModel {
         fp32: Some(LayerRates::from_vec([
-            3.96, 3.96, 4.62, 16.0, 0.252, 4.0, 3.0,
+            3.96, 3.96, 4.62, 16.0, 0.252, 4.0, 3.0, 0.0,
         ])),
         tf32: None,
         bf16: None,
@@ -280,8 +289,8 @@ pub fn datasheet_titan_x() -> LayerModel {
 }
 
 /// Fitted H200 fp32 rates, [`LayerRates::NAMES`] order.
-const H200_FP32: [f64; 7] = [80.52, 67.0, 67.0, 4.773, 2.12, 28.83, 48.69];
+const H200_FP32: [f64; 8] = [80.52, 67.0, 67.0, 4.773, 2.12, 28.83, 48.69, 0.01];
 /// Fitted H200 TF32 rates, [`LayerRates::NAMES`] order.
-const H200_TF32: [f64; 7] = [163.8, 136.8, 136.8, 0.001, 4.8, 23.95, 58.28];
+const H200_TF32: [f64; 8] = [160.3, 118.6, 118.6, 0.001, 4.8, 18.54, 41.41, 1559.0];
 /// Fitted H200 bf16 rates, [`LayerRates::NAMES`] order.
-const H200_BF16: [f64; 7] = [327.1, 185.6, 185.6, 0.001, 4.8, 31.27, 72.32];
+const H200_BF16: [f64; 8] = [313.7, 120.2, 120.2, 0.001, 4.8, 17.85, 51.34, 1933.0];

@@ -49,6 +49,7 @@ fn the_fit_recovers_the_rates_that_generated_the_measurements() {
         memory_tbps: 2.5,
         kernel_us: 12.0,
         dispatch_us: 40.0,
+        step_us: 800.0,
     };
     let points = calibrate::parse(&synthetic(&truth, "fp32"), Path::new("synthetic.json")).unwrap();
     let model = calibrate::calibrate(&points, "h200");
@@ -86,6 +87,7 @@ fn the_fit_stays_within_the_spec_sheet() {
         memory_tbps: 20.0,
         kernel_us: 1.0,
         dispatch_us: 1.0,
+        step_us: 1.0,
     };
     let points = calibrate::parse(&synthetic(&truth, "fp32"), Path::new("x.json")).unwrap();
     let r = *calibrate::calibrate(&points, "h200")

@@ -54,6 +54,7 @@ fn the_fit_recovers_a_cpus_rates_from_real_models_cost_sheets() {
         memory_tbps: 0.005,
         kernel_us: 3.0,
         dispatch_us: 0.5,
+        step_us: 0.0,
     };
     let points = synthetic(&truth, &models());
     let got = host::fit(&points).expect("fp32 points");
@@ -90,6 +91,7 @@ fn a_cpu_fit_may_go_below_a_gpus_floors() {
         memory_tbps: 0.001,
         kernel_us: 10.0,
         dispatch_us: 0.5,
+        step_us: 0.0,
     };
     let points = synthetic(&truth, &models());
     let got = host::fit(&points).unwrap();
@@ -170,6 +172,7 @@ fn profile() -> HostProfile {
             memory_tbps: 0.004,
             kernel_us: 0.001,
             dispatch_us: 4.5,
+            step_us: 0.0,
         },
         conv_measured: false,
         update_gflops: 5.8,

@@ -225,8 +225,8 @@ fn report(
         let _ = writeln!(
             s,
             "Of the {} points beyond {GOAL_PCT} %, {host_bound} are steps the model finds bound by \
-             the host's kernel dispatch (one dispatch cost per mode for every model, while real \
-             per-kernel host costs differ by model and mode, e.g. autocast's cast kernels). \
+             the host (one dispatch cost per kernel and one per step for each mode, shared by every \
+             model, while real per-kernel host costs differ by model and kernel). \
              {below} measured points are slower than a larger batch of the same model and mode \
              (measurement noise no monotone model can follow).\n",
             missed.len()

@@ -63,8 +63,8 @@ impl Limits {
 const WINOGRAD_GAIN: f64 = 2.25;
 
 /// Parameters the search varies: conv, matrix product (1 × 1 convolutions and fc share it: the
-/// measurements cannot tell them apart), half batch, bandwidth, kernel µs, dispatch µs.
-const DIMS: usize = 6;
+/// measurements cannot tell them apart), half batch, bandwidth, kernel µs, dispatch µs, step µs.
+const DIMS: usize = 7;
 
 fn bounds(limits: &Limits) -> [(f64, f64); DIMS] {
     [
@@ -74,13 +74,14 @@ fn bounds(limits: &Limits) -> [(f64, f64); DIMS] {
         (limits.min_memory_tbps, limits.memory_tbps),
         (1e-3, 1e3),
         (1e-2, 1e3),
+        (1e-2, 1e6),
     ]
 }
 
 /// The rates a search point stands for.
 fn rates(x: &[f64; DIMS]) -> LayerRates {
     let e = x.map(f64::exp);
-    LayerRates::from_vec([e[0], e[1], e[1], e[2], e[3], e[4], e[5]])
+    LayerRates::from_vec([e[0], e[1], e[1], e[2], e[3], e[4], e[5], e[6]])
 }
 
 /// Sum of squared log ratios of predicted to measured step times.
@@ -102,8 +103,12 @@ pub fn fit(samples: &[Sample<'_>], limits: &Limits) -> LayerRates {
     let hi = b.map(|(_, h)| h.ln());
     let f = |x: &[f64; DIMS]| loss(&rates(x), samples);
     let mut best: Option<([f64; DIMS], f64)> = None;
-    for half in [1.0, 8.0, 32.0] {
-        for kernel in [0.01, 5.0] {
+    let starts = [1.0, 8.0, 32.0]
+        .into_iter()
+        .flat_map(|half| [0.01, 5.0].map(|kernel| (half, kernel)))
+        .flat_map(|(half, kernel)| [0.1, 1000.0].map(|step| (half, kernel, step)));
+    for (half, kernel, step) in starts {
+        {
             let start = [
                 limits.peak_tflops * 0.5,
                 limits.peak_tflops * 0.5,
@@ -111,6 +116,7 @@ pub fn fit(samples: &[Sample<'_>], limits: &Limits) -> LayerRates {
                 limits.memory_tbps * 0.5,
                 kernel,
                 30.0,
+                step,
             ]
             .map(f64::ln);
             let (mut x, mut fx) = nelder_mead(&f, start, &lo, &hi);
