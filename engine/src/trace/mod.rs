@@ -8,7 +8,7 @@ mod recorder;
 mod sample;
 
 pub use chrome::{write_chrome_trace, ChromeWriter};
-pub use recorder::{Recorder, TracePlan};
+pub use recorder::{timeline_file, Recorder, TracePlan};
 pub use sample::{message_clock, Sampling};
 
 use serde::{Deserialize, Serialize};

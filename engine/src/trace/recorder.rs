@@ -169,6 +169,16 @@ enum Sink {
     Stream(Stream),
 }
 
+/// The file name of `role`'s timeline of a stretch of clocks starting at `first_clock`:
+/// `<role>.json` from the start, `<role>.from-<clock>.json` for a stretch that continues from a
+/// checkpoint.
+pub fn timeline_file(role: RoleId, first_clock: u64) -> String {
+    match first_clock {
+        0 => format!("{}.json", role.label()),
+        clock => format!("{}.from-{clock}.json", role.label()),
+    }
+}
+
 /// A role's timeline streamed to its file.
 struct Stream {
     writer: ChromeWriter<BufWriter<AppendFile>>,
@@ -183,11 +193,7 @@ impl Stream {
     /// for roles that continue from a checkpoint at `first_clock`.
     fn create(dir: &Path, role: RoleId, first_clock: u64) -> Result<Stream> {
         let label = role.label();
-        let name = match first_clock {
-            0 => format!("{label}.json"),
-            clock => format!("{label}.from-{clock}.json"),
-        };
-        let path = dir.join(name);
+        let path = dir.join(timeline_file(role, first_clock));
         let tmp = path.with_extension("tmp");
         let io = |source| EngineError::Io {
             path: tmp.display().to_string(),

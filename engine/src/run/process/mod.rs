@@ -36,7 +36,7 @@ use crate::process::World;
 use crate::resume::ResumePoint;
 use crate::time::TimeBase;
 use crate::transport::Envelope;
-use outputs::{gather, remote};
+use outputs::{gather, remote, write_timelines};
 use ranks::{join_listening, Ranks};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -267,7 +267,10 @@ async fn rank_body(
             .await?;
         let mut all = vec![mine];
         all.extend(std::mem::take(&mut ranks.outputs).into_values());
-        let launched = gather(all)?;
+        let mut launched = gather(all)?;
+        if let Some(dir) = &options.trace_dir {
+            write_timelines(&mut launched, dir, start)?;
+        }
         if last {
             // The followers may go: everything they hold is here.
             ranks.peers.close().await;

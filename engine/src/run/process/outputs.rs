@@ -4,10 +4,13 @@ use super::super::launch::{Launched, RoleOutput};
 use crate::contract::{CoordinatorReport, ServerReport, WorkerReport};
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
+use crate::metrics::TraceEvent;
 use crate::process::wire::{ProcessOutputs, RemoteOutput};
 use crate::resume::NetworkState;
+use crate::trace::{timeline_file, write_chrome_trace};
 use crate::transport::LinkTraffic;
 use std::collections::BTreeMap;
+use std::path::Path;
 
 /// A finished local role's output as it crosses to rank 0 (a failed one was reported already).
 pub(super) fn remote<T>(out: RoleOutput<T>) -> Option<RemoteOutput<T>> {
@@ -67,4 +70,35 @@ pub(super) fn gather(all: Vec<ProcessOutputs>) -> Result<Launched> {
         traffic,
         network: NetworkState::default(),
     })
+}
+
+/// Writes the timelines the other processes sent for a stretch starting at `first_clock` into
+/// `dir`, under the names this process's roles stream theirs to, and drops them from `launched`:
+/// every role's timeline of every stretch lands in its own file, as in `sim`.
+pub(super) fn write_timelines(launched: &mut Launched, dir: &Path, first_clock: u64) -> Result<()> {
+    for out in &mut launched.workers {
+        write_timeline(dir, first_clock, out.role, &mut out.trace)?;
+    }
+    for out in &mut launched.servers {
+        write_timeline(dir, first_clock, out.role, &mut out.trace)?;
+    }
+    let coordinator = &mut launched.coordinator;
+    write_timeline(dir, first_clock, coordinator.role, &mut coordinator.trace)
+}
+
+/// Writes `role`'s timeline, if it came in memory, and takes it.
+fn write_timeline(
+    dir: &Path,
+    first_clock: u64,
+    role: RoleId,
+    trace: &mut Option<Vec<TraceEvent>>,
+) -> Result<()> {
+    match trace.take() {
+        Some(events) => write_chrome_trace(
+            &dir.join(timeline_file(role, first_clock)),
+            &role.label(),
+            &events,
+        ),
+        None => Ok(()),
+    }
 }
