@@ -222,15 +222,26 @@ fn gpipe_runs_under_processes() {
     );
 }
 
+/// A job of `strategy` over `machines` machines and `workers` workers, already run in `sim`:
+/// the folder holding it all, the config, the `sim` run folder and where the process run goes.
+fn with_sim_reference(
+    strategy: &str,
+    machines: u32,
+    workers: u32,
+) -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let top = format!("strategies = [\"{strategy}\"]");
+    let cfg = config(dir.path(), machines, workers, &top, "");
+    let (a, b) = (dir.path().join("sim"), dir.path().join("process"));
+    sim(&cfg, &a);
+    (dir, cfg, a, b)
+}
+
 /// BSP and allreduce aggregate in a canonical order: eight processes end where `sim` ends.
 #[test]
 fn bsp_and_allreduce_end_with_the_parameters_of_sim() {
     for strategy in ["bsp", "allreduce"] {
-        let dir = tempfile::tempdir().unwrap();
-        let top = format!("strategies = [\"{strategy}\"]");
-        let cfg = config(dir.path(), 4, 8, &top, "");
-        let (a, b) = (dir.path().join("sim"), dir.path().join("process"));
-        sim(&cfg, &a);
+        let (_dir, cfg, a, b) = with_sim_reference(strategy, 4, 8);
         launch(4, &cfg, &b, &[]);
         assert_same_model(&a, &b, strategy);
     }
@@ -253,11 +264,7 @@ fn assert_same_model(a: &Path, b: &Path, what: &str) {
 #[test]
 fn a_process_job_cut_by_checkpoints_ends_with_the_parameters_of_sim() {
     for strategy in ["bsp", "allreduce"] {
-        let dir = tempfile::tempdir().unwrap();
-        let top = format!("strategies = [\"{strategy}\"]");
-        let cfg = config(dir.path(), 3, 6, &top, "");
-        let (a, b) = (dir.path().join("sim"), dir.path().join("process"));
-        sim(&cfg, &a);
+        let (_dir, cfg, a, b) = with_sim_reference(strategy, 3, 6);
         launch(3, &cfg, &b, &["--set", "checkpoint_every=5"]);
         assert_same_model(&a, &b, strategy);
         let rows = std::fs::read_to_string(b.join("metrics.jsonl")).unwrap();
@@ -292,11 +299,7 @@ fn a_process_job_cut_by_checkpoints_ends_with_the_parameters_of_sim() {
 #[test]
 fn a_process_job_resumes_from_its_checkpoint() {
     for strategy in ["bsp", "ssp"] {
-        let dir = tempfile::tempdir().unwrap();
-        let top = format!("strategies = [\"{strategy}\"]");
-        let cfg = config(dir.path(), 3, 6, &top, "");
-        let (a, b) = (dir.path().join("sim"), dir.path().join("process"));
-        sim(&cfg, &a);
+        let (_dir, cfg, a, b) = with_sim_reference(strategy, 3, 6);
         launch(3, &cfg, &b, &["--set", "iterations=7"]);
         let resumed = concord()
             .args(["launch", "--nproc", "3", "train", "--quiet", "--resume"])
