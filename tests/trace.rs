@@ -260,3 +260,24 @@ fn the_command_line_streams_timelines_into_the_run_folder_and_can_turn_them_off(
     assert!(dir.path().join("off/summary.json").exists());
     assert!(!dir.path().join("off/trace").exists());
 }
+
+/// In real time a parameter server's work is its math's real time: booked as its compute and on
+/// its timeline, not only what `sim` would charge for it.
+#[test]
+fn a_real_time_server_books_and_traces_the_time_its_math_took() {
+    let cfg = RunConfig {
+        runtime: concord::engine::config::RuntimeKind::Wall,
+        trace: TraceMode::Full,
+        ..common::small(2, 16, 6)
+    };
+    let r = run(&cfg, None);
+    let applies: Vec<_> = r
+        .traces
+        .iter()
+        .filter(|(role, _)| matches!(role, RoleId::Server(_)))
+        .flat_map(|(_, events)| events.iter().filter(|e| e.name == "apply"))
+        .collect();
+    // Every server applies once per clock.
+    assert_eq!(applies.len(), 6 * cfg.servers as usize, "{applies:?}");
+    assert!(applies.iter().all(|e| e.end_s > e.start_s), "{applies:?}");
+}

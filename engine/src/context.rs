@@ -648,9 +648,20 @@ impl RoleContext {
     ///
     /// The clock is read once before the wait and once after: a server calls this per request.
     pub async fn serve(&mut self, label: &str, flops: f64) {
+        let now = self.now();
+        self.serve_since(label, flops, now).await;
+    }
+
+    /// [`RoleContext::serve`] for a request whose math began at run time `began` (read before
+    /// the math ran): in the real-time runtimes that math took its real time, which is booked as
+    /// the server's compute and traced with the charge; in `sim` it took none.
+    pub async fn serve_since(&mut self, label: &str, flops: f64, began: f64) {
         let nominal = self.device.work_seconds(flops);
         let probe = self.probe(0.0, nominal);
-        let t0 = probe.now;
+        let t0 = match self.kind {
+            RuntimeKind::Sim => probe.now,
+            RuntimeKind::Wall | RuntimeKind::Process => began.min(probe.now),
+        };
         let effect = self.stragglers.effect(&probe);
         let cost = match self.kind {
             RuntimeKind::Sim => nominal * effect.compute_factor + effect.per_request_s,
@@ -663,7 +674,7 @@ impl RoleContext {
         self.stats.flops += flops;
         self.stats.nominal_compute_s += nominal;
         self.stats.compute_s += t1 - t0;
-        if cost > 0.0 {
+        if cost > 0.0 || (self.kind != RuntimeKind::Sim && t1 > t0) {
             self.trace_span(label, "serve", t0, t1);
         }
     }

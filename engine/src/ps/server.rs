@@ -182,6 +182,7 @@ impl ParamServer {
             let Some(mut buf) = self.pending.remove(&next) else {
                 return;
             };
+            let began = ctx.now();
             // Keys are unique (the arrival order is), so an unstable sort is the canonical order.
             buf.parts.sort_unstable_by_key(|(key, _)| *key);
             let total: u64 = buf.parts.iter().map(|(_, (s, _))| *s).sum::<u64>().max(1);
@@ -195,9 +196,10 @@ impl ParamServer {
                 }
             }
             self.apply(ctx.now(), &sum);
-            ctx.serve(
+            ctx.serve_since(
                 "apply",
                 self.optimizer.flops_per_elem() * self.elems() as f64,
+                began,
             )
             .await;
             self.version = next as i64;
@@ -230,6 +232,7 @@ impl ParamServer {
         let aggregate_flops = 2.0 * elems as f64;
         match self.consistency.apply_mode() {
             ApplyMode::OnArrival => {
+                let began = ctx.now();
                 let scale = 1.0 / self.workers as f32;
                 let scaled = grads
                     .into_iter()
@@ -239,8 +242,8 @@ impl ParamServer {
                     })
                     .collect();
                 self.apply(ctx.now(), &scaled);
-                ctx.serve("apply", self.optimizer.flops_per_elem() * elems as f64)
-                    .await;
+                let flops = self.optimizer.flops_per_elem() * elems as f64;
+                ctx.serve_since("apply", flops, began).await;
                 if completes {
                     self.arrivals += 1;
                     let version = (self.arrivals / self.workers as u64) as i64 - 1;

@@ -180,6 +180,7 @@ impl ElasticServer {
             {
                 return Ok(());
             }
+            let began = ctx.now();
             let parts = held.pending.remove(&next).unwrap_or_default();
             let total: u64 = parts.values().map(|(s, _)| *s).sum::<u64>().max(1);
             let mut sum = held.value.zeros_like();
@@ -197,8 +198,8 @@ impl ElasticServer {
                 self.optimizer.step(p, g, &mut held.opt);
             }
             let elems = held.value.elems();
-            ctx.serve("apply", self.optimizer.flops_per_elem() * elems as f64)
-                .await;
+            let flops = self.optimizer.flops_per_elem() * elems as f64;
+            ctx.serve_since("apply", flops, began).await;
             let Some(held) = self.blocks.get_mut(&block) else {
                 return Ok(());
             };

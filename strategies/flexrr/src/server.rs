@@ -101,10 +101,11 @@ impl FlexServer {
                 return;
             };
             if !self.eager {
+                let began = ctx.now();
                 for part in deltas.parts.values() {
                     self.add(ctx.now(), part);
                 }
-                ctx.serve("apply", self.elems() as f64).await;
+                ctx.serve_since("apply", self.elems() as f64, began).await;
             }
             self.version = next as i64;
             let iterations = next + 1;

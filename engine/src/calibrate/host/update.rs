@@ -16,7 +16,8 @@ pub struct UpdatePoint {
     pub elems: usize,
     /// Gradients aggregated per clock (the job's workers).
     pub pushes: u32,
-    /// Median seconds to aggregate one push.
+    /// Median seconds to aggregate one push: a clock's aggregation, into a fresh sum as a server
+    /// makes one, per push.
     pub aggregate_seconds: f64,
     /// Median seconds to apply the aggregated gradient.
     pub apply_seconds: f64,
@@ -53,8 +54,9 @@ impl UpdatePoint {
     }
 }
 
-/// Times a server's clock of `model`: aggregating a push of every parameter (weighted, into a
-/// fresh sum, as a server sums a clock's pushes) and applying the sum with the model's optimizer.
+/// Times a server's clock of `model`: aggregating a push of every parameter from every worker
+/// (weighted, into a fresh sum, as a server sums a clock's pushes) and applying the sum with the
+/// model's optimizer.
 pub fn measure_update(model: &HostModel, repeats: &Repeats) -> UpdatePoint {
     let elems = model.param_elems();
     let grad = Payload::Real(
@@ -62,19 +64,26 @@ pub fn measure_update(model: &HostModel, repeats: &Repeats) -> UpdatePoint {
             .map(|i| ((i % 97) as f32 - 48.0) * 1e-4)
             .collect(),
     );
-    let weight = 1.0 / model.workers.max(1) as f32;
+    let pushes = model.workers.max(1);
+    let weight = 1.0 / pushes as f32;
+    // A server sums each clock's pushes into a fresh buffer (`Payload::zeros_like`), whose pages
+    // the first push touches: timed the same way, a clock at a time.
     let mut sum = grad.zeros_like();
-    let (aggregate_seconds, _) = repeats
+    let (clock_aggregate_seconds, _) = repeats
         .median(|| {
-            sum.axpy(weight, &grad);
+            sum = grad.zeros_like();
+            for _ in 0..pushes {
+                sum.axpy(weight, &grad);
+            }
             Ok::<(), std::convert::Infallible>(())
         })
         .unwrap_or((f64::NAN, 0));
+    let aggregate_seconds = clock_aggregate_seconds / f64::from(pushes);
     let apply_seconds = time_apply(&model.optimizer, elems, &sum, repeats);
     UpdatePoint {
         model: model.name.clone(),
         elems,
-        pushes: model.workers.max(1),
+        pushes,
         aggregate_seconds,
         apply_seconds,
         apply_flops_per_elem: model.optimizer.flops_per_elem(),
