@@ -13,6 +13,7 @@ pub use market::MarketArgs;
 pub use memory::MemoryArgs;
 pub use plan::{PlanArgs, SearchArg};
 
+use out_dir::keep_for_resume;
 pub use out_dir::{default_out_dir, prepare_out_dir, OutDir, OutDirError};
 
 use crate::config::{self, ConfigError};
@@ -264,7 +265,15 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
             return Err(EngineError::Stopped(stopped).into());
         }
         Err(e) => {
-            if let Some(dir) = &out_dir {
+            // A checkpoint cut before the failure is what the user restarts from: keep it.
+            if keep_for_resume(&out) {
+                eprintln!(
+                    "note: {} keeps the run's last checkpoint; `concord train --resume {}` \
+                     continues from it",
+                    out.display(),
+                    out.display()
+                );
+            } else if let Some(dir) = &out_dir {
                 dir.discard();
             }
             return Err(e.into());

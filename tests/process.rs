@@ -431,6 +431,84 @@ fn a_killed_worker_process_ends_the_run_with_a_named_error_and_no_run_folder() {
     assert!(!out.exists(), "a failed run left its folder behind");
 }
 
+/// A process job that loses a process after cutting checkpoints keeps its folder with the last
+/// checkpoint (and says so), and `--resume` under processes continues from it to the parameters
+/// one `sim` run of all the iterations ends with: what checkpoints are for.
+#[test]
+fn a_job_killed_after_a_checkpoint_resumes_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 3, 3, "strategies = [\"bsp\"]", "");
+    let out = dir.path().join("run");
+    // Long enough to be killed mid-run, cut every few clocks.
+    let extra = ["--set", "iterations=100000", "--set", "checkpoint_every=4"];
+    let mut ranks = start(3, &cfg, &out, free_port(), &extra);
+    let file = out.join("checkpoint.safetensors");
+    let start_wait = Instant::now();
+    while !file.exists() {
+        assert!(
+            start_wait.elapsed() < Duration::from_secs(60),
+            "no checkpoint was cut"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    ranks[1].kill().unwrap();
+    let _ = ranks[1].wait();
+    for (rank, child) in ranks.iter_mut().enumerate() {
+        let status = wait_for(child, Duration::from_secs(30)).unwrap_or_else(|| {
+            let _ = child.kill();
+            panic!("rank {rank} did not stop after its peer was killed");
+        });
+        assert!(!status.success(), "rank {rank} exited 0 after a peer died");
+    }
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(ranks[0].stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains("--resume"),
+        "rank 0 should say how to continue: {stderr}"
+    );
+    let clock = concord::engine::checkpoint::read(&file)
+        .unwrap()
+        .point
+        .clock;
+    assert!(clock > 0 && clock.is_multiple_of(4), "cut at clock {clock}");
+    let leftovers: Vec<_> = std::fs::read_dir(out.join("trace"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "half-written timelines left: {leftovers:?}"
+    );
+
+    let total = clock + 6;
+    let iterations = format!("iterations={total}");
+    let resumed = concord()
+        .args(["launch", "--nproc", "3", "train", "--quiet", "--resume"])
+        .arg(&out)
+        .args(["--set", &iterations])
+        .output()
+        .unwrap();
+    assert!(
+        resumed.status.success(),
+        "resume failed\n{}",
+        text(&resumed)
+    );
+    let reference = dir.path().join("sim");
+    let done = concord()
+        .args(["train", "--quiet", "--runtime", "sim", "--config"])
+        .arg(&cfg)
+        .args(["--set", &iterations, "--out"])
+        .arg(&reference)
+        .output()
+        .unwrap();
+    assert!(done.status.success(), "sim failed\n{}", text(&done));
+    assert_same_model(&reference, &out, "bsp resumed after a kill");
+    let rows = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    assert_eq!(rows.lines().count() as u64, total);
+}
+
 /// Hand-made bad frames at rank 0's rendezvous port, before the other rank has joined and again
 /// while the job runs: garbage, a truncated frame, an oversized length, a hello with the wrong
 /// token and a hello of another job, beside a stranger that connects and says nothing. Each is

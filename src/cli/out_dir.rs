@@ -80,6 +80,24 @@ impl OutDir {
     }
 }
 
+/// After a failed run, where the folder at `path` holds a checkpoint the run cut before it failed
+/// (`checkpoint_every`, or the one a resumed run started from): removes the timelines the failed
+/// stretch left half-written and keeps the rest, so `--resume` continues from the checkpoint.
+/// Whether there was one (without, nothing is touched).
+pub fn keep_for_resume(path: &Path) -> bool {
+    if !path.join(concord_engine::checkpoint::FILE_NAME).is_file() {
+        return false;
+    }
+    if let Ok(entries) = std::fs::read_dir(path.join("trace")) {
+        for entry in entries.flatten() {
+            if entry.path().extension().is_some_and(|e| e == "tmp") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    true
+}
+
 fn io<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(std::io::Error) -> OutDirError + 'a {
     move |source| OutDirError::Io {
         path: path.to_path_buf(),
