@@ -8,6 +8,7 @@
 
 use crate::context::RoleStats;
 use crate::contract::{CoordinatorReport, ServerReport, WorkerReport};
+use crate::guard::StopReason;
 use crate::ids::RoleId;
 use crate::message::Message;
 use crate::metrics::{IterRecord, TraceEvent};
@@ -239,8 +240,9 @@ pub enum Frame {
     SegmentEnd,
     /// The sender's divergence guard stopped the run; its workers' records so far.
     Diverged {
-        /// The stop reason as JSON (`summary.json`'s `stopped`).
-        reason: serde_json::Value,
+        /// Why (`summary.json`'s `stopped`); carried as itself, since JSON cannot hold the
+        /// non-finite loss that usually trips the guard.
+        reason: StopReason,
         /// The sender's workers' records.
         records: Vec<(u32, Vec<IterRecord>)>,
     },
@@ -523,6 +525,23 @@ mod tests {
             unreachable!()
         };
         assert_eq!(msg, sent);
+    }
+
+    #[test]
+    fn a_divergence_report_keeps_its_non_finite_loss() {
+        use crate::guard::Cause;
+        let id = identity();
+        let reason = StopReason::diverged("bsp", RoleId::Worker(1), 8, f64::NAN, Cause::NonFinite);
+        let frame = Frame::Diverged {
+            reason: reason.clone(),
+            records: Vec::new(),
+        };
+        let bytes = encode(id.tag, &frame).unwrap();
+        let Frame::Diverged { reason: got, .. } = decode(id.tag, &bytes).unwrap() else {
+            panic!("not a divergence report");
+        };
+        assert!(got.loss.is_nan());
+        assert_eq!((got.role, got.iteration), (reason.role, reason.iteration));
     }
 
     /// A small message with `pad` bytes of filler.

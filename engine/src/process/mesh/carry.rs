@@ -28,6 +28,8 @@ pub struct Peers {
 /// How long closing waits for the writers to send what is queued.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Writes the frames queued for one peer, with a heartbeat whenever it has been quiet for
+/// `every`; ends when the queue closes or the connection does.
 pub(super) async fn write_loop(
     mut sink: OwnedWriteHalf,
     mut queue: mpsc::UnboundedReceiver<Encoded>,
@@ -35,7 +37,6 @@ pub(super) async fn write_loop(
     every: Duration,
     progress: Arc<AtomicU64>,
     rank: u32,
-    events: mpsc::UnboundedSender<Event>,
 ) {
     let mut beat = tokio::time::interval(every);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -55,10 +56,10 @@ pub(super) async fn write_loop(
         };
         for piece in &bytes.0 {
             if let Err(e) = sink.write_all(piece).await {
-                let _ = events.send(Event::Lost {
-                    rank,
-                    why: format!("sending to it failed: {e}"),
-                });
+                // Not reported as a loss from here: the peer's own last frames (its divergence
+                // records, its bye) may still wait unread on the other half of the connection.
+                // The reader reports the loss, or the bye, once it has delivered them all.
+                tracing::debug!("stopped sending to rank {rank}: {e}");
                 return;
             }
         }

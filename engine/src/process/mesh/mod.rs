@@ -307,7 +307,6 @@ impl Mesh {
                 self.limits.heartbeat,
                 progress.clone(),
                 r as u32,
-                events.clone(),
             )));
             tokio::spawn(read_loop(
                 stream,

@@ -183,9 +183,7 @@ impl Ranks {
                     for (w, recs) in records {
                         job.guard.absorb(w, recs);
                     }
-                    if let Ok(reason) = serde_json::from_value::<StopReason>(reason) {
-                        job.guard.stop_with(reason);
-                    }
+                    job.guard.stop_with(reason);
                     Ok(())
                 }
                 other => {
@@ -215,7 +213,7 @@ impl Ranks {
             .map(|(w, r)| (w as u32, r))
             .collect();
         self.peers.broadcast(&Frame::Diverged {
-            reason: serde_json::to_value(&reason).unwrap_or_default(),
+            reason: reason.clone(),
             records,
         });
         if rank != 0 {
