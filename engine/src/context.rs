@@ -648,19 +648,24 @@ impl RoleContext {
     ///
     /// The clock is read once before the wait and once after: a server calls this per request.
     pub async fn serve(&mut self, label: &str, flops: f64) {
-        let now = self.now();
-        self.serve_since(label, flops, now).await;
+        self.charge_service(label, flops, None).await;
     }
 
     /// [`RoleContext::serve`] for a request whose math began at run time `began` (read before
     /// the math ran): in the real-time runtimes that math took its real time, which is booked as
     /// the server's compute and traced with the charge; in `sim` it took none.
     pub async fn serve_since(&mut self, label: &str, flops: f64, began: f64) {
+        self.charge_service(label, flops, Some(began)).await;
+    }
+
+    /// Charges a request's service time (see [`RoleContext::serve`]), booked from `began` in the
+    /// real-time runtimes when the caller read it before the math.
+    async fn charge_service(&mut self, label: &str, flops: f64, began: Option<f64>) {
         let nominal = self.device.work_seconds(flops);
         let probe = self.probe(0.0, nominal);
-        let t0 = match self.kind {
-            RuntimeKind::Sim => probe.now,
-            RuntimeKind::Wall | RuntimeKind::Process => began.min(probe.now),
+        let t0 = match (self.kind, began) {
+            (RuntimeKind::Wall | RuntimeKind::Process, Some(began)) => began.min(probe.now),
+            _ => probe.now,
         };
         let effect = self.stragglers.effect(&probe);
         let cost = match self.kind {

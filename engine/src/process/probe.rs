@@ -119,7 +119,7 @@ fn bounce(world: World, trips: Option<usize>, bytes: u64) -> Result<Vec<f64>> {
         );
         let me = RoleId::Worker(world.rank);
         let other = RoleId::Worker(1 - world.rank);
-        let values = Arc::new(vec![0.5f32; (bytes / 4) as usize]);
+        let values = vec![0.5f32; (bytes / 4) as usize];
         let ping = |clock: u64| Frame::Deliver {
             from: me,
             to: other,
@@ -134,7 +134,7 @@ fn bounce(world: World, trips: Option<usize>, bytes: u64) -> Result<Vec<f64>> {
                     op: clock,
                     part: 0,
                     step: 0,
-                    data: Payload::Real(values.as_ref().clone()),
+                    data: Payload::Real(values.clone()),
                 }
             },
             pad: Padding(0),

@@ -36,6 +36,7 @@ use crate::resume::ResumePoint;
 use crate::transport::LinkTraffic;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -131,19 +132,11 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
             let stopped = finish::stopped(asm, &job, reason, resumed, wall_start);
             return Err(EngineError::Stopped(Box::new(stopped)));
         }
-        let mut result = finish::finish(asm, &job, launched?, from.as_deref(), wall_start)?;
-        if end >= config.iterations {
-            stretches.complete(&mut result);
-            return Ok(result);
+        let result = finish::finish(asm, &job, launched?, from.as_deref(), wall_start)?;
+        match stretches.close(result, end >= config.iterations, &options)? {
+            ControlFlow::Break(result) => return Ok(result),
+            ControlFlow::Continue(point) => from = Some(point),
         }
-        stretches.keep(&mut result);
-        let point = result.resume.take().ok_or_else(|| {
-            EngineError::Composition("a checkpoint was due but the run cannot cut one".into())
-        })?;
-        if let Some(dir) = &options.checkpoint_dir {
-            write_checkpoint(dir, &result, &point)?;
-        }
-        from = Some(Arc::new(point));
     }
 }
 
@@ -170,10 +163,33 @@ impl Stretches {
     }
 
     /// Completes the last stretch's `result` with what the earlier ones gathered.
-    fn complete(mut self, result: &mut RunResult) {
+    fn complete(&mut self, result: &mut RunResult) {
         self.keep(result);
-        result.traces = ordered(self.traces);
-        result.reads = self.reads;
+        result.traces = ordered(std::mem::take(&mut self.traces));
+        result.reads = std::mem::take(&mut self.reads);
+    }
+
+    /// Closes a stretch that ended with `result`: the run's result when it was the `last`,
+    /// otherwise the cut the next stretch starts from, its checkpoint written to
+    /// `options.checkpoint_dir`.
+    fn close(
+        &mut self,
+        mut result: RunResult,
+        last: bool,
+        options: &RunOptions,
+    ) -> Result<ControlFlow<RunResult, Arc<ResumePoint>>> {
+        if last {
+            self.complete(&mut result);
+            return Ok(ControlFlow::Break(result));
+        }
+        self.keep(&mut result);
+        let point = result.resume.take().ok_or_else(|| {
+            EngineError::Composition("a checkpoint was due but the run cannot cut one".into())
+        })?;
+        if let Some(dir) = &options.checkpoint_dir {
+            write_checkpoint(dir, &result, &point)?;
+        }
+        Ok(ControlFlow::Continue(Arc::new(point)))
     }
 }
 

@@ -39,6 +39,7 @@ use crate::transport::Envelope;
 use outputs::{gather, remote, write_timelines};
 use ranks::{join_listening, Ranks};
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -275,19 +276,11 @@ async fn rank_body(
             // The followers may go: everything they hold is here.
             ranks.peers.close().await;
         }
-        let mut result = finish::finish(asm, &job, launched, from.as_deref(), stage.wall_start)?;
-        if last {
-            stretches.complete(&mut result);
-            return Ok(RankOutcome::Leader(Box::new(result)));
+        let result = finish::finish(asm, &job, launched, from.as_deref(), stage.wall_start)?;
+        match stretches.close(result, last, options)? {
+            ControlFlow::Break(result) => return Ok(RankOutcome::Leader(Box::new(result))),
+            ControlFlow::Continue(point) => from = Some(point),
         }
-        stretches.keep(&mut result);
-        let point = result.resume.take().ok_or_else(|| {
-            EngineError::Composition("a checkpoint was due but the run cannot cut one".into())
-        })?;
-        if let Some(dir) = &options.checkpoint_dir {
-            super::write_checkpoint(dir, &result, &point)?;
-        }
-        from = Some(Arc::new(point));
     }
 }
 
