@@ -293,6 +293,25 @@ fn a_process_job_cut_by_checkpoints_ends_with_the_parameters_of_sim() {
     }
 }
 
+/// A pipeline cut by checkpoints drains at every cut and restarts from the stages' checkpoints
+/// (which rank 0 sends the other processes): PipeDream 2-1 over 2 processes ends where `sim` with
+/// the same cuts ends.
+#[test]
+fn a_pipeline_cut_by_checkpoints_ends_with_the_parameters_of_sim() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        2,
+        4,
+        "strategies = [\"pipedream\"]\ncheckpoint_every = 5",
+        "[strategy.pipedream]\nboundaries = [1]\nreplicas = [2, 1]\n",
+    );
+    let (a, b) = (dir.path().join("sim"), dir.path().join("process"));
+    sim(&cfg, &a);
+    launch(2, &cfg, &b, &[]);
+    assert_same_model(&a, &b, "pipedream");
+}
+
 /// A process job stopped at its checkpoint and resumed under processes (`--resume`, more
 /// iterations) ends where one `sim` run of all the iterations ends; SSP's cut (its workers wait
 /// for each other at the checkpoint clock) resumes under processes too.

@@ -1,7 +1,7 @@
 //! Checkpoint and resume: a run stopped at a checkpoint and resumed from the file continues
 //! exactly where it stopped — 100 iterations in one run equal 50 and a resume of 50, bit for bit
-//! (parameters, optimizer state, metrics rows, reads), for BSP, SSP, allreduce and LB-BSP; and
-//! what cannot resume says so.
+//! (parameters, optimizer state, metrics rows, reads), for BSP, SSP, allreduce, LB-BSP and the
+//! pipelines (PipeDream, GPipe, model parallelism); and what cannot resume says so.
 
 mod common;
 
@@ -95,12 +95,18 @@ fn assert_same(a: &[String], b: &[String]) {
 /// 100 iterations with a checkpoint every 50, against 50 iterations written to a run folder and
 /// resumed from its checkpoint file to 100.
 fn resumed_run_equals_one_run(strategies: &[&str]) {
-    let mut whole = config(strategies, 100);
+    resumed_equals_one_run(|iterations| config(strategies, iterations));
+}
+
+/// [`resumed_run_equals_one_run`] for the config `make` gives for a number of iterations;
+/// returns the run cut by a checkpoint.
+fn resumed_equals_one_run(make: impl Fn(u64) -> RunConfig) -> RunResult {
+    let mut whole = make(100);
     whole.checkpoint_every = Some(50);
     let one = run_opts(&whole, RunOptions::default()).expect("runs");
 
     let dir = tempfile::tempdir().unwrap();
-    let first = run_opts(&config(strategies, 50), RunOptions::default()).expect("runs");
+    let first = run_opts(&make(50), RunOptions::default()).expect("runs");
     write_run_folder(dir.path(), &first).unwrap();
     let cp = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).expect("reads");
     assert_eq!(cp.point.clock, 50);
@@ -108,7 +114,7 @@ fn resumed_run_equals_one_run(strategies: &[&str]) {
         resume: Some(Arc::new(cp.point)),
         ..RunOptions::default()
     };
-    let resumed = run_opts(&config(strategies, 100), options).expect("resumes");
+    let resumed = run_opts(&make(100), options).expect("resumes");
 
     assert_eq!(resumed.rows.len(), 100);
     assert!(
@@ -120,6 +126,11 @@ fn resumed_run_equals_one_run(strategies: &[&str]) {
         "evaluations before it kept"
     );
     assert_same(&fingerprint(&one), &fingerprint(&resumed));
+    assert_eq!(
+        format!("{:?}", one.summary.figures),
+        format!("{:?}", resumed.summary.figures)
+    );
+    one
 }
 
 #[test]
@@ -140,6 +151,68 @@ fn allreduce_resumes_bit_for_bit() {
 #[test]
 fn lb_bsp_resumes_bit_for_bit() {
     resumed_run_equals_one_run(&["lb-bsp"]);
+}
+
+/// `config` over a three-layer MLP with `strategy` given `options`.
+fn pipeline(strategy: &str, options: &str, iterations: u64) -> RunConfig {
+    let mut cfg = config(&[strategy], iterations);
+    cfg.model = toml::from_str("kind = \"mlp\"\nhidden = [32, 16]").unwrap();
+    cfg.strategy
+        .insert(strategy.into(), toml::from_str(options).unwrap());
+    cfg
+}
+
+/// The figure `name` of a run.
+fn figure_of(r: &RunResult, name: &str) -> f64 {
+    r.summary
+        .figures
+        .iter()
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| *v)
+        .unwrap_or_else(|| panic!("no figure {name}: {:?}", r.summary.figures))
+}
+
+/// PipeDream with a replicated input stage and weight stashing: a checkpoint is cut where the
+/// pipeline has drained, and the resumed run restarts it from every stage's parameters,
+/// optimizer state and update count. The figures cover the whole run either way: the cut moves
+/// the same bytes per sample as a run without one, and no stage holds more versions than its
+/// warm-up.
+#[test]
+fn pipedream_resumes_bit_for_bit() {
+    let options = "boundaries = [1, 2]\nreplicas = [2, 1, 1]";
+    let cut = resumed_equals_one_run(|n| pipeline("pipedream", options, n));
+    let plain = run_opts(&pipeline("pipedream", options, 100), RunOptions::default()).unwrap();
+    for name in [
+        "pipedream.bytes_per_sample",
+        "pipedream.max_versions.stage-0",
+    ] {
+        assert_eq!(figure_of(&cut, name), figure_of(&plain, name), "{name}");
+    }
+    assert!(
+        figure_of(&cut, "pipedream.max_versions.stage-0")
+            <= figure_of(&cut, "pipedream.warmup.stage-0")
+    );
+    // The drain changes the trajectory: the first minibatch after the cut sees every update.
+    assert_ne!(fingerprint(&cut)[0], fingerprint(&plain)[0]);
+}
+
+/// Vertical sync carries its watermarks across the cut.
+#[test]
+fn pipedream_with_vertical_sync_resumes_bit_for_bit() {
+    let options = "boundaries = [1, 2]\nvertical_sync = true";
+    resumed_equals_one_run(|n| pipeline("pipedream", options, n));
+}
+
+/// GPipe with rounds of 3 minibatches, so the cut falls inside a round: the round before the
+/// cut is flushed partial, and the rounds after it count from the checkpoint.
+#[test]
+fn gpipe_resumes_bit_for_bit() {
+    resumed_equals_one_run(|n| pipeline("gpipe", "boundaries = [1, 2]\ndepth = 3", n));
+}
+
+#[test]
+fn model_parallelism_resumes_bit_for_bit() {
+    resumed_equals_one_run(|n| pipeline("pipedream-mp", "boundaries = [1, 2]", n));
 }
 
 /// LB-BSP's NARX predictors trained before the checkpoint (weights, Adam moments, history, a
@@ -204,9 +277,29 @@ fn checkpoints_do_not_change_an_allreduce_run() {
     checkpoints_do_not_change(&["allreduce"]);
 }
 
+/// Model parallelism has one minibatch in flight, so a cut, which drains the pipeline, finds it
+/// drained already.
+#[test]
+fn checkpoints_do_not_change_a_model_parallel_run() {
+    checkpoints_do_not_change_config(pipeline("pipedream-mp", "boundaries = [1, 2]", 100));
+}
+
+/// GPipe flushes after every round: a cut at a round's end (rounds of 5, a cut every 25) is
+/// one of its flushes.
+#[test]
+fn checkpoints_at_round_ends_do_not_change_a_gpipe_run() {
+    let options = "boundaries = [1, 2]\ndepth = 5";
+    checkpoints_do_not_change_config(pipeline("gpipe", options, 100));
+}
+
 fn checkpoints_do_not_change(strategies: &[&str]) {
-    let plain = run_opts(&config(strategies, 100), RunOptions::default()).unwrap();
-    let mut cut = config(strategies, 100);
+    checkpoints_do_not_change_config(config(strategies, 100));
+}
+
+/// `cfg` (100 iterations) with a checkpoint every 25 follows the same trajectory as without.
+fn checkpoints_do_not_change_config(cfg: RunConfig) {
+    let plain = run_opts(&cfg, RunOptions::default()).unwrap();
+    let mut cut = cfg;
     cut.checkpoint_every = Some(25);
     let cut = run_opts(&cut, RunOptions::default()).unwrap();
     let trajectory = |r: &RunResult| -> Vec<String> {

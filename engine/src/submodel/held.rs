@@ -106,6 +106,12 @@ impl Held {
         self.load(replica)
     }
 
+    /// Continues from a checkpoint: the range's values and optimizer state from `part` (a
+    /// holder's [`Held::report`]) after `updates` updates.
+    pub fn restore(&mut self, layout: &ParamLayout, part: &ModelState, updates: u64) {
+        self.model.restore(layout, part, updates);
+    }
+
     /// Cuts a flat vector of the range's values (an allreduce result) into its tensors.
     pub fn unflatten(&self, flat: &[f32]) -> Vec<Vec<f32>> {
         let mut at = 0;

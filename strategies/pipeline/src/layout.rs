@@ -16,6 +16,7 @@ use crate::versions::Weights;
 use concord_engine::model::ModelSpec;
 use concord_engine::prelude::*;
 use concord_engine::submodel::SubModels;
+use std::ops::Range;
 
 /// A worker's place in the pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,8 +46,6 @@ pub struct Layout {
     pub noam: u32,
     /// Samples per minibatch.
     pub minibatch: u64,
-    /// Minibatches of the run.
-    pub minibatches: u64,
     /// Which weights a minibatch's passes run on.
     pub weights: Weights,
     /// The planner's predicted time per minibatch (`None` for a configuration given by hand
@@ -118,7 +117,6 @@ impl Layout {
             }
         };
         let warmup = schedule::warmups(&replicas, depth);
-        let out_replicas = replicas.last().copied().unwrap_or(1) as u64;
         let layout = Layout {
             kind,
             submodels,
@@ -127,7 +125,6 @@ impl Layout {
             depth,
             noam,
             minibatch: job.config.batch,
-            minibatches: job.clocks().end * out_replicas,
             weights: options.weights(kind),
             predicted_s: plan.predicted_s,
             stages: plan.stages,
@@ -189,13 +186,20 @@ impl Layout {
         b / self.replicas(self.len() - 1) as u64
     }
 
-    /// The schedule of the worker at `at`.
-    pub fn ops(&self, at: Position) -> Vec<Op> {
+    /// The minibatches of the job iterations `clocks`: the whole run, or the stretch a run cut
+    /// by checkpoints plays between two of them.
+    pub fn minibatches(&self, clocks: Range<u64>) -> Range<u64> {
+        let per = self.replicas(self.len() - 1) as u64;
+        clocks.start * per..clocks.end * per
+    }
+
+    /// The schedule of the worker at `at` over the run's `minibatches`.
+    pub fn ops(&self, at: Position, minibatches: &Range<u64>) -> Vec<Op> {
         let r = self.replicas(at.stage);
-        let own = schedule::own_minibatches(self.minibatches, r, at.replica);
+        let own = schedule::own_minibatches(minibatches.clone(), r, at.replica);
         match self.kind {
-            Kind::GPipe => schedule::gpipe(&own, self.depth, self.minibatches),
-            _ => schedule::one_f_one_b(&own, self.warmup[at.stage], r, self.minibatches),
+            Kind::GPipe => schedule::gpipe(&own, self.depth, minibatches),
+            _ => schedule::one_f_one_b(&own, self.warmup[at.stage], r, minibatches),
         }
     }
 

@@ -96,7 +96,15 @@ impl Strategy for Pipeline {
             let layout = r.layout(&job)?;
             StageWorker::new(job, id, layout)
         });
-        asm.set_coordinator(move |job| Ok(PipelineCoordinator::new(resolved.layout(&job)?)));
+        asm.set_coordinator(move |job| PipelineCoordinator::new(resolved.layout(&job)?, &job));
+        Ok(())
+    }
+    /// A checkpoint is cut where the pipeline has drained: every minibatch of the iterations
+    /// before it has run its backward pass at every stage and none after it has started, so
+    /// each stage's parameters and optimizer state are all there is to keep, as PipeDream's
+    /// per-stage checkpoints at an epoch's last minibatch (thesis §5.4). A run resumed from one
+    /// restarts its pipeline with a fresh warm-up.
+    fn resumes(&self) -> std::result::Result<(), String> {
         Ok(())
     }
 }

@@ -14,6 +14,13 @@
 //! A replicated stage averages its replicas' gradients before an update ([`Op::Sync`], one
 //! per round of `r_s` consecutive minibatches, the replicas in lock-step); a replica with no
 //! minibatch in the last, partial round still joins its average.
+//!
+//! A schedule covers a run of consecutive minibatch ids: the whole run, or the stretch between
+//! two checkpoints (a run resumed from one starts its pipeline afresh at the checkpoint's first
+//! minibatch). Rounds count from the run's first minibatch, so each round still holds one
+//! minibatch per replica.
+
+use std::ops::Range;
 
 /// One operation of a worker's schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,12 +35,11 @@ pub enum Op {
     Flush(u64),
 }
 
-/// The minibatches of `0..minibatches` that replica `replica` of a stage with `replicas`
+/// The minibatches of `minibatches` that replica `replica` of a stage with `replicas`
 /// replicas runs: round-robin on the id.
-pub fn own_minibatches(minibatches: u64, replicas: u32, replica: u32) -> Vec<u64> {
-    (replica as u64..minibatches)
-        .step_by(replicas.max(1) as usize)
-        .collect()
+pub fn own_minibatches(minibatches: Range<u64>, replicas: u32, replica: u32) -> Vec<u64> {
+    let r = replicas.max(1) as u64;
+    minibatches.filter(|b| b % r == replica as u64).collect()
 }
 
 /// The warm-up of every stage of a pipeline with `replicas` per stage when the input stage
@@ -62,24 +68,42 @@ pub fn noam(replicas: &[u32]) -> u32 {
     total.div_ceil(replicas.first().copied().unwrap_or(1).max(1))
 }
 
-/// The 1F1B-RR schedule of one replica: `own` minibatches (ascending), `warmup` admitted
-/// before the first backward pass; with `replicas > 1` a [`Op::Sync`] after every backward pass,
-/// and one more for the last round when it is partial and this replica has no minibatch in it.
-pub fn one_f_one_b(own: &[u64], warmup: u32, replicas: u32, minibatches: u64) -> Vec<Op> {
+/// The round of `width` consecutive minibatches that minibatch `b` of a run of `minibatches`
+/// falls in, counted from the run's first minibatch.
+pub fn round_of(b: u64, width: u64, minibatches: &Range<u64>) -> u64 {
+    (b - minibatches.start) / width.max(1)
+}
+
+/// The minibatches of round `round` of `width` in a run of `minibatches` (the last round may
+/// be partial).
+pub fn round_minibatches(round: u64, width: u64, minibatches: &Range<u64>) -> Range<u64> {
+    let start = minibatches.start + round * width.max(1);
+    start..(start + width.max(1)).min(minibatches.end)
+}
+
+/// The 1F1B-RR schedule of one replica: `own` minibatches (ascending) of the run's
+/// `minibatches`, `warmup` admitted before the first backward pass; with `replicas > 1` a
+/// [`Op::Sync`] after every backward pass, and one more for the last round when it is partial
+/// and this replica has no minibatch in it.
+pub fn one_f_one_b(own: &[u64], warmup: u32, replicas: u32, minibatches: &Range<u64>) -> Vec<Op> {
+    let r = replicas as u64;
     let w = (warmup.max(1) as usize).min(own.len());
     let mut ops: Vec<Op> = own[..w].iter().map(|&b| Op::Forward(b)).collect();
     for (k, &b) in own.iter().enumerate() {
         ops.push(Op::Backward(b));
         if replicas > 1 {
-            ops.push(Op::Sync(b / replicas as u64));
+            ops.push(Op::Sync(round_of(b, r, minibatches)));
         }
         if let Some(&next) = own.get(k + w) {
             ops.push(Op::Forward(next));
         }
     }
     if replicas > 1 {
-        let rounds = minibatches.div_ceil(replicas as u64);
-        let synced = own.last().map(|&b| b / replicas as u64 + 1).unwrap_or(0);
+        let rounds = (minibatches.end - minibatches.start).div_ceil(r);
+        let synced = own
+            .last()
+            .map(|&b| round_of(b, r, minibatches) + 1)
+            .unwrap_or(0);
         for round in synced..rounds {
             ops.push(Op::Sync(round));
         }
@@ -87,13 +111,18 @@ pub fn one_f_one_b(own: &[u64], warmup: u32, replicas: u32, minibatches: u64) ->
     ops
 }
 
-/// The GPipe schedule of one replica: for each round of `depth` minibatches, the forward passes
-/// of its own minibatches in the round, their backward passes in reverse, then the flush.
-pub fn gpipe(own: &[u64], depth: u32, minibatches: u64) -> Vec<Op> {
+/// The GPipe schedule of one replica: for each round of `depth` minibatches of the run's
+/// `minibatches`, the forward passes of its own minibatches in the round, their backward passes
+/// in reverse, then the flush.
+pub fn gpipe(own: &[u64], depth: u32, minibatches: &Range<u64>) -> Vec<Op> {
     let m = depth.max(1) as u64;
     let mut ops = Vec::new();
-    for round in 0..minibatches.div_ceil(m) {
-        let mine: Vec<u64> = own.iter().copied().filter(|b| b / m == round).collect();
+    for round in 0..(minibatches.end - minibatches.start).div_ceil(m) {
+        let mine: Vec<u64> = own
+            .iter()
+            .copied()
+            .filter(|&b| round_of(b, m, minibatches) == round)
+            .collect();
         ops.extend(mine.iter().map(|&b| Op::Forward(b)));
         ops.extend(mine.iter().rev().map(|&b| Op::Backward(b)));
         ops.push(Op::Flush(round));
@@ -111,9 +140,9 @@ mod tests {
         // 4 stages, minibatches 0-based: stage 1 runs F0 F1 F2 F3 B0 F4 B1 F5 …
         let w = warmups(&[1, 1, 1, 1], 4);
         assert_eq!(w, vec![4, 3, 2, 1]);
-        let own = own_minibatches(6, 1, 0);
+        let own = own_minibatches(0..6, 1, 0);
         assert_eq!(
-            one_f_one_b(&own, w[0], 1, 6),
+            one_f_one_b(&own, w[0], 1, &(0..6)),
             vec![
                 F(0),
                 F(1),
@@ -130,10 +159,13 @@ mod tests {
             ]
         );
         assert_eq!(
-            one_f_one_b(&own, w[1], 1, 6)[..6],
+            one_f_one_b(&own, w[1], 1, &(0..6))[..6],
             [F(0), F(1), F(2), B(0), F(3), B(1)]
         );
-        assert_eq!(one_f_one_b(&own, w[3], 1, 6)[..4], [F(0), B(0), F(1), B(1)]);
+        assert_eq!(
+            one_f_one_b(&own, w[3], 1, &(0..6))[..4],
+            [F(0), B(0), F(1), B(1)]
+        );
     }
 
     #[test]
@@ -153,12 +185,12 @@ mod tests {
 
     #[test]
     fn replicas_split_minibatches_round_robin_and_sync_every_round() {
-        assert_eq!(own_minibatches(7, 3, 1), vec![1, 4]);
+        assert_eq!(own_minibatches(0..7, 3, 1), vec![1, 4]);
         // 7 minibatches over 3 replicas: rounds {0,1,2} {3,4,5} {6}; replica 1 has nothing
         // in the last round and still joins its average.
-        let ops = one_f_one_b(&[1, 4], 2, 3, 7);
+        let ops = one_f_one_b(&[1, 4], 2, 3, &(0..7));
         assert_eq!(ops, vec![F(1), F(4), B(1), S(0), B(4), S(1), S(2)]);
-        let ops = one_f_one_b(&[0, 3, 6], 2, 3, 7);
+        let ops = one_f_one_b(&[0, 3, 6], 2, 3, &(0..7));
         assert_eq!(
             ops,
             vec![F(0), F(3), B(0), S(0), F(6), B(3), S(1), B(6), S(2)]
@@ -167,7 +199,7 @@ mod tests {
 
     #[test]
     fn gpipe_runs_rounds_forward_then_backward_in_reverse_then_flushes() {
-        let ops = gpipe(&[0, 1, 2, 3, 4], 2, 5);
+        let ops = gpipe(&[0, 1, 2, 3, 4], 2, &(0..5));
         assert_eq!(
             ops,
             vec![
@@ -192,8 +224,8 @@ mod tests {
     fn every_minibatch_is_forwarded_and_backwarded_once_in_that_order() {
         for (reps, w) in [(1u32, 4u32), (3, 2), (2, 7)] {
             for j in 0..reps {
-                let own = own_minibatches(23, reps, j);
-                let ops = one_f_one_b(&own, w, reps, 23);
+                let own = own_minibatches(0..23, reps, j);
+                let ops = one_f_one_b(&own, w, reps, &(0..23));
                 for &b in &own {
                     let f = ops.iter().position(|o| *o == F(b));
                     let bw = ops.iter().position(|o| *o == B(b));
@@ -202,5 +234,37 @@ mod tests {
                 assert_eq!(ops.iter().filter(|o| matches!(o, F(_))).count(), own.len());
             }
         }
+    }
+
+    #[test]
+    fn a_run_from_a_checkpoint_counts_rounds_from_its_first_minibatch() {
+        // Minibatches 5..12 over 3 replicas: rounds {5,6,7} {8,9,10} {11}; replica 1 runs 7, 10
+        // and still joins the last round's average.
+        let run = 5..12;
+        assert_eq!(own_minibatches(run.clone(), 3, 2), vec![5, 8, 11]);
+        assert_eq!(own_minibatches(run.clone(), 3, 1), vec![7, 10]);
+        let ops = one_f_one_b(&[7, 10], 2, 3, &run);
+        assert_eq!(ops, vec![F(7), F(10), B(7), S(0), B(10), S(1), S(2)]);
+        let ops = one_f_one_b(&[5, 8, 11], 2, 3, &run);
+        assert_eq!(
+            ops,
+            vec![F(5), F(8), B(5), S(0), F(11), B(8), S(1), B(11), S(2)]
+        );
+        assert_eq!(round_minibatches(1, 3, &run), 8..11);
+        assert_eq!(round_minibatches(2, 3, &run), 11..12);
+        let ops = gpipe(&[3, 4, 5], 2, &(3..6));
+        assert_eq!(
+            ops,
+            vec![
+                F(3),
+                F(4),
+                B(4),
+                B(3),
+                Op::Flush(0),
+                F(5),
+                B(5),
+                Op::Flush(1)
+            ]
+        );
     }
 }

@@ -58,11 +58,18 @@ pub struct Versions {
 impl Versions {
     /// Version 0 (nothing applied) with `values`.
     pub fn new(weights: Weights, values: Values) -> Versions {
+        Versions::resumed(weights, values, 0, 0)
+    }
+
+    /// The one version of a stage that has applied `updates` updates, which took in minibatches
+    /// `0..watermark`, with `values`: where a run resumed from a checkpoint starts, no minibatch
+    /// in flight.
+    pub fn resumed(weights: Weights, values: Values, updates: u64, watermark: u64) -> Versions {
         let mut versions = BTreeMap::new();
         versions.insert(
-            0,
+            updates,
             Version {
-                watermark: 0,
+                watermark,
                 values,
                 users: 0,
             },
@@ -70,9 +77,9 @@ impl Versions {
         Versions {
             weights,
             versions,
-            latest: 0,
+            latest: updates,
             by_minibatch: BTreeMap::new(),
-            floor: 0,
+            floor: updates,
             max_alive: 1,
         }
     }

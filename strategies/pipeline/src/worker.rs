@@ -6,7 +6,7 @@
 use crate::layout::{Layout, Position};
 use crate::options::Kind;
 use crate::protocol::{Act, Grad, StageStats};
-use crate::schedule::Op;
+use crate::schedule::{self, Op};
 use crate::versions::{Values, Versions};
 use candle_core::Tensor;
 use concord_engine::collective::{Allreduce, Group};
@@ -19,9 +19,17 @@ use concord_engine::submodel::math::{
 use concord_engine::submodel::{
     activations, rows_from, stage_input_shapes, stage_output_shapes, tensor_error, Held, Rows,
 };
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
+
+/// What a stage worker keeps beside its stage's parameters, for a checkpoint.
+#[derive(Serialize, Deserialize)]
+struct StageState {
+    /// Updates its stage has applied: the latest weight version's id.
+    updates: u64,
+}
 
 /// What a minibatch's forward pass left for its backward pass.
 struct Kept {
@@ -55,6 +63,8 @@ pub struct StageWorker {
     job: Arc<Job>,
     layout: Arc<Layout>,
     at: Option<Position>,
+    /// The minibatches of this run: the whole run's, or the stretch's between two checkpoints.
+    run: Range<u64>,
     replica: Option<Replica>,
     held: Held,
     versions: Versions,
@@ -81,13 +91,26 @@ pub struct StageWorker {
 }
 
 impl StageWorker {
-    /// Worker `id` of `job` in `layout`.
+    /// Worker `id` of `job` in `layout`; a worker of a run resumed from a checkpoint continues
+    /// from its stage's parameters, optimizer state and update count there, with no minibatch
+    /// in flight (the checkpoint is cut where the pipeline has drained).
     pub fn new(job: Arc<Job>, id: WorkerId, layout: Arc<Layout>) -> Result<StageWorker> {
         let at = layout.position(id);
         let range = at.map_or(0..0, |p| layout.submodels.params(p.stage));
-        let held = Held::new(&job, range).snapshot_by_iterations();
-        let versions = Versions::new(layout.weights, held.values().map(Arc::new));
+        let mut held = Held::new(&job, range).snapshot_by_iterations();
+        let run = layout.minibatches(job.clocks());
+        let updates = match (at, job.resumed(RoleId::Worker(id))) {
+            (Some(at), Some(cp)) => restore(&job, id, &layout, at, &cp, &mut held)?,
+            _ => 0,
+        };
+        let versions = Versions::resumed(
+            layout.weights,
+            held.values().map(Arc::new),
+            updates,
+            run.start,
+        );
         Ok(StageWorker {
+            run,
             replica: match at {
                 Some(_) => job.replica(RoleId::Worker(id))?,
                 None => None,
@@ -166,9 +189,9 @@ impl StageWorker {
     /// Round `round` of `width` consecutive minibatches is done here: its gradients are
     /// averaged (over the replicas) and applied, and the iterations it completes are closed.
     async fn finish_round(&mut self, ctx: &mut RoleContext, round: u64, width: u64) -> Result<()> {
-        let start = round * width;
-        let end = (start + width).min(self.layout.minibatches);
-        self.average_and_apply(ctx, round, start..end).await?;
+        let minibatches = schedule::round_minibatches(round, width, &self.run);
+        let end = minibatches.end;
+        self.average_and_apply(ctx, round, minibatches).await?;
         self.close_until(ctx, end);
         Ok(())
     }
@@ -485,6 +508,34 @@ impl StageWorker {
     }
 }
 
+/// Restores the stage of worker `id` (at `at`) from its checkpoint `cp` and returns the stage's
+/// update count. The replicas of a stage hold the same values after every round, so the stage's
+/// first replica's checkpoint holds its part of the model and every replica restores from it.
+fn restore(
+    job: &Job,
+    id: WorkerId,
+    layout: &Layout,
+    at: Position,
+    cp: &RoleCheckpoint,
+    held: &mut Held,
+) -> Result<u64> {
+    let bad = |reason: String| EngineError::protocol(RoleId::Worker(id), reason);
+    let state: StageState = cp
+        .state
+        .as_ref()
+        .ok_or_else(|| bad("its checkpoint holds no pipeline stage state".into()))?
+        .decode()?;
+    let first = RoleId::Worker(layout.worker(at.stage, 0));
+    let part = job.resumed(first).and_then(|c| c.model).ok_or_else(|| {
+        bad(format!(
+            "the checkpoint holds no parameters of stage {} ({first}'s)",
+            at.stage
+        ))
+    })?;
+    held.restore(&job.layout, &part, state.updates);
+    Ok(state.updates)
+}
+
 #[async_trait]
 impl Worker for StageWorker {
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
@@ -505,7 +556,7 @@ impl Worker for StageWorker {
         }
         self.open.start_s = ctx.now();
         let mut stashed = 0;
-        for op in layout.ops(at) {
+        for op in layout.ops(at, &self.run.clone()) {
             self.run_op(ctx, at, op).await?;
             self.hold_versions(ctx, &mut stashed).await?;
         }
@@ -531,7 +582,9 @@ impl Worker for StageWorker {
         Ok(WorkerReport {
             iterations: std::mem::take(&mut self.records),
             model,
-            state: None,
+            state: Some(RoleState::encode(&StageState {
+                updates: self.versions.latest(),
+            })?),
         })
     }
 }

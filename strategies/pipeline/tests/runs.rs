@@ -57,7 +57,9 @@ fn one_stage_on_every_worker_is_bsp_data_parallelism() {
 /// `s` of a straight pipeline of `S` stages runs forward and backward on the weights after
 /// `max(0, b − (S − s) + 1)` updates; with vertical sync, every stage on the weights after
 /// `max(0, b − S + 1)` (the input stage's when `b` entered). The full gradient at that weight
-/// vector is exact, and each stage applies its part to its latest weights.
+/// vector is exact, and each stage applies its part to its latest weights. A run cut by
+/// checkpoints (`checkpoint_every`) drains its pipeline at each cut, so a minibatch after a cut
+/// at minibatch `c` never runs on fewer than `c` updates.
 fn stale_reference(
     cfg: &RunConfig,
     boundaries: &[usize],
@@ -99,7 +101,8 @@ fn stale_reference(
                 // Stashing: stage s lags by its warm-up S − s; vertical sync: every stage runs on
                 // the version the input stage had (a lag of S).
                 let w = if vertical_sync { stages } else { stages - s } as u64;
-                let k = (b + 1).saturating_sub(w) as usize;
+                let cut = cfg.checkpoint_every.map_or(0, |c| b / c * c);
+                let k = (b + 1).saturating_sub(w).max(cut) as usize;
                 history[s][k][p].clone()
             })
             .collect();
@@ -189,6 +192,28 @@ fn vertical_sync_trains_on_the_input_stages_version_at_every_stage() {
         max_abs_diff(&stash, &reference) > 1e-4,
         "vertical sync changed nothing"
     );
+}
+
+#[test]
+fn a_checkpoint_drains_the_pipeline_and_restarts_it_on_every_update_before_it() {
+    for (options, vertical_sync) in [
+        ("boundaries = [1, 2]", false),
+        ("boundaries = [1, 2]\nvertical_sync = true", true),
+    ] {
+        let mut cfg = with(mlp(3, 8, 14), "pipedream", options);
+        cfg.optimizer = toml::from_str("kind = \"sgd\"\nlr = 0.2").expect("optimizer");
+        cfg.checkpoint_every = Some(5);
+        let r = run(&cfg);
+        let reference = stale_reference(&cfg, &[1, 2], 14, vertical_sync);
+        let d = max_abs_diff(&flat(params(&r)), &reference);
+        assert!(d < 1e-5, "{options}: cut run vs the drained reference: {d}");
+        cfg.checkpoint_every = None;
+        let uncut = stale_reference(&cfg, &[1, 2], 14, vertical_sync);
+        assert!(
+            max_abs_diff(&uncut, &reference) > 1e-4,
+            "{options}: the cuts changed nothing"
+        );
+    }
 }
 
 #[test]
