@@ -149,10 +149,11 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
             CostArg::Thesis => Sync::Thesis,
             CostArg::Ring => Sync::Ring,
         },
+        optimizer_slots: cfg.optimizer.init_state(0).slots.len() as u32,
     };
     let found = plan(&profile, &topology, &options)?;
     let predicted = found.predicted_s.unwrap_or(f64::NAN);
-    let memory = stage_memory_bytes(&profile, &found.stages);
+    let memory = stage_memory_bytes(&profile, &found.stages, options.optimizer_slots);
     let stages = found
         .stages
         .iter()

@@ -41,6 +41,7 @@ pub fn plan(job: &Job, kind: Kind, options: &PipeOptions) -> Result<PipelinePlan
         memory_bytes: Some(device.memory_bytes()),
         max_stages: None,
         sync,
+        optimizer_slots: job.config.optimizer.init_state(0).slots.len() as u32,
     };
     planner::plan(&profile, &topology, &planned).map_err(|e| {
         refuse(

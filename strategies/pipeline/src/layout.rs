@@ -10,7 +10,7 @@
 //! parallelism's global batch when the whole model is one stage on every worker).
 
 use crate::options::{Kind, PipeOptions};
-use crate::planner::{PipelinePlan, StagePlan};
+use crate::planner::{stage_need, PipelinePlan, StageNeed, StagePlan};
 use crate::schedule::{self, Op};
 use crate::versions::Weights;
 use concord_engine::model::ModelSpec;
@@ -209,12 +209,10 @@ impl Layout {
         parts.join("-")
     }
 
-    /// Bytes one worker of stage `s` holds at most: its parameters, their gradients and
-    /// optimizer state, the weight versions its in-flight minibatches keep (one each beyond the
-    /// latest, when stashing), and their activations.
+    /// Bytes one worker of stage `s` holds at most ([`stage_need`], the planner's estimate too):
+    /// its parameters, their gradients and optimizer state, the weight versions its in-flight
+    /// minibatches keep (one each beyond the latest, when stashing), and their activations.
     pub fn stage_memory(&self, job: &Job, s: usize) -> u64 {
-        let params = self.submodels.param_bytes(s);
-        let slots = job.config.optimizer.init_state(0).slots.len() as u64;
         let in_flight = match self.kind {
             Kind::GPipe => self.depth as u64,
             _ => self.warmup[s] as u64,
@@ -235,7 +233,13 @@ impl Layout {
                 .unwrap_or(0),
             _ => per_sample,
         };
-        params * (2 + slots + stashed) + kept * self.minibatch * in_flight
+        stage_need(StageNeed {
+            weight_bytes: self.submodels.param_bytes(s),
+            optimizer_slots: job.config.optimizer.init_state(0).slots.len() as u64,
+            stashed_versions: stashed,
+            kept_bytes: kept * self.minibatch,
+            in_flight,
+        })
     }
 
     /// Refuses a configuration some stage's memory cannot hold.
@@ -250,18 +254,29 @@ impl Layout {
                     format!("{}.boundaries", self.kind.key()),
                     format!("{:?}", self.submodels.stages(s)),
                     format!(
-                        "stage {s} (layers {:?}, config {}) needs {:.2} GiB on {} ({} minibatches in flight), which has {:.2} GiB",
+                        "stage {s} (layers {:?}, config {}) needs {} on {} ({} minibatches in flight), which has {}",
                         self.submodels.stages(s),
                         self.config_string(),
-                        need as f64 / 1024f64.powi(3),
+                        size(need),
                         job.cluster.device_label(w),
                         match self.kind { Kind::GPipe => self.depth, _ => self.warmup[s] },
-                        have as f64 / 1024f64.powi(3),
+                        size(have),
                     ),
                 ));
             }
         }
         Ok(())
+    }
+}
+
+/// `bytes` in the largest binary unit that keeps it at least 1 (GiB, MiB, KiB or bytes).
+fn size(bytes: u64) -> String {
+    let b = bytes as f64;
+    match bytes {
+        0..1024 => format!("{bytes} bytes"),
+        1024..1_048_576 => format!("{:.2} KiB", b / 1024.0),
+        1_048_576..1_073_741_824 => format!("{:.2} MiB", b / 1024f64.powi(2)),
+        _ => format!("{:.2} GiB", b / 1024f64.powi(3)),
     }
 }
 

@@ -109,11 +109,13 @@ proptest! {
         workers in 1u32..=5,
         memory in 100u64..2000,
         max_stages in 1usize..4,
+        optimizer_slots in 0u32..3,
     ) {
         let t = Topology::flat(workers, 16.0);
         let options = PlanOptions {
             memory_bytes: Some(memory),
             max_stages: Some(max_stages),
+            optimizer_slots,
             ..flat()
         };
         let got = plan(&p, &t, &options);

@@ -343,7 +343,34 @@ fn a_plan_that_does_not_fit_memory_is_refused() {
     cfg = concord_test_support::on_device(cfg, "tiny", concord_test_support::slow_device(1e-6));
     let e = compose_err(&cfg);
     assert!(
-        e.contains("strategy.pipedream.boundaries") && e.contains("GiB"),
+        e.contains("strategy.pipedream.boundaries") && e.contains("needs") && e.contains("KiB"),
         "{e}"
+    );
+}
+
+/// The planner and the start-up check count a stage's memory with one function: over a sweep of
+/// device memories, with Adam's two state copies of every weight, the planner's choice either
+/// starts or the planner itself says no plan fits; the start-up check never refuses it.
+#[test]
+fn the_planners_choice_always_passes_the_start_up_memory_check() {
+    let (mut started, mut refused) = (0, 0);
+    for step in 0..30 {
+        let gib = 2e-6 * 1.15f64.powi(step);
+        let mut cfg = with(mlp(3, 8, 1), "pipedream", "");
+        cfg.optimizer = toml::from_str("kind = \"adam\"\nlr = 0.01").expect("optimizer");
+        cfg = concord_test_support::on_device(cfg, "small", concord_test_support::slow_device(gib));
+        let asm = reg().compose(&cfg).expect("composes");
+        match concord_engine::run(&cfg, &asm, Default::default()) {
+            Ok(_) => started += 1,
+            Err(e) => {
+                let e = e.to_string();
+                assert!(e.contains("no plan fits"), "{gib} GiB: {e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        started > 0 && refused > 0,
+        "{started} started, {refused} refused"
     );
 }

@@ -18,6 +18,9 @@ pub(crate) struct Costs {
     outputs: Vec<f64>,
     /// How a replicated stage's weight sync is charged.
     sync: Sync,
+    /// Optimizer-state copies of the weights a worker keeps (0 for plain SGD, 1 with momentum,
+    /// 2 for Adam).
+    optimizer_slots: u64,
 }
 
 impl Costs {
@@ -47,6 +50,7 @@ impl Costs {
                 .map(|l| l.activation_bytes as f64)
                 .collect(),
             sync,
+            optimizer_slots: 0,
         };
         for i in 0..n {
             let (mut t, mut w, mut a) = (0.0, 0.0, 0.0);
@@ -61,6 +65,13 @@ impl Costs {
             }
         }
         Ok(c)
+    }
+
+    /// The same sums for a job whose optimizer keeps `slots` state copies of every weight
+    /// (counted in a stage's memory).
+    pub(crate) fn with_optimizer_slots(mut self, slots: u32) -> Costs {
+        self.optimizer_slots = u64::from(slots);
+        self
     }
 
     /// Layers in the profile.
@@ -97,13 +108,47 @@ impl Costs {
         2.0 * self.outputs[s - 1] / bandwidth
     }
 
-    /// Memory one worker of a stage of layers `i..j` needs with `warmup` minibatches in flight:
-    /// `|w|·(1 + warmup)` (the weights and a stashed version per minibatch in flight) plus
-    /// the stage's activations of each minibatch in flight, bytes.
+    /// Memory one worker of a stage of layers `i..j` needs with `warmup` minibatches in flight
+    /// under weight stashing ([`stage_need`]), bytes.
     pub(crate) fn memory(&self, i: usize, j: usize, warmup: u32) -> f64 {
-        let k = f64::from(warmup);
-        self.weights[i * (self.n + 1) + j] * (1.0 + k) + self.activations[i * (self.n + 1) + j] * k
+        let at = i * (self.n + 1) + j;
+        let k = u64::from(warmup.max(1));
+        // The sums are of whole byte counts, exact in an f64 below 2^53 bytes.
+        stage_need(StageNeed {
+            weight_bytes: self.weights[at] as u64,
+            optimizer_slots: self.optimizer_slots,
+            stashed_versions: k - 1,
+            kept_bytes: self.activations[at] as u64,
+            in_flight: k,
+        }) as f64
     }
+}
+
+/// What one worker of a pipeline stage holds, for [`stage_need`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StageNeed {
+    /// Bytes of the stage's weights.
+    pub weight_bytes: u64,
+    /// Optimizer-state copies of the weights (0 for plain SGD, 1 with momentum, 2 for Adam).
+    pub optimizer_slots: u64,
+    /// Weight versions stashed beside the latest (one per in-flight minibatch but the newest,
+    /// under weight stashing; none without it).
+    pub stashed_versions: u64,
+    /// Activation bytes one minibatch in flight keeps for its backward pass.
+    pub kept_bytes: u64,
+    /// Minibatches in flight at once.
+    pub in_flight: u64,
+}
+
+/// Bytes one worker of a pipeline stage holds at most: its weights, their gradients, the
+/// optimizer's state, the stashed weight versions and the kept activations of its minibatches
+/// in flight. The planner's memory limit and the runtime's start-up check are both this
+/// function, so a plan the planner accepts is not refused when the run starts.
+pub fn stage_need(need: StageNeed) -> u64 {
+    let copies = 2 + need.optimizer_slots + need.stashed_versions;
+    need.weight_bytes
+        .saturating_mul(copies)
+        .saturating_add(need.kept_bytes.saturating_mul(need.in_flight))
 }
 
 /// Minibatches in flight at a stage with `replicas` replicas and `downstream` workers from it
@@ -214,21 +259,30 @@ pub fn bytes_per_sample(profile: &Profile, stages: &[StagePlan]) -> f64 {
     bytes / profile.batch.max(1) as f64
 }
 
-/// Each stage's memory need per worker, bytes: `|w|·(1 + warmup) + activations·warmup`, with
-/// `warmup` its 1F1B warm-up depth (`⌈workers from it to the end / its replicas⌉`) and
-/// activations the outputs of its layers for one minibatch (what a minibatch in flight keeps for
-/// its backward pass).
-pub fn stage_memory_bytes(profile: &Profile, stages: &[StagePlan]) -> Vec<u64> {
+/// Each stage's memory need per worker under weight stashing ([`stage_need`]), bytes, for a
+/// job whose optimizer keeps `optimizer_slots` state copies of the weights: `warmup` minibatches
+/// in flight (its 1F1B warm-up depth, `⌈workers from it to the end / its replicas⌉`), a stashed
+/// version for each but the newest, and the outputs of its layers for each (what a minibatch in
+/// flight keeps for its backward pass).
+pub fn stage_memory_bytes(
+    profile: &Profile,
+    stages: &[StagePlan],
+    optimizer_slots: u32,
+) -> Vec<u64> {
     let mut downstream: u32 = stages.iter().map(|s| s.replicas).sum();
     stages
         .iter()
         .map(|s| {
-            let k = u64::from(warmup(downstream, s.replicas, s.layers.start == 0));
+            let k = u64::from(warmup(downstream, s.replicas, s.layers.start == 0).max(1));
             downstream = downstream.saturating_sub(s.replicas);
             let layers = profile.layers.get(s.layers.clone()).unwrap_or(&[]);
-            let w: u64 = layers.iter().map(|l| l.weight_bytes).sum();
-            let a: u64 = layers.iter().map(|l| l.activation_bytes).sum();
-            w.saturating_mul(1 + k).saturating_add(a.saturating_mul(k))
+            stage_need(StageNeed {
+                weight_bytes: layers.iter().map(|l| l.weight_bytes).sum(),
+                optimizer_slots: u64::from(optimizer_slots),
+                stashed_versions: k - 1,
+                kept_bytes: layers.iter().map(|l| l.activation_bytes).sum(),
+                in_flight: k,
+            })
         })
         .collect()
 }
@@ -313,7 +367,9 @@ mod tests {
             },
         ];
         // stage 0: warmup 2 → 100·3 + 10·2; stage 1: warmup 1 → 1000·2 + 20.
-        assert_eq!(stage_memory_bytes(&p, &pp), vec![320, 2020]);
+        assert_eq!(stage_memory_bytes(&p, &pp, 0), vec![320, 2020]);
+        // With momentum, one more copy of each stage's weights.
+        assert_eq!(stage_memory_bytes(&p, &pp, 1), vec![420, 3020]);
     }
 
     #[test]

@@ -39,7 +39,8 @@ pub fn plan(
     options: &PlanOptions,
 ) -> Result<PipelinePlan, PlanError> {
     topology.validate()?;
-    let costs = Costs::with_sync(profile, options.sync)?;
+    let costs =
+        Costs::with_sync(profile, options.sync)?.with_optimizer_slots(options.optimizer_slots);
     if options.max_stages == Some(0) {
         return Err(PlanError::NoStages);
     }

@@ -33,7 +33,7 @@ pub fn search(
                     })
                     .collect();
                 if let Some(cap) = options.memory_bytes {
-                    if stage_memory_bytes(profile, &stages)
+                    if stage_memory_bytes(profile, &stages, options.optimizer_slots)
                         .iter()
                         .any(|&b| b > cap)
                     {

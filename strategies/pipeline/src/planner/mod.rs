@@ -19,7 +19,10 @@ pub mod profile;
 pub mod straight;
 pub mod topology;
 
-pub use costs::{bytes_per_sample, evaluate, evaluate_under, stage_memory_bytes, validate_stages};
+pub use costs::{
+    bytes_per_sample, evaluate, evaluate_under, stage_memory_bytes, stage_need, validate_stages,
+    StageNeed,
+};
 pub use dp::plan;
 pub use error::PlanError;
 pub use straight::straight;
@@ -189,4 +192,7 @@ pub struct PlanOptions {
     pub max_stages: Option<usize>,
     /// How replicated stages are charged for their weight sync.
     pub sync: Sync,
+    /// Optimizer-state copies of the weights a worker keeps (0 for plain SGD, 1 with momentum,
+    /// 2 for Adam), counted in a stage's memory need.
+    pub optimizer_slots: u32,
 }
