@@ -218,15 +218,6 @@ impl Rows {
     }
 }
 
-/// The per-sample input shape of `stage`: `[c, h, w]` for a convolution, `[features]` for a
-/// dense layer (which flattens whatever it is given).
-pub fn input_shape(stage: &StageSpec) -> Vec<usize> {
-    match stage {
-        StageSpec::Dense { inputs, .. } => vec![*inputs],
-        StageSpec::Conv { input, .. } => input.to_vec(),
-    }
-}
-
 /// The per-sample shape of the input of each stage of a real model, plus the model's output
 /// (`[classes]`) at the end; `None` in throughput mode.
 pub fn stage_input_shapes(model: &ModelSpec) -> Option<Vec<Vec<usize>>> {
@@ -234,7 +225,7 @@ pub fn stage_input_shapes(model: &ModelSpec) -> Option<Vec<Vec<usize>>> {
         ModelSpec::Real {
             stages, classes, ..
         } => {
-            let mut shapes: Vec<Vec<usize>> = stages.iter().map(input_shape).collect();
+            let mut shapes: Vec<Vec<usize>> = stages.iter().map(StageSpec::input_shape).collect();
             shapes.push(vec![*classes]);
             Some(shapes)
         }
@@ -243,28 +234,12 @@ pub fn stage_input_shapes(model: &ModelSpec) -> Option<Vec<Vec<usize>>> {
 }
 
 /// The per-sample shape of each stage's output of a real model (`None` in throughput mode):
-/// what the gradient of a stage range's output is shaped like. It differs from the next
-/// stage's input shape where a convolution feeds a dense layer, which flattens its input.
+/// what the gradient of a stage range's output is shaped like.
 pub fn stage_output_shapes(model: &ModelSpec) -> Option<Vec<Vec<usize>>> {
     let ModelSpec::Real { stages, .. } = model else {
         return None;
     };
-    Some(
-        stages
-            .iter()
-            .map(|s| match *s {
-                StageSpec::Dense { outputs, .. } => vec![outputs],
-                StageSpec::Conv {
-                    input,
-                    channels,
-                    pool,
-                } => {
-                    let d = if pool { 2 } else { 1 };
-                    vec![channels, input[1] / d, input[2] / d]
-                }
-            })
-            .collect(),
-    )
+    Some(stages.iter().map(StageSpec::output_shape).collect())
 }
 
 /// Forward of sub-model stages `stages` on `x`: the output, and every stage's input (kept for

@@ -190,19 +190,35 @@ impl StageSpec {
         c
     }
 
-    /// Output elements per sample.
-    pub fn out_elems(&self) -> usize {
+    /// The per-sample shape of the stage's input: `[c, h, w]` for a convolution, `[features]` for
+    /// a dense layer (which flattens whatever it is given).
+    pub fn input_shape(&self) -> Vec<usize> {
+        match self {
+            StageSpec::Dense { inputs, .. } => vec![*inputs],
+            StageSpec::Conv { input, .. } => input.to_vec(),
+        }
+    }
+
+    /// The per-sample shape of the stage's output: `[outputs]` for a dense layer, `[channels,
+    /// h, w]` for a convolution (halved by its pooling). It differs from the next stage's input
+    /// shape where a convolution feeds a dense layer, which flattens it.
+    pub fn output_shape(&self) -> Vec<usize> {
         match *self {
-            StageSpec::Dense { outputs, .. } => outputs,
+            StageSpec::Dense { outputs, .. } => vec![outputs],
             StageSpec::Conv {
                 input,
                 channels,
                 pool,
             } => {
                 let d = if pool { 2 } else { 1 };
-                channels * (input[1] / d) * (input[2] / d)
+                vec![channels, input[1] / d, input[2] / d]
             }
         }
+    }
+
+    /// Output elements per sample.
+    pub fn out_elems(&self) -> usize {
+        self.output_shape().iter().product()
     }
 }
 
@@ -414,6 +430,31 @@ mod tests {
             image: Some([1, 8, 8]),
         };
         ModelSpec::resolve(&cfg, &[64], 3).unwrap()
+    }
+
+    /// Each stage's declared output shape is what its forward pass gives, and the next stage's
+    /// input holds as many elements.
+    #[test]
+    fn declared_shapes_match_the_forward_pass() {
+        for spec in [mlp(), cnn()] {
+            let ModelSpec::Real { stages, .. } = &spec else {
+                panic!("a real model");
+            };
+            let r = replica(&spec, 3);
+            let net = r.model().unwrap();
+            let mut shape = vec![2];
+            shape.extend(stages[0].input_shape());
+            let mut x = Tensor::zeros(shape.as_slice(), DType::F32, &Device::Cpu).unwrap();
+            for (i, stage) in stages.iter().enumerate() {
+                let y = net.forward_stage(i, &x).unwrap();
+                assert_eq!(&y.dims()[1..], stage.output_shape().as_slice(), "stage {i}");
+                if let Some(next) = stages.get(i + 1) {
+                    let n: usize = next.input_shape().iter().product();
+                    assert_eq!(n, stage.out_elems(), "stage {i} into {}", i + 1);
+                }
+                x = y;
+            }
+        }
     }
 
     /// A replica of `spec` with its seeded initial parameters.
