@@ -95,8 +95,9 @@ impl BusQueues {
 /// One transfer through a sender's port out and a receiver's port in, cut-through: the receiver
 /// takes bytes as they leave the sender. Given when each port is free, the clock, and the seconds
 /// each side needs for the bytes, returns (when the first byte leaves, when the port out is free,
-/// when the message is fully received).
-fn cut_through(
+/// when the message is fully received). Public so that a strategy's planner can replay transfers
+/// as this network times them.
+pub fn cut_through(
     out_free: f64,
     in_free: f64,
     now: f64,

@@ -10,9 +10,10 @@ use concord_engine::ids::RoleId;
 use concord_engine::model::{ModelConfig, ModelSpec};
 use concord_engine::RunConfig;
 use concord_pipeline::planner::{
-    bytes_per_sample, evaluate_under, plan, stage_memory_bytes, PlanOptions, Profile, Search,
-    StagePlan, Sync, Topology,
+    bytes_per_sample, evaluate_under, plan, replay, stage_memory_bytes, PlanOptions, Profile,
+    Search, StagePlan, Sync, Topology,
 };
+use concord_pipeline::schedule::default_depth;
 use serde::Serialize;
 
 /// Arguments of `plan`.
@@ -78,6 +79,9 @@ pub struct PlanReport {
     pub workers_used: u32,
     /// Predicted time per minibatch in steady state (the slowest stage), seconds.
     pub predicted_s: f64,
+    /// Time per minibatch of the plan's schedule replayed on the same costs (lock-step
+    /// averages, shared links), seconds.
+    pub replayed_s: Option<f64>,
     /// Predicted throughput, samples per second.
     pub samples_per_s: f64,
     /// Bytes sent per sample (boundaries and replicated stages' weight sync).
@@ -117,6 +121,8 @@ pub struct Alternative {
     pub config: String,
     /// Predicted time per minibatch, seconds.
     pub predicted_s: f64,
+    /// Time per minibatch of its schedule replayed on the same costs, seconds.
+    pub replayed_s: Option<f64>,
     /// Predicted throughput, samples per second.
     pub samples_per_s: f64,
     /// Bytes sent per sample.
@@ -177,6 +183,10 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
         replicas: topology.workers(),
     }];
     let dp_s = evaluate_under(&profile, &topology, &dp, options.sync);
+    let replayed = |stages: &[StagePlan]| {
+        let replicas: Vec<u32> = stages.iter().map(|s| s.replicas).collect();
+        replay(&profile, &topology, stages, default_depth(&replicas))
+    };
     let batch = profile.batch as f64;
     let report = PlanReport {
         model: match &cfg.model {
@@ -199,11 +209,13 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
         noam: found.noam,
         workers_used: found.workers_used(),
         predicted_s: predicted,
+        replayed_s: replayed(&found.stages),
         samples_per_s: batch / predicted,
         bytes_per_sample: bytes_per_sample(&profile, &found.stages),
         data_parallel: Alternative {
             config: topology.workers().to_string(),
             predicted_s: dp_s,
+            replayed_s: replayed(&dp),
             samples_per_s: batch / dp_s,
             bytes_per_sample: bytes_per_sample(&profile, &dp),
         },
@@ -286,5 +298,13 @@ fn table(r: &PlanReport) -> String {
         dp.bytes_per_sample,
         dp.config
     ));
+    if let (Some(p), Some(d)) = (r.replayed_s, dp.replayed_s) {
+        out.push_str(&format!(
+            "replayed schedules (lock-step averages, shared links): pipeline {:.3} ms/minibatch, \
+             data parallel {:.3} ms/minibatch\n",
+            p * 1e3,
+            d * 1e3
+        ));
+    }
     out
 }

@@ -1,7 +1,7 @@
 //! The configuration a run uses: the one the options give (with the planner's prediction for
 //! it), the best straight pipeline (`straight = true`), or the planner's choice.
 
-use crate::layout::given;
+use crate::layout::{given, Layout};
 use crate::options::{Kind, PipeOptions};
 use crate::planner::{self, PipelinePlan, PlanOptions, Profile, Search, Sync, Topology};
 use concord_engine::prelude::*;
@@ -50,4 +50,12 @@ pub fn plan(job: &Job, kind: Kind, options: &PipeOptions) -> Result<PipelinePlan
             e,
         )
     })
+}
+
+/// The time per minibatch of `layout`'s 1F1B schedule replayed on the planner's cost model of
+/// `job` (worker 0's device, the cluster's topology).
+pub fn replay(job: &Job, layout: &Layout) -> Option<f64> {
+    let profile = Profile::of_job(job, 0);
+    let topology = Topology::of_cluster(&job.cluster, job.config.workers);
+    planner::replay(&profile, &topology, &layout.stages, layout.depth)
 }

@@ -66,6 +66,9 @@ impl PipelineCoordinator {
         if let Some(p) = l.predicted_s {
             out.push((f("predicted_s"), p));
         }
+        if let Some(p) = l.replayed_s {
+            out.push((f("replayed_s"), p));
+        }
         for (s, st) in l.stages.iter().enumerate() {
             out.push((format!("{name}.replicas.stage-{s}"), st.replicas as f64));
             out.push((

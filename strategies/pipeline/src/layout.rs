@@ -51,6 +51,9 @@ pub struct Layout {
     /// The planner's predicted time per minibatch (`None` for a configuration given by hand
     /// before the planner evaluated it).
     pub predicted_s: Option<f64>,
+    /// The time per minibatch of this configuration's schedule replayed on the planner's cost
+    /// model ([`crate::planner::replay`]; 1F1B schedules only).
+    pub replayed_s: Option<f64>,
 }
 
 impl Layout {
@@ -105,16 +108,12 @@ impl Layout {
             ));
         }
         let noam = schedule::noam(&replicas);
-        // A replicated input stage waits for its slowest replica at every round's average: one
-        // more minibatch per replica keeps work queued behind that barrier (8-4-1 VGG-16 on
-        // 4×4: 179 ms per minibatch at NOAM, 123 ms at NOAM + 1; the prediction is 111 ms).
         let depth = match kind {
             Kind::ModelParallel => 1,
             Kind::GPipe => options.depth.unwrap_or(noam),
-            Kind::PipeDream => {
-                let barrier = replicas.len() > 1 && replicas.first().is_some_and(|&r| r > 1);
-                options.depth.unwrap_or(noam + u32::from(barrier))
-            }
+            Kind::PipeDream => options
+                .depth
+                .unwrap_or_else(|| schedule::default_depth(&replicas)),
         };
         let warmup = schedule::warmups(&replicas, depth);
         let layout = Layout {
@@ -127,6 +126,7 @@ impl Layout {
             minibatch: job.config.batch,
             weights: options.weights(kind),
             predicted_s: plan.predicted_s,
+            replayed_s: None,
             stages: plan.stages,
         };
         layout.check_memory(job)?;

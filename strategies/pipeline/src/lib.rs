@@ -32,7 +32,7 @@
 //!
 //! A job's iteration is one round of the output stage (one minibatch of `batch` samples when it
 //! is not replicated). Figures: `<name>.stages`, `.workers_used`, `.noam`, `.depth`,
-//! `.predicted_s`, `.replicas.stage-<s>`, `.first_layer.stage-<s>`, `.warmup.stage-<s>`,
+//! `.predicted_s`, `.replayed_s`, `.replicas.stage-<s>`, `.first_layer.stage-<s>`, `.warmup.stage-<s>`,
 //! `.max_versions.stage-<s>`, `.steady_utilisation.{max,mean}`, `.utilisation`,
 //! `.bytes_per_sample`, `.boundary_bytes_per_sample`.
 
@@ -129,7 +129,11 @@ impl Resolved {
             }
         }
         let plan = choose::plan(job, self.kind, &self.options)?;
-        let layout = Arc::new(Layout::new(job, self.kind, &self.options, plan)?);
+        let mut layout = Layout::new(job, self.kind, &self.options, plan)?;
+        if self.kind != Kind::GPipe {
+            layout.replayed_s = choose::replay(job, &layout);
+        }
+        let layout = Arc::new(layout);
         *cached = Some((key, layout.clone()));
         Ok(layout)
     }

@@ -62,6 +62,15 @@ pub fn warmups(replicas: &[u32], depth: u32) -> Vec<u32> {
         .collect()
 }
 
+/// PipeDream's default number of minibatches in flight per input-stage replica: NOAM, and one
+/// more when a replicated input stage has stages after it, since it waits for its slowest
+/// replica at every round's average (VGG-16 "8-4-1" on 4×4: 179 ms per minibatch at NOAM,
+/// 123 ms at NOAM + 1; the closed-form prediction is 111 ms).
+pub fn default_depth(replicas: &[u32]) -> u32 {
+    let barrier = replicas.len() > 1 && replicas.first().is_some_and(|&r| r > 1);
+    noam(replicas) + u32::from(barrier)
+}
+
 /// The number of input-stage minibatches in flight that keep every stage busy (NOAM).
 pub fn noam(replicas: &[u32]) -> u32 {
     let total: u32 = replicas.iter().sum();

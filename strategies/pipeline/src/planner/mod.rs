@@ -16,6 +16,7 @@ mod error;
 pub mod exhaustive;
 mod hierarchical;
 pub mod profile;
+pub mod replay;
 pub mod straight;
 pub mod topology;
 
@@ -25,6 +26,7 @@ pub use costs::{
 };
 pub use dp::plan;
 pub use error::PlanError;
+pub use replay::replay;
 pub use straight::straight;
 
 /// What one layer of the model costs on one worker, for one minibatch.

@@ -94,7 +94,7 @@ impl Topology {
 
     /// The level of the link joining workers `a` and `b`: the lowest level whose units hold
     /// both (0 when `a == b`, no link). Workers past the topology count as the top level's.
-    fn link_level(&self, a: u32, b: u32) -> usize {
+    pub(crate) fn link_level(&self, a: u32, b: u32) -> usize {
         if a == b {
             return 0;
         }
@@ -106,6 +106,17 @@ impl Topology {
             }
         }
         self.levels.len()
+    }
+
+    /// The unit whose port carries worker `w`'s traffic over a link of `level`: the worker
+    /// itself on level 1 (a device's port on its machine's bus), its machine on level 2 (the
+    /// machine's NIC), and so on; `(level, index of the unit)`.
+    pub(crate) fn port(&self, w: u32, level: usize) -> (usize, u32) {
+        let size: u64 = self.levels[..level.saturating_sub(1).min(self.levels.len())]
+            .iter()
+            .map(|l| u64::from(l.components.max(1)))
+            .product();
+        (level, (u64::from(w) / size) as u32)
     }
 
     /// The slowest bandwidth among the links of levels `1..=level` (infinite for level 0).

@@ -1,0 +1,256 @@
+//! The runtime's schedule replayed on the planner's cost model: a small discrete-event run of
+//! every worker's 1F1B-RR operation list ([`crate::schedule`]) with the profile's compute times,
+//! the boundaries' transfers through the ports the engine's network charges (a device's port
+//! on its machine's bus, the machine's NIC between machines; cut-through, each direction on its
+//! own), and every replicated stage's
+//! lock-step ring average. It predicts what the thesis's closed form ([`super::evaluate`])
+//! cannot: the stalls of a stage whose replicas wait for each other at every round's average
+//! while the stages around it run at another width (VGG-16 "6-5-5" on 4×4 runs at twice its
+//! closed-form time). [`super::plan`] still searches by the closed form, as the thesis does;
+//! the replay reports what the chosen configuration will do.
+
+use super::{Profile, StagePlan, Topology};
+use crate::schedule::{self, Op};
+use concord_engine::transport::cut_through;
+use std::collections::HashMap;
+
+/// Minibatches replayed: enough for the steady state to dominate the warm-up and the drain.
+const MINIBATCHES: u64 = 240;
+
+/// The forward pass's share of a layer's training step (the backward pass takes the rest), as
+/// the runtime charges it.
+const FORWARD_SHARE: f64 = 1.0 / 3.0;
+
+/// One replica's place in the replay.
+struct Replica {
+    stage: usize,
+    ops: Vec<Op>,
+    next: usize,
+    free: f64,
+}
+
+/// The steady-state time per minibatch of `stages` laid out on workers `0..` of `topology` in
+/// order, under PipeDream's 1F1B-RR schedule with `depth` minibatches in flight per input-stage
+/// replica, seconds; `None` when the stages are not a plan of `profile`.
+pub fn replay(
+    profile: &Profile,
+    topology: &Topology,
+    stages: &[StagePlan],
+    depth: u32,
+) -> Option<f64> {
+    super::validate_stages(profile, stages).ok()?;
+    let replicas: Vec<u32> = stages.iter().map(|s| s.replicas).collect();
+    let warmup = schedule::warmups(&replicas, depth);
+    let run = 0..MINIBATCHES * u64::from(*replicas.last()?);
+    let mut first = Vec::with_capacity(stages.len());
+    let mut workers = Vec::new();
+    for (s, st) in stages.iter().enumerate() {
+        first.push(workers.len() as u32);
+        for r in 0..st.replicas {
+            let own = schedule::own_minibatches(run.clone(), st.replicas, r);
+            workers.push(Replica {
+                stage: s,
+                ops: schedule::one_f_one_b(&own, warmup[s], st.replicas, &run),
+                next: 0,
+                free: 0.0,
+            });
+        }
+    }
+    let compute: Vec<f64> = stages
+        .iter()
+        .map(|s| {
+            profile.layers[s.layers.clone()]
+                .iter()
+                .map(|l| l.compute_s)
+                .sum()
+        })
+        .collect();
+    let weights: Vec<u64> = stages
+        .iter()
+        .map(|st| {
+            profile.layers[st.layers.clone()]
+                .iter()
+                .map(|l| l.weight_bytes)
+                .sum()
+        })
+        .collect();
+    let boundary: Vec<u64> = stages
+        .iter()
+        .map(|s| profile.layers[s.layers.end - 1].activation_bytes)
+        .collect();
+    let route = |s: usize, b: u64| first[s] + (b % u64::from(replicas[s])) as u32;
+    let n = run.end as usize;
+    let mut acts = vec![vec![f64::NAN; n]; stages.len()];
+    let mut grads = vec![vec![f64::NAN; n]; stages.len()];
+    // When each port is free again: a device's port for links inside a machine, the machine's
+    // NIC for links between machines (shared by its devices), each direction on its own.
+    let mut egress: HashMap<(usize, u32), f64> = HashMap::new();
+    let mut ingress: HashMap<(usize, u32), f64> = HashMap::new();
+    let mut done = vec![f64::NAN; n];
+    let last = stages.len() - 1;
+    loop {
+        // The worker whose next operation can start earliest.
+        let mut pick: Option<(f64, f64, usize)> = None;
+        for (w, rep) in workers.iter().enumerate() {
+            let Some(&op) = rep.ops.get(rep.next) else {
+                continue;
+            };
+            let s = rep.stage;
+            let ready = match op {
+                Op::Forward(b) if s > 0 => acts[s][b as usize],
+                Op::Backward(b) if s < last => grads[s][b as usize],
+                Op::Sync(round) => {
+                    let lo = first[s] as usize;
+                    let group = &workers[lo..lo + replicas[s] as usize];
+                    if group
+                        .iter()
+                        .all(|g| g.ops.get(g.next) == Some(&Op::Sync(round)))
+                    {
+                        group.iter().map(|g| g.free).fold(0.0, f64::max)
+                    } else {
+                        f64::NAN
+                    }
+                }
+                _ => rep.free,
+            };
+            if ready.is_nan() {
+                continue;
+            }
+            let start = ready.max(rep.free);
+            // Operations are taken in the order their transfers leave (a pass's at its end,
+            // an average's at its start), so each port serves its transfers in time order.
+            let sends_at = match op {
+                Op::Forward(_) => start + compute[s] * FORWARD_SHARE,
+                Op::Backward(_) => start + compute[s] * (1.0 - FORWARD_SHARE),
+                Op::Sync(_) | Op::Flush(_) => start,
+            };
+            if pick.is_none_or(|(t, _, _)| sends_at < t) {
+                pick = Some((sends_at, start, w));
+            }
+        }
+        let Some((_, start, w)) = pick else { break };
+        let s = workers[w].stage;
+        let op = workers[w].ops[workers[w].next];
+        let w32 = w as u32;
+        let mut send = |from: u32, to: u32, at: f64, bytes: u64| -> f64 {
+            let level = topology.link_level(from, to);
+            let (out, inn) = (topology.port(from, level), topology.port(to, level));
+            let time = bytes as f64 / topology.link_bandwidth(from, to);
+            let out_free = egress.get(&out).copied().unwrap_or(0.0);
+            let in_free = ingress.get(&inn).copied().unwrap_or(0.0);
+            let (_, out_end, in_end) = cut_through(out_free, in_free, at, time, time);
+            egress.insert(out, out_end);
+            ingress.insert(inn, in_end);
+            in_end
+        };
+        match op {
+            Op::Forward(b) => {
+                let end = start + compute[s] * FORWARD_SHARE;
+                if s < last {
+                    let to = route(s + 1, b);
+                    acts[s + 1][b as usize] = send(w32, to, end, boundary[s]);
+                }
+                workers[w].free = end;
+                workers[w].next += 1;
+            }
+            Op::Backward(b) => {
+                let end = start + compute[s] * (1.0 - FORWARD_SHARE);
+                if s > 0 {
+                    let to = route(s - 1, b);
+                    grads[s - 1][b as usize] = send(w32, to, end, boundary[s - 1]);
+                } else {
+                    done[b as usize] = end;
+                }
+                workers[w].free = end;
+                workers[w].next += 1;
+            }
+            Op::Sync(_) | Op::Flush(_) => {
+                // The ring: 2(m − 1) steps, each member sending a 1/m share to the next.
+                let (lo, m) = (first[s], replicas[s]);
+                let chunk = weights[s] / u64::from(m);
+                let mut end = start;
+                for _ in 0..2 * (m - 1) {
+                    let step = end;
+                    for k in 0..m {
+                        let (from, to) = (lo + k, lo + (k + 1) % m);
+                        end = end.max(send(from, to, step, chunk));
+                    }
+                }
+                for g in &mut workers[lo as usize..(lo + m) as usize] {
+                    g.free = end;
+                    g.next += 1;
+                }
+            }
+        }
+    }
+    if workers.iter().any(|r| r.next < r.ops.len()) {
+        // A schedule that cannot finish (it never does for a valid plan).
+        return None;
+    }
+    // The steady rate between the end of the warm-up and the start of the drain, from when
+    // every minibatch up to each point has finished (replicas finish theirs out of order).
+    let finished = |upto: usize| done[..=upto].iter().copied().fold(0.0, f64::max);
+    let (from, to) = (n / 5, n - 1 - n / 10);
+    Some((finished(to) - finished(from)) / (to - from) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::LayerProfile;
+    use super::*;
+
+    fn layer(compute_s: f64) -> LayerProfile {
+        LayerProfile {
+            compute_s,
+            activation_bytes: 0,
+            weight_bytes: 0,
+        }
+    }
+
+    fn stage(layers: std::ops::Range<usize>, replicas: u32) -> StagePlan {
+        StagePlan { layers, replicas }
+    }
+
+    #[test]
+    fn a_balanced_straight_pipeline_runs_at_its_slowest_stage() {
+        let p = Profile {
+            layers: vec![layer(3.0), layer(3.0), layer(3.0)],
+            batch: 1,
+        };
+        let t = Topology::flat(3, f64::INFINITY);
+        let stages = [stage(0..1, 1), stage(1..2, 1), stage(2..3, 1)];
+        let got = replay(&p, &t, &stages, 3).unwrap();
+        assert!((got - 3.0).abs() < 1e-9, "{got}");
+        // Model parallelism: one minibatch in flight, every stage in turn.
+        let got = replay(&p, &t, &stages, 1).unwrap();
+        assert!((got - 9.0).abs() < 1e-9, "{got}");
+    }
+
+    #[test]
+    fn transfers_and_averages_take_their_time() {
+        let p = Profile {
+            layers: vec![
+                LayerProfile {
+                    compute_s: 3.0,
+                    activation_bytes: 2,
+                    weight_bytes: 10,
+                },
+                layer(1.5),
+            ],
+            batch: 1,
+        };
+        // A transfer of 2 bytes at 1 byte/s each way: with 4 minibatches in flight the stages
+        // overlap it with compute; with NOAM (2) its round trip shows.
+        let t = Topology::flat(3, 1.0);
+        let straight = [stage(0..1, 1), stage(1..2, 1)];
+        let deep = replay(&p, &t, &straight, 4).unwrap();
+        assert!((deep - 3.0).abs() < 1e-9, "{deep}");
+        let noam = replay(&p, &t, &straight, 2).unwrap();
+        assert!(noam > 4.0, "{noam}");
+        // Two replicas of the first stage: each minibatch of a round takes 3 s on its replica,
+        // then the ring average of 10 bytes, 2·(1/2)·10 / 1 = 10 s, for 2 minibatches (the
+        // measured window ends within a round: 1 % either way).
+        let replicated = replay(&p, &t, &[stage(0..1, 2), stage(1..2, 1)], 3).unwrap();
+        assert!((replicated / 6.5 - 1.0).abs() < 0.01, "{replicated}");
+    }
+}
