@@ -9,7 +9,7 @@
 //! `batch` samples each (one minibatch for an unreplicated output stage; plain data
 //! parallelism's global batch when the whole model is one stage on every worker).
 
-use crate::options::{Kind, PipeOptions};
+use crate::options::{Depth, Kind, PipeOptions, MAX_FIT_DEPTH};
 use crate::planner::{stage_need, PipelinePlan, StageNeed, StagePlan};
 use crate::schedule::{self, Op};
 use crate::versions::Weights;
@@ -108,12 +108,11 @@ impl Layout {
             ));
         }
         let noam = schedule::noam(&replicas);
-        let depth = match kind {
-            Kind::ModelParallel => 1,
-            Kind::GPipe => options.depth.unwrap_or(noam),
-            Kind::PipeDream => options
-                .depth
-                .unwrap_or_else(|| schedule::default_depth(&replicas)),
+        let depth = match (kind, &options.depth) {
+            (Kind::ModelParallel, _) => 1,
+            (_, Some(Depth::Minibatches(m))) => *m,
+            (Kind::GPipe, _) => noam,
+            (Kind::PipeDream, _) => schedule::default_depth(&replicas),
         };
         let warmup = schedule::warmups(&replicas, depth);
         let layout = Layout {
@@ -129,8 +128,27 @@ impl Layout {
             replayed_s: None,
             stages: plan.stages,
         };
+        let mut layout = layout;
+        if kind != Kind::ModelParallel && matches!(options.depth, Some(Depth::Word(_))) {
+            layout.fit_depth(job);
+        }
         layout.check_memory(job)?;
         Ok(layout)
+    }
+
+    /// Puts as many minibatches in flight as every stage's memory holds (at least the depth
+    /// it has, at most [`MAX_FIT_DEPTH`]): `depth = "fit"`.
+    fn fit_depth(&mut self, job: &Job) {
+        let replicas: Vec<u32> = self.stages.iter().map(|s| s.replicas).collect();
+        while self.depth < MAX_FIT_DEPTH {
+            self.depth += 1;
+            self.warmup = schedule::warmups(&replicas, self.depth);
+            if self.check_memory(job).is_err() {
+                self.depth -= 1;
+                self.warmup = schedule::warmups(&replicas, self.depth);
+                break;
+            }
+        }
     }
 
     /// Number of stages.
@@ -233,12 +251,18 @@ impl Layout {
                 .unwrap_or(0),
             _ => per_sample,
         };
+        // GPipe's recomputed backward pass holds one minibatch's activations of the stage.
+        let working = match self.kind {
+            Kind::GPipe => per_sample * self.minibatch,
+            _ => 0,
+        };
         stage_need(StageNeed {
             weight_bytes: self.submodels.param_bytes(s),
             optimizer_slots: job.config.optimizer.init_state(0).slots.len() as u64,
             stashed_versions: stashed,
             kept_bytes: kept * self.minibatch,
             in_flight,
+            working_bytes: working,
         })
     }
 

@@ -23,7 +23,8 @@
 //! # boundaries = [13]      # layers where stages 2, 3, … start; unset: the planner's choice
 //! # replicas = [12, 1]     # workers per stage; unset with boundaries: one each
 //! # straight = false       # true: the best straight pipeline, one stage per worker
-//! # depth = 4              # minibatches in flight at the input stage; unset: NOAM
+//! # depth = 4              # minibatches in flight at the input stage; unset: NOAM;
+//! #                        # "fit": the most the device's memory holds
 //! # stash = true           # weight stashing (false: the ablation without it)
 //! # vertical_sync = false
 //! # search = "flat"        # the planner: "flat" or "hierarchical" (level by level)
@@ -48,7 +49,7 @@ pub mod worker;
 
 pub use coordinator::PipelineCoordinator;
 pub use layout::Layout;
-pub use options::{Kind, PipeOptions};
+pub use options::{Depth, Kind, PipeOptions};
 pub use worker::StageWorker;
 
 use concord_engine::collective::NoServer;

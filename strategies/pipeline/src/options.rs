@@ -32,6 +32,21 @@ impl Kind {
     }
 }
 
+/// `depth`: a number of minibatches, or `"fit"`, the largest number whose stages still fit the
+/// device's memory (how the thesis ran GPipe beside NOAM, §5.5.4).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Depth {
+    /// This many minibatches.
+    Minibatches(u32),
+    /// A word: `"fit"` is the only one ([`PipeOptions::check`] refuses others).
+    Word(String),
+}
+
+/// The most minibatches `depth = "fit"` puts in flight, whatever the memory: far past where a
+/// flush's bubble or a warm-up still costs anything.
+pub const MAX_FIT_DEPTH: u32 = 1024;
+
 /// What users write under `[strategy.<name>]`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -42,8 +57,9 @@ pub struct PipeOptions {
     /// Workers beyond their sum stay idle.
     pub replicas: Option<Vec<u32>>,
     /// Minibatches the input stage keeps in flight (PipeDream: NOAM by default; GPipe: the
-    /// minibatches per flush, NOAM by default). Ignored by `pipedream-mp`, which keeps one.
-    pub depth: Option<u32>,
+    /// minibatches per flush, NOAM by default), or `"fit"`: the most whose stages fit the
+    /// device's memory. Ignored by `pipedream-mp`, which keeps one.
+    pub depth: Option<Depth>,
     /// Weight stashing (PipeDream; off only for the ablation).
     pub stash: bool,
     /// Vertical sync (PipeDream; off by default, as in the thesis).
@@ -97,12 +113,22 @@ impl PipeOptions {
                 "vertical sync runs each minibatch on a stashed version: it needs stash = true",
             ));
         }
-        if self.depth == Some(0) {
-            return Err(EngineError::config(
-                format!("{key}.depth"),
-                "0",
-                "at least one minibatch must be in flight",
-            ));
+        match &self.depth {
+            Some(Depth::Minibatches(0)) => {
+                return Err(EngineError::config(
+                    format!("{key}.depth"),
+                    "0",
+                    "at least one minibatch must be in flight",
+                ));
+            }
+            Some(Depth::Word(w)) if w != "fit" => {
+                return Err(EngineError::config(
+                    format!("{key}.depth"),
+                    format!("{w:?}"),
+                    "a number of minibatches, or \"fit\" (the most that fit the device's memory)",
+                ));
+            }
+            _ => {}
         }
         if !matches!(self.search.as_str(), "flat" | "hierarchical") {
             return Err(EngineError::config(

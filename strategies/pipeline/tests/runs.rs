@@ -374,3 +374,29 @@ fn the_planners_choice_always_passes_the_start_up_memory_check() {
         "{started} started, {refused} refused"
     );
 }
+
+/// `depth = "fit"` puts in flight the most minibatches every stage's memory holds: the run
+/// starts at that depth, and one more is refused at start-up.
+#[test]
+fn depth_fit_is_the_most_minibatches_memory_holds() {
+    for strategy in ["gpipe", "pipedream"] {
+        let on = |depth: &str| {
+            let cfg = with(
+                mlp(3, 8, 4),
+                strategy,
+                &format!("boundaries = [1, 2]\ndepth = {depth}"),
+            );
+            concord_test_support::on_device(cfg, "small", concord_test_support::slow_device(2e-4))
+        };
+        let fit = figure(&run(&on("\"fit\"")), &format!("{strategy}.depth")) as u32;
+        assert!(fit > 3, "{strategy}: depth {fit}");
+        run(&on(&fit.to_string()));
+        let e = compose_err(&on(&(fit + 1).to_string()));
+        assert!(e.contains("needs"), "{strategy} at depth {}: {e}", fit + 1);
+    }
+    let e = compose_err(&with(mlp(3, 8, 2), "gpipe", "depth = \"deep\""));
+    assert!(
+        e.contains("strategy.gpipe.depth") && e.contains("fit"),
+        "{e}"
+    );
+}

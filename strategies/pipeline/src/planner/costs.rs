@@ -120,6 +120,7 @@ impl Costs {
             stashed_versions: k - 1,
             kept_bytes: self.activations[at] as u64,
             in_flight: k,
+            working_bytes: 0,
         }) as f64
     }
 }
@@ -138,6 +139,9 @@ pub struct StageNeed {
     pub kept_bytes: u64,
     /// Minibatches in flight at once.
     pub in_flight: u64,
+    /// Activation bytes live for one minibatch at a time besides what the minibatches in
+    /// flight keep (GPipe's recomputed backward pass rebuilds a stage's activations).
+    pub working_bytes: u64,
 }
 
 /// Bytes one worker of a pipeline stage holds at most: its weights, their gradients, the
@@ -149,6 +153,7 @@ pub fn stage_need(need: StageNeed) -> u64 {
     need.weight_bytes
         .saturating_mul(copies)
         .saturating_add(need.kept_bytes.saturating_mul(need.in_flight))
+        .saturating_add(need.working_bytes)
 }
 
 /// Minibatches in flight at a stage with `replicas` replicas and `downstream` workers from it
@@ -282,6 +287,7 @@ pub fn stage_memory_bytes(
                 stashed_versions: k - 1,
                 kept_bytes: layers.iter().map(|l| l.activation_bytes).sum(),
                 in_flight: k,
+                working_bytes: 0,
             })
         })
         .collect()
