@@ -43,6 +43,12 @@ pub enum OpKind {
     Concat,
     /// A fully-connected layer.
     FullyConnected,
+    /// A token embedding (a row of a table gathered per token).
+    Embedding,
+    /// A recurrent layer (an LSTM over a sequence).
+    Recurrent,
+    /// An attention over a sequence (scores, softmax, the weighted context).
+    Attention,
     /// Dropout.
     Dropout,
     /// Softmax with the loss.
@@ -77,6 +83,9 @@ impl fmt::Display for OpKind {
             OpKind::Add => "add",
             OpKind::Concat => "concat",
             OpKind::FullyConnected => "fully-connected",
+            OpKind::Embedding => "embedding",
+            OpKind::Recurrent => "recurrent",
+            OpKind::Attention => "attention",
             OpKind::Dropout => "dropout",
             OpKind::Softmax => "softmax",
         };

@@ -472,3 +472,25 @@ fn the_hierarchical_prediction_is_for_its_machine_replicated_layout() {
     assert_eq!(flat_plan.predicted_s, Some(4.0));
     assert_eq!(evaluate(&p, &t, &hier.stages), 4.5);
 }
+
+/// GNMT's LSTMs have far more weights than activations: on one server of four GPUs on PCIe the
+/// planner (with the runtime's ring charge, the strategy's default) picks a straight pipeline,
+/// as the thesis's did for GNMT-8 and GNMT-16 (Table 5.1), moving a small fraction of data
+/// parallelism's bytes.
+#[test]
+fn gnmt_gets_a_straight_pipeline_on_one_server() {
+    for name in ["gnmt-8", "gnmt-16"] {
+        let p = throughput_profile(name, 64);
+        let t = Topology::two_level(4, gbps(126.0), 1, gbps(10.0));
+        let ring = PlanOptions {
+            sync: concord_pipeline::planner::Sync::Ring,
+            ..flat()
+        };
+        let got = plan(&p, &t, &ring).expect("plan");
+        show(name, &got, &p);
+        assert_eq!(got.stages.len(), 4, "{name}: {}", got.config_string());
+        assert!(got.stages.iter().all(|s| s.replicas == 1), "{name}");
+        let dp = bytes_per_sample(&p, &dp_only(&p, 4));
+        assert!(bytes_per_sample(&p, &got.stages) < 0.1 * dp, "{name}");
+    }
+}

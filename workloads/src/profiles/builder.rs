@@ -62,8 +62,9 @@ impl Shape {
         self.c * self.h * self.w
     }
 
-    /// The same shape, produced by node `node`.
-    const fn at(self, node: usize) -> Self {
+    /// The same shape, produced by node `node` (also: a part of that node's output, where a
+    /// layer reads one of the tensors a concatenation carried to it).
+    pub(crate) const fn at_node(self, node: usize) -> Self {
         Self { node, ..self }
     }
 }
@@ -168,7 +169,7 @@ impl Layer {
         cost: LayerCost,
     ) -> Shape {
         let id = self.graph.push(name, kind, inputs, y.elems(), params, cost);
-        y.at(id)
+        y.at_node(id)
     }
 
     /// The ReLU the cost convention puts after a convolution or fc layer named `of`: an
@@ -274,6 +275,138 @@ impl Layer {
         self.relu(name, y)
     }
 
+    /// A token embedding: a `vocab × width` table (`weight`), one row gathered per token of `x`
+    /// (`tokens` ids laid out as `1 × tokens`, or several such sequences side by side), costed as
+    /// an element-wise pass. The output is `width × tokens`.
+    pub(crate) fn embedding(&mut self, name: &str, x: Shape, vocab: u64, width: u64) -> Shape {
+        let y = Shape::new(width, x.h, 1);
+        let mut cost = LayerCost::default();
+        self.push(&mut cost, name, "weight", vocab * width);
+        self.charge(&mut cost, |c| c.elementwise(x.elems(), y.elems()));
+        self.node(
+            name.to_owned(),
+            OpKind::Embedding,
+            vec![x.node],
+            y,
+            vocab * width,
+            cost,
+        )
+    }
+
+    /// One LSTM layer over the tokens of `x` (`features × tokens`), `directions` of them (2: a
+    /// bidirectional layer whose outputs are concatenated), PyTorch's tensors per direction
+    /// (`weight_ih_l0`, `weight_hh_l0`, `bias_ih_l0`, `bias_hh_l0`, `_reverse` for the second).
+    /// Per token and direction, the four gates are a product with the input and the previous
+    /// hidden state (`4h × (in + h)` multiply-adds) and an element-wise pass over the gates.
+    pub(crate) fn lstm(&mut self, name: &str, x: Shape, hidden: u64, directions: u64) -> Shape {
+        let tokens = x.h * x.w;
+        let gates = 4 * hidden;
+        let mut cost = LayerCost::default();
+        let mut params = 0;
+        for d in 0..directions {
+            let suffix = if d == 0 { "" } else { "_reverse" };
+            for (param, elems) in [
+                ("weight_ih_l0", gates * x.c),
+                ("weight_hh_l0", gates * hidden),
+                ("bias_ih_l0", gates),
+                ("bias_hh_l0", gates),
+            ] {
+                self.push(&mut cost, name, &format!("{param}{suffix}"), elems);
+                params += elems;
+            }
+        }
+        let y = Shape::new(directions * hidden, x.h, x.w);
+        let macs = directions * tokens * gates * (x.c + hidden);
+        self.charge(&mut cost, |c| {
+            c.arith(
+                ArithKind::Matmul,
+                macs,
+                x.elems(),
+                directions * tokens * gates,
+            );
+            c.elementwise(directions * tokens * gates, 2 * y.elems());
+        });
+        self.node(
+            name.to_owned(),
+            OpKind::Recurrent,
+            vec![x.node],
+            y,
+            params,
+            cost,
+        )
+    }
+
+    /// Bahdanau (additive) attention of every position of `query` over every position of
+    /// `keys` (both `hidden × tokens`): `linear_q.weight` and `linear_k.weight` (`hidden ×
+    /// hidden`, no bias) and the scoring vector `linear_att`; per query, a score per key
+    /// (`hidden` multiply-adds) and the weighted sum of the keys. Returns the context, one
+    /// `hidden` vector per query position.
+    pub(crate) fn attention(&mut self, name: &str, query: Shape, keys: Shape) -> Shape {
+        let hidden = query.c;
+        let (tq, tk) = (query.h * query.w, keys.h * keys.w);
+        let mut cost = LayerCost::default();
+        self.push(&mut cost, name, "linear_q.weight", hidden * hidden);
+        self.push(&mut cost, name, "linear_k.weight", hidden * keys.c);
+        self.push(&mut cost, name, "linear_att", hidden);
+        let params = hidden * hidden + hidden * keys.c + hidden;
+        let y = Shape::new(hidden, query.h, query.w);
+        let macs = tq * hidden * hidden + tk * hidden * keys.c + 2 * tq * tk * hidden;
+        self.charge(&mut cost, |c| {
+            c.arith(
+                ArithKind::Matmul,
+                macs,
+                query.elems() + keys.elems(),
+                y.elems(),
+            );
+            c.elementwise(tq * tk * hidden, tq * tk);
+        });
+        self.node(
+            name.to_owned(),
+            OpKind::Attention,
+            vec![query.node, keys.node],
+            y,
+            params,
+            cost,
+        )
+    }
+
+    /// The same linear map on the features of every position of `x` (a per-token classifier):
+    /// `weight` (`out × features`) and `bias`. In the graph: a fully-connected node and the
+    /// element-wise pass the cost convention puts after every fc layer (here it stands for the
+    /// softmax over the outputs).
+    pub(crate) fn positionwise_fc(&mut self, name: &str, x: Shape, out: u64) -> Shape {
+        let positions = x.h * x.w;
+        let mut cost = LayerCost::default();
+        let weight = x.c * out;
+        self.push(&mut cost, name, "weight", weight);
+        self.push(&mut cost, name, "bias", out);
+        let y = Shape::new(out, x.h, x.w);
+        self.charge(&mut cost, |c| {
+            c.arith(ArithKind::Matmul, positions * weight, x.elems(), y.elems())
+        });
+        let y = self.node(
+            name.to_owned(),
+            OpKind::FullyConnected,
+            vec![x.node],
+            y,
+            weight + out,
+            cost,
+        );
+        self.relu(name, y)
+    }
+
+    /// A residual sum of `y` and `shortcut` with no activation after it (a recurrent stack's
+    /// residual connection), costed as one element-wise pass.
+    pub(crate) fn add(&mut self, y: Shape, shortcut: Shape) -> Shape {
+        self.elementwise(
+            "add",
+            OpKind::Add,
+            vec![y.node, shortcut.node],
+            2 * y.elems(),
+            y,
+        )
+    }
+
     /// An element-wise pass from `inputs` (reading `read` elements) to `y`: a parameter-free
     /// node named `<layer>/<tag><n>`.
     fn elementwise(
@@ -347,7 +480,7 @@ impl Net {
         Self {
             name: name.to_owned(),
             input: input.to_owned(),
-            shape: input_shape.at(0),
+            shape: input_shape.at_node(0),
             conv_bias,
             layers: Vec::new(),
             graph: OpGraph::with_input(input_shape.elems()),
@@ -512,8 +645,8 @@ mod tests {
     #[test]
     fn shapes_compare_by_size_not_producer() {
         let a = Shape::new(2, 3, 3);
-        assert_eq!(a.at(5), a);
+        assert_eq!(a.at_node(5), a);
         assert_ne!(Shape::new(2, 3, 4), a);
-        assert_eq!(a.at(5).node, 5);
+        assert_eq!(a.at_node(5).node, 5);
     }
 }

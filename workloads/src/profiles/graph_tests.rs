@@ -52,11 +52,14 @@ fn every_graph_is_well_formed_and_adds_up_to_its_layers() {
                 m.name,
                 n.name
             );
-            let arith = matches!(n.kind, OpKind::Conv | OpKind::FullyConnected);
+            let arith = matches!(
+                n.kind,
+                OpKind::Conv | OpKind::FullyConnected | OpKind::Recurrent | OpKind::Attention
+            );
             assert_eq!(
                 n.cost.forward_flops() > 0.0,
                 arith,
-                "{}/{}: only convolutions and fc layers do arithmetic",
+                "{}/{}: only convolutions, fc, recurrent and attention layers do arithmetic",
                 m.name,
                 n.name
             );

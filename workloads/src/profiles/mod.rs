@@ -1,6 +1,6 @@
 //! Model profiles for throughput mode.
 //!
-//! The papers' big models (VGG, AlexNet, ResNet, Inception, GoogLeNet) are described layer by
+//! The papers' big models (VGG, AlexNet, ResNet, Inception, GoogLeNet, GNMT) are described layer by
 //! layer — parameter tensors with element counts, forward FLOPs per sample and output-activation
 //! bytes per sample — so that the simulator can move *virtual* payloads of the true byte sizes
 //! (parameter-server pushes/pulls, pipeline boundary transfers) and charge compute costs without
@@ -37,6 +37,7 @@
 mod alexnet;
 mod builder;
 mod dlrm;
+mod gnmt;
 mod googlenet;
 mod inception;
 mod inception_v4;
@@ -50,6 +51,7 @@ pub use dlrm::{
     criteo_like_rows, criteo_like_spec, dlrm_dcn, dlrm_deep_fm, dlrm_profile, dlrm_wide_deep,
     CRITEO_DENSE, CRITEO_DIM, CRITEO_KAGGLE_ROWS, ROW_CAP,
 };
+pub use gnmt::gnmt;
 pub use googlenet::googlenet;
 pub use inception::inception_v3;
 pub use inception_v4::inception_v4;
@@ -209,6 +211,8 @@ pub fn builtin_names() -> &'static [&'static str] {
         "dlrm-dcn",
         "dlrm-deep-fm",
         "dlrm-wide-deep",
+        "gnmt-16",
+        "gnmt-8",
         "googlenet",
         "googlenet-32",
         "inception-v3",
@@ -243,6 +247,8 @@ pub fn builtin(name: &str) -> Option<ModelProfile> {
         "dlrmdcn" => dlrm_dcn(),
         "dlrmdeepfm" => dlrm_deep_fm(),
         "dlrmwidedeep" => dlrm_wide_deep(),
+        "gnmt8" => gnmt(8),
+        "gnmt16" => gnmt(16),
         "googlenet" => googlenet(224),
         "googlenet32" => googlenet(32),
         "inceptionv3" => inception_v3(),
