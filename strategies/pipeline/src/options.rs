@@ -35,7 +35,7 @@ impl Kind {
 /// `depth`: a number of minibatches, or `"fit"`, the largest number whose stages still fit the
 /// device's memory (how the thesis ran GPipe beside NOAM, §5.5.4).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "a number of minibatches, or \"fit\"")]
 pub enum Depth {
     /// This many minibatches.
     Minibatches(u32),
