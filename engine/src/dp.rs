@@ -188,7 +188,7 @@ pub async fn hold_replica(ctx: &mut RoleContext, job: &Job) -> Result<()> {
 /// Reports the optimizer state a worker keeps beside its replica (allreduce, RNA: workers that
 /// apply updates themselves), resident for the whole run.
 pub async fn hold_optimizer_state(ctx: &mut RoleContext, job: &Job) -> Result<()> {
-    let slots = job.config.optimizer.init_state(0).slots.len() as u64;
+    let slots = job.config.optimizer.state_slots() as u64;
     let param_bytes = job.layout.param_bytes();
     let event = MemEvent::Allocate {
         class: TensorClass::OptimizerState,

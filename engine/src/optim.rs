@@ -140,6 +140,12 @@ impl OptimizerConfig {
         }
     }
 
+    /// Copies of every parameter the optimizer keeps as state (0 for plain SGD, 1 with
+    /// momentum, 2 for Adam): what its state costs in memory, per parameter byte.
+    pub fn state_slots(&self) -> usize {
+        self.init_state(0).slots.len()
+    }
+
     /// The learning rate (what a strategy applies to parameters it updates outside this
     /// optimizer, e.g. row-wise SGD on embedding rows).
     pub fn lr(&self) -> f64 {

@@ -155,7 +155,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
             CostArg::Thesis => Sync::Thesis,
             CostArg::Ring => Sync::Ring,
         },
-        optimizer_slots: cfg.optimizer.init_state(0).slots.len() as u32,
+        optimizer_slots: cfg.optimizer.state_slots() as u32,
     };
     let found = plan(&profile, &topology, &options)?;
     let predicted = found.predicted_s.unwrap_or(f64::NAN);

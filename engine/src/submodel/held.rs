@@ -62,7 +62,7 @@ impl Held {
     /// gradients and its optimizer state (not the whole model's, which this worker never uses).
     pub async fn reserve(&self, ctx: &mut RoleContext, job: &Job) -> Result<()> {
         let bytes = self.elems() * 4;
-        let slots = job.config.optimizer.init_state(0).slots.len() as u64;
+        let slots = job.config.optimizer.state_slots() as u64;
         for (class, bytes, what) in [
             (TensorClass::Params, bytes, "parameters"),
             (TensorClass::Grads, bytes, "gradients"),

@@ -6,11 +6,36 @@ use crate::options::{Kind, PipeOptions};
 use crate::planner::{self, PipelinePlan, PlanOptions, Profile, Search, Sync, Topology};
 use concord_engine::prelude::*;
 
-/// The stages and replicas of `job` under `options`, planned on worker 0's device (the
-/// planner assumes identical workers) and the cluster's topology.
-pub fn plan(job: &Job, kind: Kind, options: &PipeOptions) -> Result<PipelinePlan> {
-    let profile = Profile::of_job(job, 0);
-    let topology = Topology::of_cluster(&job.cluster, job.config.workers);
+/// What the planner sees of a job: its model's profile on worker 0's device (the planner
+/// assumes identical workers) and its workers' topology.
+pub struct Costing {
+    profile: Profile,
+    topology: Topology,
+}
+
+impl Costing {
+    /// The profile and topology of `job`.
+    pub fn of(job: &Job) -> Costing {
+        Costing {
+            profile: Profile::of_job(job, 0),
+            topology: Topology::of_cluster(&job.cluster, job.config.workers),
+        }
+    }
+
+    /// The time per minibatch of `layout`'s 1F1B schedule replayed on these costs.
+    pub fn replay(&self, layout: &Layout) -> Option<f64> {
+        planner::replay(&self.profile, &self.topology, &layout.stages, layout.depth)
+    }
+}
+
+/// The stages and replicas of `job` under `options`, planned on `costing`.
+pub fn plan(
+    job: &Job,
+    costing: &Costing,
+    kind: Kind,
+    options: &PipeOptions,
+) -> Result<PipelinePlan> {
+    let (profile, topology) = (&costing.profile, &costing.topology);
     let key = kind.key();
     let refuse = |what: &str, value: String, e: planner::PlanError| {
         EngineError::config(format!("{key}.{what}"), value, e.to_string())
@@ -20,15 +45,15 @@ pub fn plan(job: &Job, kind: Kind, options: &PipeOptions) -> Result<PipelinePlan
         _ => Sync::Ring,
     };
     if let Some(mut p) = given(options, job) {
-        planner::validate_stages(&profile, &p.stages)
+        planner::validate_stages(profile, &p.stages)
             .map_err(|e| refuse("boundaries", format!("{:?}", options.boundaries), e))?;
-        let t = planner::evaluate_under(&profile, &topology, &p.stages, sync);
+        let t = planner::evaluate_under(profile, topology, &p.stages, sync);
         p.predicted_s = t.is_finite().then_some(t);
         return Ok(p);
     }
     if options.straight {
         let stages = job.config.workers as usize;
-        return planner::straight(&profile, &topology, stages, sync)
+        return planner::straight(profile, topology, stages, sync)
             .map_err(|e| refuse("straight", "true".into(), e));
     }
     let search = match options.search.as_str() {
@@ -41,21 +66,13 @@ pub fn plan(job: &Job, kind: Kind, options: &PipeOptions) -> Result<PipelinePlan
         memory_bytes: Some(device.memory_bytes()),
         max_stages: None,
         sync,
-        optimizer_slots: job.config.optimizer.init_state(0).slots.len() as u32,
+        optimizer_slots: job.config.optimizer.state_slots() as u32,
     };
-    planner::plan(&profile, &topology, &planned).map_err(|e| {
+    planner::plan(profile, topology, &planned).map_err(|e| {
         refuse(
             "search",
             format!("{:?} (the planner's choice)", options.search),
             e,
         )
     })
-}
-
-/// The time per minibatch of `layout`'s 1F1B schedule replayed on the planner's cost model of
-/// `job` (worker 0's device, the cluster's topology).
-pub fn replay(job: &Job, layout: &Layout) -> Option<f64> {
-    let profile = Profile::of_job(job, 0);
-    let topology = Topology::of_cluster(&job.cluster, job.config.workers);
-    planner::replay(&profile, &topology, &layout.stages, layout.depth)
 }

@@ -115,7 +115,7 @@ impl Layout {
             (Kind::PipeDream, _) => schedule::default_depth(&replicas),
         };
         let warmup = schedule::warmups(&replicas, depth);
-        let layout = Layout {
+        let mut layout = Layout {
             kind,
             submodels,
             first_worker,
@@ -128,7 +128,6 @@ impl Layout {
             replayed_s: None,
             stages: plan.stages,
         };
-        let mut layout = layout;
         if kind != Kind::ModelParallel && matches!(options.depth, Some(Depth::Word(_))) {
             layout.fit_depth(job);
         }
@@ -258,7 +257,7 @@ impl Layout {
         };
         stage_need(StageNeed {
             weight_bytes: self.submodels.param_bytes(s),
-            optimizer_slots: job.config.optimizer.init_state(0).slots.len() as u64,
+            optimizer_slots: job.config.optimizer.state_slots() as u64,
             stashed_versions: stashed,
             kept_bytes: kept * self.minibatch,
             in_flight,

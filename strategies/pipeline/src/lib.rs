@@ -129,10 +129,11 @@ impl Resolved {
                 return Ok(l.clone());
             }
         }
-        let plan = choose::plan(job, self.kind, &self.options)?;
+        let costing = choose::Costing::of(job);
+        let plan = choose::plan(job, &costing, self.kind, &self.options)?;
         let mut layout = Layout::new(job, self.kind, &self.options, plan)?;
         if self.kind != Kind::GPipe {
-            layout.replayed_s = choose::replay(job, &layout);
+            layout.replayed_s = costing.replay(&layout);
         }
         let layout = Arc::new(layout);
         *cached = Some((key, layout.clone()));

@@ -556,7 +556,7 @@ impl Worker for StageWorker {
         }
         self.open.start_s = ctx.now();
         let mut stashed = 0;
-        for op in layout.ops(at, &self.run.clone()) {
+        for op in layout.ops(at, &self.run) {
             self.run_op(ctx, at, op).await?;
             self.hold_versions(ctx, &mut stashed).await?;
         }

@@ -35,15 +35,16 @@ const HIDDEN: u64 = 1024;
 /// one counted once), half in the decoder (the attention's LSTM included).
 pub fn gnmt(lstm_layers: u64) -> ModelProfile {
     let half = (lstm_layers / 2).max(2);
+    // A sample's input: the source's and the target's token ids (graph node 0).
+    let input = Shape::new(2, TOKENS, 1);
     let mut net = Net::new(
         &format!("gnmt-{lstm_layers}"),
         &format!(
             "2x{TOKENS} token ids (a WMT16 En-De sentence pair, {VOCAB}-token BPE vocabulary)"
         ),
-        Shape::new(2, TOKENS, 1),
+        input,
         true,
     );
-    let input = Shape::new(2, TOKENS, 1);
     net.layer("encoder.embedder", |l, x| {
         l.embedding("encoder.embedder", x, VOCAB, HIDDEN)
     });
@@ -64,8 +65,7 @@ pub fn gnmt(lstm_layers: u64) -> ModelProfile {
     let mut encoded = None;
     net.layer("decoder.embedder", |l, x| {
         encoded = Some(x);
-        let ids = Shape { node: 0, ..input };
-        let y = l.embedding("decoder.embedder", ids, VOCAB, HIDDEN);
+        let y = l.embedding("decoder.embedder", input, VOCAB, HIDDEN);
         l.concat(&[y, x])
     });
     let encoded = encoded.expect("the encoder ran");

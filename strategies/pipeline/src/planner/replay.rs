@@ -9,7 +9,8 @@
 //! closed-form time). [`super::plan`] still searches by the closed form, as the thesis does;
 //! the replay reports what the chosen configuration will do.
 
-use super::{Profile, StagePlan, Topology};
+use super::costs::Costs;
+use super::{Profile, StagePlan, Sync, Topology};
 use crate::schedule::{self, Op};
 use concord_engine::transport::cut_through;
 use std::collections::HashMap;
@@ -56,23 +57,15 @@ pub fn replay(
             });
         }
     }
+    // The stages' compute and weights, from the sums the closed form uses.
+    let costs = Costs::with_sync(profile, Sync::Ring).ok()?;
     let compute: Vec<f64> = stages
         .iter()
-        .map(|s| {
-            profile.layers[s.layers.clone()]
-                .iter()
-                .map(|l| l.compute_s)
-                .sum()
-        })
+        .map(|s| costs.compute(s.layers.start, s.layers.end))
         .collect();
     let weights: Vec<u64> = stages
         .iter()
-        .map(|st| {
-            profile.layers[st.layers.clone()]
-                .iter()
-                .map(|l| l.weight_bytes)
-                .sum()
-        })
+        .map(|s| costs.weights(s.layers.start, s.layers.end) as u64)
         .collect();
     let boundary: Vec<u64> = stages
         .iter()
