@@ -266,6 +266,28 @@ fn lb_bsp_narx_resumes_bit_for_bit() {
 /// losses and evaluations as with none. (Run times agree to rounding only: times after a cut are
 /// counted from the checkpoint's time, which moves their last bits, and a straggler's decision
 /// at a time boundary can move with them.)
+/// A run whose roles pack and unpack their messages' tensors (`message_copy_gbps`) resumes bit
+/// for bit, and the copies cost time. (A cut finds the copy queues idle here; that a restored
+/// queue delays the next message is the transport's own test.)
+#[test]
+fn a_run_whose_roles_copy_messages_resumes_bit_for_bit() {
+    let copying = |iterations| {
+        let mut cfg = config(&["ssp"], iterations);
+        for device in cfg.cluster.devices.values_mut() {
+            device.message_copy_gbps = Some(0.5);
+        }
+        cfg
+    };
+    let copied = resumed_equals_one_run(copying);
+    let free = run_opts(&config(&["ssp"], 100), RunOptions::default()).expect("runs");
+    assert!(
+        copied.summary.run_time_s > free.summary.run_time_s,
+        "copies took no time: {} s against {} s",
+        copied.summary.run_time_s,
+        free.summary.run_time_s
+    );
+}
+
 #[test]
 fn checkpoints_do_not_change_a_bsp_run() {
     checkpoints_do_not_change(&["bsp"]);

@@ -30,6 +30,7 @@ fn config(strategy: &str, options: &str, workers: u32, iterations: u64) -> RunCo
             latency_us: 50.0,
             bus_gbps: None,
             host_link_gbps: None,
+            message_copy_gbps: None,
             backend: Default::default(),
             precision: None,
             layers: None,

@@ -126,6 +126,18 @@ impl Message {
             }
     }
 
+    /// Bytes of the tensors it carries, real or virtual: what a role copies out of its tensors to
+    /// send it and into them on receipt (see
+    /// [`DeviceProfile::message_copy_gbps`](crate::cluster::DeviceProfile::message_copy_gbps)).
+    pub fn payload_bytes(&self) -> u64 {
+        match self {
+            Message::Push { grads: b, .. } | Message::Params { blocks: b, .. } => blocks_bytes(b),
+            Message::Collective { data, .. } => data.bytes(),
+            Message::Custom(m) => m.payloads.iter().map(Payload::bytes).sum(),
+            _ => 0,
+        }
+    }
+
     /// Bytes of the virtual payloads it carries (throughput mode's stand-ins): what a real wire
     /// must still move for the message to cost what it would.
     pub fn virtual_bytes(&self) -> u64 {

@@ -22,7 +22,7 @@ use crate::contract::ModelState;
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
 use crate::metrics::{IterRecord, IterationRow, TimedEvaluation};
-use crate::transport::{BusQueues, LinkTraffic};
+use crate::transport::{LinkTraffic, RoleQueues};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -76,10 +76,10 @@ pub struct NetworkState {
     pub ingress_free: Vec<f64>,
     /// Per role: transfers made so far.
     pub transfers: BTreeMap<RoleId, u64>,
-    /// Per role: when its port on its machine's bus is free (empty without buses, and in
-    /// checkpoints written before buses existed).
-    #[serde(default, skip_serializing_if = "BusQueues::is_empty")]
-    pub bus: BusQueues,
+    /// Per role: when its port on its machine's bus and its message copy queues are free (empty
+    /// without buses or copy rates, and in checkpoints written before they existed).
+    #[serde(default, skip_serializing_if = "RoleQueues::is_empty")]
+    pub bus: RoleQueues,
 }
 
 /// What the run accumulated up to a checkpoint: the part of its result that the clocks after it

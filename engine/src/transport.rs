@@ -14,8 +14,12 @@
 //! sender's port out and the receiver's port in, each FIFO, full duplex, cut-through as between
 //! NICs, for `b / bus bandwidth`, with no latency added: a peer-to-peer hop costs microseconds,
 //! far below the transfers a bus carries), and for free when it has none. The NIC slowdown
-//! patterns (the bandwidth shaper) shape the NICs only. A single delivery pump hands messages over
-//! in (arrival time, send order), so a simulated run is deterministic.
+//! patterns (the bandwidth shaper) shape the NICs only. Where a machine's profile has a
+//! message copy rate ([`crate::cluster::DeviceProfile::message_copy_gbps`]), its roles also copy
+//! a message's tensors: the sender packs them before the message leaves and the receiver unpacks
+//! them after it arrives, each role one message at a time (a role's copy-out and copy-in queues,
+//! store-and-forward around the link). A single delivery pump hands messages over in (arrival
+//! time, send order), so a simulated run is deterministic.
 //!
 //! The process mesh has no link model: its messages take what the real sockets and memory take,
 //! so neither `nic_gbps` nor `bus_gbps` charges anything there.
@@ -70,25 +74,38 @@ struct State {
     /// Per role, when its bus port out / in is free (machines with a bus only).
     bus_out: PortClocks,
     bus_in: PortClocks,
+    /// Per role, when it is done packing / unpacking messages (machines with a copy rate only).
+    copy_out: PortClocks,
+    copy_in: PortClocks,
     traffic: LinkCounts,
     shaper: Option<BandwidthShaper>,
     closed: bool,
 }
 
-/// When each role's bus port is free again, run-time seconds, for the roles whose port has carried
-/// a message: the part of the link model's queues a checkpoint keeps besides the NICs'.
+/// When each role's own queues are free again, run-time seconds, for the roles whose queues have
+/// carried a message: the part of the link model's queues a checkpoint keeps besides the NICs'.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct BusQueues {
-    /// Per role: when its port out is free.
+pub struct RoleQueues {
+    /// Per role: when its bus port out is free.
     pub egress_free: BTreeMap<RoleId, f64>,
-    /// Per role: when its port in is free.
+    /// Per role: when its bus port in is free.
     pub ingress_free: BTreeMap<RoleId, f64>,
+    /// Per role: when it is done packing the messages it sent.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub packed_at: BTreeMap<RoleId, f64>,
+    /// Per role: when it is done unpacking the messages it received.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unpacked_at: BTreeMap<RoleId, f64>,
 }
 
-impl BusQueues {
-    /// Whether no port has carried a message (every run on machines without a bus).
+impl RoleQueues {
+    /// Whether no role's queue has carried a message (every run on machines without a bus or a
+    /// message copy rate).
     pub fn is_empty(&self) -> bool {
-        self.egress_free.is_empty() && self.ingress_free.is_empty()
+        self.egress_free.is_empty()
+            && self.ingress_free.is_empty()
+            && self.packed_at.is_empty()
+            && self.unpacked_at.is_empty()
     }
 }
 
@@ -109,6 +126,26 @@ pub fn cut_through(
     let in_start = in_free.max(out_start);
     let in_end = (in_start + rx_time).max(out_end);
     (out_start, out_end, in_end)
+}
+
+/// When `role`, on a machine of `device`, is done copying `payload` bytes of a message's tensors
+/// it may start on at `at`, after the copies queued before on `queue`; `at` itself where the
+/// device has no copy rate or the message carries no tensors.
+fn copy_in_turn(
+    queue: &mut PortClocks,
+    role: RoleId,
+    at: f64,
+    payload: f64,
+    device: &crate::cluster::DeviceProfile,
+) -> f64 {
+    match device.message_copy_bytes_per_s() {
+        Some(rate) if payload > 0.0 => {
+            let done = queue.free_at(role).max(at) + payload / rate;
+            queue.busy_until(role, done);
+            done
+        }
+        _ => at,
+    }
 }
 
 /// When a sent message leaves its sender and reaches its receiver, run-time seconds.
@@ -175,6 +212,8 @@ impl Network {
                 ingress_free: vec![0.0; n],
                 bus_out: PortClocks::default(),
                 bus_in: PortClocks::default(),
+                copy_out: PortClocks::default(),
+                copy_in: PortClocks::default(),
                 traffic: LinkCounts::new(roles),
                 shaper,
                 closed: false,
@@ -229,25 +268,30 @@ impl Network {
         }
     }
 
-    /// When each role's bus port is free again: the queues of the machines' buses a checkpoint
-    /// keeps beside [`Network::queues`].
-    pub fn bus_queues(&self) -> BusQueues {
+    /// When each role's bus ports and copy queues are free again: the queues a checkpoint keeps
+    /// beside [`Network::queues`].
+    pub fn role_queues(&self) -> RoleQueues {
         let st = self.lock();
-        BusQueues {
+        RoleQueues {
             egress_free: st.bus_out.to_map(),
             ingress_free: st.bus_in.to_map(),
+            packed_at: st.copy_out.to_map(),
+            unpacked_at: st.copy_in.to_map(),
         }
     }
 
-    /// Restores the bus queues [`Network::bus_queues`] returned (roles not listed stay free).
-    pub fn restore_bus_queues(&self, queues: &BusQueues) {
+    /// Restores the queues [`Network::role_queues`] returned (roles not listed stay free).
+    pub fn restore_role_queues(&self, queues: &RoleQueues) {
         let mut st = self.lock();
-        for (&role, &at) in &queues.egress_free {
-            st.bus_out.busy_until(role, at);
-        }
-        for (&role, &at) in &queues.ingress_free {
-            st.bus_in.busy_until(role, at);
-        }
+        let restore = |clocks: &mut PortClocks, map: &BTreeMap<RoleId, f64>| {
+            for (&role, &at) in map {
+                clocks.busy_until(role, at);
+            }
+        };
+        restore(&mut st.bus_out, &queues.egress_free);
+        restore(&mut st.bus_in, &queues.ingress_free);
+        restore(&mut st.copy_out, &queues.packed_at);
+        restore(&mut st.copy_in, &queues.unpacked_at);
     }
 
     /// The run's time base.
@@ -282,18 +326,23 @@ impl Network {
         now: f64,
     ) -> Departure {
         let bytes = msg.wire_bytes();
+        let payload = msg.payload_bytes() as f64;
         let mut st = self.lock();
         let (src, dst) = (self.cluster.machine_of(from), self.cluster.machine_of(to));
-        let mut start = now;
+        let s_dev = &self.cluster.machines[src as usize].device;
+        let d_dev = &self.cluster.machines[dst as usize].device;
+        // The sender packs the tensors before any byte leaves, after its earlier messages.
+        let ready = copy_in_turn(&mut st.copy_out, from, now, payload, s_dev);
+        let mut start = ready;
         let arrive = if src == dst {
-            match self.cluster.machines[src as usize].device.bus_bytes_per_s() {
-                None => now,
+            match s_dev.bus_bytes_per_s() {
+                None => ready,
                 Some(rate) => {
                     let time = bytes as f64 / rate;
                     let (out_start, out_end, in_end) = cut_through(
                         st.bus_out.free_at(from),
                         st.bus_in.free_at(to),
-                        now,
+                        ready,
                         time,
                         time,
                     );
@@ -305,17 +354,15 @@ impl Network {
             }
         } else {
             let (fs, fd) = match st.shaper.as_mut() {
-                Some(shape) => (shape(from, now), shape(to, now)),
+                Some(shape) => (shape(from, ready), shape(to, ready)),
                 None => (1.0, 1.0),
             };
-            let s_dev = &self.cluster.machines[src as usize].device;
-            let d_dev = &self.cluster.machines[dst as usize].device;
             let tx_time = bytes as f64 / (s_dev.nic_bytes_per_s() * fs.max(1e-9));
             let rx_time = bytes as f64 / (d_dev.nic_bytes_per_s() * fd.max(1e-9));
             let (out_start, out_end, in_end) = cut_through(
                 st.egress_free[src as usize],
                 st.ingress_free[dst as usize],
-                now,
+                ready,
                 tx_time,
                 rx_time,
             );
@@ -324,6 +371,8 @@ impl Network {
             st.ingress_free[dst as usize] = in_end;
             in_end + s_dev.latency_us.max(d_dev.latency_us) * 1e-6
         };
+        // The receiver unpacks it once it is all there, after the messages it unpacks before.
+        let arrive = copy_in_turn(&mut st.copy_in, to, arrive, payload, d_dev);
         st.traffic.add(from, to, bytes);
         let env = Envelope {
             from,
@@ -665,7 +714,7 @@ mod tests {
             .try_recv()
             .expect("handed over at once");
         assert_eq!(got.from, w(0));
-        assert_eq!(net.bus_queues(), BusQueues::default());
+        assert_eq!(net.role_queues(), RoleQueues::default());
         net.close();
         pump.await.unwrap();
     }
@@ -762,7 +811,7 @@ mod tests {
         let (net, _rx) = one_machine(true);
         net.send(w(0), w(1), one_mb());
         net.send(w(0), w(1), one_mb());
-        let queues = net.bus_queues();
+        let queues = net.role_queues();
         assert_eq!(queues.egress_free.len(), 1);
         assert!(
             (queues.egress_free[&w(0)] - 2e-3).abs() < 1e-12,
@@ -774,11 +823,99 @@ mod tests {
         );
         // A resumed stretch's first message waits behind the ports' last ones.
         let (fresh, _rx) = one_machine(true);
-        fresh.restore_bus_queues(&queues);
-        assert_eq!(fresh.bus_queues(), queues);
+        fresh.restore_role_queues(&queues);
+        assert_eq!(fresh.role_queues(), queues);
         let next = fresh.send_timed(w(0), w(2), one_mb());
         assert!((next.start - 2e-3).abs() < 1e-12, "{next:?}");
         let into = fresh.send_timed(w(3), w(1), one_mb());
         assert!((into.arrival - 3e-3).abs() < 1e-12, "{into:?}");
+    }
+
+    /// Two machines of two workers each (1 GB/s NICs, 10 µs latency) whose roles pack and unpack
+    /// messages at 8 Gbit/s (1 GB/s), and the network between them.
+    fn copying(machines: u32) -> (Arc<Network>, BTreeMap<RoleId, Inbox>) {
+        let mut cluster = (*crate::cluster::test_cluster_with(machines, 2, None)).clone();
+        for m in &mut cluster.machines {
+            m.device.message_copy_gbps = Some(8.0);
+        }
+        let roles: Vec<RoleId> = (0..2 * machines).map(RoleId::Worker).collect();
+        Network::new(Arc::new(cluster), TimeBase::new(true), &roles, None)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_is_packed_before_it_leaves_and_unpacked_after_it_arrives() {
+        let (net, mut rx) = copying(2);
+        let pump = tokio::spawn(net.clone().pump());
+        let msg = one_mb();
+        let copy = msg.payload_bytes() as f64 / 1e9;
+        // Worker 0 (machine 0) to worker 2 (machine 1): pack, the NICs, latency, unpack.
+        let sent = net.send_timed(w(0), w(2), msg.clone());
+        assert!((sent.start - copy).abs() < 1e-12, "{sent:?}");
+        let expect = copy + 1e-3 + 10e-6 + copy;
+        assert!((sent.arrival - expect).abs() < 1e-12, "{sent:?}");
+        let got = rx.get_mut(&w(2)).unwrap().recv().await.unwrap();
+        assert_eq!(got.from, w(0));
+        assert!((net.now() - expect).abs() < 1e-6, "at {}", net.now());
+        // On one machine without a bus: the two copies only.
+        let local = net.send_timed(w(2), w(3), msg);
+        assert!(
+            (local.arrival - (net.now() + 2.0 * copy)).abs() < 1e-9,
+            "{local:?}"
+        );
+        net.close();
+        rx.clear();
+        pump.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_role_packs_and_unpacks_one_message_at_a_time_and_bare_messages_are_free() {
+        let (net, _rx) = copying(1);
+        let msg = one_mb();
+        let copy = msg.payload_bytes() as f64 / 1e9;
+        // Two messages packed by worker 0 at once: the second leaves a copy later.
+        let a = net.send_timed(w(0), w(1), msg.clone());
+        let b = net.send_timed(w(0), w(1), msg.clone());
+        assert!((a.arrival - 2.0 * copy).abs() < 1e-12, "{a:?}");
+        // Packed at 2 copies, unpacked after worker 1 has unpacked the first (at 2 copies).
+        assert!((b.arrival - 3.0 * copy).abs() < 1e-12, "{b:?}");
+        // A message without tensors is neither packed nor queued behind tensors.
+        let bare = net.send_timed(w(0), w(1), Message::WorkerDone);
+        assert_eq!(bare.arrival, 0.0);
+        let queues = net.role_queues();
+        assert!((queues.packed_at[&w(0)] - 2.0 * copy).abs() < 1e-12);
+        assert!((queues.unpacked_at[&w(1)] - 3.0 * copy).abs() < 1e-12);
+        // The queues restore into a fresh network: its next message waits behind them.
+        let (fresh, _rx) = copying(1);
+        fresh.restore_role_queues(&queues);
+        assert_eq!(fresh.role_queues(), queues);
+        let next = fresh.send_timed(w(0), w(1), msg);
+        assert!((next.arrival - 4.0 * copy).abs() < 1e-12, "{next:?}");
+    }
+
+    #[test]
+    fn role_queues_without_copies_serialize_as_before() {
+        let queues = RoleQueues {
+            egress_free: BTreeMap::from([(w(0), 1.0)]),
+            ..RoleQueues::default()
+        };
+        // Checkpoints hold them as named MessagePack.
+        let bytes = rmp_serde::to_vec_named(&queues).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            !text.contains("packed_at") && !text.contains("unpacked_at"),
+            "{text}"
+        );
+        #[derive(Serialize)]
+        struct Older {
+            egress_free: BTreeMap<RoleId, f64>,
+            ingress_free: BTreeMap<RoleId, f64>,
+        }
+        let older = Older {
+            egress_free: queues.egress_free.clone(),
+            ingress_free: BTreeMap::new(),
+        };
+        assert_eq!(bytes, rmp_serde::to_vec_named(&older).unwrap());
+        let read: RoleQueues = rmp_serde::from_slice(&bytes).expect("an older checkpoint reads");
+        assert_eq!(read, queues);
     }
 }

@@ -137,7 +137,8 @@ fn steps_and_updates_are_measured_for_every_batch_and_parameter() {
         );
     }
     // 32-64-10: 32·64 + 64 + 64·10 + 10 parameters.
-    let update = host::measure_update(model, &repeats);
+    let mut sweep = host::CacheSweep::for_this_machine();
+    let update = host::measure_update(model, &repeats, &mut sweep);
     assert_eq!(update.elems, 32 * 64 + 64 + 64 * 10 + 10);
     assert_eq!(update.pushes, 8);
     assert_eq!(update.apply_flops_per_elem, 4.0);
@@ -146,6 +147,15 @@ fn steps_and_updates_are_measured_for_every_batch_and_parameter() {
         (2.0 * 8.0 + 4.0) * update.elems as f64
     );
     assert!(update.clock_gflops() > 0.0 && update.clock_gflops().is_finite());
+    // A message of every parameter, packed and unpacked.
+    let copy = host::measure_message_copy(model, &repeats, &mut sweep);
+    assert_eq!(copy.bytes, 4 * update.elems as u64);
+    assert!(
+        copy.pack_seconds > 0.0 && copy.unpack_seconds > 0.0,
+        "{copy:?}"
+    );
+    let mean = 0.5 * (copy.pack_seconds + copy.unpack_seconds);
+    assert!((copy.gbps() - copy.bytes as f64 * 8.0 / mean / 1e9).abs() < 1e-9);
     let points = host::measurements(model, &steps);
     assert_eq!(points.len(), 2);
     assert_eq!(points[1].ms_per_step, steps[1].seconds * 1e3);
@@ -183,6 +193,7 @@ fn profile() -> HostProfile {
             round_trips: 2000,
             latency_us: 10.4,
         },
+        message_copy_gbps: 42.0,
         memory_gib: 23.6,
     }
 }
@@ -214,6 +225,7 @@ fn the_profile_toml_is_a_device_a_config_accepts() {
     assert_eq!(rates.matmul_tflops, 0.085);
     assert_eq!(device.nic_gbps, 14.1);
     assert_eq!(device.latency_us, 10.4);
+    assert_eq!(device.message_copy_bytes_per_s(), Some(42.0e9 / 8.0));
     assert_eq!(device.memory_gib, 23.6);
     assert_eq!(device.half_saturation_batch, 120.0);
     assert!(text.contains("backend = \"cpu\""), "{text}");

@@ -67,6 +67,7 @@ pub fn slow_device(memory_gib: f64) -> DeviceProfile {
         latency_us: 50.0,
         bus_gbps: None,
         host_link_gbps: None,
+        message_copy_gbps: None,
         backend: Default::default(),
         precision: None,
         layers: None,

@@ -167,7 +167,7 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
     let (net, mut mailboxes) = Network::new(job.cluster.clone(), time, &roles, shaper);
     if let Some(n) = restored {
         net.restore_queues(&n.egress_free, &n.ingress_free);
-        net.restore_bus_queues(&n.bus);
+        net.restore_role_queues(&n.bus);
     }
     // Each role restarts at the run time it stopped at.
     let start_of = |role: RoleId| {
@@ -323,7 +323,7 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
             egress_free,
             ingress_free,
             transfers,
-            bus: net.bus_queues(),
+            bus: net.role_queues(),
         },
     })
 }

@@ -41,6 +41,8 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let batches = host::batches(args.quick);
     let mut points = Vec::new();
     let mut updates = Vec::new();
+    // Servers' clocks and messages' copies are timed on data no longer cached, as in a job.
+    let mut sweep = host::CacheSweep::for_this_machine();
     println!("# training steps (parameters loaded, forward and backward; median):");
     println!(
         "#   {:<28} {:>6} {:>12} {:>9} {:>6}",
@@ -59,9 +61,11 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
             );
         }
         points.extend(host::measurements(model, &steps));
-        updates.push(host::measure_update(model, &repeats));
+        updates.push(host::measure_update(model, &repeats, &mut sweep));
     }
-    println!("# a server's clock (aggregate every worker's push, apply the mean; median):");
+    println!(
+        "# a server's clock (aggregate every worker's push, apply the mean; median, caches emptied first):"
+    );
     for u in &updates {
         println!(
             "#   {:<28} {} elements, {} pushes: {:.3} ms ({:.3} GFLOP/s); aggregate {:.3} GFLOP/s, apply {:.3} GFLOP/s",
@@ -79,6 +83,22 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         .iter()
         .max_by_key(|u| u.elems)
         .ok_or_else(|| anyhow::anyhow!("no model was measured"))?;
+    let copy = host::measure_message_copy(
+        models
+            .iter()
+            .max_by_key(|m| m.param_elems())
+            .ok_or_else(|| anyhow::anyhow!("no model was measured"))?,
+        &repeats,
+        &mut sweep,
+    );
+    println!(
+        "# a role's copies of a message of {}'s parameters ({:.1} MiB; median, caches emptied first): pack {:.3} ms, unpack {:.3} ms; the profile's message_copy_gbps {:.2}",
+        copy.model,
+        copy.bytes as f64 / (1 << 20) as f64,
+        copy.pack_seconds * 1e3,
+        copy.unpack_seconds * 1e3,
+        copy.gbps()
+    );
     let (stream, trips) = if args.quick {
         (STREAM_BYTES.1, ROUND_TRIPS.1)
     } else {
@@ -126,6 +146,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
             .any(|p| p.layers.iter().any(|l| l.conv_flops > 0.0)),
         update_gflops: update.clock_gflops(),
         loopback,
+        message_copy_gbps: copy.gbps(),
         memory_gib,
     };
     check_profile(&profile)?;

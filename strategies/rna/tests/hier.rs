@@ -36,6 +36,7 @@ fn config(
             latency_us: 50.0,
             bus_gbps: None,
             host_link_gbps: None,
+            message_copy_gbps: None,
             backend: Default::default(),
             precision: None,
             layers: None,

@@ -5,9 +5,11 @@
 //! takes when every role is one process with one compute thread.
 //!
 //! The pieces: [`HostModel`] (a model to measure: a config's, or a larger MLP), [`measure_steps`]
-//! and [`measure_update`] (median seconds after a warm-up), [`loopback`] (bandwidth and
+//! and [`measure_update`] (median seconds after a warm-up), [`measure_message_copy`] (a role
+//! packing and unpacking a message's tensors), [`loopback`] (bandwidth and
 //! latency), [`machine_memory_gib`], and [`HostProfile`] (the fitted device and its TOML).
 
+mod copy;
 mod machine;
 mod model;
 mod net;
@@ -16,7 +18,10 @@ mod steps;
 mod timing;
 mod update;
 
-pub use machine::{compute_threads, machine_memory_gib, ComputeThreads};
+pub use copy::{measure_message_copy, CopyPoint};
+pub use machine::{
+    compute_threads, last_level_cache_bytes, machine_memory_gib, CacheSweep, ComputeThreads,
+};
 pub use model::HostModel;
 pub use net::{loopback, Loopback, PING_BYTES};
 pub use profile::HostProfile;

@@ -1,6 +1,7 @@
 //! The device profile of this machine: the fitted per-layer model for training steps, the
 //! measured update rate for what `sim` charges by FLOPs (servers' aggregation and updates,
-//! an allreduce worker's update), loopback TCP as the NIC, and the machine's memory.
+//! an allreduce worker's update), loopback TCP as the NIC, how fast a role copies a message's
+//! tensors, and the machine's memory.
 
 use super::Loopback;
 use crate::calibrate::toml_out::round_sig;
@@ -23,6 +24,8 @@ pub struct HostProfile {
     pub update_gflops: f64,
     /// Loopback TCP.
     pub loopback: Loopback,
+    /// How fast a role packs and unpacks a message's tensors, Gbit/s.
+    pub message_copy_gbps: f64,
     /// The machine's memory, GiB.
     pub memory_gib: f64,
 }
@@ -59,6 +62,7 @@ impl HostProfile {
             latency_us: self.loopback.latency_us,
             bus_gbps: None,
             host_link_gbps: None,
+            message_copy_gbps: Some(self.message_copy_gbps),
             precision: Some(Precision::Fp32),
             layers: Some(layers),
             backend: Backend::Cpu,
@@ -103,6 +107,10 @@ impl HostProfile {
         s += &format!(
             "latency_us = {:?}  # role to role through the process runtime's loopback TCP, half the median round trip\n",
             round_sig(d.latency_us, 4)
+        );
+        s += &format!(
+            "message_copy_gbps = {:?}  # a role packing a message's tensors and unpacking them, caches cold\n",
+            round_sig(self.message_copy_gbps, 4)
         );
         s += "precision = \"fp32\"\n";
         s += &format!("\n[cluster.devices.{name}.layers.fp32]\n");

@@ -39,8 +39,19 @@ impl Repeats {
 
     /// The median seconds of `op` over the timed runs, and how many there were; the first error
     /// `op` returns stops the measurement.
-    pub fn median<E>(&self, mut op: impl FnMut() -> Result<(), E>) -> Result<(f64, usize), E> {
+    pub fn median<E>(&self, op: impl FnMut() -> Result<(), E>) -> Result<(f64, usize), E> {
+        self.median_after(|| (), op)
+    }
+
+    /// [`Repeats::median`] with `before` run untimed before every run of `op` (e.g. a
+    /// [`CacheSweep`](super::CacheSweep), to time `op` on data no longer cached).
+    pub fn median_after<E>(
+        &self,
+        mut before: impl FnMut(),
+        mut op: impl FnMut() -> Result<(), E>,
+    ) -> Result<(f64, usize), E> {
         for _ in 0..self.warmup {
+            before();
             op()?;
         }
         let mut times = Vec::with_capacity(self.min_runs);
@@ -48,6 +59,7 @@ impl Repeats {
         while times.len() < self.max_runs.max(1)
             && (times.len() < self.min_runs.max(1) || total < self.min_seconds)
         {
+            before();
             let t0 = Instant::now();
             op()?;
             let t = t0.elapsed().as_secs_f64();
@@ -101,5 +113,25 @@ mod tests {
         assert_eq!((runs, calls), (4, 6));
         let err = r.median(|| Err::<(), &str>("broken")).unwrap_err();
         assert_eq!(err, "broken");
+    }
+
+    #[test]
+    fn the_untimed_step_runs_before_every_run() {
+        let r = Repeats {
+            warmup: 1,
+            min_runs: 3,
+            min_seconds: 0.0,
+            max_runs: 10,
+        };
+        let log = std::cell::RefCell::new(String::new());
+        r.median_after(
+            || log.borrow_mut().push('b'),
+            || {
+                log.borrow_mut().push('o');
+                Ok::<(), ()>(())
+            },
+        )
+        .unwrap();
+        assert_eq!(log.into_inner(), "bobobobo");
     }
 }

@@ -1,9 +1,10 @@
 //! Timing what a parameter server does with a clock's pushes, as `sim` charges it separately
 //! from the workers' steps (`RoleContext::serve`): aggregate every worker's gradient
 //! (`Payload::axpy`, 2 FLOPs an element) and apply the mean with the optimizer
-//! (`OptimizerConfig::step`, its FLOPs per element).
+//! (`OptimizerConfig::step`, its FLOPs per element). Both are timed with the caches emptied
+//! first, as in a job, where the workers' steps run between two clocks of a server.
 
-use super::{HostModel, Repeats};
+use super::{CacheSweep, HostModel, Repeats};
 use crate::optim::OptimizerConfig;
 use crate::payload::Payload;
 
@@ -56,8 +57,8 @@ impl UpdatePoint {
 
 /// Times a server's clock of `model`: aggregating a push of every parameter from every worker
 /// (weighted, into a fresh sum, as a server sums a clock's pushes) and applying the sum with the
-/// model's optimizer.
-pub fn measure_update(model: &HostModel, repeats: &Repeats) -> UpdatePoint {
+/// model's optimizer; `sweep` empties the caches before every run.
+pub fn measure_update(model: &HostModel, repeats: &Repeats, sweep: &mut CacheSweep) -> UpdatePoint {
     let elems = model.param_elems();
     let grad = Payload::Real(
         (0..elems)
@@ -70,16 +71,19 @@ pub fn measure_update(model: &HostModel, repeats: &Repeats) -> UpdatePoint {
     // the first push touches: timed the same way, a clock at a time.
     let mut sum = grad.zeros_like();
     let (clock_aggregate_seconds, _) = repeats
-        .median(|| {
-            sum = grad.zeros_like();
-            for _ in 0..pushes {
-                sum.axpy(weight, &grad);
-            }
-            Ok::<(), std::convert::Infallible>(())
-        })
+        .median_after(
+            || sweep.sweep(),
+            || {
+                sum = grad.zeros_like();
+                for _ in 0..pushes {
+                    sum.axpy(weight, &grad);
+                }
+                Ok::<(), std::convert::Infallible>(())
+            },
+        )
         .unwrap_or((f64::NAN, 0));
     let aggregate_seconds = clock_aggregate_seconds / f64::from(pushes);
-    let apply_seconds = time_apply(&model.optimizer, elems, &sum, repeats);
+    let apply_seconds = time_apply(&model.optimizer, elems, &sum, repeats, sweep);
     UpdatePoint {
         model: model.name.clone(),
         elems,
@@ -90,17 +94,26 @@ pub fn measure_update(model: &HostModel, repeats: &Repeats) -> UpdatePoint {
     }
 }
 
-/// Median seconds of `optimizer` applying `grad` to `elems` parameters.
-fn time_apply(optimizer: &OptimizerConfig, elems: usize, grad: &Payload, repeats: &Repeats) -> f64 {
+/// Median seconds of `optimizer` applying `grad` to `elems` parameters, caches emptied first.
+fn time_apply(
+    optimizer: &OptimizerConfig,
+    elems: usize,
+    grad: &Payload,
+    repeats: &Repeats,
+    sweep: &mut CacheSweep,
+) -> f64 {
     let mut params = vec![0.01f32; elems];
     let mut state = optimizer.init_state(elems);
     let Some(grad) = grad.values() else {
         return f64::NAN;
     };
     repeats
-        .median(|| {
-            optimizer.step(&mut params, grad, &mut state);
-            Ok::<(), std::convert::Infallible>(())
-        })
+        .median_after(
+            || sweep.sweep(),
+            || {
+                optimizer.step(&mut params, grad, &mut state);
+                Ok::<(), std::convert::Infallible>(())
+            },
+        )
         .map_or(f64::NAN, |(s, _)| s)
 }
