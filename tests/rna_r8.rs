@@ -31,6 +31,7 @@ fn config(strategy: &str, options: &str, workers: u32, iterations: u64) -> RunCo
             bus_gbps: None,
             host_link_gbps: None,
             message_copy_gbps: None,
+            message_us: None,
             backend: Default::default(),
             precision: None,
             layers: None,

@@ -61,6 +61,13 @@ pub struct DeviceProfile {
     /// Unset, packing is free (the behaviour of configs written before the field existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_copy_gbps: Option<f64>,
+    /// A role's fixed cost of handling one message to or from another machine, in microseconds,
+    /// at each end: framing it, the system calls, waking the role it is for (the LogP model's
+    /// per-message overhead). Charged in the same queues as the copies, so a role's messages
+    /// wait for each other; `latency_us` is then what is left of a lone message's time between
+    /// the two ends. Measured by `concord calibrate --host`. Unset, none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_us: Option<f64>,
     /// Numeric mode of training steps (`fp32`, `tf32`, `bf16`), selecting the `layers` rates it
     /// charges by; default `fp32`. Only meaningful with a `layers` model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -114,6 +121,7 @@ impl DeviceProfile {
             bus_gbps: None,
             host_link_gbps: None,
             message_copy_gbps: None,
+            message_us: None,
             backend: Backend::Cpu,
             precision: None,
             layers: None,
@@ -260,6 +268,21 @@ impl DeviceProfile {
         self.message_copy_gbps.map(|g| g * 1e9 / 8.0)
     }
 
+    /// Seconds a role of such a machine spends on its end of a message carrying `payload` bytes
+    /// of tensors: the fixed handling ([`DeviceProfile::message_us`]) when the message goes to
+    /// or comes from another machine, and the copy of its tensors
+    /// ([`DeviceProfile::message_copy_gbps`]). 0 without either.
+    pub fn message_handling_seconds(&self, payload: u64, between_machines: bool) -> f64 {
+        let fixed = match self.message_us {
+            Some(us) if between_machines => us * 1e-6,
+            _ => 0.0,
+        };
+        let copy = self
+            .message_copy_bytes_per_s()
+            .map_or(0.0, |rate| payload as f64 / rate);
+        fixed + copy
+    }
+
     /// Memory budget in bytes.
     pub fn memory_bytes(&self) -> u64 {
         (self.memory_gib * (1u64 << 30) as f64) as u64
@@ -314,6 +337,15 @@ impl DeviceProfile {
         }
         if let Some(copy) = self.message_copy_gbps {
             positive("message_copy_gbps", copy)?;
+        }
+        if let Some(us) = self.message_us {
+            if !(us.is_finite() && us >= 0.0) {
+                return Err(EngineError::config(
+                    format!("{key}.message_us"),
+                    us,
+                    "must be a number of microseconds, 0 or more",
+                ));
+            }
         }
         if !(self.efficiency > 0.0 && self.efficiency <= 1.0) {
             return Err(EngineError::config(
@@ -658,6 +690,7 @@ pub(crate) fn test_cluster_with(
             bus_gbps,
             host_link_gbps: None,
             message_copy_gbps: None,
+            message_us: None,
             backend: Backend::Cpu,
             precision: None,
             layers: None,
@@ -790,7 +823,7 @@ mod tests {
     }
 
     #[test]
-    fn message_copy_gbps_reads_from_toml_and_must_be_a_positive_number() {
+    fn message_handling_keys_read_from_toml_and_must_be_numbers_in_range() {
         let text = "peak_tflops = 1.0\nmemory_gib = 1.0\nnic_gbps = 10.0\nlatency_us = 5.0\n";
         let plain: DeviceProfile = toml::from_str(text).expect("parses");
         assert_eq!(plain.message_copy_bytes_per_s(), None);
@@ -798,6 +831,20 @@ mod tests {
         let copy: DeviceProfile =
             toml::from_str(&format!("{text}message_copy_gbps = 40.0\n")).expect("parses");
         assert_eq!(copy.message_copy_bytes_per_s(), Some(5e9));
+        assert_eq!(copy.message_handling_seconds(5_000_000, false), 1e-3);
+        let mut both = copy.clone();
+        both.message_us = Some(20.0);
+        assert!((both.message_handling_seconds(5_000_000, true) - 1.02e-3).abs() < 1e-15);
+        assert_eq!(both.message_handling_seconds(5_000_000, false), 1e-3);
+        assert_eq!(plain.message_handling_seconds(5_000_000, true), 0.0);
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            let mut cfg = with_bus(None);
+            if let Some(d) = cfg.devices.get_mut("bus") {
+                d.message_us = Some(bad);
+            }
+            let e = Cluster::resolve(&cfg, 2, 1).unwrap_err().to_string();
+            assert!(e.contains("cluster.devices.bus.message_us"), "{bad}: {e}");
+        }
         for bad in [0.0, -1.0, f64::NAN] {
             let mut cfg = with_bus(None);
             if let Some(d) = cfg.devices.get_mut("bus") {

@@ -15,10 +15,11 @@
 //! NICs, for `b / bus bandwidth`, with no latency added: a peer-to-peer hop costs microseconds,
 //! far below the transfers a bus carries), and for free when it has none. The NIC slowdown
 //! patterns (the bandwidth shaper) shape the NICs only. Where a machine's profile has a
-//! message copy rate ([`crate::cluster::DeviceProfile::message_copy_gbps`]), its roles also copy
-//! a message's tensors: the sender packs them before the message leaves and the receiver unpacks
-//! them after it arrives, each role one message at a time (a role's copy-out and copy-in queues,
-//! store-and-forward around the link). A single delivery pump hands messages over in (arrival
+//! message copy rate ([`crate::cluster::DeviceProfile::message_copy_gbps`]) or a per-message
+//! overhead ([`crate::cluster::DeviceProfile::message_us`], messages between machines), its roles
+//! also handle their messages: the sender handles a message and packs its tensors before it
+//! leaves, the receiver after it arrives, each role one message at a time (a role's out and in
+//! queues, store-and-forward around the link). A single delivery pump hands messages over in (arrival
 //! time, send order), so a simulated run is deterministic.
 //!
 //! The process mesh has no link model: its messages take what the real sockets and memory take,
@@ -74,7 +75,8 @@ struct State {
     /// Per role, when its bus port out / in is free (machines with a bus only).
     bus_out: PortClocks,
     bus_in: PortClocks,
-    /// Per role, when it is done packing / unpacking messages (machines with a copy rate only).
+    /// Per role, when it is done handling the messages it sent / received (machines with a copy
+    /// rate or a per-message overhead only).
     copy_out: PortClocks,
     copy_in: PortClocks,
     traffic: LinkCounts,
@@ -90,17 +92,17 @@ pub struct RoleQueues {
     pub egress_free: BTreeMap<RoleId, f64>,
     /// Per role: when its bus port in is free.
     pub ingress_free: BTreeMap<RoleId, f64>,
-    /// Per role: when it is done packing the messages it sent.
+    /// Per role: when it is done handling the messages it sent.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub packed_at: BTreeMap<RoleId, f64>,
-    /// Per role: when it is done unpacking the messages it received.
+    /// Per role: when it is done handling the messages it received.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub unpacked_at: BTreeMap<RoleId, f64>,
 }
 
 impl RoleQueues {
-    /// Whether no role's queue has carried a message (every run on machines without a bus or a
-    /// message copy rate).
+    /// Whether no role's queue has carried a message (every run on machines without a bus, a
+    /// message copy rate or a per-message overhead).
     pub fn is_empty(&self) -> bool {
         self.egress_free.is_empty()
             && self.ingress_free.is_empty()
@@ -128,24 +130,15 @@ pub fn cut_through(
     (out_start, out_end, in_end)
 }
 
-/// When `role`, on a machine of `device`, is done copying `payload` bytes of a message's tensors
-/// it may start on at `at`, after the copies queued before on `queue`; `at` itself where the
-/// device has no copy rate or the message carries no tensors.
-fn copy_in_turn(
-    queue: &mut PortClocks,
-    role: RoleId,
-    at: f64,
-    payload: f64,
-    device: &crate::cluster::DeviceProfile,
-) -> f64 {
-    match device.message_copy_bytes_per_s() {
-        Some(rate) if payload > 0.0 => {
-            let done = queue.free_at(role).max(at) + payload / rate;
-            queue.busy_until(role, done);
-            done
-        }
-        _ => at,
+/// When `role` is done with `seconds` of its end of a message it may start on at `at`, after
+/// what is queued before on its `queue`; `at` itself when there is nothing to do.
+fn in_turn(queue: &mut PortClocks, role: RoleId, at: f64, seconds: f64) -> f64 {
+    if seconds <= 0.0 {
+        return at;
     }
+    let done = queue.free_at(role).max(at) + seconds;
+    queue.busy_until(role, done);
+    done
 }
 
 /// When a sent message leaves its sender and reaches its receiver, run-time seconds.
@@ -268,7 +261,7 @@ impl Network {
         }
     }
 
-    /// When each role's bus ports and copy queues are free again: the queues a checkpoint keeps
+    /// When each role's bus ports and handling queues are free again: the queues a checkpoint keeps
     /// beside [`Network::queues`].
     pub fn role_queues(&self) -> RoleQueues {
         let st = self.lock();
@@ -326,13 +319,19 @@ impl Network {
         now: f64,
     ) -> Departure {
         let bytes = msg.wire_bytes();
-        let payload = msg.payload_bytes() as f64;
+        let payload = msg.payload_bytes();
         let mut st = self.lock();
         let (src, dst) = (self.cluster.machine_of(from), self.cluster.machine_of(to));
         let s_dev = &self.cluster.machines[src as usize].device;
         let d_dev = &self.cluster.machines[dst as usize].device;
-        // The sender packs the tensors before any byte leaves, after its earlier messages.
-        let ready = copy_in_turn(&mut st.copy_out, from, now, payload, s_dev);
+        // The sender handles the message and packs its tensors before any byte leaves, after
+        // its earlier messages.
+        let ready = in_turn(
+            &mut st.copy_out,
+            from,
+            now,
+            s_dev.message_handling_seconds(payload, src != dst),
+        );
         let mut start = ready;
         let arrive = if src == dst {
             match s_dev.bus_bytes_per_s() {
@@ -371,8 +370,14 @@ impl Network {
             st.ingress_free[dst as usize] = in_end;
             in_end + s_dev.latency_us.max(d_dev.latency_us) * 1e-6
         };
-        // The receiver unpacks it once it is all there, after the messages it unpacks before.
-        let arrive = copy_in_turn(&mut st.copy_in, to, arrive, payload, d_dev);
+        // The receiver handles it and unpacks its tensors once it is all there, after the
+        // messages it handles before.
+        let arrive = in_turn(
+            &mut st.copy_in,
+            to,
+            arrive,
+            d_dev.message_handling_seconds(payload, src != dst),
+        );
         st.traffic.add(from, to, bytes);
         let env = Envelope {
             from,
@@ -917,5 +922,30 @@ mod tests {
         assert_eq!(bytes, rmp_serde::to_vec_named(&older).unwrap());
         let read: RoleQueues = rmp_serde::from_slice(&bytes).expect("an older checkpoint reads");
         assert_eq!(read, queues);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_between_machines_costs_its_handling_at_both_ends() {
+        let mut cluster = (*crate::cluster::test_cluster_with(2, 2, None)).clone();
+        for m in &mut cluster.machines {
+            m.device.message_us = Some(5.0);
+        }
+        let roles: Vec<RoleId> = (0..4).map(RoleId::Worker).collect();
+        let (net, _rx) = Network::new(Arc::new(cluster), TimeBase::new(true), &roles, None);
+        // Worker 0 (machine 0) to worker 2 (machine 1): handled, the header over the NICs,
+        // latency, handled.
+        let wire = HEADER_BYTES_TEST as f64 / 1e9;
+        let bare = net.send_timed(w(0), w(2), Message::WorkerDone);
+        assert!((bare.start - 5e-6).abs() < 1e-12, "{bare:?}");
+        assert!(
+            (bare.arrival - (5e-6 + wire + 10e-6 + 5e-6)).abs() < 1e-12,
+            "{bare:?}"
+        );
+        // The next one waits for the first's handling at the sender.
+        let next = net.send_timed(w(0), w(2), Message::WorkerDone);
+        assert!((next.start - 10e-6).abs() < 1e-12, "{next:?}");
+        // Between two roles of one machine there is nothing to handle.
+        let local = net.send_timed(w(0), w(1), Message::WorkerDone);
+        assert_eq!(local.arrival, 0.0);
     }
 }

@@ -126,7 +126,8 @@ fn steps_and_updates_are_measured_for_every_batch_and_parameter() {
         min_seconds: 0.0,
         max_runs: 3,
     };
-    let steps = host::measure_steps(model, &[8, 32], &repeats).unwrap();
+    let mut sweep = host::CacheSweep::for_this_machine();
+    let steps = host::measure_steps(model, &[8, 32], &repeats, &mut sweep).unwrap();
     assert_eq!(steps.iter().map(|p| p.batch).collect::<Vec<_>>(), [8, 32]);
     for p in &steps {
         assert_eq!(p.runs, 3);
@@ -137,7 +138,6 @@ fn steps_and_updates_are_measured_for_every_batch_and_parameter() {
         );
     }
     // 32-64-10: 32·64 + 64 + 64·10 + 10 parameters.
-    let mut sweep = host::CacheSweep::for_this_machine();
     let update = host::measure_update(model, &repeats, &mut sweep);
     assert_eq!(update.elems, 32 * 64 + 64 + 64 * 10 + 10);
     assert_eq!(update.pushes, 8);
@@ -194,6 +194,7 @@ fn profile() -> HostProfile {
             latency_us: 10.4,
         },
         message_copy_gbps: 42.0,
+        message_us: 3.5,
         memory_gib: 23.6,
     }
 }
@@ -226,6 +227,7 @@ fn the_profile_toml_is_a_device_a_config_accepts() {
     assert_eq!(device.nic_gbps, 14.1);
     assert_eq!(device.latency_us, 10.4);
     assert_eq!(device.message_copy_bytes_per_s(), Some(42.0e9 / 8.0));
+    assert_eq!(device.message_us, Some(3.5));
     assert_eq!(device.memory_gib, 23.6);
     assert_eq!(device.half_saturation_batch, 120.0);
     assert!(text.contains("backend = \"cpu\""), "{text}");

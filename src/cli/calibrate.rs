@@ -19,8 +19,10 @@ pub struct CalibrateArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "host")]
     pub from: Option<PathBuf>,
     /// Measure this machine instead: training steps of real models on one compute thread
-    /// (`RAYON_NUM_THREADS`, else 1), a parameter server's update, loopback TCP and the process
-    /// runtime's transport over it; fit a CPU device profile to them.
+    /// (`RAYON_NUM_THREADS`, else 1), a parameter server's update, a role's copies of a
+    /// message's tensors (these three with the caches emptied first, as in a job), loopback TCP
+    /// and the process runtime's transport over it (latency, bandwidth, a role's handling of
+    /// one message); fit a CPU device profile to them.
     #[arg(long)]
     pub host: bool,
     /// With `--from`: name of the fitted device. A built-in name (h200, h100, a100, v100)

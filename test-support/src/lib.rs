@@ -68,6 +68,7 @@ pub fn slow_device(memory_gib: f64) -> DeviceProfile {
         bus_gbps: None,
         host_link_gbps: None,
         message_copy_gbps: None,
+        message_us: None,
         backend: Default::default(),
         precision: None,
         layers: None,

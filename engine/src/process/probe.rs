@@ -1,9 +1,10 @@
 //! The latency and bandwidth one role sees to a role of another process on this machine, through
 //! the process runtime's own transport: two ranks of a mesh (each on a runtime of its own, as two
 //! processes would be) bounce a message; half the median round trip of a small one is what `sim`
-//! should charge as the link's latency, and the time a large one adds is what the transport's
-//! bytes cost (encoding, the socket and decoding, not the socket alone) to predict
-//! `--runtime process` here.
+//! should charge as the link's latency, the time a large one adds is what the transport's bytes
+//! cost (encoding, the socket and decoding, not the socket alone), and the time a burst of small
+//! ones adds per message is what handling one costs a role (the LogP model's overhead), to
+//! predict `--runtime process` here.
 
 use super::mesh::{Limits, Mesh};
 use super::wire::{Frame, JobIdentity, Padding};
@@ -28,23 +29,35 @@ const ATTEMPTS: usize = 3;
 /// Half the median round trip, in seconds, of `round_trips` small messages between two ranks of
 /// a mesh on loopback.
 pub fn role_latency(round_trips: usize) -> Result<f64> {
-    probe(round_trips, 0)
+    probe(round_trips, 0, 1)
 }
 
 /// Bits per second one role moves to a role of another process through the transport: a message
 /// carrying `bytes` of tensor values each way, its median round trip less the small message's
 /// (`latency_s`, one way), `round_trips` times.
 pub fn role_bandwidth(bytes: u64, round_trips: usize, latency_s: f64) -> Result<f64> {
-    let one_way = probe(round_trips, bytes)?;
+    let one_way = probe(round_trips, bytes, 1)?;
     let per_transfer = (one_way - latency_s).max(f64::MIN_POSITIVE);
     Ok(bytes as f64 * 8.0 / per_transfer)
 }
 
-/// Half the median round trip, in seconds, of `round_trips` messages of `bytes` of tensor values.
-fn probe(round_trips: usize, bytes: u64) -> Result<f64> {
+/// Seconds a role spends handling one small message at the busier end of a stream of them:
+/// `burst` messages (at least 2) sent back to back and one answer to the last, `round_trips`
+/// times; the median round trip less a lone message's (`latency_s` each way), over the
+/// `burst - 1` messages that queued behind the first. It is the LogP model's per-message
+/// overhead, which `sim` charges each message between machines at both ends (`message_us`).
+pub fn role_message_overhead(burst: usize, round_trips: usize, latency_s: f64) -> Result<f64> {
+    let burst = burst.max(2);
+    let round_trip = 2.0 * probe(round_trips, 0, burst)?;
+    Ok(((round_trip - 2.0 * latency_s) / (burst - 1) as f64).max(0.0))
+}
+
+/// Half the median round trip, in seconds, of `round_trips` bursts of `burst` messages of `bytes`
+/// of tensor values each, answered once per burst.
+fn probe(round_trips: usize, bytes: u64, burst: usize) -> Result<f64> {
     let mut last = None;
     for _ in 0..ATTEMPTS {
-        match probe_once(round_trips, bytes) {
+        match probe_once(round_trips, bytes, burst) {
             Ok(latency) => return Ok(latency),
             Err(e) => last = Some(e),
         }
@@ -56,7 +69,7 @@ fn probe(round_trips: usize, bytes: u64) -> Result<f64> {
 }
 
 /// One attempt of [`probe`] on a port free now.
-fn probe_once(round_trips: usize, bytes: u64) -> Result<f64> {
+fn probe_once(round_trips: usize, bytes: u64, burst: usize) -> Result<f64> {
     let port = std::net::TcpListener::bind(("127.0.0.1", 0))
         .and_then(|l| l.local_addr())
         .map_err(|e| EngineError::Process {
@@ -72,10 +85,14 @@ fn probe_once(round_trips: usize, bytes: u64) -> Result<f64> {
         job_id: "latency-probe".into(),
         launcher: Launcher::Torchrun,
     };
-    // Large messages need fewer warm-up trips: their first few fill the buffers as well.
-    let warm_up = if bytes == 0 { WARM_UP } else { WARM_UP / 20 };
-    let echo = std::thread::spawn(move || bounce(world(1), None, bytes));
-    let timed = bounce(world(0), Some(warm_up + round_trips), bytes);
+    // Large messages and bursts need fewer warm-up trips: their first few fill the buffers too.
+    let warm_up = if bytes == 0 && burst == 1 {
+        WARM_UP
+    } else {
+        WARM_UP / 20
+    };
+    let echo = std::thread::spawn(move || bounce(world(1), None, bytes, burst));
+    let timed = bounce(world(0), Some(warm_up + round_trips), bytes, burst);
     let _ = echo.join();
     let mut trips = timed?;
     trips.drain(..warm_up.min(trips.len()));
@@ -90,10 +107,12 @@ fn probe_once(round_trips: usize, bytes: u64) -> Result<f64> {
     Ok(median / 2.0)
 }
 
-/// One side of the probe: rank 0 sends `trips` messages (a pull when `bytes` is 0, else a
-/// collective hop carrying `bytes` of values) one after another and times each round trip; rank 1
-/// sends every message back until rank 0 says bye.
-fn bounce(world: World, trips: Option<usize>, bytes: u64) -> Result<Vec<f64>> {
+/// One side of the probe: rank 0 sends `trips` bursts of `burst` messages (a pull when `bytes` is
+/// 0, else a collective hop carrying `bytes` of values), each burst back to back, and times each
+/// round trip to the answer; rank 1 sends the last message of every burst back until rank 0
+/// says bye.
+fn bounce(world: World, trips: Option<usize>, bytes: u64, burst: usize) -> Result<Vec<f64>> {
+    let burst = burst.max(1);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -143,36 +162,46 @@ fn bounce(world: World, trips: Option<usize>, bytes: u64) -> Result<Vec<f64>> {
         match trips {
             Some(n) => {
                 for i in 0..n {
-                    let frame = ping(i as u64);
+                    let frames: Vec<Frame> =
+                        (0..burst).map(|k| ping((i * burst + k) as u64)).collect();
                     let t = Instant::now();
-                    peers.send(1, &frame);
+                    for frame in &frames {
+                        peers.send(1, frame);
+                    }
                     if rx.recv().await.is_none() {
                         break;
                     }
                     times.push(t.elapsed().as_secs_f64());
                 }
             }
-            None => loop {
-                tokio::select! {
-                    got = rx.recv() => match got {
-                        Some(env) => {
-                            // The same message back, as received (no copy of its values).
-                            peers.send(0, &Frame::Deliver {
-                                from: me,
-                                to: other,
-                                sent_at: 0.0,
-                                msg: env.msg,
-                                pad: Padding(0),
-                            });
-                        }
-                        None => break,
-                    },
-                    event = events.recv() => match event {
-                        Some(super::mesh::Event::Frame { frame: Frame::Bye, .. }) | None => break,
-                        Some(_) => {}
-                    },
+            None => {
+                let mut received = 0usize;
+                loop {
+                    tokio::select! {
+                        got = rx.recv() => match got {
+                            Some(env) => {
+                                received += 1;
+                                if !received.is_multiple_of(burst) {
+                                    continue;
+                                }
+                                // The same message back, as received (no copy of its values).
+                                peers.send(0, &Frame::Deliver {
+                                    from: me,
+                                    to: other,
+                                    sent_at: 0.0,
+                                    msg: env.msg,
+                                    pad: Padding(0),
+                                });
+                            }
+                            None => break,
+                        },
+                        event = events.recv() => match event {
+                            Some(super::mesh::Event::Frame { frame: Frame::Bye, .. }) | None => break,
+                            Some(_) => {}
+                        },
+                    }
                 }
-            },
+            }
         }
         peers.close().await;
         Ok(times)
@@ -186,9 +215,16 @@ mod tests {
     #[test]
     fn a_large_message_costs_more_than_a_small_one_and_gives_a_finite_bandwidth() {
         let latency = role_latency(50).unwrap();
-        let one_way = probe(10, 4 << 20).unwrap();
+        let one_way = probe(10, 4 << 20, 1).unwrap();
         assert!(one_way > latency, "{one_way} s vs {latency} s");
         let gbps = role_bandwidth(4 << 20, 10, latency).unwrap() / 1e9;
+        // A burst's messages queue behind each other: a finite, non-negative cost each, below
+        // a lone message's round trip.
+        let overhead = role_message_overhead(16, 20, latency).unwrap();
+        assert!(
+            overhead.is_finite() && overhead < 2.0 * latency + 1e-3,
+            "{overhead}"
+        );
         // Bounded by memory copies: no loopback transport moves a terabit per second.
         assert!(gbps.is_finite() && gbps > 0.0 && gbps < 1000.0, "{gbps}");
     }

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 const LARGE_MLP: (usize, [usize; 2], usize) = (784, [1024, 1024], 10);
 /// Ping-pongs of the latency measurement (full, quick).
 const ROUND_TRIPS: (usize, usize) = (2000, 200);
+/// Small messages per burst when timing a role's handling of one.
+const MESSAGE_BURST: usize = 32;
 /// Bytes of the bandwidth stream (full, quick).
 const STREAM_BYTES: (u64, u64) = (256 << 20, 32 << 20);
 
@@ -49,7 +51,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         "model", "batch", "ms_per_step", "GFLOP/s", "runs"
     );
     for model in &models {
-        let steps = host::measure_steps(model, &batches, &repeats)?;
+        let steps = host::measure_steps(model, &batches, &repeats, &mut sweep)?;
         for p in &steps {
             println!(
                 "#   {:<28} {:>6} {:>12.4} {:>9.2} {:>6}",
@@ -118,7 +120,20 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     println!(
         "# role to role through the process runtime's transport: {role_us:.1} us (half the median of {trips} round trips); the profile's latency_us"
     );
-    loopback.latency_us = role_us;
+    // A role's own handling of each message: a burst of small ones queues behind it. The lone
+    // message's time is that handling at both ends and what is left between them.
+    let burst_trips = (trips / 4).max(20);
+    let handling_us = (concord_engine::process::probe::role_message_overhead(
+        MESSAGE_BURST,
+        burst_trips,
+        role_us * 1e-6,
+    )? * 1e6)
+        .min(role_us / 2.0);
+    loopback.latency_us = role_us - 2.0 * handling_us;
+    println!(
+        "# a role handling one message: {handling_us:.1} us at each end ({burst_trips} bursts of {MESSAGE_BURST} small messages, the time each adds); the profile's message_us, and latency_us {:.1} us what is left of a lone message's",
+        loopback.latency_us
+    );
     // The bytes a role moves cost more than the socket's: the frame is encoded, written, read and
     // decoded by the runtime's tasks. Timed with messages of the largest model's size.
     let bytes = (update.elems as u64 * 4).max(1 << 20);
@@ -147,6 +162,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         update_gflops: update.clock_gflops(),
         loopback,
         message_copy_gbps: copy.gbps(),
+        message_us: handling_us,
         memory_gib,
     };
     check_profile(&profile)?;

@@ -37,6 +37,7 @@ fn config(
             bus_gbps: None,
             host_link_gbps: None,
             message_copy_gbps: None,
+            message_us: None,
             backend: Default::default(),
             precision: None,
             layers: None,

@@ -6,8 +6,10 @@
 //!
 //! The pieces: [`HostModel`] (a model to measure: a config's, or a larger MLP), [`measure_steps`]
 //! and [`measure_update`] (median seconds after a warm-up), [`measure_message_copy`] (a role
-//! packing and unpacking a message's tensors), [`loopback`] (bandwidth and
-//! latency), [`machine_memory_gib`], and [`HostProfile`] (the fitted device and its TOML).
+//! packing and unpacking a message's tensors), all three timed after a [`CacheSweep`];
+//! [`loopback`] (bandwidth and latency), [`machine_memory_gib`], and [`HostProfile`] (the fitted
+//! device and its TOML). The process runtime's own transport is timed by
+//! [`crate::process::probe`].
 
 mod copy;
 mod machine;

@@ -26,6 +26,9 @@ pub struct HostProfile {
     pub loopback: Loopback,
     /// How fast a role packs and unpacks a message's tensors, Gbit/s.
     pub message_copy_gbps: f64,
+    /// A role's fixed cost of handling one message to or from another process, microseconds
+    /// (`loopback.latency_us` is then what is left of a lone message's time).
+    pub message_us: f64,
     /// The machine's memory, GiB.
     pub memory_gib: f64,
 }
@@ -63,6 +66,7 @@ impl HostProfile {
             bus_gbps: None,
             host_link_gbps: None,
             message_copy_gbps: Some(self.message_copy_gbps),
+            message_us: Some(self.message_us),
             precision: Some(Precision::Fp32),
             layers: Some(layers),
             backend: Backend::Cpu,
@@ -105,12 +109,16 @@ impl HostProfile {
             round_sig(self.loopback.socket_gbps, 4)
         );
         s += &format!(
-            "latency_us = {:?}  # role to role through the process runtime's loopback TCP, half the median round trip\n",
+            "latency_us = {:?}  # role to role through the process runtime's loopback TCP: half the median round trip, less the handling at both ends\n",
             round_sig(d.latency_us, 4)
         );
         s += &format!(
             "message_copy_gbps = {:?}  # a role packing a message's tensors and unpacking them, caches cold\n",
             round_sig(self.message_copy_gbps, 4)
+        );
+        s += &format!(
+            "message_us = {:?}  # a role handling one message to or from another process, at each end (a stream of small messages)\n",
+            round_sig(self.message_us, 4)
         );
         s += "precision = \"fp32\"\n";
         s += &format!("\n[cluster.devices.{name}.layers.fp32]\n");

@@ -1,7 +1,8 @@
 //! Timing training steps as a worker takes them: load the parameters it read into the replica,
-//! then forward and backward on its batch (`Replica::step`), on the CPU.
+//! then forward and backward on its batch (`Replica::step`), on the CPU, with the caches emptied
+//! first: in a job, a role's messages and its machine's other roles run between two steps.
 
-use super::{HostError, HostModel, Repeats};
+use super::{CacheSweep, HostError, HostModel, Repeats};
 use crate::model::Replica;
 
 /// One measured step size of one model.
@@ -28,11 +29,12 @@ impl StepPoint {
 
 /// Times a worker's training step of `model` at every batch size of `batches`: per step, the
 /// replica loads the parameters (what a worker does with the values it pulled) and runs forward
-/// and backward on a freshly gathered batch.
+/// and backward on a freshly gathered batch; `sweep` empties the caches before every run.
 pub fn measure_steps(
     model: &HostModel,
     batches: &[u32],
     repeats: &Repeats,
+    sweep: &mut CacheSweep,
 ) -> Result<Vec<StepPoint>, HostError> {
     let setup = |e: concord_workloads::WorkloadError| HostError::Setup {
         model: model.name.clone(),
@@ -58,11 +60,13 @@ pub fn measure_steps(
             replica.set_params(&params)?;
             replica.step(features.clone(), &labels).map(|_| ())
         };
-        let (seconds, runs) = repeats.median(step).map_err(|source| HostError::Step {
-            model: model.name.clone(),
-            batch,
-            source: Box::new(source),
-        })?;
+        let (seconds, runs) = repeats
+            .median_after(|| sweep.sweep(), step)
+            .map_err(|source| HostError::Step {
+                model: model.name.clone(),
+                batch,
+                source: Box::new(source),
+            })?;
         out.push(StepPoint {
             model: model.name.clone(),
             batch,
