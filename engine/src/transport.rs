@@ -19,8 +19,8 @@
 //! overhead ([`crate::cluster::DeviceProfile::message_us`], messages between machines), its roles
 //! also handle their messages: the sender handles a message and packs its tensors before it
 //! leaves, the receiver after it arrives, each role one message at a time (a role's out and in
-//! queues, store-and-forward around the link). A single delivery pump hands messages over in (arrival
-//! time, send order), so a simulated run is deterministic.
+//! queues, store-and-forward around the link). A single delivery pump hands messages over in
+//! (arrival time, send order), so a simulated run is deterministic.
 //!
 //! The process mesh has no link model: its messages take what the real sockets and memory take,
 //! so neither `nic_gbps` nor `bus_gbps` charges anything there.
@@ -77,8 +77,8 @@ struct State {
     bus_in: PortClocks,
     /// Per role, when it is done handling the messages it sent / received (machines with a copy
     /// rate or a per-message overhead only).
-    copy_out: PortClocks,
-    copy_in: PortClocks,
+    handling_out: PortClocks,
+    handling_in: PortClocks,
     traffic: LinkCounts,
     shaper: Option<BandwidthShaper>,
     closed: bool,
@@ -94,10 +94,10 @@ pub struct RoleQueues {
     pub ingress_free: BTreeMap<RoleId, f64>,
     /// Per role: when it is done handling the messages it sent.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub packed_at: BTreeMap<RoleId, f64>,
+    pub sent_handled: BTreeMap<RoleId, f64>,
     /// Per role: when it is done handling the messages it received.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub unpacked_at: BTreeMap<RoleId, f64>,
+    pub received_handled: BTreeMap<RoleId, f64>,
 }
 
 impl RoleQueues {
@@ -106,8 +106,8 @@ impl RoleQueues {
     pub fn is_empty(&self) -> bool {
         self.egress_free.is_empty()
             && self.ingress_free.is_empty()
-            && self.packed_at.is_empty()
-            && self.unpacked_at.is_empty()
+            && self.sent_handled.is_empty()
+            && self.received_handled.is_empty()
     }
 }
 
@@ -205,8 +205,8 @@ impl Network {
                 ingress_free: vec![0.0; n],
                 bus_out: PortClocks::default(),
                 bus_in: PortClocks::default(),
-                copy_out: PortClocks::default(),
-                copy_in: PortClocks::default(),
+                handling_out: PortClocks::default(),
+                handling_in: PortClocks::default(),
                 traffic: LinkCounts::new(roles),
                 shaper,
                 closed: false,
@@ -268,8 +268,8 @@ impl Network {
         RoleQueues {
             egress_free: st.bus_out.to_map(),
             ingress_free: st.bus_in.to_map(),
-            packed_at: st.copy_out.to_map(),
-            unpacked_at: st.copy_in.to_map(),
+            sent_handled: st.handling_out.to_map(),
+            received_handled: st.handling_in.to_map(),
         }
     }
 
@@ -283,8 +283,8 @@ impl Network {
         };
         restore(&mut st.bus_out, &queues.egress_free);
         restore(&mut st.bus_in, &queues.ingress_free);
-        restore(&mut st.copy_out, &queues.packed_at);
-        restore(&mut st.copy_in, &queues.unpacked_at);
+        restore(&mut st.handling_out, &queues.sent_handled);
+        restore(&mut st.handling_in, &queues.received_handled);
     }
 
     /// The run's time base.
@@ -327,7 +327,7 @@ impl Network {
         // The sender handles the message and packs its tensors before any byte leaves, after
         // its earlier messages.
         let ready = in_turn(
-            &mut st.copy_out,
+            &mut st.handling_out,
             from,
             now,
             s_dev.message_handling_seconds(payload, src != dst),
@@ -373,7 +373,7 @@ impl Network {
         // The receiver handles it and unpacks its tensors once it is all there, after the
         // messages it handles before.
         let arrive = in_turn(
-            &mut st.copy_in,
+            &mut st.handling_in,
             to,
             arrive,
             d_dev.message_handling_seconds(payload, src != dst),
@@ -887,8 +887,8 @@ mod tests {
         let bare = net.send_timed(w(0), w(1), Message::WorkerDone);
         assert_eq!(bare.arrival, 0.0);
         let queues = net.role_queues();
-        assert!((queues.packed_at[&w(0)] - 2.0 * copy).abs() < 1e-12);
-        assert!((queues.unpacked_at[&w(1)] - 3.0 * copy).abs() < 1e-12);
+        assert!((queues.sent_handled[&w(0)] - 2.0 * copy).abs() < 1e-12);
+        assert!((queues.received_handled[&w(1)] - 3.0 * copy).abs() < 1e-12);
         // The queues restore into a fresh network: its next message waits behind them.
         let (fresh, _rx) = copying(1);
         fresh.restore_role_queues(&queues);
@@ -907,7 +907,7 @@ mod tests {
         let bytes = rmp_serde::to_vec_named(&queues).unwrap();
         let text = String::from_utf8_lossy(&bytes);
         assert!(
-            !text.contains("packed_at") && !text.contains("unpacked_at"),
+            !text.contains("sent_handled") && !text.contains("received_handled"),
             "{text}"
         );
         #[derive(Serialize)]
