@@ -268,6 +268,12 @@ impl DeviceProfile {
         self.message_copy_gbps.map(|g| g * 1e9 / 8.0)
     }
 
+    /// Whether roles of such a machine spend time on their messages
+    /// ([`DeviceProfile::message_handling_seconds`] is not always 0).
+    pub fn handles_messages(&self) -> bool {
+        self.message_copy_gbps.is_some() || self.message_us.is_some()
+    }
+
     /// Seconds a role of such a machine spends on its end of a message carrying `payload` bytes
     /// of tensors: the fixed handling ([`DeviceProfile::message_us`]) when the message goes to
     /// or comes from another machine, and the copy of its tensors

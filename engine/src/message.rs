@@ -130,27 +130,26 @@ impl Message {
     /// send it and into them on receipt (see
     /// [`DeviceProfile::message_copy_gbps`](crate::cluster::DeviceProfile::message_copy_gbps)).
     pub fn payload_bytes(&self) -> u64 {
-        match self {
-            Message::Push { grads: b, .. } | Message::Params { blocks: b, .. } => blocks_bytes(b),
-            Message::Collective { data, .. } => data.bytes(),
-            Message::Custom(m) => m.payloads.iter().map(Payload::bytes).sum(),
-            _ => 0,
-        }
+        self.sum_over_payloads(Payload::bytes)
     }
 
     /// Bytes of the virtual payloads it carries (throughput mode's stand-ins): what a real wire
     /// must still move for the message to cost what it would.
     pub fn virtual_bytes(&self) -> u64 {
-        let virt = |p: &Payload| match p {
+        self.sum_over_payloads(|p| match p {
             Payload::Virtual { elems } => elems * crate::payload::ELEM_BYTES,
             Payload::Real(_) => 0,
-        };
+        })
+    }
+
+    /// `bytes` summed over every tensor payload the message carries (0 for messages without).
+    fn sum_over_payloads(&self, bytes: impl Fn(&Payload) -> u64) -> u64 {
         match self {
             Message::Push { grads: b, .. } | Message::Params { blocks: b, .. } => {
-                b.iter().map(|x| virt(&x.data)).sum()
+                b.iter().map(|x| bytes(&x.data)).sum()
             }
-            Message::Collective { data, .. } => virt(data),
-            Message::Custom(m) => m.payloads.iter().map(virt).sum(),
+            Message::Collective { data, .. } => bytes(data),
+            Message::Custom(m) => m.payloads.iter().map(bytes).sum(),
             _ => 0,
         }
     }

@@ -76,8 +76,9 @@ pub struct NetworkState {
     pub ingress_free: Vec<f64>,
     /// Per role: transfers made so far.
     pub transfers: BTreeMap<RoleId, u64>,
-    /// Per role: when its port on its machine's bus and its message copy queues are free (empty
-    /// without buses or copy rates, and in checkpoints written before they existed).
+    /// Per role: when its port on its machine's bus and its message handling queues are free
+    /// (empty without buses, copy rates or per-message overheads, and in checkpoints written
+    /// before they existed).
     #[serde(default, skip_serializing_if = "RoleQueues::is_empty")]
     pub bus: RoleQueues,
 }

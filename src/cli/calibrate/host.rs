@@ -43,9 +43,11 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let batches = host::batches(args.quick);
     let mut points = Vec::new();
     let mut updates = Vec::new();
-    // Servers' clocks and messages' copies are timed on data no longer cached, as in a job.
+    // Steps, servers' clocks and messages' copies are timed on data no longer cached, as in a job.
     let mut sweep = host::CacheSweep::for_this_machine();
-    println!("# training steps (parameters loaded, forward and backward; median):");
+    println!(
+        "# training steps (parameters loaded, forward and backward; median, caches emptied first):"
+    );
     println!(
         "#   {:<28} {:>6} {:>12} {:>9} {:>6}",
         "model", "batch", "ms_per_step", "GFLOP/s", "runs"
@@ -80,19 +82,12 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
             u.apply_gflops()
         );
     }
-    // The largest model's: small ones run from cache and their updates take microseconds.
-    let update = updates
-        .iter()
-        .max_by_key(|u| u.elems)
+    // The largest model's update and copies: small ones run from cache and take microseconds.
+    let largest = (0..models.len())
+        .max_by_key(|&i| models[i].param_elems())
         .ok_or_else(|| anyhow::anyhow!("no model was measured"))?;
-    let copy = host::measure_message_copy(
-        models
-            .iter()
-            .max_by_key(|m| m.param_elems())
-            .ok_or_else(|| anyhow::anyhow!("no model was measured"))?,
-        &repeats,
-        &mut sweep,
-    );
+    let update = &updates[largest];
+    let copy = host::measure_message_copy(&models[largest], &repeats, &mut sweep);
     println!(
         "# a role's copies of a message of {}'s parameters ({:.1} MiB; median, caches emptied first): pack {:.3} ms, unpack {:.3} ms; the profile's message_copy_gbps {:.2}",
         copy.model,
