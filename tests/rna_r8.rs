@@ -27,6 +27,7 @@ fn config(strategy: &str, options: &str, workers: u32, iterations: u64) -> RunCo
             matmul_half_saturation_batch: None,
             memory_gib: 1.0,
             nic_gbps: 10.0,
+            nic_duplex: Default::default(),
             latency_us: 50.0,
             bus_gbps: None,
             host_link_gbps: None,

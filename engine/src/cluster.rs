@@ -36,8 +36,16 @@ pub struct DeviceProfile {
     pub matmul_half_saturation_batch: Option<f64>,
     /// Device memory, in GiB.
     pub memory_gib: f64,
-    /// The machine's NIC bandwidth, in Gbit/s (per direction).
+    /// The machine's NIC bandwidth, in Gbit/s (per direction, or for both together when
+    /// `nic_duplex` is `half`).
     pub nic_gbps: f64,
+    /// Whether the machine sends and receives at `nic_gbps` at once (`full`, the default, as an
+    /// Ethernet NIC does) or its sends and receives share it (`half`): processes on one host,
+    /// whose loopback traffic the same cores copy in either direction, so two processes sending
+    /// each other a message at once each get about half the rate of a lone stream. Measured by
+    /// `concord calibrate --host`.
+    #[serde(default, skip_serializing_if = "Duplex::is_full")]
+    pub nic_duplex: Duplex,
     /// One-way network latency, in microseconds.
     pub latency_us: f64,
     /// Bandwidth of the link between this machine's devices, in Gbit/s per direction: what one
@@ -84,6 +92,24 @@ pub struct DeviceProfile {
     pub backend: Backend,
 }
 
+/// Whether a machine's NIC carries its sends and receives at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Duplex {
+    /// Each direction at the NIC's full bandwidth, independently.
+    #[default]
+    Full,
+    /// Both directions share the NIC's bandwidth: one transfer at a time, in or out.
+    Half,
+}
+
+impl Duplex {
+    /// Whether this is full duplex (the default, left out of a written config).
+    pub fn is_full(&self) -> bool {
+        *self == Duplex::Full
+    }
+}
+
 /// Where a device's tensor math runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -117,6 +143,7 @@ impl DeviceProfile {
             matmul_half_saturation_batch: None,
             memory_gib: mem,
             nic_gbps: nic,
+            nic_duplex: Duplex::Full,
             latency_us: lat,
             bus_gbps: None,
             host_link_gbps: None,
@@ -283,10 +310,15 @@ impl DeviceProfile {
             Some(us) if between_machines => us * 1e-6,
             _ => 0.0,
         };
-        let copy = self
-            .message_copy_bytes_per_s()
-            .map_or(0.0, |rate| payload as f64 / rate);
-        fixed + copy
+        fixed + self.tensor_copy_seconds(payload)
+    }
+
+    /// Seconds a role of such a machine takes to copy `bytes` of tensors in memory at
+    /// [`DeviceProfile::message_copy_gbps`]: a message's payload, or gradients fused into one
+    /// buffer for a collective. 0 without a copy rate.
+    pub fn tensor_copy_seconds(&self, bytes: u64) -> f64 {
+        self.message_copy_bytes_per_s()
+            .map_or(0.0, |rate| bytes as f64 / rate)
     }
 
     /// Memory budget in bytes.
@@ -692,6 +724,7 @@ pub(crate) fn test_cluster_with(
             matmul_half_saturation_batch: None,
             memory_gib: 1.0,
             nic_gbps: 8.0,
+            nic_duplex: Default::default(),
             latency_us: 10.0,
             bus_gbps,
             host_link_gbps: None,
@@ -826,6 +859,24 @@ mod tests {
         assert_eq!(bus.bus_bytes_per_s(), Some(37.5e9));
         let typo = toml::from_str::<DeviceProfile>(&format!("{text}bus_gbit = 300.0\n"));
         assert!(typo.unwrap_err().to_string().contains("bus_gbit"));
+    }
+
+    #[test]
+    fn nic_duplex_reads_from_toml_defaults_to_full_and_names_a_bad_word() {
+        let text = "peak_tflops = 1.0\nmemory_gib = 1.0\nnic_gbps = 10.0\nlatency_us = 5.0\n";
+        let plain: DeviceProfile = toml::from_str(text).expect("parses");
+        assert_eq!(plain.nic_duplex, Duplex::Full);
+        assert!(!toml::to_string(&plain).unwrap().contains("nic_duplex"));
+        let half: DeviceProfile =
+            toml::from_str(&format!("{text}nic_duplex = \"half\"\n")).expect("parses");
+        assert_eq!(half.nic_duplex, Duplex::Half);
+        assert!(toml::to_string(&half)
+            .unwrap()
+            .contains("nic_duplex = \"half\""));
+        let bad = toml::from_str::<DeviceProfile>(&format!("{text}nic_duplex = \"simplex\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("simplex") && bad.contains("half"), "{bad}");
     }
 
     #[test]

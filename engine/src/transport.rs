@@ -7,8 +7,10 @@
 //!
 //! Roles never share memory (DESIGN rule); they talk only through [`Network::send`]. A message of
 //! `b` bytes from machine A to machine B occupies A's NIC egress and B's NIC ingress for
-//! `b / bandwidth` each (NICs are shared FIFO by all roles of a machine, full duplex) and arrives
-//! one latency after it leaves the second NIC. Roles on the same machine exchange messages without
+//! `b / bandwidth` each (NICs are shared FIFO by all roles of a machine, full duplex unless the
+//! profile says `nic_duplex = "half"`: then a machine's sends and receives take turns on one port,
+//! as processes on one host whose cores copy loopback traffic either way) and arrives one latency
+//! after it leaves the second NIC. Roles on the same machine exchange messages without
 //! touching the NIC: over the machine's bus when its device profile has one
 //! ([`crate::cluster::DeviceProfile::bus_gbps`]), each role then having a port of its own (the
 //! sender's port out and the receiver's port in, each FIFO, full duplex, cut-through as between
@@ -25,7 +27,7 @@
 //! The process mesh has no link model: its messages take what the real sockets and memory take,
 //! so neither `nic_gbps` nor `bus_gbps` charges anything there.
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Duplex};
 use crate::ids::RoleId;
 use crate::message::Message;
 use crate::time::TimeBase;
@@ -363,16 +365,35 @@ impl Network {
             };
             let tx_time = bytes as f64 / (s_dev.nic_bytes_per_s() * fs.max(1e-9));
             let rx_time = bytes as f64 / (d_dev.nic_bytes_per_s() * fd.max(1e-9));
+            let (s, d) = (src as usize, dst as usize);
+            // A half-duplex NIC is one port for both directions: free when both are.
+            let port = |free: &[f64], other: &[f64], m: usize, half: bool| {
+                if half {
+                    free[m].max(other[m])
+                } else {
+                    free[m]
+                }
+            };
+            let (s_half, d_half) = (
+                s_dev.nic_duplex == Duplex::Half,
+                d_dev.nic_duplex == Duplex::Half,
+            );
             let (out_start, out_end, in_end) = cut_through(
-                st.egress_free[src as usize],
-                st.ingress_free[dst as usize],
+                port(&st.egress_free, &st.ingress_free, s, s_half),
+                port(&st.ingress_free, &st.egress_free, d, d_half),
                 ready,
                 tx_time,
                 rx_time,
             );
             start = out_start;
-            st.egress_free[src as usize] = out_end;
-            st.ingress_free[dst as usize] = in_end;
+            st.egress_free[s] = out_end;
+            st.ingress_free[d] = in_end;
+            if s_half {
+                st.ingress_free[s] = st.ingress_free[s].max(out_end);
+            }
+            if d_half {
+                st.egress_free[d] = st.egress_free[d].max(in_end);
+            }
             in_end + s_dev.latency_us.max(d_dev.latency_us) * 1e-6
         };
         // The receiver handles it and unpacks its tensors once it is all there, after the
@@ -956,5 +977,43 @@ mod tests {
         // Between two roles of one machine there is nothing to handle.
         let local = net.send_timed(w(0), w(1), Message::WorkerDone);
         assert_eq!(local.arrival, 0.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_half_duplex_nic_takes_its_sends_and_receives_in_turn() {
+        let msg = push(250_000); // 1 MB of payload
+        let one = msg.wire_bytes() as f64 / 1e9;
+        let lat = 10e-6;
+        for duplex in [crate::cluster::Duplex::Full, crate::cluster::Duplex::Half] {
+            let (net, _rx) = handling(3, |d| d.nic_duplex = duplex);
+            // A lone transfer takes the same time either way.
+            let lone = net.send_timed(w(0), w(2), msg.clone());
+            assert!(
+                (lone.arrival - (one + lat)).abs() < 1e-12,
+                "{duplex:?}: {lone:?}"
+            );
+            // Machine 1 answers at once: its port out is free on a full-duplex NIC, and busy
+            // receiving the first message until it is in on a half-duplex one.
+            let answer = net.send_timed(w(2), w(0), msg.clone());
+            let answered = match duplex {
+                crate::cluster::Duplex::Full => one + lat,
+                crate::cluster::Duplex::Half => 2.0 * one + lat,
+            };
+            assert!(
+                (answer.arrival - answered).abs() < 1e-12,
+                "{duplex:?}: {answer:?}"
+            );
+            // Machine 2 sends to machine 0, whose port is busy: its port in (full duplex) with
+            // nothing, its one port (half) with the answer coming in.
+            let third = net.send_timed(w(4), w(0), msg.clone());
+            let expected = match duplex {
+                crate::cluster::Duplex::Full => 2.0 * one + lat,
+                crate::cluster::Duplex::Half => 3.0 * one + lat,
+            };
+            assert!(
+                (third.arrival - expected).abs() < 1e-12,
+                "{duplex:?}: {third:?}"
+            );
+        }
     }
 }

@@ -192,6 +192,7 @@ fn profile() -> HostProfile {
             socket_gbps: 33.6,
             round_trips: 2000,
             latency_us: 10.4,
+            exchange_gbps: Some(6.0),
         },
         message_copy_gbps: 42.0,
         message_us: 3.5,
@@ -225,6 +226,8 @@ fn the_profile_toml_is_a_device_a_config_accepts() {
     assert_eq!(rates.conv_tflops, 0.085);
     assert_eq!(rates.matmul_tflops, 0.085);
     assert_eq!(device.nic_gbps, 14.1);
+    // 6 Gbit/s each way of an exchange is nearer half of 14.1 than all of it.
+    assert_eq!(device.nic_duplex, concord_engine::cluster::Duplex::Half);
     assert_eq!(device.latency_us, 10.4);
     assert_eq!(device.message_copy_bytes_per_s(), Some(42.0e9 / 8.0));
     assert_eq!(device.message_us, Some(3.5));

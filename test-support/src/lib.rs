@@ -64,6 +64,7 @@ pub fn slow_device(memory_gib: f64) -> DeviceProfile {
         matmul_half_saturation_batch: None,
         memory_gib,
         nic_gbps: 10.0,
+        nic_duplex: Default::default(),
         latency_us: 50.0,
         bus_gbps: None,
         host_link_gbps: None,

@@ -29,15 +29,26 @@ const ATTEMPTS: usize = 3;
 /// Half the median round trip, in seconds, of `round_trips` small messages between two ranks of
 /// a mesh on loopback.
 pub fn role_latency(round_trips: usize) -> Result<f64> {
-    probe(round_trips, 0, 1)
+    probe(round_trips, 0, 1, Pattern::Bounce)
 }
 
 /// Bits per second one role moves to a role of another process through the transport: a message
 /// carrying `bytes` of tensor values each way, its median round trip less the small message's
 /// (`latency_s`, one way), `round_trips` times.
 pub fn role_bandwidth(bytes: u64, round_trips: usize, latency_s: f64) -> Result<f64> {
-    let one_way = probe(round_trips, bytes, 1)?;
+    let one_way = probe(round_trips, bytes, 1, Pattern::Bounce)?;
     let per_transfer = (one_way - latency_s).max(f64::MIN_POSITIVE);
+    Ok(bytes as f64 * 8.0 / per_transfer)
+}
+
+/// Bits per second each role moves to the other when two roles of different processes send each
+/// other a message carrying `bytes` of tensor values at the same time, as a ring allreduce's step
+/// and a clock's pushes to servers on both machines do: the median time of such an exchange less
+/// one small message's (`latency_s`), `exchanges` times. On one host both directions take the
+/// same cores' time, so this can be well below [`role_bandwidth`].
+pub fn role_exchange_bandwidth(bytes: u64, exchanges: usize, latency_s: f64) -> Result<f64> {
+    let exchange = 2.0 * probe(exchanges, bytes, 1, Pattern::Exchange)?;
+    let per_transfer = (exchange - latency_s).max(f64::MIN_POSITIVE);
     Ok(bytes as f64 * 8.0 / per_transfer)
 }
 
@@ -48,16 +59,26 @@ pub fn role_bandwidth(bytes: u64, round_trips: usize, latency_s: f64) -> Result<
 /// overhead, which `sim` charges each message between machines at both ends (`message_us`).
 pub fn role_message_overhead(burst: usize, round_trips: usize, latency_s: f64) -> Result<f64> {
     let burst = burst.max(2);
-    let round_trip = 2.0 * probe(round_trips, 0, burst)?;
+    let round_trip = 2.0 * probe(round_trips, 0, burst, Pattern::Bounce)?;
     Ok(((round_trip - 2.0 * latency_s) / (burst - 1) as f64).max(0.0))
 }
 
+/// How the answering rank answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pattern {
+    /// It sends the last message of every burst back once it has arrived.
+    Bounce,
+    /// It sends a message of its own as rank 0 sends one: its first at once, the next as each of
+    /// rank 0's arrives, so that the two ranks' messages cross.
+    Exchange,
+}
+
 /// Half the median round trip, in seconds, of `round_trips` bursts of `burst` messages of `bytes`
-/// of tensor values each, answered once per burst.
-fn probe(round_trips: usize, bytes: u64, burst: usize) -> Result<f64> {
+/// of tensor values each, answered as `pattern` says.
+fn probe(round_trips: usize, bytes: u64, burst: usize, pattern: Pattern) -> Result<f64> {
     let mut last = None;
     for _ in 0..ATTEMPTS {
-        match probe_once(round_trips, bytes, burst) {
+        match probe_once(round_trips, bytes, burst, pattern) {
             Ok(latency) => return Ok(latency),
             Err(e) => last = Some(e),
         }
@@ -69,7 +90,7 @@ fn probe(round_trips: usize, bytes: u64, burst: usize) -> Result<f64> {
 }
 
 /// One attempt of [`probe`] on a port free now.
-fn probe_once(round_trips: usize, bytes: u64, burst: usize) -> Result<f64> {
+fn probe_once(round_trips: usize, bytes: u64, burst: usize, pattern: Pattern) -> Result<f64> {
     let port = std::net::TcpListener::bind(("127.0.0.1", 0))
         .and_then(|l| l.local_addr())
         .map_err(|e| EngineError::Process {
@@ -91,8 +112,8 @@ fn probe_once(round_trips: usize, bytes: u64, burst: usize) -> Result<f64> {
     } else {
         WARM_UP / 20
     };
-    let echo = std::thread::spawn(move || bounce(world(1), None, bytes, burst));
-    let timed = bounce(world(0), Some(warm_up + round_trips), bytes, burst);
+    let echo = std::thread::spawn(move || bounce(world(1), None, bytes, burst, pattern));
+    let timed = bounce(world(0), Some(warm_up + round_trips), bytes, burst, pattern);
     let _ = echo.join();
     let mut trips = timed?;
     trips.drain(..warm_up.min(trips.len()));
@@ -109,9 +130,14 @@ fn probe_once(round_trips: usize, bytes: u64, burst: usize) -> Result<f64> {
 
 /// One side of the probe: rank 0 sends `trips` bursts of `burst` messages (a pull when `bytes` is
 /// 0, else a collective hop carrying `bytes` of values), each burst back to back, and times each
-/// round trip to the answer; rank 1 sends the last message of every burst back until rank 0
-/// says bye.
-fn bounce(world: World, trips: Option<usize>, bytes: u64, burst: usize) -> Result<Vec<f64>> {
+/// round trip to the answer; rank 1 answers as `pattern` says until rank 0 says bye.
+fn bounce(
+    world: World,
+    trips: Option<usize>,
+    bytes: u64,
+    burst: usize,
+    pattern: Pattern,
+) -> Result<Vec<f64>> {
     let burst = burst.max(1);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -176,12 +202,20 @@ fn bounce(world: World, trips: Option<usize>, bytes: u64, burst: usize) -> Resul
             }
             None => {
                 let mut received = 0usize;
+                if pattern == Pattern::Exchange {
+                    peers.send(0, &ping(0));
+                }
                 loop {
                     tokio::select! {
                         got = rx.recv() => match got {
                             Some(env) => {
                                 received += 1;
                                 if !received.is_multiple_of(burst) {
+                                    continue;
+                                }
+                                if pattern == Pattern::Exchange {
+                                    // A message of its own, crossing rank 0's next.
+                                    peers.send(0, &ping(received as u64));
                                     continue;
                                 }
                                 // The same message back, as received (no copy of its values).
@@ -215,7 +249,7 @@ mod tests {
     #[test]
     fn a_large_message_costs_more_than_a_small_one_and_gives_a_finite_bandwidth() {
         let latency = role_latency(50).unwrap();
-        let one_way = probe(10, 4 << 20, 1).unwrap();
+        let one_way = probe(10, 4 << 20, 1, Pattern::Bounce).unwrap();
         assert!(one_way > latency, "{one_way} s vs {latency} s");
         let gbps = role_bandwidth(4 << 20, 10, latency).unwrap() / 1e9;
         // A burst's messages queue behind each other: a finite, non-negative cost each, below
@@ -227,5 +261,19 @@ mod tests {
         );
         // Bounded by memory copies: no loopback transport moves a terabit per second.
         assert!(gbps.is_finite() && gbps > 0.0 && gbps < 1000.0, "{gbps}");
+    }
+
+    #[test]
+    fn crossing_messages_give_a_finite_bandwidth_each_way() {
+        let latency = role_latency(50).unwrap();
+        let gbps = role_exchange_bandwidth(4 << 20, 10, latency).unwrap() / 1e9;
+        assert!(gbps.is_finite() && gbps > 0.0 && gbps < 1000.0, "{gbps}");
+        if std::env::var_os("PROBE_PRINT").is_some() {
+            for _ in 0..3 {
+                let one = role_bandwidth(4 << 20, 40, latency).unwrap() / 1e9;
+                let both = role_exchange_bandwidth(4 << 20, 40, latency).unwrap() / 1e9;
+                eprintln!("one way {one:.2} Gbit/s, each way of an exchange {both:.2} Gbit/s");
+            }
+        }
     }
 }

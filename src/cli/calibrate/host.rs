@@ -139,6 +139,21 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         bytes as f64 / (1 << 20) as f64
     );
     loopback.gbps = role_gbps;
+    // Collectives and pushes to servers on both machines send both ways at once: on one host the
+    // same cores copy either direction, which a lone stream does not show.
+    let each_way = concord_engine::process::probe::role_exchange_bandwidth(
+        bytes,
+        trips.min(40),
+        role_us * 1e-6,
+    )? / 1e9;
+    loopback.exchange_gbps = Some(each_way);
+    println!(
+        "# two roles sending each other such a message at once: {each_way:.2} Gbit/s each way; the profile's nic_duplex is {}",
+        match loopback.duplex() {
+            concord_engine::cluster::Duplex::Full => "full (each direction at nic_gbps)",
+            concord_engine::cluster::Duplex::Half => "half (both directions share nic_gbps)",
+        }
+    );
     let memory_gib = match host::machine_memory_gib() {
         Some(m) => m,
         None => {

@@ -33,6 +33,7 @@ fn config(
             matmul_half_saturation_batch: None,
             memory_gib: 1.0,
             nic_gbps: 10.0,
+            nic_duplex: Default::default(),
             latency_us: 50.0,
             bus_gbps: None,
             host_link_gbps: None,

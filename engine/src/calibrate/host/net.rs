@@ -4,6 +4,7 @@
 
 use super::timing::median;
 use super::HostError;
+use crate::cluster::Duplex;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::time::Instant;
@@ -29,6 +30,21 @@ pub struct Loopback {
     pub round_trips: usize,
     /// Half the median round trip of a [`PING_BYTES`] message, µs.
     pub latency_us: f64,
+    /// Bandwidth each way when two roles send each other a message at once, Gbit/s, where it was
+    /// measured (through the process runtime's transport).
+    pub exchange_gbps: Option<f64>,
+}
+
+impl Loopback {
+    /// Whether the NIC `sim` charges for this loopback is full or half duplex: the one whose
+    /// prediction of an exchange is the closer (full: `gbps` each way; half: `gbps / 2`), on a
+    /// log scale. Full where no exchange was measured.
+    pub fn duplex(&self) -> Duplex {
+        match self.exchange_gbps {
+            Some(each_way) if each_way * std::f64::consts::SQRT_2 < self.gbps => Duplex::Half,
+            _ => Duplex::Full,
+        }
+    }
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> HostError {
@@ -60,6 +76,7 @@ pub fn loopback(stream_bytes: u64, round_trips: usize) -> Result<Loopback, HostE
         socket_gbps: stream_bytes as f64 * 8.0 / seconds / 1e9,
         round_trips: trips.len(),
         latency_us: median(&mut trips) / 2.0 * 1e6,
+        exchange_gbps: None,
     })
 }
 
@@ -119,4 +136,31 @@ fn serve_peer(mut s: TcpStream, stream_bytes: u64, pings: usize) -> Result<(), H
         s.write_all(&msg).map_err(io("pong"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(gbps: f64, exchange_gbps: Option<f64>) -> Loopback {
+        Loopback {
+            stream_bytes: 1 << 20,
+            gbps,
+            socket_gbps: gbps,
+            round_trips: 1,
+            latency_us: 10.0,
+            exchange_gbps,
+        }
+    }
+
+    #[test]
+    fn the_duplex_is_the_one_that_predicts_an_exchange_the_closer() {
+        // Unmeasured, or each way about as fast as one way: full.
+        assert_eq!(measured(20.0, None).duplex(), Duplex::Full);
+        assert_eq!(measured(20.0, Some(19.0)).duplex(), Duplex::Full);
+        // 15 Gbit/s each way is nearer 20 than 10 (on a log scale); 13 is nearer 10.
+        assert_eq!(measured(20.0, Some(15.0)).duplex(), Duplex::Full);
+        assert_eq!(measured(20.0, Some(13.0)).duplex(), Duplex::Half);
+        assert_eq!(measured(20.0, Some(9.0)).duplex(), Duplex::Half);
+    }
 }

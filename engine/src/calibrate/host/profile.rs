@@ -5,7 +5,7 @@
 
 use super::Loopback;
 use crate::calibrate::toml_out::round_sig;
-use crate::cluster::{Backend, DeviceProfile};
+use crate::cluster::{Backend, DeviceProfile, Duplex};
 use crate::layer_model::{LayerModel, LayerRates, Precision};
 
 /// What `calibrate --host` found, ready to become a device profile.
@@ -62,6 +62,7 @@ impl HostProfile {
             matmul_half_saturation_batch: None,
             memory_gib: self.memory_gib,
             nic_gbps: self.loopback.gbps,
+            nic_duplex: self.loopback.duplex(),
             latency_us: self.loopback.latency_us,
             bus_gbps: None,
             host_link_gbps: None,
@@ -108,6 +109,16 @@ impl HostProfile {
             self.loopback.stream_bytes >> 20,
             round_sig(self.loopback.socket_gbps, 4)
         );
+        if let Some(each_way) = self.loopback.exchange_gbps {
+            s += &format!(
+                "nic_duplex = \"{}\"  # two roles sending each other a message at once: {:?} Gbit/s each way\n",
+                match d.nic_duplex {
+                    Duplex::Full => "full",
+                    Duplex::Half => "half",
+                },
+                round_sig(each_way, 4)
+            );
+        }
         s += &format!(
             "latency_us = {:?}  # role to role through the process runtime's loopback TCP: half the median round trip, less the handling at both ends\n",
             round_sig(d.latency_us, 4)
