@@ -91,3 +91,32 @@ fn allreduce_runs_in_throughput_mode() {
     assert_eq!(r.summary.iterations, 5);
     assert!(r.summary.bytes_sent > 0 && r.params.is_none());
 }
+
+#[test]
+fn fusing_the_gradients_costs_a_copy_at_the_devices_copy_rate() {
+    let plain = on_slow_devices(allreduce(2, 8, 3));
+    let mut copying = plain.clone();
+    for device in copying.cluster.devices.values_mut() {
+        device.message_copy_gbps = Some(0.8); // 0.1 GB/s
+    }
+    let (a, b) = (run(&plain), run(&copying));
+    // The fused buffer: every parameter plus the weight w, 4 bytes each.
+    let elems: u64 = a
+        .params
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|(_, v)| v.len() as u64)
+        .sum::<u64>()
+        + 1;
+    let fuse_s = (elems * 4) as f64 / 1e8;
+    for (without, with) in a.worker_records.iter().zip(&b.worker_records) {
+        for (x, y) in without.iter().zip(with) {
+            let added = y.compute_s - x.compute_s;
+            // Run time is kept at the resolution of the runtime's timer.
+            assert!((added - fuse_s).abs() < 1e-6, "{added} s vs {fuse_s} s");
+        }
+    }
+    // Copies change the time, never the math.
+    assert_eq!(a.params, b.params);
+}

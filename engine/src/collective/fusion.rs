@@ -70,6 +70,23 @@ impl Fusion {
         }
     }
 
+    /// The tensors and the scalars of a fused buffer, in place: views of `flat`, no copy.
+    pub fn views<'a>(&self, flat: &'a [f32]) -> (Vec<&'a [f32]>, &'a [f32]) {
+        let mut out = Vec::with_capacity(self.sizes.len());
+        let mut rest = flat;
+        for &n in &self.sizes {
+            let (tensor, after) = rest.split_at(n.min(rest.len()));
+            out.push(tensor);
+            rest = after;
+        }
+        (out, rest)
+    }
+
+    /// Elements of the fused buffer that belong to its tensors (the scalars follow them).
+    pub fn tensor_elems(&self) -> usize {
+        self.len() - self.extras
+    }
+
     /// The tensors and the scalars back out of a fused buffer.
     pub fn split(&self, flat: &[f32]) -> (Vec<Vec<f32>>, Vec<f32>) {
         let mut out = Vec::with_capacity(self.sizes.len());

@@ -74,15 +74,16 @@ impl LocalModel {
         self.updates
     }
 
-    /// Applies one optimizer step from `grads` with the learning rate scaled by `lr_scale` (1 in
-    /// plain data parallelism; RNA's Σw/P), then snapshots if due at `now`.
-    pub fn apply(&mut self, grads: &[Vec<f32>], lr_scale: f64, now: f64) {
+    /// Applies one optimizer step from `grads` (one per tensor, layout order) with the learning
+    /// rate scaled by `lr_scale` (1 in plain data parallelism; RNA's Σw/P), then snapshots if
+    /// due at `now`.
+    pub fn apply<G: AsRef<[f32]>>(&mut self, grads: &[G], lr_scale: f64, now: f64) {
         let opt = self.optimizer.with_lr_scale(lr_scale);
         let held = &self.params;
         self.timed.before_change(now, || held.clone());
         if let Some(params) = self.params.as_mut() {
             for ((p, g), st) in params.iter_mut().zip(grads).zip(self.states.iter_mut()) {
-                opt.step(p, g, st);
+                opt.step(p, g.as_ref(), st);
             }
         }
         self.bump(now);
@@ -91,24 +92,25 @@ impl LocalModel {
     /// Applies the result of an allreduce of `[Σ gradients, Σw]` fused by `fusion` (one trailing
     /// scalar, the contributors' weight): the update uses the mean `Σg / Σw` with the learning
     /// rate scaled by `Σw / group_size` (the linear scaling rule, RNA §5.1.3; 1 when every member
-    /// contributed). Virtual buffers only count the update. Returns Σw (0 for a virtual buffer).
+    /// contributed). The sum is taken by value and averaged where it lies, so a step of a large
+    /// model copies nothing. Virtual buffers only count the update. Returns Σw (0 for a virtual
+    /// buffer).
     pub fn apply_reduced(
         &mut self,
         fusion: &Fusion,
-        sum: &Payload,
+        sum: Payload,
         group_size: usize,
         now: f64,
     ) -> f64 {
-        match sum.values() {
-            Some(flat) if self.params.is_some() => {
-                let (mut grads, extras) = fusion.split(flat);
-                let w = extras.first().copied().unwrap_or(0.0);
+        match sum {
+            Payload::Real(mut flat) if self.params.is_some() => {
+                let tensors = fusion.tensor_elems().min(flat.len());
+                let w = flat.get(tensors).copied().unwrap_or(0.0);
                 if w > 0.0 {
-                    for g in grads.iter_mut() {
-                        for x in g.iter_mut() {
-                            *x /= w;
-                        }
+                    for x in &mut flat[..tensors] {
+                        *x /= w;
                     }
+                    let (grads, _) = fusion.views(&flat);
                     self.apply(&grads, w as f64 / group_size as f64, now);
                 } else {
                     self.bump(now);

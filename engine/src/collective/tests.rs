@@ -377,7 +377,7 @@ fn apply_reduced_averages_over_contributors_and_scales_the_learning_rate() {
         })
         .collect();
     let mut m = LocalModel::from_values(Some(vec![vec![10.0, 10.0]]), sgd.clone(), every(100));
-    let w = m.apply_reduced(&fusion, &Payload::Real(sum), 4, 0.0);
+    let w = m.apply_reduced(&fusion, Payload::Real(sum), 4, 0.0);
     assert_eq!(w, 2.0);
     // ḡ = (Σg)/Σw = [2, 4]; γ_k = (Σw/P)·lr = 0.2.
     assert_eq!(
@@ -396,7 +396,7 @@ fn apply_reduced_averages_over_contributors_and_scales_the_learning_rate() {
         every(1),
     );
     assert_eq!(
-        idle.apply_reduced(&fusion, &Payload::Real(vec![0.0; 3]), 4, 0.0),
+        idle.apply_reduced(&fusion, Payload::Real(vec![0.0; 3]), 4, 0.0),
         0.0
     );
     assert_eq!(

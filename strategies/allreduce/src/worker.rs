@@ -96,6 +96,9 @@ impl Worker for AllreduceWorker {
                 Some(g) => self.fusion.fuse(&g, &[1.0]),
                 None => self.fusion.fuse_virtual(),
             };
+            // Fusing copies every gradient into the one buffer the ring reduces.
+            ctx.charge_modeled(ctx.device().tensor_copy_seconds(buf.bytes()))
+                .await;
             let compute_end = ctx.now();
             let bytes_sent = allreduce
                 .sum(ctx, clock, &mut buf, self.fusion.buckets())
@@ -103,7 +106,7 @@ impl Worker for AllreduceWorker {
             let reduced = ctx.now();
             ctx.trace_span("allreduce", "comm", compute_end, reduced);
             self.model
-                .apply_reduced(&self.fusion, &buf, self.group.size(), reduced);
+                .apply_reduced(&self.fusion, buf, self.group.size(), reduced);
             let t = reduced;
             ctx.charge_modeled(ctx.device().work_seconds(apply_flops))
                 .await;
