@@ -88,7 +88,7 @@ pub struct TrainArgs {
     /// (one process per machine over TCP, started by `concord launch`, torchrun, srun or mpirun).
     #[arg(long, value_parser = ["sim", "wall", "process"])]
     pub runtime: Option<String>,
-    /// Run folder (default: runs/run-<timestamp>, or runs/run-<timestamp>-2, ... if taken;
+    /// Run folder (default: `runs/run-<timestamp>`, or `runs/run-<timestamp>-2`, ... if taken;
     /// with `--resume`, the folder resumed). Checked before the run: it must be a folder this
     /// process can write, and empty.
     #[arg(long)]

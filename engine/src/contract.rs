@@ -81,7 +81,7 @@ pub trait Worker: Send {
 }
 
 /// A server: holds parameter blocks and answers reads and updates until
-/// [`Message::Shutdown`](crate::message::Message::Shutdown).
+/// [`Message::Shutdown`].
 ///
 /// Most servers are a message handler run by [`crate::serve::serve`], which owns the loop and the
 /// shutdown.
@@ -120,7 +120,7 @@ pub trait Coordinator: Send {
     fn directs_batches(&self) -> bool {
         false
     }
-    /// Runs until [`Message::Shutdown`](crate::message::Message::Shutdown).
+    /// Runs until [`Message::Shutdown`].
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport>;
 }
 
@@ -158,7 +158,7 @@ pub trait StrategyMessage: Serialize + DeserializeOwned {
 }
 
 /// A strategy message addressed by a key (an iteration, a minibatch, a micro-batch…), so that a
-/// role can wait for the one it needs ([`Envelope::is_keyed`] with `recv_matching`) and leave
+/// role can wait for the one it needs ([`crate::transport::Envelope::is_keyed`] with `recv_matching`) and leave
 /// the others queued in order.
 pub trait Keyed: StrategyMessage {
     /// What addresses it.

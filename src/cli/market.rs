@@ -21,7 +21,7 @@ pub struct MarketArgs {
         conflicts_with = "generate"
     )]
     pub market: Option<PathBuf>,
-    /// Write a synthetic market here instead (TOML; its trace goes beside it as <stem>.csv).
+    /// Write a synthetic market here instead (TOML; its trace goes beside it as `<stem>.csv`).
     #[arg(long, value_name = "MARKET_TOML")]
     pub generate: Option<PathBuf>,
     /// Length of a generated trace, days.

@@ -50,7 +50,7 @@ enum Task {
     /// Engine overhead vs a plain candle loop, and a VGG16 throughput-mode run at scale.
     BenchEngine,
     /// The cross-strategy benchmark matrix of a suite (`bench/<suite>.toml`): results.csv,
-    /// REPORT.md and SVG plots in bench/out/<suite>/.
+    /// REPORT.md and SVG plots in `bench/out/<suite>/`.
     Bench(bench::BenchArgs),
     /// VGG16 throughput mode at 64 and 1024 workers (configs/vgg16-scale.toml, traces sampled):
     /// wall time with the run folder written, and peak memory, each case in its own process.
@@ -132,9 +132,18 @@ fn report(task: &str, outcome: anyhow::Result<()>) -> ExitCode {
 }
 
 fn cargo(args: &[&str]) -> anyhow::Result<()> {
+    cargo_with(args, &[])
+}
+
+/// `cargo args` with the environment variables `env` set.
+fn cargo_with(args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("+ cargo {}", args.join(" "));
-    let status = Command::new(cargo).args(args).status()?;
+    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    eprintln!("+ {}cargo {}", shown.concat(), args.join(" "));
+    let status = Command::new(cargo)
+        .args(args)
+        .envs(env.iter().copied())
+        .status()?;
     anyhow::ensure!(
         status.success(),
         "`cargo {}` failed ({status})",
@@ -154,6 +163,11 @@ fn ci() -> anyhow::Result<()> {
         "warnings",
     ])?;
     cargo(&["test", "--workspace", "--release"])?;
+    // Every doc link resolves: the API docs are part of what a strategy author reads.
+    cargo_with(
+        &["doc", "--no-deps", "--workspace"],
+        &[("RUSTDOCFLAGS", "-D warnings")],
+    )?;
     // The smoke suite, and a check that its CSV has every strategy × scenario × seed cell.
     eprintln!("+ cargo xtask bench --suite smoke (and check results.csv)");
     bench::ci_smoke()?;

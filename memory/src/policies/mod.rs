@@ -1,6 +1,8 @@
 //! The layer-granular swapping policies: Dymem and the baselines it is measured against. Each
-//! answers the executor's hooks ([`LayerPolicy`]); they differ in which feature maps leave the
-//! device, when they come back, and how the compute and memory lanes wait for one another.
+//! answers the executor's hooks
+//! ([`LayerPolicy`](concord_engine::memory::layers::LayerPolicy)); they differ in which feature
+//! maps leave the device, when they come back, and how the compute and memory lanes wait for one
+//! another.
 
 mod dymem;
 mod no_offload;

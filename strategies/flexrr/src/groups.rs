@@ -3,7 +3,7 @@
 //! Each worker has `g` helpers: one on its own machine and the others on different machines, so a
 //! helper can prefetch its helpees' input data and a machine-wide disruption does not take all of
 //! a worker's help with it. The thesis gives the rule, not a formula (its example fits none);
-//! this one (spec §4.1.2 [C], generalised to any placement) takes, for the worker in slot `i` of
+//! this one (spec §4.1.2 \[C\], generalised to any placement) takes, for the worker in slot `i` of
 //! machine `m`, the next worker on `m` (slot `i + 1`, cyclically) and the workers in slot `i` of
 //! machines `m + 1, m + 2, …`. Helpee groups are the inverse relation; on a regular cluster they
 //! also have `g` members, and a worker that helps a lot can itself shed work to its own helpers

@@ -52,7 +52,7 @@ pub struct Layout {
     /// before the planner evaluated it).
     pub predicted_s: Option<f64>,
     /// The time per minibatch of this configuration's schedule replayed on the planner's cost
-    /// model ([`crate::planner::replay`]; 1F1B schedules only).
+    /// model ([`crate::planner::replay()`]; 1F1B schedules only).
     pub replayed_s: Option<f64>,
 }
 

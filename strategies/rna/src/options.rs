@@ -14,11 +14,11 @@ pub enum Accumulate {
 }
 
 /// How RNA-H's parameter server merges a group's push into the model it answers with (§5.2;
-/// spec §2.1.4 [AMBIG]).
+/// spec §2.1.4 \[AMBIG\]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Merge {
-    /// The mean of every group's latest pushed parameters (the spec's [CHOICE]: "pushed to a
+    /// The mean of every group's latest pushed parameters (the spec's \[CHOICE\]: "pushed to a
     /// central PS to be averaged").
     #[default]
     Average,

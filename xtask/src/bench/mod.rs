@@ -49,12 +49,12 @@ pub struct BenchArgs {
     /// Rerun cells even if their result is cached.
     #[arg(long)]
     pub force: bool,
-    /// Output folder (default: bench/out/<suite>). A run into another folder does not update
+    /// Output folder (default: `bench/out/<suite>`). A run into another folder does not update
     /// the committed record.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Rerun the suite and compare every cell with the committed record in
-    /// bench/results/<suite>/ (which is left as it is): fails listing each cell that moved.
+    /// `bench/results/<suite>/` (which is left as it is): fails listing each cell that moved.
     #[arg(long, conflicts_with = "filter")]
     pub check: bool,
 }

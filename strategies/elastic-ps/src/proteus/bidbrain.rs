@@ -75,7 +75,7 @@ pub fn cost(x: &[AllocView]) -> f64 {
     x.iter().map(alloc_cost).sum()
 }
 
-/// ω_i [C]: the most compute time left in the allocation's hour, cut where an eviction is
+/// ω_i \[C\]: the most compute time left in the allocation's hour, cut where an eviction is
 /// expected first: `(1-β)·t_r + β·min(t_r, median time to eviction)`.
 pub fn omega(a: &AllocView) -> f64 {
     (1.0 - a.beta) * a.t_r_min + a.beta * a.t_r_min.min(a.median_tte_min)
@@ -93,7 +93,7 @@ pub fn delta_t(a: &AllocView, x: &[AllocView], app: &AppParams, changing: bool) 
     omega(a) - any_eviction(x) * app.lambda_min - sigma
 }
 
-/// Eq. 4.3: W_A = (Σ k_i·Δt_i·ν_i)·φ; an allocation whose Δt_i is negative adds nothing [C]
+/// Eq. 4.3: W_A = (Σ k_i·Δt_i·ν_i)·φ; an allocation whose Δt_i is negative adds nothing \[C\]
 /// (it cannot produce negative work).
 pub fn work(x: &[AllocView], app: &AppParams, changing: bool) -> f64 {
     x.iter()

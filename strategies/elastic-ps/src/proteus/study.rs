@@ -32,7 +32,7 @@ pub struct StudyParams {
     pub reliable_count: u32,
     /// Largest spot footprint Proteus may hold, in vCPUs, as a multiple of the reference's.
     pub max_footprint: f64,
-    /// Instances per allocation Proteus considers ([C] K = {4, 8, 16, 32}).
+    /// Instances per allocation Proteus considers (\[C\] K = {4, 8, 16, 32}).
     pub allocation_sizes: Vec<u32>,
     /// Bid deltas Proteus considers, log-spaced over [$0.0001, $0.4].
     pub bid_deltas: usize,

@@ -6,7 +6,7 @@
 //! on bytes with its standard error ([`ServerModel`]); all of them together are the profile
 //! [`Pred`] that Algorithms 1–3 ([`crate::psld`]) read.
 //!
-//! Estimator ([choice] §1.4): one ordinary-least-squares fit per (worker, server) over the window;
+//! Estimator (\[choice\] §1.4): one ordinary-least-squares fit per (worker, server) over the window;
 //! `Pred_mean` is the mean of the workers' predictions and `Pred_SEM` combines their sample
 //! standard deviation over `√W` with the fits' own OLS standard errors of the mean prediction
 //! (the part of the noise all workers share — the server's own fluctuation — does not average

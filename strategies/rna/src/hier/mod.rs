@@ -7,7 +7,7 @@
 //!    warm-up); every worker times its first `profile_steps` local steps and reports the mean;
 //!    once all have reported, the controller splits the workers into slow (mean above the set's
 //!    mean v) and fast while ζ = slowest − fastest exceeds `split_ratio` · v, recursively, and
-//!    the groups take over at the next round (formation happens once, spec §2.1.4 [CHOICE]).
+//!    the groups take over at the next round (formation happens once, spec §2.1.4 \[CHOICE\]).
 //!    Explicit `groups` skip the warm-up;
 //! 2. runs **RNA inside each group**: one probe state machine per group on the controller (q
 //!    probes among the group's members, activation of the group only, ring over the group

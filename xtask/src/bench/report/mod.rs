@@ -9,7 +9,7 @@
 //! - [`row`] — one `results.csv` row per cell;
 //! - [`csv_file`] — writing and reading `results.csv`;
 //! - [`stats`] — mean, min and max over seeds;
-//! - [`format`] — how numbers and labels are written;
+//! - [`format`](mod@format) — how numbers and labels are written;
 //! - [`claims`], [`trends`] — verdicts on the suite's claims;
 //! - [`plots`] — the SVG plots;
 //! - [`markdown`] — `REPORT.md`;

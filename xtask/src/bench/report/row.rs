@@ -116,7 +116,7 @@ impl Row {
         }
     }
 
-    /// The value of a metric named in [`METRICS`], or of a strategy figure
+    /// The value of a metric named in [`METRICS`](crate::bench::suite::metrics::METRICS), or of a strategy figure
     /// (`figure:<name>`).
     pub fn metric(&self, name: &str) -> Option<f64> {
         if let Some(figure) = name.strip_prefix(FIGURE_PREFIX) {
