@@ -265,6 +265,21 @@ impl Mesh {
                 (from, _, Err(why)) => tracing::warn!("refused a connection from {from}: {why}"),
             }
         }
+        // Newcomers still saying hello when the last rank arrived are refused all the same, and
+        // logged once their hello (or its timeout) tells why: never dropped unheard.
+        if !hellos.is_empty() {
+            tokio::spawn(async move {
+                while let Some(greeted) = hellos.join_next().await {
+                    if let Ok((from, _, hello)) = greeted {
+                        let why = match hello {
+                            Ok((r, _)) => format!("rank {r} is already connected"),
+                            Err(why) => why,
+                        };
+                        tracing::warn!("refused a connection from {from}: {why}");
+                    }
+                }
+            });
+        }
         Ok(listening)
     }
 
