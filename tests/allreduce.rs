@@ -12,6 +12,18 @@ fn allreduce(workers: u32, batch: u64, iterations: u64) -> concord::engine::RunC
     cfg
 }
 
+/// Elements of a run's fused buffer: every parameter plus the weight w.
+fn fused_elems(r: &concord::engine::RunResult) -> u64 {
+    let params: u64 = r
+        .params
+        .as_ref()
+        .expect("a real model")
+        .iter()
+        .map(|(_, v)| v.len() as u64)
+        .sum();
+    params + 1
+}
+
 #[test]
 fn allreduce_equals_bsp_over_parameter_servers() {
     let ar = run(&allreduce(4, 8, 20));
@@ -44,14 +56,7 @@ fn allreduce_is_deterministic_and_moves_two_p_minus_one_over_p() {
     );
     assert_eq!(a.summary.run_time_s, b.summary.run_time_s);
     // The fused buffer: every parameter plus the weight w; one bucket, 4 chunks.
-    let elems: u64 = a
-        .params
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|(_, v)| v.len() as u64)
-        .sum::<u64>()
-        + 1;
+    let elems = fused_elems(&a);
     let (p, iters) = (4u64, 10u64);
     for w in 0..p {
         let sent = a.summary.bytes_sent_by_role[&format!("worker-{w}")];
@@ -101,14 +106,7 @@ fn fusing_the_gradients_costs_a_copy_at_the_devices_copy_rate() {
     }
     let (a, b) = (run(&plain), run(&copying));
     // The fused buffer: every parameter plus the weight w, 4 bytes each.
-    let elems: u64 = a
-        .params
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|(_, v)| v.len() as u64)
-        .sum::<u64>()
-        + 1;
+    let elems = fused_elems(&a);
     let fuse_s = (elems * 4) as f64 / 1e8;
     for (without, with) in a.worker_records.iter().zip(&b.worker_records) {
         for (x, y) in without.iter().zip(with) {

@@ -108,6 +108,14 @@ impl Duplex {
     pub fn is_full(&self) -> bool {
         *self == Duplex::Full
     }
+
+    /// The word a config writes for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Duplex::Full => "full",
+            Duplex::Half => "half",
+        }
+    }
 }
 
 /// Where a device's tensor math runs.

@@ -158,8 +158,8 @@ pub trait StrategyMessage: Serialize + DeserializeOwned {
 }
 
 /// A strategy message addressed by a key (an iteration, a minibatch, a micro-batch…), so that a
-/// role can wait for the one it needs ([`crate::transport::Envelope::is_keyed`] with `recv_matching`) and leave
-/// the others queued in order.
+/// role can wait for the one it needs ([`crate::transport::Envelope::is_keyed`] with
+/// `recv_matching`) and leave the others queued in order.
 pub trait Keyed: StrategyMessage {
     /// What addresses it.
     type Key: PartialEq;

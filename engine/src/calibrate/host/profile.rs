@@ -5,7 +5,7 @@
 
 use super::Loopback;
 use crate::calibrate::toml_out::round_sig;
-use crate::cluster::{Backend, DeviceProfile, Duplex};
+use crate::cluster::{Backend, DeviceProfile};
 use crate::layer_model::{LayerModel, LayerRates, Precision};
 
 /// What `calibrate --host` found, ready to become a device profile.
@@ -112,10 +112,7 @@ impl HostProfile {
         if let Some(each_way) = self.loopback.exchange_gbps {
             s += &format!(
                 "nic_duplex = \"{}\"  # two roles sending each other a message at once: {:?} Gbit/s each way\n",
-                match d.nic_duplex {
-                    Duplex::Full => "full",
-                    Duplex::Half => "half",
-                },
+                d.nic_duplex.as_str(),
                 round_sig(each_way, 4)
             );
         }
