@@ -82,6 +82,38 @@ fn wait_for_all_rna_is_bit_identical_to_allreduce_bsp() {
     assert_ne!(bits(&ar), bits(&one));
 }
 
+/// Copies cost time, never math: with a slow copy rate each round's worker first fuses its
+/// contribution into the ring's buffer (one buffer's copy), then each of the ring's 2(P − 1)
+/// steps packs and unpacks a 1/P chunk on the way (another 2(P − 1)·2/P = 3 buffers at P = 4), so
+/// every round takes at least four buffers' copies longer; the math still equals allreduce BSP
+/// bit for bit.
+#[test]
+fn fusing_a_contribution_costs_a_copy_before_the_ring() {
+    let plain = config("rna", "wait_for_all = true", 4, 12);
+    let mut copying = plain.clone();
+    copying
+        .cluster
+        .devices
+        .get_mut("core")
+        .expect("the test's device")
+        .message_copy_gbps = Some(0.08); // 10 MB/s
+    let (a, b) = (run(&plain), run(&copying));
+    assert_eq!(bits(&a), bits(&b));
+    let elems: u64 = a
+        .params
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|(_, v)| v.len() as u64)
+        .sum();
+    let fuse_s = ((elems + 1) * 4) as f64 / 1e7;
+    let added = b.summary.run_time_s - a.summary.run_time_s;
+    assert!(
+        added >= 0.99 * 12.0 * 4.0 * fuse_s,
+        "{added} s added, {fuse_s} s a buffer's copy"
+    );
+}
+
 /// R8 (ii) and (iii): in flat RNA every replica holds the same bits after every round, while
 /// rounds only take part of the workers (Σw < P) and later rounds use stale gradients.
 #[test]

@@ -213,6 +213,11 @@ impl Worker for RnaWorker {
                     self.group_base = self.delta_base();
                 }
                 if let Some(a) = self.pending_activations.pop_front() {
+                    // Joining the ring fuses the contribution into its buffer: a copy first.
+                    let fuse = ctx
+                        .device()
+                        .tensor_copy_seconds(self.fusion.len() as u64 * 4);
+                    ctx.charge_modeled(fuse).await;
                     self.start_round(ctx, a)?;
                     continue;
                 }
