@@ -386,13 +386,15 @@ impl Network {
                 rx_time,
             );
             start = out_start;
+            // A transfer on a half-duplex NIC starts once both its clocks are free, so it ends
+            // after both: the two clocks move together.
             st.egress_free[s] = out_end;
             st.ingress_free[d] = in_end;
             if s_half {
-                st.ingress_free[s] = st.ingress_free[s].max(out_end);
+                st.ingress_free[s] = out_end;
             }
             if d_half {
-                st.egress_free[d] = st.egress_free[d].max(in_end);
+                st.egress_free[d] = in_end;
             }
             in_end + s_dev.latency_us.max(d_dev.latency_us) * 1e-6
         };

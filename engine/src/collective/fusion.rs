@@ -82,19 +82,13 @@ impl Fusion {
         (out, rest)
     }
 
+    /// Bytes of the fused buffer.
+    pub fn bytes(&self) -> u64 {
+        self.len() as u64 * crate::payload::ELEM_BYTES
+    }
+
     /// Elements of the fused buffer that belong to its tensors (the scalars follow them).
     pub fn tensor_elems(&self) -> usize {
         self.len() - self.extras
-    }
-
-    /// The tensors and the scalars back out of a fused buffer.
-    pub fn split(&self, flat: &[f32]) -> (Vec<Vec<f32>>, Vec<f32>) {
-        let mut out = Vec::with_capacity(self.sizes.len());
-        let mut offset = 0;
-        for &n in &self.sizes {
-            out.push(flat[offset..offset + n].to_vec());
-            offset += n;
-        }
-        (out, flat[offset..].to_vec())
     }
 }

@@ -271,11 +271,7 @@ impl Mesh {
             tokio::spawn(async move {
                 while let Some(greeted) = hellos.join_next().await {
                     if let Ok((from, _, hello)) = greeted {
-                        let why = match hello {
-                            Ok((r, _)) => format!("rank {r} is already connected"),
-                            Err(why) => why,
-                        };
-                        tracing::warn!("refused a connection from {from}: {why}");
+                        log_refusal(from, hello);
                     }
                 }
             });
@@ -394,11 +390,17 @@ async fn refuse_latecomers(
         let identity = identity.clone();
         tokio::spawn(async move {
             let mut link = Framed::new(stream, wire::codec(max_frame));
-            let why = match read_hello(&mut link, &identity, world).await {
-                Ok((r, _)) => format!("rank {r} is already connected"),
-                Err(why) => why,
-            };
-            tracing::warn!("refused a connection from {from}: {why}");
+            log_refusal(from, read_hello(&mut link, &identity, world).await);
         });
     }
+}
+
+/// Logs why a connection that came after the mesh was complete is refused, given its hello:
+/// a rank's (connected already) or what was wrong with it.
+fn log_refusal(from: SocketAddr, hello: std::result::Result<(u32, u16), String>) {
+    let why = match hello {
+        Ok((r, _)) => format!("rank {r} is already connected"),
+        Err(why) => why,
+    };
+    tracing::warn!("refused a connection from {from}: {why}");
 }
