@@ -6,13 +6,15 @@
 //!
 //! ```text
 //! step(b) = max(gpu(b), cpu)
-//! gpu(b)  = Σ_layers 3·(b + h)·(F_conv/R_conv + F_1x1/R_1x1 + F_fc/R_fc)
+//! gpu(b)  = Σ_layers 3·(b + h)·(F_3x3/R_3x3 + F_conv/R_conv + F_1x1/R_1x1 + F_fc/R_fc)
 //!         + (3·A·b + 5·P) / BW + K·t_kernel
 //! cpu     = Σ_layers K·t_dispatch + t_step
 //! ```
 //!
 //! with, per layer, `F_*` the forward FLOPs per sample of each arithmetic kind (backward costs
-//! twice the forward, hence 3), `A` the activation bytes per sample its forward operations read
+//! twice the forward, hence 3; a 3 × 3 convolution of stride 1 is its own kind, since libraries
+//! run it with Winograd's algorithm, fewer multiplies than its nominal count, while strided,
+//! larger and non-square kernels run as direct or implicit-GEMM convolutions), `A` the activation bytes per sample its forward operations read
 //! and write (the backward moves about twice as much, hence 3), `P` its parameter bytes (read in
 //! the forward and backward passes, gradient written, update read and written: 5 passes) and
 //! `K` its kernels. The rates `R_*`, the batch `h` at which small batches reach half the
@@ -84,11 +86,15 @@ impl FromStr for Precision {
 
 /// The fitted rates of one precision mode; see the module docs for the formula.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "RatesFields")]
 pub struct LayerRates {
-    /// Saturated rate of spatial convolutions, TFLOP/s of nominal (direct-convolution) work;
-    /// Winograd and FFT algorithms can put it above the device's peak.
+    /// Saturated rate of spatial convolutions other than 3 × 3 of stride 1 (larger or non-square kernels,
+    /// strides), TFLOP/s.
     pub conv_tflops: f64,
+    /// Saturated rate of 3 × 3 stride-1 convolutions, TFLOP/s of nominal (direct-convolution)
+    /// work; Winograd's algorithm can put it above the device's peak. A profile that leaves it
+    /// out rates them at `conv_tflops` (one rate for every spatial convolution).
+    pub conv3x3_tflops: f64,
     /// Saturated rate of 1 × 1 convolutions, TFLOP/s.
     pub pointwise_tflops: f64,
     /// Saturated rate of fully-connected layers (matrix products), TFLOP/s.
@@ -103,15 +109,49 @@ pub struct LayerRates {
     pub dispatch_us: f64,
     /// Host time every step costs besides its kernels' dispatch, µs (the framework's own work
     /// per step); part of the floor. Profiles written before it existed mean 0.
-    #[serde(default)]
     pub step_us: f64,
+}
+
+/// [`LayerRates`] as a profile writes it: the keys profiles written before them lack are
+/// optional here.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RatesFields {
+    conv_tflops: f64,
+    #[serde(default)]
+    conv3x3_tflops: Option<f64>,
+    pointwise_tflops: f64,
+    matmul_tflops: f64,
+    half_batch: f64,
+    memory_tbps: f64,
+    kernel_us: f64,
+    dispatch_us: f64,
+    #[serde(default)]
+    step_us: f64,
+}
+
+impl From<RatesFields> for LayerRates {
+    fn from(f: RatesFields) -> LayerRates {
+        LayerRates {
+            conv_tflops: f.conv_tflops,
+            conv3x3_tflops: f.conv3x3_tflops.unwrap_or(f.conv_tflops),
+            pointwise_tflops: f.pointwise_tflops,
+            matmul_tflops: f.matmul_tflops,
+            half_batch: f.half_batch,
+            memory_tbps: f.memory_tbps,
+            kernel_us: f.kernel_us,
+            dispatch_us: f.dispatch_us,
+            step_us: f.step_us,
+        }
+    }
 }
 
 impl LayerRates {
     /// The rates as a parameter vector, in [`LayerRates::NAMES`] order (what the fit varies).
-    pub fn to_vec(&self) -> [f64; 8] {
+    pub fn to_vec(&self) -> [f64; 9] {
         [
             self.conv_tflops,
+            self.conv3x3_tflops,
             self.pointwise_tflops,
             self.matmul_tflops,
             self.half_batch,
@@ -123,22 +163,24 @@ impl LayerRates {
     }
 
     /// Rates from a parameter vector in [`LayerRates::NAMES`] order.
-    pub fn from_vec(v: [f64; 8]) -> LayerRates {
+    pub fn from_vec(v: [f64; 9]) -> LayerRates {
         LayerRates {
             conv_tflops: v[0],
-            pointwise_tflops: v[1],
-            matmul_tflops: v[2],
-            half_batch: v[3],
-            memory_tbps: v[4],
-            kernel_us: v[5],
-            dispatch_us: v[6],
-            step_us: v[7],
+            conv3x3_tflops: v[1],
+            pointwise_tflops: v[2],
+            matmul_tflops: v[3],
+            half_batch: v[4],
+            memory_tbps: v[5],
+            kernel_us: v[6],
+            dispatch_us: v[7],
+            step_us: v[8],
         }
     }
 
     /// Field names, in parameter-vector order.
-    pub const NAMES: [&'static str; 8] = [
+    pub const NAMES: [&'static str; 9] = [
         "conv_tflops",
+        "conv3x3_tflops",
         "pointwise_tflops",
         "matmul_tflops",
         "half_batch",
@@ -147,6 +189,10 @@ impl LayerRates {
         "dispatch_us",
         "step_us",
     ];
+
+    /// Fields that may be zero: the half batch and the per-kernel and per-step times (a rate
+    /// or a bandwidth must be positive).
+    const MAY_BE_ZERO: [&'static str; 4] = ["half_batch", "kernel_us", "dispatch_us", "step_us"];
 
     /// Seconds of one training step of `batch` samples through `layers`.
     pub fn step_seconds(&self, layers: &[LayerCost], batch: f64) -> f64 {
@@ -162,7 +208,8 @@ impl LayerRates {
         for l in layers {
             gpu += TRAIN_FLOPS
                 * fill
-                * (l.conv_flops / (self.conv_tflops * 1e12)
+                * (l.conv3x3_flops / (self.conv3x3_tflops * 1e12)
+                    + l.conv_flops / (self.conv_tflops * 1e12)
                     + l.pointwise_flops / (self.pointwise_tflops * 1e12)
                     + l.matmul_flops / (self.matmul_tflops * 1e12));
             gpu += (TRAIN_ACTIVATION_PASSES * l.activation_bytes * batch
@@ -174,11 +221,11 @@ impl LayerRates {
         (gpu, (kernels * self.dispatch_us + self.step_us) * 1e-6)
     }
 
-    /// Checks every rate is a positive (`half_batch`, `kernel_us`, `dispatch_us`: non-negative)
-    /// finite number; errors name `key.<field>`.
+    /// Checks every rate is a positive (`half_batch`, `kernel_us`, `dispatch_us`, `step_us`:
+    /// non-negative) finite number; errors name `key.<field>`.
     pub fn validate(&self, key: &str) -> Result<()> {
-        for (i, (name, v)) in Self::NAMES.iter().zip(self.to_vec()).enumerate() {
-            let may_be_zero = i >= 5 || i == 3;
+        for (name, v) in Self::NAMES.iter().zip(self.to_vec()) {
+            let may_be_zero = Self::MAY_BE_ZERO.contains(name);
             let ok = v.is_finite() && (v > 0.0 || (may_be_zero && v == 0.0));
             if !ok {
                 let want = if may_be_zero {
@@ -267,7 +314,7 @@ impl LayerModel {
 /// batches 8–256; fp32, TF32, bf16). Refit with
 /// `concord calibrate --from bench/calibration/h200-torch-sweep.json`.
 pub fn fitted_h200() -> LayerModel {
-    let r = |v: [f64; 8]| Some(LayerRates::from_vec(v));
+    let r = |v: [f64; 9]| Some(LayerRates::from_vec(v));
     LayerModel {
         fp32: r(H200_FP32),
         tf32: r(H200_TF32),
@@ -281,7 +328,7 @@ pub fn fitted_h200() -> LayerModel {
 pub fn datasheet_titan_x() -> LayerModel {
     LayerModel {
         fp32: Some(LayerRates::from_vec([
-            3.96, 3.96, 4.62, 16.0, 0.252, 4.0, 3.0, 0.0,
+            3.96, 3.96, 3.96, 4.62, 16.0, 0.252, 4.0, 3.0, 0.0,
         ])),
         tf32: None,
         bf16: None,
@@ -289,8 +336,12 @@ pub fn datasheet_titan_x() -> LayerModel {
 }
 
 /// Fitted H200 fp32 rates, [`LayerRates::NAMES`] order.
-const H200_FP32: [f64; 8] = [80.52, 67.0, 67.0, 4.773, 2.12, 28.83, 48.69, 0.01];
+const H200_FP32: [f64; 9] = [49.0, 94.14, 67.0, 67.0, 8.455, 1.928, 16.18, 50.06, 402.1];
 /// Fitted H200 TF32 rates, [`LayerRates::NAMES`] order.
-const H200_TF32: [f64; 8] = [160.3, 118.6, 118.6, 0.001, 4.8, 18.54, 41.41, 1559.0];
+const H200_TF32: [f64; 9] = [
+    89.26, 187.2, 494.7, 494.7, 0.7007, 3.649, 16.43, 41.57, 1489.0,
+];
 /// Fitted H200 bf16 rates, [`LayerRates::NAMES`] order.
-const H200_BF16: [f64; 8] = [313.7, 120.2, 120.2, 0.001, 4.8, 17.85, 51.34, 1933.0];
+const H200_BF16: [f64; 9] = [
+    98.48, 491.3, 989.4, 989.4, 12.1, 3.329, 6.301, 51.18, 1725.0,
+];

@@ -39,10 +39,11 @@ fn synthetic(truth: &LayerRates, mode: &str) -> String {
 
 #[test]
 fn the_fit_recovers_the_rates_that_generated_the_measurements() {
-    // Within the h200 fp32 limits (matrix products at most 67 TFLOP/s, 4.8 TB/s); 1 × 1
-    // convolutions and fc share one rate in the fit.
+    // Within the h200 fp32 limits (matrix products and strided or large convolutions at most
+    // 67 TFLOP/s, 4.8 TB/s); 1 × 1 convolutions and fc share one rate in the fit.
     let truth = LayerRates {
-        conv_tflops: 90.0,
+        conv3x3_tflops: 90.0,
+        conv_tflops: 40.0,
         pointwise_tflops: 50.0,
         matmul_tflops: 50.0,
         half_batch: 6.0,
@@ -80,6 +81,7 @@ fn the_fit_recovers_the_rates_that_generated_the_measurements() {
 fn the_fit_stays_within_the_spec_sheet() {
     // Measurements faster than the device can be: the fit caps the rates at its limits.
     let truth = LayerRates {
+        conv3x3_tflops: 1000.0,
         conv_tflops: 1000.0,
         pointwise_tflops: 1000.0,
         matmul_tflops: 1000.0,
@@ -95,7 +97,8 @@ fn the_fit_stays_within_the_spec_sheet() {
         .unwrap();
     let lim = calibrate::limits_of("h200", Precision::Fp32);
     assert!(r.pointwise_tflops <= lim.peak_tflops * (1.0 + 1e-12));
-    assert!(r.conv_tflops <= 2.25 * lim.peak_tflops * (1.0 + 1e-12));
+    assert!(r.conv3x3_tflops <= 2.25 * lim.peak_tflops * (1.0 + 1e-12));
+    assert!(r.conv_tflops <= lim.peak_tflops * (1.0 + 1e-12));
     assert!(r.memory_tbps <= lim.memory_tbps * (1.0 + 1e-12));
     // The loss is what the fit minimises: it is no worse than at the limits themselves.
     let samples: Vec<fit::Sample> = points
@@ -107,13 +110,58 @@ fn the_fit_stays_within_the_spec_sheet() {
         })
         .collect();
     let at_limits = LayerRates {
-        conv_tflops: 2.25 * lim.peak_tflops,
+        conv3x3_tflops: 2.25 * lim.peak_tflops,
+        conv_tflops: lim.peak_tflops,
         pointwise_tflops: lim.peak_tflops,
         matmul_tflops: lim.peak_tflops,
         memory_tbps: lim.memory_tbps,
         ..truth
     };
     assert!(fit::loss(&r, &samples) <= fit::loss(&at_limits, &samples) + 1e-12);
+}
+
+/// A kind of convolution no measured model has cannot be fitted: it takes the nearest measured
+/// kind's rate instead of whatever the search started from.
+#[test]
+fn unmeasured_convolution_kinds_take_the_nearest_measured_rate() {
+    let truth = LayerRates {
+        conv3x3_tflops: 120.0,
+        conv_tflops: 40.0,
+        pointwise_tflops: 50.0,
+        matmul_tflops: 50.0,
+        half_batch: 6.0,
+        memory_tbps: 2.5,
+        kernel_us: 12.0,
+        dispatch_us: 40.0,
+        step_us: 800.0,
+    };
+    let lim = calibrate::limits_of("h200", Precision::Fp32);
+    let fitted_on = |models: &[&str]| {
+        let entries: Vec<String> = models
+            .iter()
+            .flat_map(|m| {
+                let s = sheet(m);
+                [8u32, 32, 128].map(|b| {
+                    let ms = 1e3 * truth.step_seconds(&s, f64::from(b));
+                    format!(
+                        r#"{{"model": "{m}", "mode": "fp32", "batch": {b}, "ms_per_step": {ms}}}"#
+                    )
+                })
+            })
+            .collect();
+        let points =
+            calibrate::parse(&format!("[{}]", entries.join(",")), Path::new("x.json")).unwrap();
+        *calibrate::calibrate(&points, "h200")
+            .rates(Precision::Fp32)
+            .unwrap()
+    };
+    // VGG-16 has only 3 × 3 stride-1 convolutions: the others take that rate, capped at the peak.
+    let vgg = fitted_on(&["vgg16"]);
+    assert_eq!(vgg.conv_tflops, vgg.conv3x3_tflops.min(lim.peak_tflops));
+    // ResNet-50 and AlexNet have both kinds: each is fitted.
+    let both = fitted_on(&["resnet-50", "alexnet-tv", "vgg16"]);
+    assert!((both.conv3x3_tflops / 120.0 - 1.0).abs() < 0.05, "{both:?}");
+    assert!((both.conv_tflops / 40.0 - 1.0).abs() < 0.05, "{both:?}");
 }
 
 fn parse_err(text: &str) -> String {
@@ -304,6 +352,18 @@ fn device_config_errors_name_the_key() {
     let c = resolve(&format!("{BASE}precision = \"fp32\"\n{FP32}")).unwrap();
     let d = &c.machines[0].device;
     assert_eq!(d.layer_rates().unwrap().conv_tflops, 80.0);
+    // A profile without `conv3x3_tflops` (written before 3 × 3 convolutions had their own rate)
+    // rates every spatial convolution at `conv_tflops`, as it did then.
+    assert_eq!(d.layer_rates().unwrap().conv3x3_tflops, 80.0);
+    let split = format!("{BASE}{FP32}conv3x3_tflops = 150.0\n");
+    let c = resolve(&split).unwrap();
+    let r = c.machines[0].device.layer_rates().copied().unwrap();
+    assert_eq!((r.conv3x3_tflops, r.conv_tflops), (150.0, 80.0));
+    let e = resolve(&split.replace("= 150.0", "= 0.0")).unwrap_err();
+    assert!(
+        e.contains("cluster.devices.g.layers.fp32.conv3x3_tflops"),
+        "{e}"
+    );
     assert_eq!(
         d.layers,
         Some(LayerModel {

@@ -47,6 +47,7 @@ fn the_fit_recovers_a_cpus_rates_from_real_models_cost_sheets() {
     // A CPU core: 80 GFLOP/s matrix products reached half at batch 24, 5 GB/s, 3 µs an
     // operation; the host side (dispatch) below the work, as on a CPU where one thread does both.
     let truth = LayerRates {
+        conv3x3_tflops: 0.08,
         conv_tflops: 0.08,
         pointwise_tflops: 0.08,
         matmul_tflops: 0.08,
@@ -84,6 +85,7 @@ fn the_fit_recovers_a_cpus_rates_from_real_models_cost_sheets() {
 fn a_cpu_fit_may_go_below_a_gpus_floors() {
     // 2 GFLOP/s and 1 GB/s are below the 10 GFLOP/s and 10 GB/s floors of a GPU fit.
     let truth = LayerRates {
+        conv3x3_tflops: 0.002,
         conv_tflops: 0.002,
         pointwise_tflops: 0.002,
         matmul_tflops: 0.002,
@@ -175,6 +177,7 @@ fn profile() -> HostProfile {
         name: "host".into(),
         threads: 1,
         rates: LayerRates {
+            conv3x3_tflops: 1.2,
             conv_tflops: 1.5,
             pointwise_tflops: 0.085,
             matmul_tflops: 0.085,
@@ -223,6 +226,7 @@ fn the_profile_toml_is_a_device_a_config_accepts() {
         "{device:?}"
     );
     let rates = device.layer_rates().unwrap();
+    assert_eq!(rates.conv3x3_tflops, 0.085);
     assert_eq!(rates.conv_tflops, 0.085);
     assert_eq!(rates.matmul_tflops, 0.085);
     assert_eq!(device.nic_gbps, 14.1);
@@ -240,6 +244,7 @@ fn the_profile_toml_is_a_device_a_config_accepts() {
 fn a_measured_convolution_rate_is_kept() {
     let mut p = profile();
     p.conv_measured = true;
-    assert_eq!(p.device().layer_rates().unwrap().conv_tflops, 1.5);
+    let rates = *p.device().layer_rates().unwrap();
+    assert_eq!((rates.conv3x3_tflops, rates.conv_tflops), (1.2, 1.5));
     assert!(!p.toml().contains("no measured model had convolutions"));
 }

@@ -26,7 +26,11 @@ const ELEMENTWISE_KERNELS: f64 = 2.0;
 /// The arithmetic kinds a device's cost model rates separately.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum ArithKind {
-    /// A convolution with a spatial kernel (larger than 1 × 1).
+    /// A 3 × 3 convolution of stride 1: the shape fast-convolution algorithms (Winograd's)
+    /// accelerate, so it runs at its own rate, which may exceed the device's peak.
+    Conv3x3,
+    /// Any other convolution with a spatial kernel (larger than 1 × 1, or strided): run as a
+    /// direct or implicit-GEMM convolution, at most at the device's peak.
     Conv,
     /// A 1 × 1 (pointwise) convolution: a matrix product over channels.
     Pointwise,
@@ -37,7 +41,10 @@ pub enum ArithKind {
 /// Cost facts of one layer (per sample unless said otherwise); see the module docs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct LayerCost {
-    /// Forward FLOPs per sample of spatial convolutions (multiply-add = 2 FLOPs).
+    /// Forward FLOPs per sample of 3 × 3 stride-1 convolutions (multiply-add = 2 FLOPs).
+    pub conv3x3_flops: f64,
+    /// Forward FLOPs per sample of other spatial convolutions (larger kernels, non-square
+    /// kernels, strides).
     pub conv_flops: f64,
     /// Forward FLOPs per sample of 1 × 1 convolutions.
     pub pointwise_flops: f64,
@@ -54,7 +61,7 @@ pub struct LayerCost {
 impl LayerCost {
     /// Forward FLOPs per sample, all kinds.
     pub fn forward_flops(&self) -> f64 {
-        self.conv_flops + self.pointwise_flops + self.matmul_flops
+        self.conv3x3_flops + self.conv_flops + self.pointwise_flops + self.matmul_flops
     }
 
     /// Records an arithmetic operation of `macs` multiply-adds per sample reading `input` and
@@ -62,6 +69,7 @@ impl LayerCost {
     pub fn arith(&mut self, kind: ArithKind, macs: u64, input: u64, output: u64) {
         let flops = 2.0 * macs as f64;
         match kind {
+            ArithKind::Conv3x3 => self.conv3x3_flops += flops,
             ArithKind::Conv => self.conv_flops += flops,
             ArithKind::Pointwise => self.pointwise_flops += flops,
             ArithKind::Matmul => self.matmul_flops += flops,
@@ -90,6 +98,7 @@ impl LayerCost {
     /// The sum of two layers' facts (a stage of several layers).
     pub fn plus(&self, o: &LayerCost) -> LayerCost {
         LayerCost {
+            conv3x3_flops: self.conv3x3_flops + o.conv3x3_flops,
             conv_flops: self.conv_flops + o.conv_flops,
             pointwise_flops: self.pointwise_flops + o.pointwise_flops,
             matmul_flops: self.matmul_flops + o.matmul_flops,

@@ -3,7 +3,7 @@
 //! measured times (relative error, so a 3 ms step weighs as much as a 300 ms one).
 //!
 //! Nelder–Mead rather than a least-squares crate: the model is a maximum of two sums (host
-//! dispatch against device time), not differentiable everywhere, and it has six parameters; a
+//! dispatch against device time), not differentiable everywhere, and it has eight parameters; a
 //! derivative-free search with restarts from a few starting points is small and robust.
 
 use crate::cost::LayerCost;
@@ -62,13 +62,15 @@ impl Limits {
 /// Winograd F(2×2, 3×3) does 2.25 × fewer multiplies than a direct 3 × 3 convolution.
 const WINOGRAD_GAIN: f64 = 2.25;
 
-/// Parameters the search varies: conv, matrix product (1 × 1 convolutions and fc share it: the
-/// measurements cannot tell them apart), half batch, bandwidth, kernel µs, dispatch µs, step µs.
-const DIMS: usize = 7;
+/// Parameters the search varies: 3 × 3 stride-1 convolution, other spatial convolution, matrix
+/// product (1 × 1 convolutions and fc share it: the measurements cannot tell them apart), half
+/// batch, bandwidth, kernel µs, dispatch µs, step µs.
+const DIMS: usize = 8;
 
 fn bounds(limits: &Limits) -> [(f64, f64); DIMS] {
     [
         (limits.min_tflops, WINOGRAD_GAIN * limits.peak_tflops),
+        (limits.min_tflops, limits.peak_tflops),
         (limits.min_tflops, limits.peak_tflops),
         (1e-3, 1e3),
         (limits.min_memory_tbps, limits.memory_tbps),
@@ -81,7 +83,31 @@ fn bounds(limits: &Limits) -> [(f64, f64); DIMS] {
 /// The rates a search point stands for.
 fn rates(x: &[f64; DIMS]) -> LayerRates {
     let e = x.map(f64::exp);
-    LayerRates::from_vec([e[0], e[1], e[1], e[2], e[3], e[4], e[5], e[6]])
+    LayerRates::from_vec([e[1], e[0], e[2], e[2], e[3], e[4], e[5], e[6], e[7]])
+}
+
+/// `rates` with the convolution kinds no sample has rated by the nearest kind that is: a
+/// search cannot see a rate no FLOP is charged by, and left at its start it would be arbitrary.
+/// 3 × 3 stride-1 convolutions take the other convolutions' rate, those take the 3 × 3 rate
+/// (without Winograd's gain above the peak), and either takes the matrix-product rate when no
+/// sample has convolutions at all.
+fn fill_unmeasured(mut rates: LayerRates, samples: &[Sample<'_>], limits: &Limits) -> LayerRates {
+    let has = |kind: fn(&LayerCost) -> f64| {
+        samples
+            .iter()
+            .any(|s| s.layers.iter().any(|l| kind(l) > 0.0))
+    };
+    let (conv3x3, conv) = (has(|l| l.conv3x3_flops), has(|l| l.conv_flops));
+    match (conv3x3, conv) {
+        (true, true) => {}
+        (false, true) => rates.conv3x3_tflops = rates.conv_tflops,
+        (true, false) => rates.conv_tflops = rates.conv3x3_tflops.min(limits.peak_tflops),
+        (false, false) => {
+            rates.conv3x3_tflops = rates.matmul_tflops;
+            rates.conv_tflops = rates.matmul_tflops;
+        }
+    }
+    rates
 }
 
 /// Sum of squared log ratios of predicted to measured step times.
@@ -112,6 +138,7 @@ pub fn fit(samples: &[Sample<'_>], limits: &Limits) -> LayerRates {
             let start = [
                 limits.peak_tflops * 0.5,
                 limits.peak_tflops * 0.5,
+                limits.peak_tflops * 0.5,
                 half,
                 limits.memory_tbps * 0.5,
                 kernel,
@@ -130,7 +157,7 @@ pub fn fit(samples: &[Sample<'_>], limits: &Limits) -> LayerRates {
         }
     }
     let (x, _) = best.expect("at least one start");
-    rates(&x)
+    fill_unmeasured(rates(&x), samples, limits)
 }
 
 /// Minimises `f` from `start` inside the box `[lo, hi]` (points are clamped into it).

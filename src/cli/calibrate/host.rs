@@ -166,9 +166,11 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         name: args.name.clone(),
         threads: threads.threads,
         rates,
-        conv_measured: points
-            .iter()
-            .any(|p| p.layers.iter().any(|l| l.conv_flops > 0.0)),
+        conv_measured: points.iter().any(|p| {
+            p.layers
+                .iter()
+                .any(|l| l.conv3x3_flops + l.conv_flops > 0.0)
+        }),
         update_gflops: update.clock_gflops(),
         loopback,
         message_copy_gbps: copy.gbps(),

@@ -788,7 +788,7 @@ mod tests {
         for (c, f) in costs.iter().zip(&facts) {
             assert_eq!(c.forward_flops(), f.forward_flops, "{}", f.name);
         }
-        assert!(costs[0].conv_flops > 0.0 && costs.last().unwrap().matmul_flops > 0.0);
+        assert!(costs[0].conv3x3_flops > 0.0 && costs.last().unwrap().matmul_flops > 0.0);
         let mf = ModelSpec::Mf(MfSpec {
             rows: 4,
             cols: 5,

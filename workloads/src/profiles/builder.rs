@@ -225,10 +225,10 @@ impl Layer {
             self.push(&mut cost, name, "bias", cout);
             params += cout;
         }
-        let kind = if k == (1, 1) {
-            ArithKind::Pointwise
-        } else {
-            ArithKind::Conv
+        let kind = match (k, stride) {
+            ((1, 1), _) => ArithKind::Pointwise,
+            ((3, 3), (1, 1)) => ArithKind::Conv3x3,
+            _ => ArithKind::Conv,
         };
         self.charge(&mut cost, |c| {
             c.arith(kind, y.h * y.w * weight, x.elems(), y.elems())
@@ -601,7 +601,8 @@ mod tests {
         );
         // The conv's arithmetic is on the conv node, its ReLU's pass on the activation node, and
         // together they are the layer's costs less the batch-norm's.
-        assert_eq!(g.nodes[1].cost.conv_flops, 2.0 * (64 * 4 * 27) as f64);
+        assert_eq!(g.nodes[1].cost.conv3x3_flops, 2.0 * (64 * 4 * 27) as f64);
+        assert_eq!(g.nodes[1].cost.conv_flops, 0.0);
         assert_eq!(g.nodes[1].cost.kernels, 3.0);
         assert_eq!(g.nodes[2].cost.forward_flops(), 0.0);
         assert_eq!(g.nodes[2].cost.activation_bytes, 4.0 * 2.0 * 256.0);

@@ -16,8 +16,9 @@ fn of_kind(m: &ModelProfile, kind: OpKind) -> Vec<&OpNode> {
     m.graph.nodes.iter().filter(|n| n.kind == kind).collect()
 }
 
-fn fields(c: &LayerCost) -> [f64; 6] {
+fn fields(c: &LayerCost) -> [f64; 7] {
     [
+        c.conv3x3_flops,
         c.conv_flops,
         c.pointwise_flops,
         c.matmul_flops,

@@ -475,8 +475,20 @@ fn layer_cost_facts_agree_with_the_flop_and_parameter_counts() {
             .fold(crate::cost::LayerCost::default(), |a, l| a.plus(&l.cost))
     };
     assert_eq!(total("vgg16").pointwise_flops, 0.0);
-    assert!(total("resnet-50").pointwise_flops > total("resnet-50").conv_flops);
+    let resnet = total("resnet-50");
+    assert!(resnet.pointwise_flops > resnet.conv3x3_flops + resnet.conv_flops);
     assert!(total("vgg16").matmul_flops > 0.0);
+    // Every VGG convolution is 3 × 3 of stride 1; ResNet-50's stem (7 × 7 / 2) and strided
+    // 3 × 3s are not, nor are AlexNet's 11 × 11 / 4 and 5 × 5, or Inception-V3's 1 × 7 and 7 × 1.
+    assert_eq!(total("vgg16").conv_flops, 0.0);
+    assert!(total("vgg16").conv3x3_flops > 0.0);
+    for name in ["resnet-50", "alexnet", "inception-v3"] {
+        let t = total(name);
+        assert!(t.conv_flops > 0.0 && t.conv3x3_flops > 0.0, "{name}: {t:?}");
+    }
+    // AlexNet's first convolution: 64 × 3 × 11 × 11 weights over 55 × 55 outputs, stride 4.
+    let alexnet = builtin("alexnet-tv").unwrap();
+    assert_eq!(alexnet.layers[0].cost.conv3x3_flops, 0.0);
 }
 
 #[test]

@@ -17,8 +17,8 @@ pub struct HostProfile {
     pub threads: usize,
     /// The fitted fp32 rates of training steps.
     pub rates: LayerRates,
-    /// Whether a measured model had spatial convolutions (else `conv_tflops` is not measured and
-    /// is set to the matrix-product rate).
+    /// Whether a measured model had spatial convolutions (else `conv3x3_tflops` and
+    /// `conv_tflops` are not measured and are set to the matrix-product rate).
     pub conv_measured: bool,
     /// A server's measured rate on a clock, GFLOP/s of `sim`'s count.
     pub update_gflops: f64,
@@ -34,12 +34,13 @@ pub struct HostProfile {
 }
 
 impl HostProfile {
-    /// The rates the profile charges steps by: the fit's, with the spatial-convolution rate set
+    /// The rates the profile charges steps by: the fit's, with the spatial-convolution rates set
     /// to the matrix-product rate when no measured model had convolutions (the fit cannot see
-    /// it then, and a CPU runs both as matrix products).
+    /// them then, and a CPU runs both as matrix products).
     pub fn layer_rates(&self) -> LayerRates {
         let mut r = self.rates;
         if !self.conv_measured {
+            r.conv3x3_tflops = r.matmul_tflops;
             r.conv_tflops = r.matmul_tflops;
         }
         r
@@ -134,7 +135,7 @@ impl HostProfile {
             s += &format!("{field} = {:?}\n", round_sig(v, 4));
         }
         if !self.conv_measured {
-            s += "# conv_tflops: no measured model had convolutions; set to matmul_tflops\n";
+            s += "# conv3x3_tflops, conv_tflops: no measured model had convolutions; set to matmul_tflops\n";
         }
         s
     }

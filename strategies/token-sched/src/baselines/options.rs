@@ -211,7 +211,7 @@ impl HpOptions {
 /// stage that is not.
 fn first_fc(sheet: &[concord_engine::cost::LayerCost]) -> Option<usize> {
     let is_fc = |l: &concord_engine::cost::LayerCost| {
-        l.matmul_flops > 0.0 && l.conv_flops + l.pointwise_flops == 0.0
+        l.matmul_flops > 0.0 && l.conv3x3_flops + l.conv_flops + l.pointwise_flops == 0.0
     };
     sheet.iter().position(is_fc).filter(|&i| i > 0)
 }
@@ -231,7 +231,7 @@ mod tests {
     fn the_fc_block_starts_at_the_first_dense_layer_after_a_conv() {
         use concord_engine::cost::LayerCost;
         let conv = LayerCost {
-            conv_flops: 1.0,
+            conv3x3_flops: 1.0,
             ..LayerCost::default()
         };
         let fc = LayerCost {
@@ -242,5 +242,11 @@ mod tests {
         // An MLP is all FC: no conv part.
         assert_eq!(first_fc(&[fc, fc]), None);
         assert_eq!(first_fc(&[conv]), None);
+        // A layer with any convolution (of either spatial kind) is not FC.
+        let mixed = LayerCost {
+            matmul_flops: 1.0,
+            ..conv
+        };
+        assert_eq!(first_fc(&[conv, mixed, fc]), Some(2));
     }
 }

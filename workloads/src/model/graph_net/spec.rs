@@ -192,15 +192,15 @@ impl GraphNetSpec {
                 in_ch,
                 out_ch,
                 kernel,
+                stride,
                 bias,
-                ..
             } => {
                 let pixels = (node.shape[1] * node.shape[2]) as u64;
                 let macs = (in_ch * kernel * kernel * out_ch) as u64 * pixels;
-                let kind = if kernel > 1 {
-                    ArithKind::Conv
-                } else {
-                    ArithKind::Pointwise
+                let kind = match (kernel, stride) {
+                    (1, _) => ArithKind::Pointwise,
+                    (3, 1) => ArithKind::Conv3x3,
+                    _ => ArithKind::Conv,
                 };
                 c.arith(kind, macs, input, out);
                 if bias {
