@@ -207,6 +207,16 @@ fn report(
             rows.len(),
             rows.iter().filter(|r| r.old_err().abs() <= GOAL_PCT).count(),
         );
+        let mut abs: Vec<f64> = rows.iter().map(|r| r.err().abs()).collect();
+        abs.sort_by(f64::total_cmp);
+        let _ = writeln!(
+            s,
+            "Mean error {:.1} %, median {:.1} %; {} of {} points within 10 %.\n",
+            abs.iter().sum::<f64>() / abs.len() as f64,
+            abs[abs.len() / 2],
+            abs.iter().filter(|&&e| e <= 10.0).count(),
+            abs.len()
+        );
     }
     let missed: Vec<&Row<'_>> = rows.iter().filter(|r| r.err().abs() > GOAL_PCT).collect();
     if !missed.is_empty() {
@@ -224,11 +234,11 @@ fn report(
             .count();
         let _ = writeln!(
             s,
-            "Of the {} points beyond {GOAL_PCT} %, {host_bound} are steps the model finds bound by \
+            "Of the {} points beyond {GOAL_PCT} %, {host_bound} the model finds bound by \
              the host (one dispatch cost per kernel and one per step for each mode, shared by every \
              model, while real per-kernel host costs differ by model and kernel). \
-             {below} measured points are slower than a larger batch of the same model and mode \
-             (measurement noise no monotone model can follow).\n",
+             Measured points slower than a larger batch of the same model and mode (measurement \
+             noise no monotone model can follow): {below}.\n",
             missed.len()
         );
     }
