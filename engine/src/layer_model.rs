@@ -14,10 +14,10 @@
 //! with, per layer, `F_*` the forward FLOPs per sample of each arithmetic kind (backward costs
 //! twice the forward, hence 3; a 3 × 3 convolution of stride 1 is its own kind, since libraries
 //! run it with Winograd's algorithm, fewer multiplies than its nominal count, while strided,
-//! larger and non-square kernels run as direct or implicit-GEMM convolutions), `A` the activation bytes per sample its forward operations read
-//! and write (the backward moves about twice as much, hence 3), `P` its parameter bytes (read in
-//! the forward and backward passes, gradient written, update read and written: 5 passes) and
-//! `K` its kernels. The rates `R_*`, the batch `h` at which small batches reach half the
+//! larger and non-square kernels run as direct or implicit-GEMM convolutions), `A` the
+//! activation bytes per sample its forward operations read and write (the backward moves about
+//! twice as much, hence 3), `P` its parameter bytes (read in the forward and backward passes,
+//! gradient written, update read and written: 5 passes) and `K` its kernels. The rates `R_*`, the batch `h` at which small batches reach half the
 //! arithmetic rate (a kernel on few samples does not fill the device), the effective memory
 //! bandwidth `BW`, the device time per kernel, the host time per kernel and the host time per
 //! step `t_step` (what the framework does once a step besides dispatching: with autocast or
@@ -88,8 +88,8 @@ impl FromStr for Precision {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(from = "RatesFields")]
 pub struct LayerRates {
-    /// Saturated rate of spatial convolutions other than 3 × 3 of stride 1 (larger or non-square kernels,
-    /// strides), TFLOP/s.
+    /// Saturated rate of spatial convolutions other than 3 × 3 of stride 1 (larger or
+    /// non-square kernels, strides), TFLOP/s.
     pub conv_tflops: f64,
     /// Saturated rate of 3 × 3 stride-1 convolutions, TFLOP/s of nominal (direct-convolution)
     /// work; Winograd's algorithm can put it above the device's peak. A profile that leaves it

@@ -38,6 +38,18 @@ pub enum ArithKind {
     Matmul,
 }
 
+impl ArithKind {
+    /// The kind of a convolution with a `(height, width)` kernel and `(vertical, horizontal)`
+    /// stride: the one rule every model's cost facts classify convolutions by.
+    pub fn of_conv(kernel: (u64, u64), stride: (u64, u64)) -> ArithKind {
+        match (kernel, stride) {
+            ((1, 1), _) => ArithKind::Pointwise,
+            ((3, 3), (1, 1)) => ArithKind::Conv3x3,
+            _ => ArithKind::Conv,
+        }
+    }
+}
+
 /// Cost facts of one layer (per sample unless said otherwise); see the module docs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct LayerCost {

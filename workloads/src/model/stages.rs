@@ -179,7 +179,12 @@ impl StageSpec {
                 let pixels = input[1] * input[2];
                 let out = (channels * pixels) as u64;
                 let macs = (input[0] * 9 * channels * pixels) as u64;
-                c.arith(ArithKind::Conv3x3, macs, (input[0] * pixels) as u64, out);
+                c.arith(
+                    ArithKind::of_conv((3, 3), (1, 1)),
+                    macs,
+                    (input[0] * pixels) as u64,
+                    out,
+                );
                 c.elementwise(out, out);
                 c.activation(out);
                 if pool {

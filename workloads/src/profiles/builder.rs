@@ -225,11 +225,7 @@ impl Layer {
             self.push(&mut cost, name, "bias", cout);
             params += cout;
         }
-        let kind = match (k, stride) {
-            ((1, 1), _) => ArithKind::Pointwise,
-            ((3, 3), (1, 1)) => ArithKind::Conv3x3,
-            _ => ArithKind::Conv,
-        };
+        let kind = ArithKind::of_conv(k, stride);
         self.charge(&mut cost, |c| {
             c.arith(kind, y.h * y.w * weight, x.elems(), y.elems())
         });

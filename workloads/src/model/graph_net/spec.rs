@@ -197,11 +197,8 @@ impl GraphNetSpec {
             } => {
                 let pixels = (node.shape[1] * node.shape[2]) as u64;
                 let macs = (in_ch * kernel * kernel * out_ch) as u64 * pixels;
-                let kind = match (kernel, stride) {
-                    (1, _) => ArithKind::Pointwise,
-                    (3, 1) => ArithKind::Conv3x3,
-                    _ => ArithKind::Conv,
-                };
+                let (k, st) = (kernel as u64, stride as u64);
+                let kind = ArithKind::of_conv((k, k), (st, st));
                 c.arith(kind, macs, input, out);
                 if bias {
                     c.elementwise(out, out);
