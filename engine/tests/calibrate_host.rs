@@ -72,6 +72,11 @@ fn the_fit_recovers_a_cpus_rates_from_real_models_cost_sheets() {
             "{name}: fitted {have}, generated with {want}"
         );
     }
+    // MLPs have no convolutions: both kinds are rated as matrix products, as a CPU runs them.
+    assert_eq!(
+        (got.conv3x3_tflops, got.conv_tflops),
+        (got.matmul_tflops, got.matmul_tflops)
+    );
     let mut model = concord_engine::layer_model::LayerModel::default();
     model.set(Precision::Fp32, got);
     for p in &points {
@@ -187,7 +192,6 @@ fn profile() -> HostProfile {
             dispatch_us: 4.5,
             step_us: 0.0,
         },
-        conv_measured: false,
         update_gflops: 5.8,
         loopback: Loopback {
             stream_bytes: 256 << 20,
@@ -218,17 +222,15 @@ fn the_profile_toml_is_a_device_a_config_accepts() {
         ..ClusterConfig::default()
     };
     Cluster::resolve(&cfg, 2, 1).unwrap();
-    // Charged as measured: work by FLOPs at the update rate, steps by the fitted layers (conv
-    // not measured: the matrix-product rate), the NIC and latency a role sees through the process
-    // runtime's transport (not the bare socket's bandwidth).
+    // Charged as measured: work by FLOPs at the update rate, steps by the fitted layers, the NIC
+    // and latency a role sees through the process runtime's transport (not the bare socket's
+    // bandwidth).
     assert!(
         (device.work_seconds(5.8e9) - 1.0).abs() < 1e-3,
         "{device:?}"
     );
     let rates = device.layer_rates().unwrap();
-    assert_eq!(rates.conv3x3_tflops, 0.085);
-    assert_eq!(rates.conv_tflops, 0.085);
-    assert_eq!(rates.matmul_tflops, 0.085);
+    assert_eq!(*rates, p.rates);
     assert_eq!(device.nic_gbps, 14.1);
     // 6 Gbit/s each way of an exchange is nearer half of 14.1 than all of it.
     assert_eq!(device.nic_duplex, concord_engine::cluster::Duplex::Half);
@@ -238,13 +240,4 @@ fn the_profile_toml_is_a_device_a_config_accepts() {
     assert_eq!(device.memory_gib, 23.6);
     assert_eq!(device.half_saturation_batch, 120.0);
     assert!(text.contains("backend = \"cpu\""), "{text}");
-}
-
-#[test]
-fn a_measured_convolution_rate_is_kept() {
-    let mut p = profile();
-    p.conv_measured = true;
-    let rates = *p.device().layer_rates().unwrap();
-    assert_eq!((rates.conv3x3_tflops, rates.conv_tflops), (1.2, 1.5));
-    assert!(!p.toml().contains("no measured model had convolutions"));
 }

@@ -166,11 +166,6 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         name: args.name.clone(),
         threads: threads.threads,
         rates,
-        conv_measured: points.iter().any(|p| {
-            p.layers
-                .iter()
-                .any(|l| l.conv3x3_flops + l.conv_flops > 0.0)
-        }),
         update_gflops: update.clock_gflops(),
         loopback,
         message_copy_gbps: copy.gbps(),
@@ -181,10 +176,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let toml = profile.toml();
     println!("{toml}");
     let mut model = concord_engine::layer_model::LayerModel::default();
-    model.set(
-        concord_engine::layer_model::Precision::Fp32,
-        profile.layer_rates(),
-    );
+    model.set(concord_engine::layer_model::Precision::Fp32, profile.rates);
     println!("# {} points, fitted:", points.len());
     for line in calibrate::table(&points, &model).lines() {
         println!("# {line}");

@@ -15,11 +15,10 @@ pub struct HostProfile {
     pub name: String,
     /// Compute threads per process the figures hold for.
     pub threads: usize,
-    /// The fitted fp32 rates of training steps.
+    /// The fitted fp32 rates of training steps ([`super::fit`]: a kind of layer no measured
+    /// model has takes the nearest measured kind's rate, so an MLP-only fit rates convolutions
+    /// as matrix products, as a CPU runs them).
     pub rates: LayerRates,
-    /// Whether a measured model had spatial convolutions (else `conv3x3_tflops` and
-    /// `conv_tflops` are not measured and are set to the matrix-product rate).
-    pub conv_measured: bool,
     /// A server's measured rate on a clock, GFLOP/s of `sim`'s count.
     pub update_gflops: f64,
     /// Loopback TCP.
@@ -34,24 +33,12 @@ pub struct HostProfile {
 }
 
 impl HostProfile {
-    /// The rates the profile charges steps by: the fit's, with the spatial-convolution rates set
-    /// to the matrix-product rate when no measured model had convolutions (the fit cannot see
-    /// them then, and a CPU runs both as matrix products).
-    pub fn layer_rates(&self) -> LayerRates {
-        let mut r = self.rates;
-        if !self.conv_measured {
-            r.conv3x3_tflops = r.matmul_tflops;
-            r.conv_tflops = r.matmul_tflops;
-        }
-        r
-    }
-
     /// The device profile. Its FLOP-model fields: `peak_tflops` is the saturated
     /// matrix-product rate (an upper figure for this machine), and `efficiency` makes
     /// `peak_tflops × efficiency` the measured update rate, which is what `sim` charges
     /// batch-independent work by; `half_saturation_batch` is the fitted half-rate batch.
     pub fn device(&self) -> DeviceProfile {
-        let rates = self.layer_rates();
+        let rates = self.rates;
         let update_tflops = self.update_gflops / 1e3;
         let peak = rates.matmul_tflops.max(update_tflops);
         let mut layers = LayerModel::default();
@@ -131,11 +118,9 @@ impl HostProfile {
         );
         s += "precision = \"fp32\"\n";
         s += &format!("\n[cluster.devices.{name}.layers.fp32]\n");
-        for (field, v) in LayerRates::NAMES.iter().zip(self.layer_rates().to_vec()) {
+        s += "# a kind of layer no measured model has is rated as the nearest measured kind\n";
+        for (field, v) in LayerRates::NAMES.iter().zip(self.rates.to_vec()) {
             s += &format!("{field} = {:?}\n", round_sig(v, 4));
-        }
-        if !self.conv_measured {
-            s += "# conv3x3_tflops, conv_tflops: no measured model had convolutions; set to matmul_tflops\n";
         }
         s
     }
