@@ -27,6 +27,24 @@ fn model_parallelism_is_sgd_on_one_minibatch_at_a_time() {
     assert_eq!(r.summary.iterations, 10);
 }
 
+/// One minibatch in flight (`depth = 1`, the bench's hybrid parallelism without pipelining):
+/// each forward pass sees every earlier minibatch's update, so a straight PipeDream pipeline is
+/// plain SGD, as model parallelism is, stashing or not.
+#[test]
+fn pipedream_at_depth_one_is_sgd_on_one_minibatch_at_a_time() {
+    let reference = run(&sgd(8, 10));
+    for stash in [true, false] {
+        let r = run(&with(
+            mlp(3, 8, 10),
+            "pipedream",
+            &format!("boundaries = [1, 2]\ndepth = 1\nstash = {stash}"),
+        ));
+        let d = max_diff(params(&reference), params(&r));
+        assert!(d < 1e-5, "stash = {stash}: max |Δ| = {d}");
+        assert_eq!(figure(&r, "pipedream.depth"), 1.0);
+    }
+}
+
 #[test]
 fn gpipe_is_sgd_on_each_rounds_minibatches_together() {
     // Depth 2: ten minibatches of 8 are five steps on 16 samples.
