@@ -7,12 +7,17 @@
 //! (`bench/out/fidelity/`: the profile, every run folder, results.csv). Each process job runs
 //! three times and counts by its median run, so that one run slowed by a neighbour's load does
 //! not decide the case; the slowest and fastest runs are printed beside it, and the error against
-//! the fastest (the run the machine's other load disturbed least).
+//! the fastest (the run the machine's other load disturbed least). Beside each case, the share of
+//! the processors' time a hypervisor took (`/proc/stat`'s steal) while the machine was calibrated
+//! and during the counted run: on a virtual machine it moves from nothing to half within minutes,
+//! and a calibration and a run that lost different shares do not compare.
 
 use anyhow::Context;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
+
+use concord_engine::calibrate::host::CpuTime;
 
 /// The goal: |sim − process| / process at most this.
 const GOAL: f64 = 0.15;
@@ -74,6 +79,22 @@ fn steady_per_iteration(run: &Path) -> anyhow::Result<f64> {
     Ok((ends[ends.len() - 1] - ends[skip - 1]) / (ends.len() - skip) as f64)
 }
 
+/// Runs `cmd` as [`run_ok`] does, and returns the share of the machine's processor time a
+/// hypervisor took meanwhile (`None` where the system does not say).
+fn run_ok_stolen(cmd: &mut Command, what: &str) -> anyhow::Result<Option<f64>> {
+    let before = CpuTime::now();
+    run_ok(cmd, what)?;
+    Ok(match (before, CpuTime::now()) {
+        (Some(b), Some(a)) => a.stolen_share_since(&b),
+        _ => None,
+    })
+}
+
+/// A stolen share as a percentage, or a dash where the system does not say.
+fn pct(share: Option<f64>) -> String {
+    share.map_or_else(|| "–".into(), |s| format!("{:.0}%", s * 100.0))
+}
+
 fn run_ok(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
     let out = cmd.output().with_context(|| format!("starting {what}"))?;
     anyhow::ensure!(
@@ -94,7 +115,7 @@ pub fn run() -> anyhow::Result<()> {
     std::fs::create_dir_all(&out)?;
     let concord = crate::bench_process::concord_binary()?;
     let mut csv = String::from(
-        "model,strategy,process_ms,process_min_ms,process_max_ms,sim_ms,error_pct,fastest_error_pct,goal_met\n",
+        "model,strategy,process_ms,process_min_ms,process_max_ms,sim_ms,error_pct,fastest_error_pct,goal_met,calibrate_stolen_pct,process_stolen_pct\n",
     );
     println!(
         "sim vs --runtime process on this machine: {PROCESSES} processes, one worker each \
@@ -103,7 +124,7 @@ pub fn run() -> anyhow::Result<()> {
         WARM_UP_SHARE * 100.0
     );
     println!(
-        "{:<24} {:<10} {:>12} {:>17} {:>10} {:>9} {:>9}  goal: within {:.0} %",
+        "{:<24} {:<10} {:>12} {:>17} {:>10} {:>9} {:>9}  {:>13}  goal: within {:.0} %",
         "model",
         "strategy",
         "process ms",
@@ -111,6 +132,7 @@ pub fn run() -> anyhow::Result<()> {
         "sim ms",
         "error",
         "(fastest)",
+        "stolen (cal.)",
         GOAL * 100.0
     );
     let mut missed = 0;
@@ -120,7 +142,7 @@ pub fn run() -> anyhow::Result<()> {
         let job_file = dir.join("job.toml");
         std::fs::write(&job_file, job(model))?;
         let profile = dir.join("host.toml");
-        run_ok(
+        let calibrate_stolen = run_ok_stolen(
             Command::new(&concord)
                 .current_dir(&root)
                 .args(["calibrate", "--host", "--config"])
@@ -140,7 +162,7 @@ pub fn run() -> anyhow::Result<()> {
             let mut runs = Vec::with_capacity(PROCESS_RUNS);
             for run in 0..PROCESS_RUNS {
                 let p = dir.join(format!("{strategy}-process-{run}"));
-                run_ok(
+                let stolen = run_ok_stolen(
                     Command::new(&concord)
                         .current_dir(&root)
                         .args([
@@ -156,7 +178,7 @@ pub fn run() -> anyhow::Result<()> {
                         .arg(&p),
                     "the process run",
                 )?;
-                runs.push(steady_per_iteration(&p)?);
+                runs.push((steady_per_iteration(&p)?, stolen));
             }
             run_ok(
                 Command::new(&concord)
@@ -167,16 +189,16 @@ pub fn run() -> anyhow::Result<()> {
                     .arg(&s),
                 "the sim run",
             )?;
-            runs.sort_by(f64::total_cmp);
-            let (measured, predicted) = (runs[runs.len() / 2], steady_per_iteration(&s)?);
-            let (fastest, slowest) = (runs[0], runs[runs.len() - 1]);
+            runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let ((measured, stolen), predicted) = (runs[runs.len() / 2], steady_per_iteration(&s)?);
+            let (fastest, slowest) = (runs[0].0, runs[runs.len() - 1].0);
             let error = predicted / measured - 1.0;
             // Beside the verdict: against the run the machine's other load disturbed least.
             let fastest_error = predicted / fastest - 1.0;
             let met = error.abs() <= GOAL;
             missed += usize::from(!met);
             println!(
-                "{:<24} {:<10} {:>12.3} {:>17} {:>10.3} {:>+8.1}% {:>+8.1}%  {}",
+                "{:<24} {:<10} {:>12.3} {:>17} {:>10.3} {:>+8.1}% {:>+8.1}%  {:>13}  {}",
                 model.name,
                 strategy,
                 measured * 1e3,
@@ -184,18 +206,23 @@ pub fn run() -> anyhow::Result<()> {
                 predicted * 1e3,
                 error * 100.0,
                 fastest_error * 100.0,
+                format!("{} ({})", pct(stolen), pct(calibrate_stolen)),
                 if met { "✓" } else { "✗" }
             );
+            let csv_pct =
+                |s: Option<f64>| s.map_or_else(String::new, |s| format!("{:.2}", s * 100.0));
             writeln!(
                 csv,
-                "{},{strategy},{:.6},{:.6},{:.6},{:.6},{:.2},{:.2},{met}",
+                "{},{strategy},{:.6},{:.6},{:.6},{:.6},{:.2},{:.2},{met},{},{}",
                 model.name,
                 measured * 1e3,
                 fastest * 1e3,
                 slowest * 1e3,
                 predicted * 1e3,
                 error * 100.0,
-                fastest_error * 100.0
+                fastest_error * 100.0,
+                csv_pct(calibrate_stolen),
+                csv_pct(stolen)
             )?;
         }
     }

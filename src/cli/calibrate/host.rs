@@ -35,6 +35,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         }
     );
     let models = models(&args.configs)?;
+    let cpu_before = host::CpuTime::now();
     let repeats = if args.quick {
         Repeats::quick()
     } else {
@@ -173,7 +174,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         memory_gib,
     };
     check_profile(&profile)?;
-    let toml = profile.toml();
+    let toml = profile.toml() + &stolen_note(cpu_before);
     println!("{toml}");
     let mut model = concord_engine::layer_model::LayerModel::default();
     model.set(concord_engine::layer_model::Precision::Fp32, profile.rates);
@@ -193,6 +194,36 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--out {}: cannot write: {e}", out.display()))?;
     }
     Ok(())
+}
+
+/// Above this share of the processors' time taken by a hypervisor, the figures are flagged.
+const STOLEN_WARNING: f64 = 0.05;
+
+/// A comment for the profile saying how much of the machine's processor time a hypervisor took
+/// while it was measured (`/proc/stat`'s steal since `before`), with a warning above
+/// [`STOLEN_WARNING`]: a step or a message then took that much longer than the machine's own
+/// speed, and a later job on a quieter machine runs faster than the profile says (or slower,
+/// when more is taken then). Empty where the system does not say.
+fn stolen_note(before: Option<host::CpuTime>) -> String {
+    let share = match (before, host::CpuTime::now()) {
+        (Some(b), Some(a)) => a.stolen_share_since(&b),
+        _ => None,
+    };
+    let Some(share) = share else {
+        return String::new();
+    };
+    let mut note = format!(
+        "# measured while a hypervisor took {:.1} % of this machine's processor time (steal)\n",
+        share * 100.0
+    );
+    if share > STOLEN_WARNING {
+        note += &format!(
+            "# warning: above {:.0} %, the figures describe this machine with that much of it taken; \
+             measure again when `steal` in `top` is low\n",
+            STOLEN_WARNING * 100.0
+        );
+    }
+    note
 }
 
 /// The models measured: each `--config`'s (else the default config's), then the larger MLP

@@ -1,5 +1,5 @@
-//! What the machine itself says: its memory, its caches, and how many threads a step computes
-//! on.
+//! What the machine itself says: its memory, its caches, how many threads a step computes on,
+//! and how much of its processors' time a hypervisor took.
 
 /// The compute threads candle's CPU math uses in this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +51,55 @@ fn mem_total_gib(meminfo: &str) -> Option<f64> {
     match words.next() {
         Some("kB") | None => Some(kib / (1u64 << 20) as f64),
         Some(_) => None,
+    }
+}
+
+/// The machine's processor time so far, in clock ticks, from the `cpu` line of `/proc/stat`:
+/// all of it, and what a hypervisor took for other guests (steal). On a virtual machine the
+/// share stolen can move from nothing to half within minutes, and a step, a message or a whole
+/// job then takes that much longer: two readings around a measurement say how much of it the
+/// machine did not have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuTime {
+    /// Ticks given to any use: user, nice, system, idle, I/O wait, interrupts and steal.
+    pub total: u64,
+    /// Ticks the hypervisor took.
+    pub stolen: u64,
+}
+
+impl CpuTime {
+    /// This machine's reading now; `None` where there is no `/proc/stat` (not Linux) or it
+    /// does not parse.
+    pub fn now() -> Option<CpuTime> {
+        let text = std::fs::read_to_string("/proc/stat").ok()?;
+        Self::parse(&text)
+    }
+
+    /// The reading of a `/proc/stat` text: its aggregate `cpu` line's first eight fields (guest
+    /// time is already inside user time, so it is not added again).
+    pub fn parse(stat: &str) -> Option<CpuTime> {
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        // Kernels before 2.6.11 have no steal field: nothing was stolen that they could say.
+        let stolen = fields.get(7).copied().unwrap_or(0);
+        (fields.len() >= 4).then(|| CpuTime {
+            total: fields.iter().sum(),
+            stolen,
+        })
+    }
+
+    /// The share of the processors' time between `earlier` and this reading that the
+    /// hypervisor took; `None` when no tick passed.
+    pub fn stolen_share_since(&self, earlier: &CpuTime) -> Option<f64> {
+        let total = self.total.checked_sub(earlier.total)?;
+        let stolen = self.stolen.checked_sub(earlier.stolen)?;
+        (total > 0).then(|| stolen as f64 / total as f64)
     }
 }
 
@@ -111,6 +160,39 @@ impl CacheSweep {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stolen_time_is_the_steal_field_of_the_cpu_line() {
+        let before = "cpu  100 5 20 800 10 0 5 60 7 0\ncpu0 50 2 10 400 5 0 2 30 3 0\n";
+        let after = "cpu  140 5 30 850 10 0 5 160 9 0\ncpu0 70 2 15 425 5 0 2 80 4 0\n";
+        let (a, b) = (
+            CpuTime::parse(before).unwrap(),
+            CpuTime::parse(after).unwrap(),
+        );
+        // Guest time (the ninth field) is inside user time: 1000 ticks, not 1007.
+        assert_eq!(
+            a,
+            CpuTime {
+                total: 1000,
+                stolen: 60
+            }
+        );
+        // 40 user + 10 system + 50 idle + 100 stolen passed: half of it stolen.
+        assert_eq!(b.stolen_share_since(&a), Some(0.5));
+        // No tick between two readings, or readings out of order: no share.
+        assert_eq!(a.stolen_share_since(&a), None);
+        assert_eq!(a.stolen_share_since(&b), None);
+        // An old kernel's line without steal; a line that is not numbers.
+        assert_eq!(
+            CpuTime::parse("cpu  1 2 3 4\n"),
+            Some(CpuTime {
+                total: 10,
+                stolen: 0
+            })
+        );
+        assert_eq!(CpuTime::parse("cpu  1 x 3 4\n"), None);
+        assert_eq!(CpuTime::parse("intr 5\n"), None);
+    }
 
     #[test]
     fn mem_total_is_read_in_gib() {

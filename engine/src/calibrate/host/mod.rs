@@ -23,6 +23,7 @@ mod update;
 pub use copy::{measure_message_copy, CopyPoint};
 pub use machine::{
     compute_threads, last_level_cache_bytes, machine_memory_gib, CacheSweep, ComputeThreads,
+    CpuTime,
 };
 pub use model::HostModel;
 pub use net::{loopback, Loopback, PING_BYTES};
