@@ -17,8 +17,9 @@
 //! larger and non-square kernels run as direct or implicit-GEMM convolutions), `A` the
 //! activation bytes per sample its forward operations read and write (the backward moves about
 //! twice as much, hence 3), `P` its parameter bytes (read in the forward and backward passes,
-//! gradient written, update read and written: 5 passes) and `K` its kernels. The rates `R_*`, the batch `h` at which small batches reach half the
-//! arithmetic rate (a kernel on few samples does not fill the device), the effective memory
+//! gradient written, update read and written: 5 passes) and `K` its kernels. The rates `R_*`,
+//! the batch `h` at which small batches reach half the arithmetic rate (a kernel on few samples
+//! does not fill the device), the effective memory
 //! bandwidth `BW`, the device time per kernel, the host time per kernel and the host time per
 //! step `t_step` (what the framework does once a step besides dispatching: with autocast or
 //! tensor cores, a fixed cost that lifts the floor of every model alike) are fitted to

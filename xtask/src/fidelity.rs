@@ -84,10 +84,7 @@ fn steady_per_iteration(run: &Path) -> anyhow::Result<f64> {
 fn run_ok_stolen(cmd: &mut Command, what: &str) -> anyhow::Result<Option<f64>> {
     let before = CpuTime::now();
     run_ok(cmd, what)?;
-    Ok(match (before, CpuTime::now()) {
-        (Some(b), Some(a)) => a.stolen_share_since(&b),
-        _ => None,
-    })
+    Ok(before.and_then(|b| b.stolen_share_until_now()))
 }
 
 /// A stolen share as a percentage, or a dash where the system does not say.

@@ -205,11 +205,7 @@ const STOLEN_WARNING: f64 = 0.05;
 /// speed, and a later job on a quieter machine runs faster than the profile says (or slower,
 /// when more is taken then). Empty where the system does not say.
 fn stolen_note(before: Option<host::CpuTime>) -> String {
-    let share = match (before, host::CpuTime::now()) {
-        (Some(b), Some(a)) => a.stolen_share_since(&b),
-        _ => None,
-    };
-    let Some(share) = share else {
+    let Some(share) = before.and_then(|b| b.stolen_share_until_now()) else {
         return String::new();
     };
     let mut note = format!(

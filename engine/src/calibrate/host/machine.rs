@@ -101,6 +101,13 @@ impl CpuTime {
         let stolen = self.stolen.checked_sub(earlier.stolen)?;
         (total > 0).then(|| stolen as f64 / total as f64)
     }
+
+    /// The share of the processors' time between this reading and now that the hypervisor
+    /// took: what to ask after a measurement that began with [`CpuTime::now`]. `None` where the
+    /// system does not say or no tick passed.
+    pub fn stolen_share_until_now(&self) -> Option<f64> {
+        CpuTime::now()?.stolen_share_since(self)
+    }
 }
 
 /// The size of the largest cache of this machine's first CPU in bytes (its last level, from
