@@ -27,8 +27,10 @@ fn expected() -> concord_pipeline::planner::PipelinePlan {
         name: "vgg16".into(),
     };
     let model = ModelSpec::resolve(&cfg, &[], 0).expect("vgg16");
+    // The job's device: the built-in v100's figures, without its per-layer model (the FLOP model).
     let v100 = DeviceProfile {
         nic_gbps: 10.0,
+        layers: None,
         ..DeviceProfile::builtins()["v100"].clone()
     };
     let profile = Profile::of_model(&model, &model.layer_costs(), &v100, 64);

@@ -162,6 +162,7 @@ impl DeviceProfile {
             layers: None,
         };
         let h200 = crate::layer_model::fitted_h200();
+        let v100_layers = crate::layer_model::fitted_v100();
         // H100 SXM is the same GH100 chip as H200 (132 SMs, same clocks), with 80 GB of HBM3 at
         // 3.35 TB/s instead of 141 GB of HBM3e at 4.8 TB/s: the H200's fitted compute and
         // overheads, its memory bandwidth scaled by the ratio of the two.
@@ -197,9 +198,23 @@ impl DeviceProfile {
             // 8-GPU servers (DGX-1, AWS p3.16xlarge) a GPU reaches each of its four peers over
             // one or two links, 1.5 on average: 37.5 GB/s = 300 Gbit/s. (The datasheet's
             // "300 GB/s" is all six links, both directions.)
+            // Per-layer model fitted to PipeDream's V100 profiles (bench/calibration).
             (
                 "v100".to_string(),
-                bus(300.0, mk(15.7, 32.0, 16.0, 25.0, 10.0)),
+                DeviceProfile {
+                    layers: Some(v100_layers.clone()),
+                    ..bus(300.0, mk(15.7, 32.0, 16.0, 25.0, 10.0))
+                },
+            ),
+            // The V100 servers of PipeDream's Cluster-A (Azure NC24 v3): four GPUs per server
+            // on PCIe 3.0 x16, 15.75 GB/s = 126 Gbit/s, and 10 Gbps between servers; the same
+            // per-layer model as `v100`.
+            (
+                "v100-pcie".to_string(),
+                DeviceProfile {
+                    layers: Some(v100_layers),
+                    ..bus(126.0, mk(15.7, 32.0, 16.0, 10.0, 10.0))
+                },
             ),
             // A100 (SXM4 40 GB): 19.5 TFLOP/s fp32; 100 Gbps NICs; NVLink 3.0 through NVSwitch,
             // 600 GB/s both directions: 300 GB/s = 2400 Gbit/s per direction to any peer.

@@ -201,6 +201,14 @@ impl LayerRates {
         device.max(host)
     }
 
+    /// Seconds of `layers` alone within a step of `batch` samples (a layer measured by itself):
+    /// the longer of their device time and their kernels' dispatch, without the step's fixed
+    /// host cost.
+    pub fn layer_seconds(&self, layers: &[LayerCost], batch: f64) -> f64 {
+        let (device, host) = self.step_parts(layers, batch);
+        device.max(host - self.step_us * 1e-6)
+    }
+
     /// The two sides of a step: (device seconds, host dispatch seconds); the step takes the
     /// longer.
     pub fn step_parts(&self, layers: &[LayerCost], batch: f64) -> (f64, f64) {
@@ -323,6 +331,21 @@ pub fn fitted_h200() -> LayerModel {
     }
 }
 
+/// The built-in V100 model: fp32 rates fitted by `concord calibrate` to the per-layer profiles
+/// PipeDream's profiler recorded on V100s for its planner (VGG-16, ResNet-50 and -101,
+/// Inception-V3, torchvision's AlexNet; `bench/calibration/v100-pipedream-layers.json`), so that
+/// the thesis's scenarios charge layers as its planner saw them. The half batch fits to zero
+/// (every profile is at minibatch 64 or more) and the per-kernel cost is high (each module was
+/// timed by itself). fp32 only. Refit with
+/// `concord calibrate --from bench/calibration/v100-pipedream-layers.json --device v100`.
+pub fn fitted_v100() -> LayerModel {
+    LayerModel {
+        fp32: Some(LayerRates::from_vec(V100_FP32)),
+        tf32: None,
+        bf16: None,
+    }
+}
+
 /// The per-layer model of a GeForce GTX TITAN X (Maxwell) from its datasheet: 6.6 TFLOP/s fp32
 /// peak of which convolutions reach 60 % and matrix products 70 %, 336 GB/s of memory of which
 /// memory-bound kernels reach 75 %, saturation near batch 16, 4 µs per kernel. fp32 only.
@@ -336,6 +359,8 @@ pub fn datasheet_titan_x() -> LayerModel {
     }
 }
 
+/// Fitted V100 fp32 rates, [`LayerRates::NAMES`] order.
+const V100_FP32: [f64; 9] = [13.63, 24.97, 13.22, 13.22, 0.001, 0.5569, 151.3, 220.5, 0.0];
 /// Fitted H200 fp32 rates, [`LayerRates::NAMES`] order.
 const H200_FP32: [f64; 9] = [49.0, 94.14, 67.0, 67.0, 8.455, 1.928, 16.18, 50.06, 402.1];
 /// Fitted H200 TF32 rates, [`LayerRates::NAMES`] order.

@@ -106,14 +106,7 @@ fn the_fit_stays_within_the_spec_sheet() {
     assert!(r.conv_tflops <= lim.peak_tflops * (1.0 + 1e-12));
     assert!(r.memory_tbps <= lim.memory_tbps * (1.0 + 1e-12));
     // The loss is what the fit minimises: it is no worse than at the limits themselves.
-    let samples: Vec<fit::Sample> = points
-        .iter()
-        .map(|p| fit::Sample {
-            layers: &p.layers,
-            batch: f64::from(p.batch),
-            seconds: p.ms_per_step / 1e3,
-        })
-        .collect();
+    let samples: Vec<fit::Sample> = points.iter().map(|p| p.sample()).collect();
     let at_limits = LayerRates {
         conv3x3_tflops: 2.25 * lim.peak_tflops,
         conv_tflops: lim.peak_tflops,
@@ -170,6 +163,11 @@ fn bad_measurement_files_name_the_file_and_the_entry() {
     let e = parse_err("{not json");
     assert!(e.starts_with("m.json: not a JSON list"), "{e}");
     let e = parse_err(r#"{"model": "vgg16"}"#);
+    assert!(
+        e.contains("m.json") && e.contains("pipedream_profiles"),
+        "{e}"
+    );
+    let e = parse_err("3");
     assert!(e.contains("m.json") && e.contains("not a list"), "{e}");
     assert_eq!(parse_err("[]"), "m.json: no measurements");
     let ok = r#"{"model": "vgg16", "mode": "fp32", "batch": 8, "ms_per_step": 22.1}"#;
@@ -238,7 +236,7 @@ fn devices_without_a_layer_model_charge_by_flops_bit_for_bit() {
         .filter(|(_, d)| d.layers.is_none())
         .map(|(n, _)| n)
         .collect();
-    assert_eq!(names, ["a100", "cpu", "k40c", "v100"]);
+    assert_eq!(names, ["a100", "cpu", "k40c"]);
     // A calibrated device still charges a model without layer facts (matrix factorization) by
     // FLOPs.
     let h200 = &DeviceProfile::builtins()["h200"];
@@ -379,4 +377,110 @@ fn a_printed_profile_reads_back_as_the_fitted_device() {
     assert_eq!(d.precision, Some(Precision::Bf16));
     assert_eq!(d.layers.as_ref(), Some(&model));
     assert_eq!(d.memory_gib, base.memory_gib);
+}
+
+#[test]
+fn a_fit_to_single_layers_recovers_the_rates_and_charges_no_step_cost() {
+    let truth = LayerRates {
+        step_us: 0.0,
+        ..plausible_h200_fp32()
+    };
+    let mut points = Vec::new();
+    for model in ["vgg16", "resnet-50", "alexnet-tv"] {
+        for batch in [16u32, 64, 256] {
+            for (i, cost) in sheet(model).into_iter().enumerate() {
+                let ms = 1e3 * truth.layer_seconds(&[cost], f64::from(batch));
+                points.push(calibrate::Measurement {
+                    layer: Some(format!("layer{i}")),
+                    model: model.into(),
+                    mode: Precision::Fp32,
+                    batch,
+                    ms_per_step: ms,
+                    layers: std::sync::Arc::new(vec![cost]),
+                });
+            }
+        }
+    }
+    let fitted = *calibrate::calibrate(&points, "h200").fp32.as_ref().unwrap();
+    assert_eq!(fitted.step_us, 0.0);
+    for (got, want, what) in [
+        (fitted.conv3x3_tflops, truth.conv3x3_tflops, "conv3x3"),
+        (fitted.conv_tflops, truth.conv_tflops, "conv"),
+        (fitted.memory_tbps, truth.memory_tbps, "memory"),
+    ] {
+        assert!((got / want - 1.0).abs() < 0.05, "{what}: {fitted:?}");
+    }
+    // The table sums a profile's layers into the step they make up.
+    let table = calibrate::table(&points, &calibrate::calibrate(&points, "h200"));
+    assert!(
+        table.contains("vgg16 (") && table.contains("layers)"),
+        "{table}"
+    );
+    assert_eq!(table.lines().count(), 1 + 3 * 3, "{table}");
+}
+
+#[test]
+fn the_fitted_v100_is_a_refit_of_pipedreams_layer_profiles() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../bench/calibration/v100-pipedream-layers.json");
+    let points = calibrate::load(&path).unwrap();
+    assert!(points.iter().all(|p| p.layer.is_some()));
+    let model = DeviceProfile::builtins()["v100"].layers.clone().unwrap();
+    let refit = calibrate::calibrate(&points, "v100");
+    let sum = |m: &LayerModel, name: &str| -> f64 {
+        points
+            .iter()
+            .filter(|p| p.model == name)
+            .map(|p| calibrate::predict_ms(m, p).unwrap())
+            .sum()
+    };
+    for name in [
+        "vgg16",
+        "resnet50",
+        "alexnet-tv",
+        "inception_v3",
+        "resnet101",
+    ] {
+        let measured: f64 = points
+            .iter()
+            .filter(|p| p.model == name)
+            .map(|p| p.ms_per_step)
+            .sum();
+        let (e, r) = (sum(&model, name), sum(&refit, name));
+        assert!((e / r - 1.0).abs() < 0.01, "{name}: built-in {e} refit {r}");
+        assert!(
+            (e / measured - 1.0).abs() < 0.25,
+            "{name}: {e} vs {measured}"
+        );
+    }
+    assert_eq!(
+        DeviceProfile::builtins()["v100-pcie"].layers,
+        Some(model),
+        "v100-pcie shares the fitted model"
+    );
+}
+
+#[test]
+fn bad_profile_lists_name_the_file_the_entry_and_the_line() {
+    let dir = std::env::temp_dir().join(format!("concord-pd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let list = dir.join("l.json");
+    let write = |graph: &str, body: &str| {
+        std::fs::write(dir.join("g.txt"), graph).unwrap();
+        std::fs::write(&list, body).unwrap();
+        calibrate::load(&list).unwrap_err().to_string()
+    };
+    let entry = r#"{"pipedream_profiles": [{"model": "vgg16", "mode": "fp32", "batch": 8, "graph": "g.txt"}]}"#;
+    let e = write("node1 -- ReLU(inplace) -- forward_compute_time=oops", entry);
+    assert!(e.contains("entry 0") && e.contains("g.txt: line 1"), "{e}");
+    let e = write("", &entry.replace("g.txt", "missing.txt"));
+    assert!(
+        e.contains("entry 0") && e.contains("missing.txt: cannot read"),
+        "{e}"
+    );
+    let e = write("", r#"{"profiles": []}"#);
+    assert!(e.contains("pipedream_profiles"), "{e}");
+    let e = write("node1 -- Input -- forward_compute_time=1, backward_compute_time=0, activation_size=4, parameter_size=0", entry);
+    assert!(e.contains("no timed layers"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -15,7 +15,9 @@ use std::path::PathBuf;
 #[command(group(ArgGroup::new("source").required(true).args(["from", "host"])))]
 pub struct CalibrateArgs {
     /// Measurement file: a JSON list of `{"model", "mode", "batch", "ms_per_step"}` entries
-    /// (model: a built-in profile name; mode: fp32, tf32 or bf16).
+    /// (model: a built-in profile name; mode: fp32, tf32 or bf16), or per-layer profiles as
+    /// PipeDream's profiler writes them, listed as `{"pipedream_profiles": [{"model", "mode",
+    /// "batch", "graph"}]}` (graph: a path relative to the file), every layer a measurement.
     #[arg(long, value_name = "FILE", conflicts_with = "host")]
     pub from: Option<PathBuf>,
     /// Measure this machine instead: training steps of real models on one compute thread

@@ -9,15 +9,29 @@
 use crate::cost::LayerCost;
 use crate::layer_model::LayerRates;
 
-/// One measured step, with the model's per-layer facts.
+/// One measured step, or one measured layer of a step, with the per-layer facts it ran.
 #[derive(Clone, Debug)]
 pub struct Sample<'a> {
-    /// The model's per-layer cost facts.
+    /// The per-layer cost facts: a whole model's, or the one layer measured.
     pub layers: &'a [LayerCost],
     /// Samples per step.
     pub batch: f64,
-    /// Measured seconds per step.
+    /// Measured seconds.
     pub seconds: f64,
+    /// Whether the time is a whole training step (which pays the host's per-step cost) rather
+    /// than one layer's forward and backward passes (which do not).
+    pub whole_step: bool,
+}
+
+impl Sample<'_> {
+    /// What `rates` predict for this sample, seconds.
+    pub fn predicted(&self, rates: &LayerRates) -> f64 {
+        if self.whole_step {
+            rates.step_seconds(self.layers, self.batch)
+        } else {
+            rates.layer_seconds(self.layers, self.batch)
+        }
+    }
 }
 
 /// Bounds the fit keeps the rates within: above, the device's spec-sheet figures for the mode;
@@ -67,7 +81,18 @@ const WINOGRAD_GAIN: f64 = 2.25;
 /// batch, bandwidth, kernel µs, dispatch µs, step µs.
 const DIMS: usize = 8;
 
-fn bounds(limits: &Limits) -> [(f64, f64); DIMS] {
+/// The smallest step time the search varies over (it works on logarithms); a held step time
+/// sits here and is reported as zero.
+const STEP_US_FLOOR: f64 = 1e-2;
+
+/// The search box. Without a whole-step sample nothing measures the host's per-step cost, so
+/// it is held at its floor.
+fn bounds(limits: &Limits, whole_steps: bool) -> [(f64, f64); DIMS] {
+    let step = if whole_steps {
+        (STEP_US_FLOOR, 1e6)
+    } else {
+        (STEP_US_FLOOR, STEP_US_FLOOR)
+    };
     [
         (limits.min_tflops, WINOGRAD_GAIN * limits.peak_tflops),
         (limits.min_tflops, limits.peak_tflops),
@@ -76,7 +101,7 @@ fn bounds(limits: &Limits) -> [(f64, f64); DIMS] {
         (limits.min_memory_tbps, limits.memory_tbps),
         (1e-3, 1e3),
         (1e-2, 1e3),
-        (1e-2, 1e6),
+        step,
     ]
 }
 
@@ -114,17 +139,14 @@ fn fill_unmeasured(mut rates: LayerRates, samples: &[Sample<'_>], limits: &Limit
 pub fn loss(rates: &LayerRates, samples: &[Sample<'_>]) -> f64 {
     samples
         .iter()
-        .map(|s| {
-            (rates.step_seconds(s.layers, s.batch) / s.seconds)
-                .ln()
-                .powi(2)
-        })
+        .map(|s| (s.predicted(rates) / s.seconds).ln().powi(2))
         .sum()
 }
 
 /// The rates that best explain `samples` within `limits`.
 pub fn fit(samples: &[Sample<'_>], limits: &Limits) -> LayerRates {
-    let b = bounds(limits);
+    let whole_steps = samples.iter().any(|s| s.whole_step);
+    let b = bounds(limits, whole_steps);
     let lo = b.map(|(l, _)| l.ln());
     let hi = b.map(|(_, h)| h.ln());
     let f = |x: &[f64; DIMS]| loss(&rates(x), samples);
@@ -157,7 +179,11 @@ pub fn fit(samples: &[Sample<'_>], limits: &Limits) -> LayerRates {
         }
     }
     let (x, _) = best.expect("at least one start");
-    fill_unmeasured(rates(&x), samples, limits)
+    let mut fitted = fill_unmeasured(rates(&x), samples, limits);
+    if !whole_steps {
+        fitted.step_us = 0.0;
+    }
+    fitted
 }
 
 /// Minimises `f` from `start` inside the box `[lo, hi]` (points are clamped into it).

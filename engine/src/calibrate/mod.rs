@@ -6,9 +6,16 @@
 //! `{"model": "vgg16", "mode": "fp32", "batch": 32, "ms_per_step": 54.2}`: `model` a built-in
 //! profile name (`concord profiles`), `mode` one of `fp32`, `tf32`, `bf16`, `batch` the samples
 //! per step, `ms_per_step` the measured time of one training step (forward, backward, update).
+//!
+//! It may instead be a JSON object listing per-layer profiles, each layer a measurement of its
+//! own: `{"pipedream_profiles": [{"model": "vgg16", "mode": "fp32", "batch": 128,
+//! "graph": "vgg16.graph.txt"}]}`, `graph` a profile as PipeDream's profiler writes it
+//! ([`pipedream`]), relative to the file. Layers measured one by one identify the rates of each
+//! kind of layer where whole steps only constrain their sum.
 
 pub mod fit;
 pub mod host;
+pub mod pipedream;
 pub(crate) mod toml_out;
 
 use crate::cost::LayerCost;
@@ -31,8 +38,8 @@ pub enum CalibrateError {
         /// The cause.
         source: std::io::Error,
     },
-    /// The file is not JSON, or not a list.
-    #[error("{path}: not a JSON list of measurements: {reason}")]
+    /// The file is not JSON, or neither a list of measurements nor a list of profiles.
+    #[error("{path}: not a JSON list of measurements or of per-layer profiles: {reason}")]
     Format {
         /// The file.
         path: PathBuf,
@@ -57,9 +64,11 @@ pub enum CalibrateError {
     },
 }
 
-/// One measured training step.
+/// One measured training step, or one layer of one.
 #[derive(Clone, Debug)]
 pub struct Measurement {
+    /// The layer measured, by its name in the profile; `None` for a whole step.
+    pub layer: Option<String>,
     /// The model: a built-in profile's name as written in a measurement file, or the name a
     /// host measurement gave a real model ([`Measurement::of_sheet`]).
     pub model: String,
@@ -67,9 +76,9 @@ pub struct Measurement {
     pub mode: Precision,
     /// Samples per step.
     pub batch: u32,
-    /// Measured milliseconds per step.
+    /// Measured milliseconds per step (of the layer alone, for a layer).
     pub ms_per_step: f64,
-    /// The model's per-layer cost facts.
+    /// The model's per-layer cost facts (the layer's alone, for a layer).
     pub layers: Arc<Vec<LayerCost>>,
 }
 
@@ -85,6 +94,7 @@ impl Measurement {
         layers: Arc<Vec<LayerCost>>,
     ) -> Measurement {
         Measurement {
+            layer: None,
             model: model.into(),
             mode,
             batch,
@@ -119,8 +129,17 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<Measurement>, CalibrateError
         reason,
     };
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| format(e.to_string()))?;
-    let serde_json::Value::Array(items) = value else {
-        return Err(format("the top level is not a list".into()));
+    let items = match value {
+        serde_json::Value::Array(items) => items,
+        serde_json::Value::Object(mut o) => match o.remove("pipedream_profiles") {
+            Some(serde_json::Value::Array(items)) if o.is_empty() => return profiles(items, path),
+            _ => {
+                return Err(format(
+                    "an object must hold exactly one key, \"pipedream_profiles\", a list".into(),
+                ))
+            }
+        },
+        _ => return Err(format("the top level is not a list".into())),
     };
     if items.is_empty() {
         return Err(CalibrateError::Empty {
@@ -162,11 +181,70 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<Measurement>, CalibrateError
             }
         };
         out.push(Measurement {
+            layer: None,
             model: e.model,
             mode,
             batch: e.batch,
             ms_per_step: e.ms_per_step,
             layers,
+        });
+    }
+    Ok(out)
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileEntry {
+    model: String,
+    mode: String,
+    batch: u32,
+    graph: PathBuf,
+}
+
+/// Reads the per-layer profiles `items` lists, paths relative to `path`'s folder: one
+/// measurement per layer.
+fn profiles(
+    items: Vec<serde_json::Value>,
+    path: &Path,
+) -> Result<Vec<Measurement>, CalibrateError> {
+    let mut out = Vec::new();
+    let dir = path.parent().unwrap_or(Path::new("."));
+    for (index, item) in items.into_iter().enumerate() {
+        let bad = |reason: String| CalibrateError::Entry {
+            path: path.to_owned(),
+            index,
+            reason,
+        };
+        let e: ProfileEntry = serde_json::from_value(item).map_err(|e| bad(e.to_string()))?;
+        let mode: Precision = e.mode.parse().map_err(bad)?;
+        let graph = dir.join(&e.graph);
+        let text = std::fs::read_to_string(&graph)
+            .map_err(|err| bad(format!("{}: cannot read: {err}", graph.display())))?;
+        let read = pipedream::parse_graph(&text, e.batch)
+            .map_err(|err| bad(format!("{}: {err}", graph.display())))?;
+        if read.layers.is_empty() {
+            return Err(bad(format!("{}: no timed layers", graph.display())));
+        }
+        for (kind, n) in &read.unknown_kinds {
+            tracing::warn!(
+                "{}: {n} {kind} module(s) left out: no cost facts for that kind",
+                graph.display()
+            );
+        }
+        for l in read.layers {
+            out.push(Measurement {
+                layer: Some(l.name),
+                model: e.model.clone(),
+                mode,
+                batch: e.batch,
+                ms_per_step: l.seconds * 1e3,
+                layers: Arc::new(vec![l.cost]),
+            });
+        }
+    }
+    if out.is_empty() {
+        return Err(CalibrateError::Empty {
+            path: path.to_owned(),
         });
     }
     Ok(out)
@@ -211,20 +289,45 @@ pub fn calibrate_within(
 }
 
 fn samples<'a>(points: impl Iterator<Item = &'a Measurement>) -> Vec<Sample<'a>> {
-    points
-        .map(|p| Sample {
-            layers: &p.layers,
-            batch: f64::from(p.batch),
-            seconds: p.ms_per_step / 1e3,
-        })
-        .collect()
+    points.map(|p| p.sample()).collect()
 }
 
-/// Predicted milliseconds per step of `point` by `model` (`None` if its mode was not fitted).
+impl Measurement {
+    /// The measurement as the fit sees it.
+    pub fn sample(&self) -> Sample<'_> {
+        Sample {
+            layers: &self.layers,
+            batch: f64::from(self.batch),
+            seconds: self.ms_per_step / 1e3,
+            whole_step: self.layer.is_none(),
+        }
+    }
+}
+
+/// Predicted milliseconds of `point` by `model` (`None` if its mode was not fitted).
 pub fn predict_ms(model: &LayerModel, point: &Measurement) -> Option<f64> {
     model
         .rates(point.mode)
-        .map(|r| 1e3 * r.step_seconds(&point.layers, f64::from(point.batch)))
+        .map(|r| 1e3 * point.sample().predicted(r))
+}
+
+/// Points as tables report them: a whole step alone, a profile's layers together as the step
+/// they make up (summed), keyed by (model, mode, batch).
+fn steps(points: &[Measurement]) -> Vec<Vec<&Measurement>> {
+    let mut out: Vec<Vec<&Measurement>> = Vec::new();
+    for p in points {
+        let same = |q: &&Measurement| {
+            q.layer.is_some() && q.model == p.model && q.mode == p.mode && q.batch == p.batch
+        };
+        match out
+            .iter_mut()
+            .find(|g| p.layer.is_some() && g.first().is_some_and(same))
+        {
+            Some(g) => g.push(p),
+            None => out.push(vec![p]),
+        }
+    }
+    out
 }
 
 /// Signed error of `predicted` against `measured`, in percent.
@@ -232,11 +335,14 @@ pub fn error_pct(predicted: f64, measured: f64) -> f64 {
     100.0 * (predicted / measured - 1.0)
 }
 
-/// The per-point table: model, mode, batch, measured, predicted, error.
+/// The per-point table: model, mode, batch, measured, predicted, error; a profile's layers
+/// are one row, the step they sum to.
 pub fn table(points: &[Measurement], model: &LayerModel) -> String {
-    let w = points
+    let steps = steps(points);
+    let labels: Vec<String> = steps.iter().map(|g| label(g)).collect();
+    let w = labels
         .iter()
-        .map(|p| p.model.chars().count())
+        .map(|l| l.chars().count())
         .max()
         .unwrap_or(0)
         .max(14);
@@ -244,23 +350,36 @@ pub fn table(points: &[Measurement], model: &LayerModel) -> String {
         "{:<w$} {:<5} {:>6} {:>12} {:>13} {:>8}\n",
         "model", "mode", "batch", "measured_ms", "predicted_ms", "error"
     );
-    for p in points {
-        let pred = predict_ms(model, p).unwrap_or(f64::NAN);
+    for (g, label) in steps.iter().zip(&labels) {
+        let measured: f64 = g.iter().map(|p| p.ms_per_step).sum();
+        let pred: f64 = g
+            .iter()
+            .map(|p| predict_ms(model, p).unwrap_or(f64::NAN))
+            .sum();
         s += &format!(
             "{:<w$} {:<5} {:>6} {:>12.3} {:>13.3} {:>+7.1}%\n",
-            p.model,
-            p.mode,
-            p.batch,
-            p.ms_per_step,
+            label,
+            g[0].mode,
+            g[0].batch,
+            measured,
             pred,
-            error_pct(pred, p.ms_per_step)
+            error_pct(pred, measured)
         );
     }
     s
 }
 
+/// A table row's name: the model, with its layer count when its layers were measured.
+fn label(step: &[&Measurement]) -> String {
+    match step {
+        [p] if p.layer.is_none() => p.model.clone(),
+        _ => format!("{} ({} layers)", step[0].model, step.len()),
+    }
+}
+
 /// Leave-one-model-out: for each model of each mode (with at least two models), the fit
-/// without it and the worst error on its points. Rows: (model, mode, worst signed error %).
+/// without it and the worst error on its steps (a profile's layers summed into its step).
+/// Rows: (model, mode, worst signed error %).
 pub fn leave_one_out(points: &[Measurement], device: &str) -> Vec<(String, Precision, f64)> {
     leave_one_out_within(points, |mode| limits_of(device, mode))
 }
@@ -281,12 +400,17 @@ pub fn leave_one_out_within(
         for left in models {
             let train = samples(of_mode.iter().copied().filter(|p| p.model != left));
             let rates = fit::fit(&train, &limits(mode));
-            let worst = of_mode
+            let held_out: Vec<Measurement> = of_mode
                 .iter()
                 .filter(|p| p.model == left)
-                .map(|p| {
-                    let pred = rates.step_seconds(&p.layers, f64::from(p.batch)) * 1e3;
-                    error_pct(pred, p.ms_per_step)
+                .map(|p| (*p).clone())
+                .collect();
+            let worst = steps(&held_out)
+                .iter()
+                .map(|g| {
+                    let measured: f64 = g.iter().map(|p| p.ms_per_step).sum();
+                    let pred: f64 = g.iter().map(|p| p.sample().predicted(&rates) * 1e3).sum();
+                    error_pct(pred, measured)
                 })
                 .fold(0.0, |w: f64, e| if e.abs() > w.abs() { e } else { w });
             out.push((left.to_owned(), mode, worst));
