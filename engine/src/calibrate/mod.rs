@@ -313,8 +313,8 @@ pub fn predict_ms(model: &LayerModel, point: &Measurement) -> Option<f64> {
 
 /// Points as tables report them: a whole step alone, a profile's layers together as the step
 /// they make up (summed), keyed by (model, mode, batch).
-fn steps(points: &[Measurement]) -> Vec<Vec<&Measurement>> {
-    let mut out: Vec<Vec<&Measurement>> = Vec::new();
+fn steps<'a>(points: impl IntoIterator<Item = &'a Measurement>) -> Vec<Vec<&'a Measurement>> {
+    let mut out: Vec<Vec<&'a Measurement>> = Vec::new();
     for p in points {
         let same = |q: &&Measurement| {
             q.layer.is_some() && q.model == p.model && q.mode == p.mode && q.batch == p.batch
@@ -328,6 +328,13 @@ fn steps(points: &[Measurement]) -> Vec<Vec<&Measurement>> {
         }
     }
     out
+}
+
+/// A step's measured milliseconds and those `predict_ms` gives its points, each summed.
+fn step_ms(step: &[&Measurement], predict_ms: impl Fn(&Measurement) -> f64) -> (f64, f64) {
+    let measured = step.iter().map(|p| p.ms_per_step).sum();
+    let predicted = step.iter().map(|p| predict_ms(p)).sum();
+    (measured, predicted)
 }
 
 /// Signed error of `predicted` against `measured`, in percent.
@@ -351,11 +358,7 @@ pub fn table(points: &[Measurement], model: &LayerModel) -> String {
         "model", "mode", "batch", "measured_ms", "predicted_ms", "error"
     );
     for (g, label) in steps.iter().zip(&labels) {
-        let measured: f64 = g.iter().map(|p| p.ms_per_step).sum();
-        let pred: f64 = g
-            .iter()
-            .map(|p| predict_ms(model, p).unwrap_or(f64::NAN))
-            .sum();
+        let (measured, pred) = step_ms(g, |p| predict_ms(model, p).unwrap_or(f64::NAN));
         s += &format!(
             "{:<w$} {:<5} {:>6} {:>12.3} {:>13.3} {:>+7.1}%\n",
             label,
@@ -400,16 +403,10 @@ pub fn leave_one_out_within(
         for left in models {
             let train = samples(of_mode.iter().copied().filter(|p| p.model != left));
             let rates = fit::fit(&train, &limits(mode));
-            let held_out: Vec<Measurement> = of_mode
-                .iter()
-                .filter(|p| p.model == left)
-                .map(|p| (*p).clone())
-                .collect();
-            let worst = steps(&held_out)
+            let worst = steps(of_mode.iter().copied().filter(|p| p.model == left))
                 .iter()
                 .map(|g| {
-                    let measured: f64 = g.iter().map(|p| p.ms_per_step).sum();
-                    let pred: f64 = g.iter().map(|p| p.sample().predicted(&rates) * 1e3).sum();
+                    let (measured, pred) = step_ms(g, |p| p.sample().predicted(&rates) * 1e3);
                     error_pct(pred, measured)
                 })
                 .fold(0.0, |w: f64, e| if e.abs() > w.abs() { e } else { w });
