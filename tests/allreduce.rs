@@ -118,3 +118,23 @@ fn fusing_the_gradients_costs_a_copy_at_the_devices_copy_rate() {
     // Copies change the time, never the math.
     assert_eq!(a.params, b.params);
 }
+
+/// An allreduce worker keeps its parameters and optimizer state in its replica's tensors and
+/// updates them there; the update is the servers' host optimizer operation for operation, so one
+/// worker of each ends with the same bits, for momentum SGD and for Adam with weight decay.
+#[test]
+fn parameters_kept_in_the_replica_update_to_the_servers_bits() {
+    for optimizer in [
+        "kind = \"sgd\"\nlr = 0.1\nmomentum = 0.9\nweight_decay = 0.001",
+        "kind = \"adam\"\nlr = 0.01\nweight_decay = 0.01",
+    ] {
+        let mut ar = allreduce(1, 32, 12);
+        ar.optimizer = toml::from_str(optimizer).expect("optimizer");
+        let mut bsp = small(1, 32, 12);
+        bsp.optimizer = ar.optimizer.clone();
+        let (a, b) = (run(&ar).params.unwrap(), run(&bsp).params.unwrap());
+        assert_eq!(max_diff(&a, &b), 0.0, "{optimizer}");
+        let init = run(&small(1, 32, 1)).params.unwrap();
+        assert!(max_diff(&a, &init) > 1e-3, "training moved the parameters");
+    }
+}

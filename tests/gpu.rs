@@ -80,6 +80,20 @@ fn cnn_on_gpu_matches_cpu_parameters() {
     assert_gpu_matches_cpu("CNN (cuDNN convolutions) 2 workers x 5 clocks", cfg);
 }
 
+/// Allreduce workers keep their parameters and optimizer state on the GPU for the whole run
+/// (updates run there); Adam exercises every operation of the device update.
+#[test]
+fn allreduce_with_parameters_on_the_gpu_matches_cpu_parameters() {
+    let mut cfg = small(2, 16, 20);
+    cfg.strategies = vec!["allreduce".into()];
+    cfg.optimizer =
+        toml::from_str("kind = \"adam\"\nlr = 0.01\nweight_decay = 0.01").expect("adam");
+    assert_gpu_matches_cpu(
+        "allreduce 2 workers x 20 clocks, Adam, parameters on the GPU",
+        cfg,
+    );
+}
+
 #[test]
 fn a_slot_beyond_the_visible_gpus_is_refused_before_any_work() {
     let visible = concord::engine::gpu::visible_gpus().expect("a visible GPU") as u32;

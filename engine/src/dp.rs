@@ -31,6 +31,17 @@ pub struct StepAt {
     pub batch: u64,
 }
 
+/// Where a step reads the parameters it runs at.
+#[derive(Clone, Copy, Debug)]
+pub enum ParamSource<'a> {
+    /// These host values (per tensor, layout order), loaded into the replica for the step: what
+    /// a worker read from parameter servers, or holds on the host.
+    Host(&'a [Vec<f32>]),
+    /// The replica's own tensors as they are: parameters kept on its device between steps
+    /// ([`LocalModel::keep_on`](crate::collective::LocalModel::keep_on)).
+    Resident,
+}
+
 /// How a training step's compute is charged on the role's clock.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Charge {
@@ -46,8 +57,8 @@ pub enum Charge {
 }
 
 /// One training step of a worker, charged as `work` in the `charge` mode: on a real model, the
-/// mean loss and the gradients of `batch` samples of the run's stream at `params` (an error if the
-/// loss is not finite); in throughput mode, the charge alone (`NaN`, no gradients). Returns the
+/// mean loss and the gradients of `batch` samples of the run's stream at the parameters `params`
+/// gives (an error if the loss is not finite); in throughput mode, the charge alone (`NaN`, no gradients). Returns the
 /// step's result and the run time at which it is ready (now, unless deferred).
 ///
 /// Every data-parallel worker of the engine and of strategies takes its steps this way, so they
@@ -56,7 +67,7 @@ pub async fn train_step(
     ctx: &mut RoleContext,
     job: &Job,
     replica: Option<&Replica>,
-    params: &[Vec<f32>],
+    params: ParamSource<'_>,
     at: StepAt,
     work: Work,
     charge: Charge,
@@ -203,13 +214,15 @@ fn batch_of(
     job: &Job,
     data: &crate::data::Split,
     replica: &Replica,
-    params: &[Vec<f32>],
+    params: ParamSource<'_>,
     at: StepAt,
 ) -> Result<(Vec<f32>, Vec<u32>)> {
     let idx = job
         .stream
         .range(at.stream_offset as u128, at.batch as usize);
-    replica.set_params(params)?;
+    if let ParamSource::Host(values) = params {
+        replica.set_params(values)?;
+    }
     Ok(data.train.gather(&idx))
 }
 
@@ -327,8 +340,16 @@ impl Worker for DataParallelWorker {
                 batch: d.batch,
             };
             let replica = self.replica.as_ref();
-            let ((loss, grads), _) =
-                train_step(ctx, &job, replica, &params, at, work, Charge::Whole).await?;
+            let ((loss, grads), _) = train_step(
+                ctx,
+                &job,
+                replica,
+                ParamSource::Host(&params),
+                at,
+                work,
+                Charge::Whole,
+            )
+            .await?;
             let compute_end = ctx.now();
             let mut bytes_sent = 0;
             for s in 0..servers {

@@ -5,6 +5,7 @@
 //! is element-wise), so a block migrates with exactly its own slice of state.
 
 use crate::error::{EngineError, Result};
+use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 /// Optimizer section of the config (`[optimizer]`).
@@ -200,12 +201,8 @@ impl OptimizerConfig {
                 eps,
                 weight_decay,
             } => {
-                let t = state.step as i32;
-                let c1 = 1.0 - beta1.powi(t);
-                let c2 = 1.0 - beta2.powi(t);
+                let (step_size, eps_hat) = adam_scalars(lr, beta1, beta2, eps, state.step);
                 let (b1, b2, wd) = (beta1 as f32, beta2 as f32, weight_decay as f32);
-                let step_size = (lr * c2.sqrt() / c1) as f32;
-                let eps_hat = (eps * c2.sqrt()) as f32;
                 let (m, rest) = state.slots.split_at_mut(1);
                 for (((p, &g), m), v) in param
                     .iter_mut()
@@ -221,6 +218,76 @@ impl OptimizerConfig {
             }
         }
     }
+}
+
+impl OptimizerConfig {
+    /// [`OptimizerConfig::step`] on tensors where they live, for parameters kept on a GPU: the
+    /// updated value of `param` from `grad` (same shape), with `slots` (the state's per-element
+    /// vectors, as [`OptimizerConfig::init_state`] lays them out) replaced by their updated
+    /// values, and `step` the state's update count after this update.
+    ///
+    /// The arithmetic is the host rule's, operation for operation in f32 (no fused
+    /// multiply-add), so on the CPU it gives the host rule's bits.
+    pub fn step_tensor(
+        &self,
+        param: &Tensor,
+        grad: &Tensor,
+        slots: &mut [Tensor],
+        step: u64,
+    ) -> candle_core::Result<Tensor> {
+        let scaled = |t: &Tensor, k: f32| t.broadcast_mul(&Tensor::new(k, t.device())?);
+        match *self {
+            OptimizerConfig::Sgd {
+                lr,
+                momentum,
+                weight_decay,
+            } => {
+                let (lr, mu, wd) = (lr as f32, momentum as f32, weight_decay as f32);
+                let decay = scaled(param, wd)?;
+                match slots.first_mut() {
+                    Some(buf) => {
+                        // v = mu·v + g + wd·p; p -= lr·v
+                        *buf = scaled(buf, mu)?.add(grad)?.add(&decay)?;
+                        param.sub(&scaled(buf, lr)?)
+                    }
+                    // p -= lr·(g + wd·p)
+                    None => param.sub(&scaled(&grad.add(&decay)?, lr)?),
+                }
+            }
+            OptimizerConfig::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+            } => {
+                let (step_size, eps_hat) = adam_scalars(lr, beta1, beta2, eps, step);
+                let (b1, b2, wd) = (beta1 as f32, beta2 as f32, weight_decay as f32);
+                let [m, v] = slots else {
+                    return Err(candle_core::Error::Msg(format!(
+                        "Adam keeps 2 state slots per parameter, not {}",
+                        slots.len()
+                    )));
+                };
+                let g = grad.add(&scaled(param, wd)?)?;
+                *m = scaled(m, b1)?.add(&scaled(&g, 1.0 - b1)?)?;
+                *v = scaled(v, b2)?.add(&scaled(&g, 1.0 - b2)?.mul(&g)?)?;
+                let denom = v
+                    .sqrt()?
+                    .broadcast_add(&Tensor::new(eps_hat, v.device())?)?;
+                param.sub(&scaled(m, step_size)?.div(&denom)?)
+            }
+        }
+    }
+}
+
+/// Adam's bias-corrected step size and epsilon after `step` updates, in f32 as the update uses
+/// them.
+fn adam_scalars(lr: f64, beta1: f64, beta2: f64, eps: f64, step: u64) -> (f32, f32) {
+    let t = step as i32;
+    let c1 = 1.0 - beta1.powi(t);
+    let c2 = 1.0 - beta2.powi(t);
+    ((lr * c2.sqrt() / c1) as f32, (eps * c2.sqrt()) as f32)
 }
 
 /// Optimizer state of one block: a step counter and per-element slots (momentum; Adam's m and v).

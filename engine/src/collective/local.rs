@@ -1,8 +1,11 @@
 //! A model replica's parameters and optimizer state, held and updated by a worker.
 
+use super::resident::{HostTraffic, ResidentParams};
 use super::Fusion;
 use crate::contract::ModelState;
+use crate::error::Result;
 use crate::job::Job;
+use crate::model::Replica;
 use crate::optim::{OptState, OptimizerConfig};
 use crate::payload::BlockPayload;
 use crate::payload::Payload;
@@ -11,14 +14,33 @@ use crate::ps::{ParamLayout, Snapshot, SnapshotPlan, TimedSnapshot, TimedSnapsho
 /// A snapshot kept until the report: updates applied, run time, parameter values.
 type HeldSnapshot = (u64, f64, Option<Vec<Vec<f32>>>);
 
+/// Host copies of the parameter values and their optimizer state (per tensor, layout order).
+type HostState = (Vec<Vec<f32>>, Vec<OptState>);
+
+/// Where the parameters and their optimizer state are.
+#[derive(Debug)]
+enum Held {
+    /// Throughput mode: no values.
+    Virtual,
+    /// Host vectors, updated by the host optimizer.
+    Host {
+        params: Vec<Vec<f32>>,
+        states: Vec<OptState>,
+    },
+    /// The replica's own device tensors ([`LocalModel::keep_on`]).
+    Device(ResidentParams),
+}
+
 /// Parameters and optimizer state a worker holds when there is no parameter server (allreduce
 /// data parallelism, RNA). Every member applies the same updates in the same order, so replicas
 /// stay identical; at the end one worker reports the model's state
 /// ([`LocalModel::report`]) for evaluation and the checkpoint.
-#[derive(Clone, Debug)]
+///
+/// The values live on the host, or, once [`LocalModel::keep_on`] hands them to a replica, in the
+/// replica's own tensors on its device, where the updates then run too.
+#[derive(Debug)]
 pub struct LocalModel {
-    params: Option<Vec<Vec<f32>>>,
-    states: Vec<OptState>,
+    held: Held,
     optimizer: OptimizerConfig,
     updates: u64,
     snapshot_every: u64,
@@ -48,13 +70,18 @@ impl LocalModel {
         optimizer: OptimizerConfig,
         snapshots: SnapshotPlan,
     ) -> LocalModel {
-        let states = params
-            .as_ref()
-            .map(|p| p.iter().map(|v| optimizer.init_state(v.len())).collect())
-            .unwrap_or_default();
+        let held = match params {
+            Some(params) => Held::Host {
+                states: params
+                    .iter()
+                    .map(|v| optimizer.init_state(v.len()))
+                    .collect(),
+                params,
+            },
+            None => Held::Virtual,
+        };
         LocalModel {
-            params,
-            states,
+            held,
             optimizer,
             updates: 0,
             snapshot_every: snapshots.every.max(1),
@@ -64,9 +91,53 @@ impl LocalModel {
         }
     }
 
-    /// The parameters (per tensor, layout order), `None` in throughput mode.
+    /// Moves the parameters and optimizer state into `replica`'s own tensors, on its device
+    /// (a GPU, or the CPU), where they stay: steps then read them in place
+    /// ([`ParamSource::Resident`](crate::dp::ParamSource::Resident)) and updates run there.
+    /// Returns whether they moved: not in throughput mode, nor for a replica whose model keeps
+    /// no tensors of its own (matrix factorization, DLRM).
+    pub fn keep_on(&mut self, replica: &Replica) -> Result<bool> {
+        let Some(vars) = replica.param_vars() else {
+            return Ok(false);
+        };
+        let Held::Host { params, states } = &self.held else {
+            return Ok(matches!(self.held, Held::Device(_)));
+        };
+        self.held = Held::Device(ResidentParams::new(vars, params, states)?);
+        Ok(true)
+    }
+
+    /// The parameters (per tensor, layout order) when they are on the host; `None` in
+    /// throughput mode and when they live on a replica's device ([`LocalModel::values`] reads
+    /// them from there).
     pub fn params(&self) -> Option<&[Vec<f32>]> {
-        self.params.as_deref()
+        match &self.held {
+            Held::Host { params, .. } => Some(params),
+            Held::Virtual | Held::Device(_) => None,
+        }
+    }
+
+    /// A host copy of the parameters wherever they live; `None` in throughput mode.
+    pub fn values(&mut self) -> Result<Option<Vec<Vec<f32>>>> {
+        match &mut self.held {
+            Held::Virtual => Ok(None),
+            Held::Host { params, .. } => Ok(Some(params.clone())),
+            Held::Device(d) => d.values().map(Some),
+        }
+    }
+
+    /// Whether the parameters are real (not throughput mode).
+    pub fn is_real(&self) -> bool {
+        !matches!(self.held, Held::Virtual)
+    }
+
+    /// What crossed between the host and the device since [`LocalModel::keep_on`]; `None` while
+    /// the parameters are on the host.
+    pub fn host_traffic(&self) -> Option<HostTraffic> {
+        match &self.held {
+            Held::Device(d) => Some(d.traffic()),
+            Held::Virtual | Held::Host { .. } => None,
+        }
     }
 
     /// Updates applied so far (the model's version).
@@ -74,19 +145,32 @@ impl LocalModel {
         self.updates
     }
 
+    /// Records the current values for every timed snapshot due before `now`, ahead of a change.
+    fn before_change(&mut self, now: f64) -> Result<()> {
+        if !self.timed.due_before(now) {
+            return Ok(());
+        }
+        let values = self.values()?;
+        self.timed.before_change(now, || values);
+        Ok(())
+    }
+
     /// Applies one optimizer step from `grads` (one per tensor, layout order) with the learning
     /// rate scaled by `lr_scale` (1 in plain data parallelism; RNA's Σw/P), then snapshots if
     /// due at `now`.
-    pub fn apply<G: AsRef<[f32]>>(&mut self, grads: &[G], lr_scale: f64, now: f64) {
+    pub fn apply<G: AsRef<[f32]>>(&mut self, grads: &[G], lr_scale: f64, now: f64) -> Result<()> {
         let opt = self.optimizer.with_lr_scale(lr_scale);
-        let held = &self.params;
-        self.timed.before_change(now, || held.clone());
-        if let Some(params) = self.params.as_mut() {
-            for ((p, g), st) in params.iter_mut().zip(grads).zip(self.states.iter_mut()) {
-                opt.step(p, g.as_ref(), st);
+        self.before_change(now)?;
+        match &mut self.held {
+            Held::Virtual => {}
+            Held::Host { params, states } => {
+                for ((p, g), st) in params.iter_mut().zip(grads).zip(states.iter_mut()) {
+                    opt.step(p, g.as_ref(), st);
+                }
             }
+            Held::Device(d) => d.apply(&opt, grads)?,
         }
-        self.bump(now);
+        self.bump(now)
     }
 
     /// Applies the result of an allreduce of `[Σ gradients, Σw]` fused by `fusion` (one trailing
@@ -101,9 +185,9 @@ impl LocalModel {
         sum: Payload,
         group_size: usize,
         now: f64,
-    ) -> f64 {
+    ) -> Result<f64> {
         match sum {
-            Payload::Real(mut flat) if self.params.is_some() => {
+            Payload::Real(mut flat) if self.is_real() => {
                 let tensors = fusion.tensor_elems().min(flat.len());
                 let w = flat.get(tensors).copied().unwrap_or(0.0);
                 if w > 0.0 {
@@ -111,15 +195,15 @@ impl LocalModel {
                         *x /= w;
                     }
                     let (grads, _) = fusion.views(&flat);
-                    self.apply(&grads, w as f64 / group_size as f64, now);
+                    self.apply(&grads, w as f64 / group_size as f64, now)?;
                 } else {
-                    self.bump(now);
+                    self.bump(now)?;
                 }
-                w as f64
+                Ok(w as f64)
             }
             _ => {
-                self.bump(now);
-                0.0
+                self.bump(now)?;
+                Ok(0.0)
             }
         }
     }
@@ -133,89 +217,126 @@ impl LocalModel {
 
     /// The holder has finished `iterations` of the job's iterations at `now`: a snapshot when due
     /// under [`LocalModel::snapshot_by_iterations`] (nothing otherwise).
-    pub fn iteration_done(&mut self, iterations: u64, now: f64) {
+    pub fn iteration_done(&mut self, iterations: u64, now: f64) -> Result<()> {
         if let Some(every) = self.by_iterations {
             if iterations.is_multiple_of(every) {
-                self.snapshots.push((iterations, now, self.params.clone()));
+                let values = self.values()?;
+                self.snapshots.push((iterations, now, values));
             }
         }
+        Ok(())
     }
 
     /// Counts an update with no math (throughput mode, or an update made elsewhere).
-    pub fn bump(&mut self, now: f64) {
+    pub fn bump(&mut self, now: f64) -> Result<()> {
         self.updates += 1;
         if self.by_iterations.is_none() && self.updates.is_multiple_of(self.snapshot_every) {
             // Blocks are cut at report time; keep the values (one copy per snapshot).
-            self.snapshots
-                .push((self.updates, now, self.params.clone()));
+            let values = self.values()?;
+            self.snapshots.push((self.updates, now, values));
         }
+        Ok(())
     }
 
     /// Replaces the parameters (model averaging) at run time `now`, keeping the optimizer state.
-    pub fn set_params(&mut self, values: Vec<Vec<f32>>, now: f64) {
-        if self.params.is_some() {
-            let held = &self.params;
-            self.timed.before_change(now, || held.clone());
-            self.params = Some(values);
+    pub fn set_params(&mut self, values: Vec<Vec<f32>>, now: f64) -> Result<()> {
+        self.before_change(now)?;
+        match &mut self.held {
+            Held::Virtual => {}
+            Held::Host { params, .. } => *params = values,
+            Held::Device(d) => d.set_values(&values)?,
+        }
+        Ok(())
+    }
+
+    /// Host copies of the values and optimizer state, wherever they live (`None` in throughput
+    /// mode).
+    fn host_state(&mut self) -> Result<Option<HostState>> {
+        match &mut self.held {
+            Held::Virtual => Ok(None),
+            Held::Host { params, states } => Ok(Some((params.clone(), states.clone()))),
+            Held::Device(d) => Ok(Some((d.values()?, d.states()?))),
         }
     }
 
     /// The values and optimizer state of parameter tensors `tensors`, packed into one vector
     /// (values, then each optimizer slot, tensor by tensor): what a worker hands a peer that
     /// starts keeping those tensors (a sub-model changing hands). Empty in throughput mode.
-    pub fn export(&self, tensors: std::ops::Range<usize>) -> Vec<f32> {
-        let Some(params) = &self.params else {
-            return Vec::new();
+    pub fn export(&mut self, tensors: std::ops::Range<usize>) -> Result<Vec<f32>> {
+        let Some((params, states)) = self.host_state()? else {
+            return Ok(Vec::new());
         };
         let mut out = Vec::new();
         for i in tensors {
             out.extend_from_slice(&params[i]);
-            for slot in &self.states[i].slots {
+            for slot in &states[i].slots {
                 out.extend_from_slice(slot);
             }
         }
-        out
+        Ok(out)
     }
 
     /// Takes over tensors `tensors` from a peer's [`LocalModel::export`] at run time `now`;
     /// `false` (and nothing changed) when `packed` does not have their size.
-    pub fn import(&mut self, tensors: std::ops::Range<usize>, packed: &[f32], now: f64) -> bool {
-        let Some(params) = &self.params else {
-            return true;
+    pub fn import(
+        &mut self,
+        tensors: std::ops::Range<usize>,
+        packed: &[f32],
+        now: f64,
+    ) -> Result<bool> {
+        let Some((mut params, mut states)) = self.host_state()? else {
+            return Ok(true);
         };
         let need: usize = tensors
             .clone()
-            .map(|i| params[i].len() * (1 + self.states[i].slots.len()))
+            .map(|i| params[i].len() * (1 + states[i].slots.len()))
             .sum();
         if need != packed.len() {
-            return false;
+            return Ok(false);
         }
-        let held = &self.params;
-        self.timed.before_change(now, || held.clone());
-        let (Some(params), mut at) = (self.params.as_mut(), 0) else {
-            return true;
-        };
+        self.before_change(now)?;
+        let mut at = 0;
         for i in tensors {
             let n = params[i].len();
             params[i].copy_from_slice(&packed[at..at + n]);
             at += n;
-            for slot in &mut self.states[i].slots {
+            for slot in &mut states[i].slots {
                 slot.copy_from_slice(&packed[at..at + n]);
                 at += n;
             }
         }
-        true
+        self.put_host_state(params, states)?;
+        Ok(true)
+    }
+
+    /// Replaces the values and optimizer state with host copies, wherever they live.
+    fn put_host_state(&mut self, values: Vec<Vec<f32>>, new: Vec<OptState>) -> Result<()> {
+        match &mut self.held {
+            Held::Virtual => Ok(()),
+            Held::Host { params, states } => {
+                *params = values;
+                *states = new;
+                Ok(())
+            }
+            Held::Device(d) => d.load(&values, &new),
+        }
     }
 
     /// Continues from a checkpoint: the parameters and optimizer state of `model` (cut into
     /// `layout`'s blocks, as [`LocalModel::report`] gives them) after `updates` updates.
-    pub fn restore(&mut self, layout: &ParamLayout, model: &ModelState, updates: u64) {
-        if let Some(params) = self.params.as_mut() {
-            layout.write_into(&model.blocks, params);
-        }
+    pub fn restore(
+        &mut self,
+        layout: &ParamLayout,
+        model: &ModelState,
+        updates: u64,
+    ) -> Result<()> {
+        self.updates = updates;
+        let Some((mut params, mut states)) = self.host_state()? else {
+            return Ok(());
+        };
+        layout.write_into(&model.blocks, &mut params);
         for b in layout.blocks() {
-            let (Some(state), Some(saved)) =
-                (self.states.get_mut(b.param), model.opt_state.get(&b.id))
+            let (Some(state), Some(saved)) = (states.get_mut(b.param), model.opt_state.get(&b.id))
             else {
                 continue;
             };
@@ -224,22 +345,23 @@ impl LocalModel {
                 slot[b.offset..b.offset + b.len].copy_from_slice(saved);
             }
         }
-        self.updates = updates;
+        self.put_host_state(params, states)
     }
 
     /// The model's state: every block of `layout`, its optimizer state, the snapshots.
-    pub fn report(&self, layout: &ParamLayout) -> ModelState {
+    pub fn report(&mut self, layout: &ParamLayout) -> Result<ModelState> {
         let blocks_of = |values: Option<&[Vec<f32>]>| -> Vec<BlockPayload> {
             (0..layout.servers())
                 .flat_map(|s| layout.slice_for(s, values))
                 .collect()
         };
+        let (params, states) = self.host_state()?.unzip();
         let mut report = ModelState {
-            blocks: blocks_of(self.params.as_deref()),
+            blocks: blocks_of(params.as_deref()),
             ..ModelState::default()
         };
         for b in layout.blocks() {
-            if let Some(st) = self.states.get(b.param) {
+            if let Some(st) = states.as_ref().and_then(|s| s.get(b.param)) {
                 report.opt_state.insert(
                     b.id,
                     OptState {
@@ -269,6 +391,6 @@ impl LocalModel {
                 .map(|(indices, blocks)| TimedSnapshot { indices, blocks })
                 .collect()
         });
-        report
+        Ok(report)
     }
 }

@@ -30,6 +30,7 @@ mod local;
 #[cfg(feature = "nccl")]
 pub(crate) mod nccl;
 mod ops;
+mod resident;
 mod ring;
 
 #[cfg(test)]
@@ -40,6 +41,7 @@ pub use backend::Allreduce;
 pub use fusion::Fusion;
 pub use local::LocalModel;
 pub use ops::{alltoall, broadcast};
+pub use resident::{HostTraffic, ResidentParams};
 pub use ring::{allreduce_sum, RingAllreduce};
 
 use crate::error::{EngineError, Result};

@@ -377,7 +377,9 @@ fn apply_reduced_averages_over_contributors_and_scales_the_learning_rate() {
         })
         .collect();
     let mut m = LocalModel::from_values(Some(vec![vec![10.0, 10.0]]), sgd.clone(), every(100));
-    let w = m.apply_reduced(&fusion, Payload::Real(sum), 4, 0.0);
+    let w = m
+        .apply_reduced(&fusion, Payload::Real(sum), 4, 0.0)
+        .unwrap();
     assert_eq!(w, 2.0);
     // ḡ = (Σg)/Σw = [2, 4]; γ_k = (Σw/P)·lr = 0.2.
     assert_eq!(
@@ -387,7 +389,7 @@ fn apply_reduced_averages_over_contributors_and_scales_the_learning_rate() {
     // Null contributors add zero: the same update from the two contributors alone, with the
     // same learning-rate share, gives the same bits.
     let mut alone = LocalModel::from_values(Some(vec![vec![10.0, 10.0]]), sgd, every(100));
-    alone.apply(&[vec![2.0, 4.0]], 0.5, 0.0);
+    alone.apply(&[vec![2.0, 4.0]], 0.5, 0.0).unwrap();
     assert_eq!(alone.params(), m.params());
     // Nobody contributed: no step, but the round counts.
     let mut idle = LocalModel::from_values(
@@ -396,7 +398,8 @@ fn apply_reduced_averages_over_contributors_and_scales_the_learning_rate() {
         every(1),
     );
     assert_eq!(
-        idle.apply_reduced(&fusion, Payload::Real(vec![0.0; 3]), 4, 0.0),
+        idle.apply_reduced(&fusion, Payload::Real(vec![0.0; 3]), 4, 0.0)
+            .unwrap(),
         0.0
     );
     assert_eq!(

@@ -89,6 +89,14 @@ impl<T> TimedSnapshots<T> {
         self.period.is_some()
     }
 
+    /// Whether [`TimedSnapshots::before_change`] at `now` would record the values: some time is
+    /// due strictly before `now` (so a holder whose values are costly to read reads them only
+    /// then).
+    pub fn due_before(&self, now: f64) -> bool {
+        self.period
+            .is_some_and(|period| (self.next as f64) * period < now)
+    }
+
     /// Call just before the values change at run time `now`: the current values (made by
     /// `values` only when some time is due) are recorded for every due time strictly before `now`
     /// (the model at time t includes changes made at t).

@@ -44,8 +44,8 @@ impl Held {
 
     /// The holder has finished `iterations` of the job's iterations at `now` (see
     /// [`LocalModel::iteration_done`]).
-    pub fn iteration_done(&mut self, iterations: u64, now: f64) {
-        self.model.iteration_done(iterations, now);
+    pub fn iteration_done(&mut self, iterations: u64, now: f64) -> Result<()> {
+        self.model.iteration_done(iterations, now)
     }
 
     /// The current values of the held tensors (`None` in throughput mode).
@@ -99,17 +99,17 @@ impl Held {
                 for (slot, g) in all[self.range.clone()].iter_mut().zip(g) {
                     *slot = g;
                 }
-                self.model.apply(&all, 1.0, now);
+                self.model.apply(&all, 1.0, now)?;
             }
-            _ => self.model.bump(now),
+            _ => self.model.bump(now)?,
         }
         self.load(replica)
     }
 
     /// Continues from a checkpoint: the range's values and optimizer state from `part` (a
     /// holder's [`Held::report`]) after `updates` updates.
-    pub fn restore(&mut self, layout: &ParamLayout, part: &ModelState, updates: u64) {
-        self.model.restore(layout, part, updates);
+    pub fn restore(&mut self, layout: &ParamLayout, part: &ModelState, updates: u64) -> Result<()> {
+        self.model.restore(layout, part, updates)
     }
 
     /// Cuts a flat vector of the range's values (an allreduce result) into its tensors.
@@ -127,8 +127,8 @@ impl Held {
 
     /// The range's final values, optimizer state and snapshots: the blocks of `layout` that
     /// lie in it.
-    pub fn report(&self, layout: &ParamLayout) -> ModelState {
-        part_of(self.model.report(layout), layout, &self.range)
+    pub fn report(&mut self, layout: &ParamLayout) -> Result<ModelState> {
+        Ok(part_of(self.model.report(layout)?, layout, &self.range))
     }
 }
 

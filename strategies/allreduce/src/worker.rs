@@ -10,6 +10,8 @@ pub struct AllreduceWorker {
     id: WorkerId,
     job: Arc<Job>,
     replica: Option<Replica>,
+    /// Whether the parameters live in the replica's tensors ([`LocalModel::keep_on`]).
+    resident: bool,
     model: LocalModel,
     fusion: Fusion,
     group: Group,
@@ -23,9 +25,17 @@ impl AllreduceWorker {
         if let Some(cp) = job.resumed(RoleId::Worker(id)) {
             restore(&job, id, &cp, &mut model)?;
         }
+        let replica = job.replica(RoleId::Worker(id))?;
+        // The replica's own tensors hold the parameters from here on, on its device (a GPU
+        // under `backend = "cuda"`): steps read them in place and updates run there.
+        let resident = match &replica {
+            Some(r) => model.keep_on(r)?,
+            None => false,
+        };
         Ok(AllreduceWorker {
             id,
-            replica: job.replica(RoleId::Worker(id))?,
+            replica,
+            resident,
             model,
             fusion: Fusion::new(sizes, 1, bucket_elems),
             group: Group::workers(job.config.workers)?,
@@ -55,8 +65,7 @@ fn restore(job: &Job, id: WorkerId, cp: &RoleCheckpoint, model: &mut LocalModel)
         .resumed(RoleId::Worker(0))
         .and_then(|c| c.model)
         .ok_or_else(|| bad("the checkpoint holds no replica (worker 0's)"))?;
-    model.restore(&job.layout, &held, state.updates);
-    Ok(())
+    model.restore(&job.layout, &held, state.updates)
 }
 
 #[async_trait]
@@ -81,7 +90,10 @@ impl Worker for AllreduceWorker {
                 stream_offset: clock * n * b + self.id as u64 * b,
                 batch: b,
             };
-            let params = self.model.params().unwrap_or_default();
+            let params = match self.model.params() {
+                Some(values) if !self.resident => ParamSource::Host(values),
+                _ => ParamSource::Resident,
+            };
             let ((loss, grads), _) = train_step(
                 ctx,
                 &job,
@@ -106,7 +118,7 @@ impl Worker for AllreduceWorker {
             let reduced = ctx.now();
             ctx.trace_span("allreduce", "comm", compute_end, reduced);
             self.model
-                .apply_reduced(&self.fusion, buf, self.group.size(), reduced);
+                .apply_reduced(&self.fusion, buf, self.group.size(), reduced)?;
             let t = reduced;
             ctx.charge_modeled(ctx.device().work_seconds(apply_flops))
                 .await;
@@ -124,7 +136,9 @@ impl Worker for AllreduceWorker {
         }
         Ok(WorkerReport {
             iterations: records,
-            model: (ctx.id() == RoleId::Worker(0)).then(|| self.model.report(&job.layout)),
+            model: (ctx.id() == RoleId::Worker(0))
+                .then(|| self.model.report(&job.layout))
+                .transpose()?,
             state: Some(RoleState::encode(&AllreduceState {
                 updates: self.model.updates(),
             })?),

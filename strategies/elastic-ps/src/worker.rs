@@ -135,8 +135,16 @@ impl Worker for ElasticWorker {
                 batch,
             };
             let replica = self.replica.as_ref();
-            let ((loss, grads), _) =
-                train_step(ctx, &job, replica, &params, at, work, Charge::Whole).await?;
+            let ((loss, grads), _) = train_step(
+                ctx,
+                &job,
+                replica,
+                ParamSource::Host(&params),
+                at,
+                work,
+                Charge::Whole,
+            )
+            .await?;
             let compute_end = ctx.now();
             // Push every block to its owner, in block order (one request per block, as PS-Lite).
             let mut exchange: BTreeMap<ServerId, Exchange> = BTreeMap::new();

@@ -192,7 +192,7 @@ impl StageWorker {
         let minibatches = schedule::round_minibatches(round, width, &self.run);
         let end = minibatches.end;
         self.average_and_apply(ctx, round, minibatches).await?;
-        self.close_until(ctx, end);
+        self.close_until(ctx, end)?;
         Ok(())
     }
 
@@ -340,7 +340,7 @@ impl StageWorker {
             // An unreplicated stage applies each minibatch's gradient as soon as it has it.
             let grads = self.pending.take();
             self.apply(ctx, grads, b + 1)?;
-            self.close_until(ctx, b + 1);
+            self.close_until(ctx, b + 1)?;
         }
         Ok(())
     }
@@ -394,16 +394,17 @@ impl StageWorker {
 
     /// Closes the job's iterations whose minibatches this worker has all finished, given that
     /// every minibatch before `done` is finished here.
-    fn close_until(&mut self, ctx: &RoleContext, done: u64) {
+    fn close_until(&mut self, ctx: &RoleContext, done: u64) -> Result<()> {
         let per = self.layout.replicas(self.layout.len() - 1) as u64;
         let end = self.job.clocks().end;
         while self.next_clock < end && (self.next_clock + 1) * per <= done {
-            self.close(ctx);
+            self.close(ctx)?;
         }
+        Ok(())
     }
 
     /// Closes the next iteration with what was counted since the last.
-    fn close(&mut self, ctx: &RoleContext) {
+    fn close(&mut self, ctx: &RoleContext) -> Result<()> {
         let open = std::mem::take(&mut self.open);
         let clock = self.next_clock;
         let trained = self.trained.remove(&clock).unwrap_or_default();
@@ -422,9 +423,10 @@ impl StageWorker {
         };
         let record = close_clock(ctx, &self.job, clock, open.start_s, tally);
         self.records.push(record);
-        self.held.iteration_done(clock + 1, ctx.now());
+        self.held.iteration_done(clock + 1, ctx.now())?;
         self.next_clock += 1;
         self.open.start_s = ctx.now();
+        Ok(())
     }
 
     /// Tells the memory policy about a minibatch's activations: kept from the forward to the
@@ -532,7 +534,7 @@ fn restore(
             at.stage
         ))
     })?;
-    held.restore(&job.layout, &part, state.updates);
+    held.restore(&job.layout, &part, state.updates)?;
     Ok(state.updates)
 }
 
@@ -561,7 +563,7 @@ impl Worker for StageWorker {
             self.hold_versions(ctx, &mut stashed).await?;
         }
         while self.next_clock < job.clocks().end {
-            self.close(ctx);
+            self.close(ctx)?;
         }
         let span_s = match (self.spans.first(), self.spans.last()) {
             (Some(a), Some(b)) => b.1 - a.0,
@@ -578,7 +580,11 @@ impl Worker for StageWorker {
         };
         ctx.send(RoleId::Coordinator, Message::strategy(&stats)?);
         // Every replica of a stage holds the same values: the first one reports them.
-        let model = (at.replica == 0).then(|| self.held.report(&job.layout));
+        let model = if at.replica == 0 {
+            Some(self.held.report(&job.layout)?)
+        } else {
+            None
+        };
         Ok(WorkerReport {
             iterations: std::mem::take(&mut self.records),
             model,

@@ -58,9 +58,9 @@ impl AdPsgdWorker {
     }
 
     /// `x ← (x + other) / 2`.
-    fn average_with(&mut self, other: &Payload, now: f64) {
+    fn average_with(&mut self, other: &Payload, now: f64) -> Result<()> {
         let (Some(params), Some(o)) = (self.model.params(), other.values()) else {
-            return;
+            return Ok(());
         };
         let mut offset = 0;
         let mut out = Vec::with_capacity(params.len());
@@ -73,7 +73,7 @@ impl AdPsgdWorker {
             );
             offset += p.len();
         }
-        self.model.set_params(out, now);
+        self.model.set_params(out, now)
     }
 
     /// Answers a peer's averaging request, or reports anything else as unexpected.
@@ -91,7 +91,7 @@ impl AdPsgdWorker {
                         data: self.flat(),
                     },
                 );
-                self.average_with(&data, ctx.now());
+                self.average_with(&data, ctx.now())?;
                 Ok(())
             }
             other => Err(EngineError::protocol(
@@ -129,7 +129,7 @@ impl AdPsgdWorker {
                     ..
                 } if *o == op => {
                     let data = data.clone();
-                    self.average_with(&data, ctx.now());
+                    self.average_with(&data, ctx.now())?;
                     return Ok(bytes_sent);
                 }
                 _ => self.serve(ctx, env)?,
@@ -180,7 +180,7 @@ impl Worker for AdPsgdWorker {
                 ctx,
                 &job,
                 self.replica.as_ref(),
-                params,
+                ParamSource::Host(params),
                 at,
                 work,
                 Charge::Deferred,
@@ -196,8 +196,8 @@ impl Worker for AdPsgdWorker {
             };
             let averaged = ctx.now();
             match grads {
-                Some(g) => self.model.apply(&g, 1.0, averaged),
-                None => self.model.bump(averaged),
+                Some(g) => self.model.apply(&g, 1.0, averaged)?,
+                None => self.model.bump(averaged)?,
             }
             ctx.charge_modeled(ctx.device().work_seconds(apply_flops))
                 .await;
@@ -223,7 +223,9 @@ impl Worker for AdPsgdWorker {
         Ok(WorkerReport {
             state: None,
             iterations: records,
-            model: (self.id == 0).then(|| self.model.report(&job.layout)),
+            model: (self.id == 0)
+                .then(|| self.model.report(&job.layout))
+                .transpose()?,
         })
     }
 }

@@ -3,7 +3,7 @@
 use super::{DlrmModel, GraphNet, MfModel, ModelSpec, PlanError, StagedModel};
 use crate::error::{Result, TensorContext, WorkloadError};
 use crate::graph::MovePlan;
-use candle_core::{Device, Tensor};
+use candle_core::{Device, Tensor, Var};
 
 /// Result of one training step.
 #[derive(Clone, Debug)]
@@ -101,6 +101,17 @@ impl Replica {
             Inner::Staged(_) => Err(PlanError::NotAGraph { kind: "staged" }.into()),
             Inner::Mf(_) => Err(PlanError::NotAGraph { kind: "mf" }.into()),
             Inner::Dlrm(_) => Err(PlanError::NotAGraph { kind: "dlrm" }.into()),
+        }
+    }
+
+    /// The model's own parameter variables in layout order, on its device, for a holder that
+    /// keeps the parameters there between steps and updates them in place; `None` for models
+    /// whose parameters are not variables of their own (MF, DLRM).
+    pub fn param_vars(&self) -> Option<Vec<Var>> {
+        match &self.inner {
+            Inner::Staged(m) => Some(m.vars().into_iter().cloned().collect()),
+            Inner::Graph(g) => Some(g.vars().into_iter().cloned().collect()),
+            Inner::Mf(_) | Inner::Dlrm(_) => None,
         }
     }
 

@@ -337,8 +337,16 @@ impl AgileWorker {
             };
             let replica = self.replica.as_ref();
             let blocks = params.as_deref().unwrap_or(&[]);
-            let ((loss, grads), _) =
-                train_step(ctx, &job, replica, blocks, at, work, Charge::Whole).await?;
+            let ((loss, grads), _) = train_step(
+                ctx,
+                &job,
+                replica,
+                ParamSource::Host(blocks),
+                at,
+                work,
+                Charge::Whole,
+            )
+            .await?;
             samples += items;
             if loss.is_finite() {
                 loss_sum += loss * items as f64;

@@ -26,8 +26,16 @@ impl FlexWorker {
         let work = self.unit_work();
         let replica = self.replica.as_ref();
         let charge = Charge::Span(span);
-        let ((loss, grads), _) =
-            train_step(ctx, &self.job, replica, &self.params, at, work, charge).await?;
+        let ((loss, grads), _) = train_step(
+            ctx,
+            &self.job,
+            replica,
+            ParamSource::Host(&self.params),
+            at,
+            work,
+            charge,
+        )
+        .await?;
         // The modeled cost of the message checks that fall in this unit.
         let per_unit_checks = f64::from(self.it.checks) / f64::from(self.it.units.max(1));
         let poll = per_unit_checks * self.opts().check_cost_s;

@@ -97,7 +97,7 @@ impl RnaWorker {
                 values.push(head.to_vec());
                 rest = tail;
             }
-            self.model.set_params(values, ctx.now());
+            self.model.set_params(values, ctx.now())?;
         }
         self.group_base = None;
         ctx.trace_span("ps-average", "comm", t0, ctx.now());

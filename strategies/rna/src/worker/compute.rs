@@ -43,7 +43,7 @@ impl RnaWorker {
             ctx,
             &job,
             self.replica.as_ref(),
-            params,
+            ParamSource::Host(params),
             at,
             work,
             Charge::Deferred,

@@ -249,7 +249,8 @@ impl Worker for RnaWorker {
             iterations: std::mem::take(&mut self.records),
             model: self
                 .reports_model()
-                .then(|| self.model.report(&self.job.layout)),
+                .then(|| self.model.report(&self.job.layout))
+                .transpose()?,
         })
     }
 }

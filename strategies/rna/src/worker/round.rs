@@ -133,7 +133,7 @@ impl RnaWorker {
         let sum = a.ring.into_result();
         let weight = self
             .model
-            .apply_reduced(&self.fusion, sum, self.lr_workers(), now);
+            .apply_reduced(&self.fusion, sum, self.lr_workers(), now)?;
         let apply_s = ctx.device().work_seconds(
             self.job.config.optimizer.flops_per_elem() * (self.fusion.len() - 1) as f64,
         );

@@ -266,7 +266,7 @@ impl Worker for HybridWorker {
         let reports = self.id == 0 || self.is_fc();
         Ok(WorkerReport {
             iterations: records,
-            model: reports.then(|| self.held.report(&job.layout)),
+            model: reports.then(|| self.held.report(&job.layout)).transpose()?,
             state: None,
         })
     }

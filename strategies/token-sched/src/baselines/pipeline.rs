@@ -228,7 +228,7 @@ impl Worker for PipelineWorker {
         ctx.send(RoleId::Coordinator, Message::strategy(&busy)?);
         Ok(WorkerReport {
             iterations: records,
-            model: Some(self.held.report(&job.layout)),
+            model: Some(self.held.report(&job.layout)?),
             state: None,
         })
     }

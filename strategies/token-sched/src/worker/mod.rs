@@ -246,7 +246,7 @@ impl FelaWorker {
     /// subset.
     fn hand_over(&mut self, ctx: &RoleContext, h: Handover) -> Result<()> {
         let payload = match self.model.params() {
-            Some(_) => Payload::Real(self.model.export(self.opts.submodels.params(h.level))),
+            Some(_) => Payload::Real(self.model.export(self.opts.submodels.params(h.level))?),
             None => Payload::Virtual {
                 elems: self.opts.submodels.param_bytes(h.level) / 4,
             },
@@ -390,7 +390,9 @@ impl Worker for FelaWorker {
         ctx.send(RoleId::Coordinator, Message::WorkerDone);
         Ok(WorkerReport {
             iterations: records,
-            model: (self.id == 0).then(|| self.model.report(&job.layout)),
+            model: (self.id == 0)
+                .then(|| self.model.report(&job.layout))
+                .transpose()?,
             state: None,
         })
     }

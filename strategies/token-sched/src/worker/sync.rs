@@ -19,7 +19,7 @@ impl FelaWorker {
     ) -> Result<()> {
         let range = self.opts.submodels.params(level);
         if let Some(Payload::Real(packed)) = payloads.first() {
-            if !self.model.import(range, packed, ctx.now()) {
+            if !self.model.import(range, packed, ctx.now())? {
                 return Err(EngineError::protocol(
                     ctx.id(),
                     format!(
@@ -111,12 +111,12 @@ impl FelaWorker {
                     }
                 }
             }
-            self.model.apply(&grads, 1.0, ctx.now());
+            self.model.apply(&grads, 1.0, ctx.now())?;
             if let (Some(r), Some(p)) = (&self.replica, self.model.params()) {
                 r.set_params(p)?;
             }
         } else {
-            self.model.bump(ctx.now());
+            self.model.bump(ctx.now())?;
         }
         Ok(())
     }
