@@ -7,7 +7,9 @@
 //! - a seed without a value on either side (target never reached, figure not defined) fails;
 //! - the difference counts only beyond the metric's resolution (a time or iteration count to
 //!   target read at checks coarser than every iteration may lie up to the distance to the check
-//!   before; else a relative 10⁻⁹), so a tie fails a direction claim;
+//!   before; else a relative 10⁻⁹);
+//! - a direction claim (no size) needs a difference beyond [`TIE_BAND`] of the reference too:
+//!   a closer result is a tie, and a tie is not a reproduced result;
 //! - the claim holds when it holds in every seed of the suite.
 
 use super::row::Row;
@@ -20,13 +22,18 @@ pub const RULES: &str = "A claim holds only if it holds in every seed. Each seed
      either side (target never reached, figure undefined) fails. A difference counts only beyond \
      the metric's resolution: a time or iteration count to target read at checks coarser than \
      every iteration (evaluations every so many seconds or iterations) may lie anywhere after the \
-     check before, so results closer than that are a tie; other metrics are exact. So a tie (or a \
-     difference within 10⁻⁹ of the reference) fails a direction claim; a size threshold is met, \
-     exactly at its value too, by the difference less that resolution; a range's upper end is \
-     checked on the plain difference.";
+     check before, so results closer than that are a tie; other metrics are exact. A direction \
+     claim (\"less\" or \"greater\" with no size) also needs the difference to exceed 0.1 % of the \
+     reference: a closer result is a tie, which fails it, since a deterministic simulation can \
+     order two equal designs by a rounding-sized margin. A size threshold is met, exactly at its \
+     value too, by the difference less the resolution; a range's upper end is checked on the \
+     plain difference.";
 
-/// Smallest relative resolution of any metric: below it two numbers are the same measurement.
-const RELATIVE_FLOOR: f64 = 1e-9;
+/// The relative difference at or below which a direction claim (no size) reads two results as
+/// a tie: 0.1 % of the reference, finer than any of the papers' figures resolves, so a
+/// deterministic near-tie (two designs bound by the same stage, say) cannot pass as one beating
+/// the other.
+pub const TIE_BAND: f64 = 1e-3;
 
 /// One seed's measurement of a claim.
 #[derive(Clone, Debug, PartialEq)]
@@ -122,10 +129,10 @@ fn judge(claim: &Claim, value: f64, reference: f64, resolution: f64) -> Measured
         }
     };
     let relative = relative_of(diff);
-    // A direction claim needs a difference beyond float noise as well; a size threshold is met
+    // A direction claim needs a difference beyond the tie band as well; a size threshold is met
     // exactly at its value.
     let big_enough = if claim.by_at_least == 0.0 {
-        relative_of(diff - resolution.max(RELATIVE_FLOOR * scale)) > 0.0
+        relative_of(diff - resolution.max(TIE_BAND * scale)) > 0.0
     } else {
         relative_of(diff - resolution) >= claim.by_at_least
     };
