@@ -133,25 +133,25 @@ impl ResidentParams {
 
     /// The values, read back to the host (layout order).
     pub fn values(&mut self) -> Result<Vec<Vec<f32>>> {
-        let mut out = Vec::with_capacity(self.vars.len());
-        for var in self.vars.clone() {
-            out.push(self.download(var.as_tensor(), "read the parameters")?);
-        }
+        let out = self
+            .vars
+            .iter()
+            .map(|var| download(var.as_tensor(), "read the parameters"))
+            .collect::<Result<Vec<_>>>()?;
+        self.traffic.downloaded_bytes += bytes_of(&out);
         Ok(out)
     }
 
     /// The optimizer state, read back to the host (layout order).
     pub fn states(&mut self) -> Result<Vec<OptState>> {
         let mut out = Vec::with_capacity(self.slots.len());
-        for i in 0..self.slots.len() {
-            let mut slots = Vec::with_capacity(self.slots[i].len());
-            for s in self.slots[i].clone() {
-                slots.push(self.download(&s, "read the optimizer state")?);
-            }
-            out.push(OptState {
-                step: self.steps[i],
-                slots,
-            });
+        for (slots, &step) in self.slots.iter().zip(&self.steps) {
+            let slots = slots
+                .iter()
+                .map(|s| download(s, "read the optimizer state"))
+                .collect::<Result<Vec<_>>>()?;
+            self.traffic.downloaded_bytes += bytes_of(&slots);
+            out.push(OptState { step, slots });
         }
         Ok(out)
     }
@@ -160,15 +160,18 @@ impl ResidentParams {
     pub fn traffic(&self) -> HostTraffic {
         self.traffic
     }
+}
 
-    fn download(&mut self, t: &Tensor, what: &str) -> Result<Vec<f32>> {
-        let v = t
-            .flatten_all()
-            .and_then(|f| f.to_vec1::<f32>())
-            .map_err(|e| device_error(what, e))?;
-        self.traffic.downloaded_bytes += 4 * v.len() as u64;
-        Ok(v)
-    }
+/// A tensor's values read back to the host, flat.
+fn download(t: &Tensor, what: &str) -> Result<Vec<f32>> {
+    t.flatten_all()
+        .and_then(|f| f.to_vec1::<f32>())
+        .map_err(|e| device_error(what, e))
+}
+
+/// Bytes of f32 vectors.
+fn bytes_of(vectors: &[Vec<f32>]) -> u64 {
+    vectors.iter().map(|v| 4 * v.len() as u64).sum()
 }
 
 #[cfg(test)]

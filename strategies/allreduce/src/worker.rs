@@ -10,8 +10,6 @@ pub struct AllreduceWorker {
     id: WorkerId,
     job: Arc<Job>,
     replica: Option<Replica>,
-    /// Whether the parameters live in the replica's tensors ([`LocalModel::keep_on`]).
-    resident: bool,
     model: LocalModel,
     fusion: Fusion,
     group: Group,
@@ -28,14 +26,12 @@ impl AllreduceWorker {
         let replica = job.replica(RoleId::Worker(id))?;
         // The replica's own tensors hold the parameters from here on, on its device (a GPU
         // under `backend = "cuda"`): steps read them in place and updates run there.
-        let resident = match &replica {
-            Some(r) => model.keep_on(r)?,
-            None => false,
-        };
+        if let Some(r) = &replica {
+            model.keep_on(r)?;
+        }
         Ok(AllreduceWorker {
             id,
             replica,
-            resident,
             model,
             fusion: Fusion::new(sizes, 1, bucket_elems),
             group: Group::workers(job.config.workers)?,
@@ -90,9 +86,10 @@ impl Worker for AllreduceWorker {
                 stream_offset: clock * n * b + self.id as u64 * b,
                 batch: b,
             };
+            // Host values only for a model whose replica keeps no tensors of its own (MF).
             let params = match self.model.params() {
-                Some(values) if !self.resident => ParamSource::Host(values),
-                _ => ParamSource::Resident,
+                Some(values) => ParamSource::Host(values),
+                None => ParamSource::Resident,
             };
             let ((loss, grads), _) = train_step(
                 ctx,

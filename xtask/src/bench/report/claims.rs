@@ -7,7 +7,7 @@
 //! - a seed without a value on either side (target never reached, figure not defined) fails;
 //! - the difference counts only beyond the metric's resolution (a time or iteration count to
 //!   target read at checks coarser than every iteration may lie up to the distance to the check
-//!   before; else a relative 10⁻⁹);
+//!   before; other metrics are exact);
 //! - a direction claim (no size) needs a difference beyond [`TIE_BAND`] of the reference too:
 //!   a closer result is a tie, and a tie is not a reproduced result;
 //! - the claim holds when it holds in every seed of the suite.
