@@ -79,6 +79,18 @@ pub async fn train_step(
         (Some(replica), Some(data)) => Some((replica, batch_of(job, data, replica, params, at)?)),
         _ => None,
     };
+    // Host values were copied into the replica's tensors before the step: charged at the
+    // machine's tensor copy rate (the step's own cost, as `calibrate --host` measures it, starts
+    // from parameters already in place, as a worker keeping them there takes it).
+    if let (Some(_), ParamSource::Host(values)) = (&batch, params) {
+        let bytes = values.iter().map(|v| 4 * v.len() as u64).sum();
+        let load = ctx.device().tensor_copy_seconds(bytes);
+        if load > 0.0 {
+            let t = ctx.now();
+            ctx.charge_modeled(load).await;
+            ctx.trace_span("load", "compute", t, ctx.now());
+        }
+    }
     let step = move || {
         batch.map(|(replica, (x, y))| match (&plan, replica.graph_net()) {
             (Some(plan), Some(_)) => replica.step_with_plan(x, &y, plan),

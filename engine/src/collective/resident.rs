@@ -8,9 +8,11 @@
 
 use crate::error::{EngineError, Result};
 use crate::optim::{OptState, OptimizerConfig};
-use candle_core::{Tensor, Var};
+use candle_core::{CpuStorage, Device, InplaceOp1, Layout, Tensor, Var};
+use std::cell::RefCell;
 
-/// Bytes that crossed between the host and the device for a resident model.
+/// Bytes that crossed between the host and the device for a resident model (on a CPU replica,
+/// the same accounting: what was copied into and read out of its tensors).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HostTraffic {
     /// Host to device: values loaded, gradients (or their sum) applied.
@@ -19,19 +21,52 @@ pub struct HostTraffic {
     pub downloaded_bytes: u64,
 }
 
+/// How the optimizer's update runs on the replica's tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdateRule {
+    /// The host rule ([`OptimizerConfig::step`]) on the variables' own elements, the optimizer
+    /// state in host vectors: for a CPU replica, whose tensors are host memory. Chained tensor
+    /// operations would allocate a temporary per operation and take four to ten times as long.
+    InPlace,
+    /// Tensor operations on the device ([`OptimizerConfig::step_tensor`]), the optimizer state
+    /// in device tensors: for an accelerator.
+    Tensors,
+}
+
+impl UpdateRule {
+    /// The rule for variables on `device`: in place on the CPU, tensor operations elsewhere.
+    pub fn for_device(device: &Device) -> UpdateRule {
+        if device.is_cpu() {
+            UpdateRule::InPlace
+        } else {
+            UpdateRule::Tensors
+        }
+    }
+}
+
+/// The optimizer's state beside the variables, where its rule runs.
+#[derive(Debug)]
+enum HeldState {
+    /// Per tensor, host vectors ([`UpdateRule::InPlace`]).
+    Host(Vec<OptState>),
+    /// Per tensor, device tensors and the updates applied ([`UpdateRule::Tensors`]).
+    Device {
+        slots: Vec<Vec<Tensor>>,
+        steps: Vec<u64>,
+    },
+}
+
 /// A replica's parameter variables (layout order) and their optimizer state on its device.
 #[derive(Debug)]
 pub struct ResidentParams {
     vars: Vec<Var>,
-    /// Per tensor, the optimizer's per-element slots.
-    slots: Vec<Vec<Tensor>>,
-    /// Per tensor, the updates applied.
-    steps: Vec<u64>,
+    rule: UpdateRule,
+    state: HeldState,
     traffic: HostTraffic,
 }
 
 /// A device failure while keeping the parameters.
-fn device_error(what: &str, e: candle_core::Error) -> EngineError {
+fn device_error(what: &str, e: impl std::fmt::Display) -> EngineError {
     EngineError::Gpu {
         what: format!("{what} on the replica's device"),
         reason: e.to_string(),
@@ -40,12 +75,33 @@ fn device_error(what: &str, e: candle_core::Error) -> EngineError {
 
 impl ResidentParams {
     /// Takes `vars` (a replica's parameters, layout order) as the model, loading `values` and
-    /// the optimizer `states` into them.
+    /// the optimizer `states` into them; the update runs by the rule for their device
+    /// ([`UpdateRule::for_device`]).
     pub fn new(vars: Vec<Var>, values: &[Vec<f32>], states: &[OptState]) -> Result<Self> {
+        let rule = vars
+            .first()
+            .map_or(UpdateRule::InPlace, |v| UpdateRule::for_device(v.device()));
+        Self::with_rule(vars, values, states, rule)
+    }
+
+    /// [`ResidentParams::new`] with the update rule given: an error for
+    /// [`UpdateRule::InPlace`] on variables that are not on the CPU.
+    pub fn with_rule(
+        vars: Vec<Var>,
+        values: &[Vec<f32>],
+        states: &[OptState],
+        rule: UpdateRule,
+    ) -> Result<Self> {
+        if rule == UpdateRule::InPlace && vars.iter().any(|v| !v.device().is_cpu()) {
+            return Err(device_error(
+                "update the parameters in place",
+                "only a CPU replica's tensors are host memory",
+            ));
+        }
         let mut held = ResidentParams {
             vars,
-            slots: Vec::new(),
-            steps: Vec::new(),
+            rule,
+            state: HeldState::Host(Vec::new()),
             traffic: HostTraffic::default(),
         };
         held.load(values, states)?;
@@ -67,40 +123,34 @@ impl ResidentParams {
             });
         }
         self.set_values(values)?;
-        let upload = |v: &Vec<f32>, like: &Var| {
-            Tensor::from_slice(v, like.shape(), like.device())
-                .map_err(|e| device_error("load the optimizer state", e))
+        self.traffic.uploaded_bytes += states.iter().map(OptState::bytes).sum::<u64>();
+        self.state = match self.rule {
+            UpdateRule::InPlace => HeldState::Host(states.to_vec()),
+            UpdateRule::Tensors => {
+                let upload = |v: &Vec<f32>, like: &Var| {
+                    Tensor::from_slice(v, like.shape(), like.device())
+                        .map_err(|e| device_error("load the optimizer state", e))
+                };
+                let slots = states
+                    .iter()
+                    .zip(&self.vars)
+                    .map(|(state, var)| state.slots.iter().map(|s| upload(s, var)).collect())
+                    .collect::<Result<Vec<Vec<_>>>>()?;
+                HeldState::Device {
+                    slots,
+                    steps: states.iter().map(|s| s.step).collect(),
+                }
+            }
         };
-        let mut slots = Vec::with_capacity(states.len());
-        for (state, var) in states.iter().zip(&self.vars) {
-            let tensors = state
-                .slots
-                .iter()
-                .map(|s| upload(s, var))
-                .collect::<Result<Vec<_>>>()?;
-            self.traffic.uploaded_bytes += state.bytes();
-            slots.push(tensors);
-        }
-        self.slots = slots;
-        self.steps = states.iter().map(|s| s.step).collect();
         Ok(())
     }
 
     /// Replaces the values, keeping the optimizer state (model averaging).
     pub fn set_values(&mut self, values: &[Vec<f32>]) -> Result<()> {
-        let what = "load the parameters";
-        if values.len() != self.vars.len() {
-            return Err(EngineError::Gpu {
-                what: format!("{what} onto the replica's device"),
-                reason: format!("{} values for {} parameters", values.len(), self.vars.len()),
-            });
-        }
-        for (var, v) in self.vars.iter().zip(values) {
-            let t = Tensor::from_slice(v, var.shape(), var.device())
-                .map_err(|e| device_error(what, e))?;
-            var.set(&t).map_err(|e| device_error(what, e))?;
-            self.traffic.uploaded_bytes += 4 * v.len() as u64;
-        }
+        let vars: Vec<&Var> = self.vars.iter().collect();
+        concord_workloads::model::load_vars(&vars, values)
+            .map_err(|e| device_error("load the parameters", e))?;
+        self.traffic.uploaded_bytes += bytes_of(values);
         Ok(())
     }
 
@@ -112,21 +162,38 @@ impl ResidentParams {
         grads: &[G],
     ) -> Result<()> {
         let what = "apply an update";
+        if grads.len() != self.vars.len() {
+            return Err(device_error(
+                what,
+                format!(
+                    "{} gradients for {} parameters",
+                    grads.len(),
+                    self.vars.len()
+                ),
+            ));
+        }
         for (i, (var, g)) in self.vars.iter().zip(grads).enumerate() {
             let g = g.as_ref();
-            let grad = Tensor::from_slice(g, var.shape(), var.device())
-                .map_err(|e| device_error(what, e))?;
             self.traffic.uploaded_bytes += 4 * g.len() as u64;
-            self.steps[i] += 1;
-            let updated = optimizer
-                .step_tensor(
-                    &var.as_tensor().detach(),
-                    &grad,
-                    &mut self.slots[i],
-                    self.steps[i],
-                )
-                .map_err(|e| device_error(what, e))?;
-            var.set(&updated).map_err(|e| device_error(what, e))?;
+            match &mut self.state {
+                HeldState::Host(states) => {
+                    let rule = HostRule {
+                        optimizer,
+                        grad: g,
+                        state: RefCell::new(&mut states[i]),
+                    };
+                    var.inplace_op1(&rule).map_err(|e| device_error(what, e))?;
+                }
+                HeldState::Device { slots, steps } => {
+                    let grad = Tensor::from_slice(g, var.shape(), var.device())
+                        .map_err(|e| device_error(what, e))?;
+                    steps[i] += 1;
+                    let updated = optimizer
+                        .step_tensor(&var.as_tensor().detach(), &grad, &mut slots[i], steps[i])
+                        .map_err(|e| device_error(what, e))?;
+                    var.set(&updated).map_err(|e| device_error(what, e))?;
+                }
+            }
         }
         Ok(())
     }
@@ -144,21 +211,60 @@ impl ResidentParams {
 
     /// The optimizer state, read back to the host (layout order).
     pub fn states(&mut self) -> Result<Vec<OptState>> {
-        let mut out = Vec::with_capacity(self.slots.len());
-        for (slots, &step) in self.slots.iter().zip(&self.steps) {
-            let slots = slots
+        let out = match &self.state {
+            HeldState::Host(states) => states.clone(),
+            HeldState::Device { slots, steps } => slots
                 .iter()
-                .map(|s| download(s, "read the optimizer state"))
-                .collect::<Result<Vec<_>>>()?;
-            self.traffic.downloaded_bytes += bytes_of(&slots);
-            out.push(OptState { step, slots });
-        }
+                .zip(steps)
+                .map(|(slots, &step)| {
+                    let slots = slots
+                        .iter()
+                        .map(|s| download(s, "read the optimizer state"))
+                        .collect::<Result<Vec<_>>>()?;
+                    Ok(OptState { step, slots })
+                })
+                .collect::<Result<Vec<_>>>()?,
+        };
+        self.traffic.downloaded_bytes += out.iter().map(OptState::bytes).sum::<u64>();
         Ok(out)
+    }
+
+    /// How the update runs.
+    pub fn rule(&self) -> UpdateRule {
+        self.rule
     }
 
     /// What crossed between host and device so far.
     pub fn traffic(&self) -> HostTraffic {
         self.traffic
+    }
+}
+
+/// The optimizer's host rule run on a CPU variable's own elements, its state in host vectors.
+struct HostRule<'a> {
+    optimizer: &'a OptimizerConfig,
+    grad: &'a [f32],
+    state: RefCell<&'a mut OptState>,
+}
+
+impl InplaceOp1 for HostRule<'_> {
+    fn name(&self) -> &'static str {
+        "optimizer-update"
+    }
+
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
+        let param = concord_workloads::model::f32_slice_mut(storage, layout, self.name())?;
+        if param.len() != self.grad.len() {
+            candle_core::bail!(
+                "{}: a gradient of {} elements for a parameter of {}",
+                self.name(),
+                self.grad.len(),
+                param.len()
+            );
+        }
+        self.optimizer
+            .step(param, self.grad, &mut self.state.borrow_mut());
+        Ok(())
     }
 }
 
@@ -212,27 +318,54 @@ mod tests {
             .collect()
     }
 
-    /// The device rule is the host rule, bit for bit, for every optimizer and over many steps.
+    /// Either rule is the host rule, bit for bit, for every optimizer and over many steps; the
+    /// tensor rule is what a GPU runs, checked here on the CPU.
     #[test]
-    fn tensor_updates_give_the_host_rules_bits() {
+    fn both_update_rules_give_the_host_rules_bits() {
         let mut rng = ChaCha8Rng::seed_from_u64(7);
-        for opt in optimizers() {
-            let n = 257;
-            let init: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
-            let mut host = init.clone();
-            let mut state = opt.init_state(n);
-            let var = Var::from_slice(&init, n, &candle_core::Device::Cpu).unwrap();
-            let mut device = ResidentParams::new(vec![var], &[init], &[state.clone()]).unwrap();
-            for _ in 0..6 {
-                let grad: Vec<f32> = (0..n).map(|_| rng.gen_range(-3.0..3.0)).collect();
-                opt.step(&mut host, &grad, &mut state);
-                device.apply(&opt, &[grad]).unwrap();
+        for rule in [UpdateRule::InPlace, UpdateRule::Tensors] {
+            for opt in optimizers() {
+                let n = 257;
+                let init: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                let mut host = init.clone();
+                let mut state = opt.init_state(n);
+                let var = Var::from_slice(&init, n, &candle_core::Device::Cpu).unwrap();
+                let mut device =
+                    ResidentParams::with_rule(vec![var], &[init], &[state.clone()], rule).unwrap();
+                assert_eq!(device.rule(), rule);
+                for _ in 0..6 {
+                    let grad: Vec<f32> = (0..n).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                    opt.step(&mut host, &grad, &mut state);
+                    device.apply(&opt, &[grad]).unwrap();
+                }
+                assert_eq!(
+                    bits(&device.values().unwrap()),
+                    bits(&[host]),
+                    "{rule:?} {opt:?}"
+                );
+                let states = device.states().unwrap();
+                assert_eq!(states[0].step, state.step);
+                assert_eq!(
+                    bits(&states[0].slots),
+                    bits(&state.slots),
+                    "{rule:?} {opt:?}"
+                );
+                // Both count the same traffic: the load, six gradients, one read of each.
+                let n = n as u64 * 4;
+                let slots = opt.state_slots() as u64;
+                assert_eq!(device.traffic().uploaded_bytes, n * (1 + slots + 6));
+                assert_eq!(device.traffic().downloaded_bytes, n * (1 + slots));
             }
-            assert_eq!(bits(&device.values().unwrap()), bits(&[host]), "{opt:?}");
-            let states = device.states().unwrap();
-            assert_eq!(states[0].step, state.step);
-            assert_eq!(bits(&states[0].slots), bits(&state.slots), "{opt:?}");
         }
+    }
+
+    /// A CPU replica updates in place: no temporary tensors, the chained operations' cost.
+    #[test]
+    fn a_cpu_replica_takes_the_in_place_rule() {
+        let var = Var::from_slice(&[1.0f32, 2.0], 2, &candle_core::Device::Cpu).unwrap();
+        let opt = OptimizerConfig::default();
+        let held = ResidentParams::new(vec![var], &[vec![1.0, 2.0]], &[opt.init_state(2)]);
+        assert_eq!(held.unwrap().rule(), UpdateRule::InPlace);
     }
 
     /// A replica whose model keeps its parameters in its own tensors trains to the same bits
@@ -358,6 +491,27 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("2 values") && e.contains("1 parameters"), "{e}");
+        let var = Var::from_slice(&[1.0f32, 2.0], 2, &candle_core::Device::Cpu).unwrap();
+        let mut held =
+            ResidentParams::new(vec![var], &[vec![1.0, 2.0]], &[opt.init_state(2)]).unwrap();
+        let e = held
+            .apply(&opt, &[vec![0.5f32; 3]])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("gradient of 3 elements") && e.contains("of 2"),
+            "{e}"
+        );
+        let e = held
+            .apply(&opt, &[vec![0.5f32; 2], vec![1.0]])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("2 gradients for 1 parameters"), "{e}");
+        assert_eq!(
+            held.values().unwrap(),
+            vec![vec![1.0, 2.0]],
+            "nothing applied"
+        );
     }
 
     /// The parameter layout of `spec` over two servers, in blocks of 7 elements (so blocks cut

@@ -47,7 +47,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     // Steps, servers' clocks and messages' copies are timed on data no longer cached, as in a job.
     let mut sweep = host::CacheSweep::for_this_machine();
     println!(
-        "# training steps (parameters loaded, forward and backward; median, caches emptied first):"
+        "# training steps (forward and backward at parameters in place; median, caches emptied first):"
     );
     println!(
         "#   {:<28} {:>6} {:>12} {:>9} {:>6}",

@@ -13,6 +13,7 @@ mod graph_net;
 mod mf;
 mod replica;
 mod stages;
+mod vars;
 
 pub use crate::metrics::auc;
 pub use dlrm::{
@@ -23,6 +24,7 @@ pub use graph_net::{GraphNet, GraphNetSpec, NetNode, NetOp, PlanError, BN_EPS};
 pub use mf::{MfModel, MfSpec, MF_LEFT, MF_RIGHT};
 pub use replica::{EvalOutput, Replica, StepOutput};
 pub use stages::{StageSpec, StagedModel};
+pub use vars::{f32_slice_mut, load_vars};
 
 use crate::cost::LayerCost;
 use crate::data::{DataConfig, Dataset};

@@ -123,7 +123,7 @@ impl Replica {
             Inner::Mf(m) => return m.set_params(values),
             Inner::Dlrm(d) => return d.set_params(values),
         };
-        load_vars(&model.vars(), values, model.device())?;
+        super::load_vars(&model.vars(), values)?;
         Ok(())
     }
 
@@ -249,28 +249,4 @@ impl Replica {
             Inner::Dlrm(_) => candle_core::bail!("a DLRM scores through its own evaluation"),
         }
     }
-}
-
-/// Sets `vars` from flat values in the same order, on `device`; an error naming both counts when
-/// they differ.
-pub(super) fn load_vars(
-    vars: &[&candle_core::Var],
-    values: &[Vec<f32>],
-    device: &Device,
-) -> Result<()> {
-    if vars.len() != values.len() {
-        return Err(WorkloadError::Tensor {
-            context: "load parameters".into(),
-            source: candle_core::Error::Msg(format!(
-                "{} values for {} parameters",
-                values.len(),
-                vars.len()
-            )),
-        });
-    }
-    for (var, v) in vars.iter().zip(values) {
-        let t = Tensor::from_slice(v, var.shape(), device).ctx("load parameters")?;
-        var.set(&t).ctx("load parameters")?;
-    }
-    Ok(())
 }

@@ -1,6 +1,9 @@
-//! Timing training steps as a worker takes them: load the parameters it read into the replica,
-//! then forward and backward on its batch (`Replica::step`), on the CPU, with the caches emptied
-//! first: in a job, a role's messages and its machine's other roles run between two steps.
+//! Timing training steps as a worker takes them: forward and backward on its batch
+//! (`Replica::step`) at parameters already in the replica, on the CPU, with the caches emptied
+//! first: in a job, a role's messages and its machine's other roles run between two steps. A
+//! worker that loads host values into its replica first is charged that copy apart, at the
+//! machine's tensor copy rate (`message_copy_gbps`); one that keeps its parameters in the replica
+//! (allreduce) has none.
 
 use super::{CacheSweep, HostError, HostModel, Repeats};
 use crate::model::Replica;
@@ -27,9 +30,9 @@ impl StepPoint {
     }
 }
 
-/// Times a worker's training step of `model` at every batch size of `batches`: per step, the
-/// replica loads the parameters (what a worker does with the values it pulled) and runs forward
-/// and backward on a freshly gathered batch; `sweep` empties the caches before every run.
+/// Times a worker's training step of `model` at every batch size of `batches`: forward and
+/// backward on a freshly gathered batch at the model's initial parameters, loaded once; `sweep`
+/// empties the caches before every run.
 pub fn measure_steps(
     model: &HostModel,
     batches: &[u32],
@@ -53,13 +56,12 @@ pub fn measure_steps(
             model: model.name.clone(),
             reason: "it has no initial parameters".into(),
         })?;
+    replica.set_params(&params).map_err(setup)?;
     let mut out = Vec::with_capacity(batches.len());
     for &batch in batches {
         let (features, labels) = model.batch(batch as usize);
-        let step = || {
-            replica.set_params(&params)?;
-            replica.step(features.clone(), &labels).map(|_| ())
-        };
+        // Every step starts from the same values, as the gradients are not applied.
+        let step = || replica.step(features.clone(), &labels).map(|_| ());
         let (seconds, runs) = repeats
             .median_after(|| sweep.sweep(), step)
             .map_err(|source| HostError::Step {

@@ -2,7 +2,7 @@
 
 use super::{DlrmSpec, Interaction};
 use crate::error::{Result, TensorContext, WorkloadError};
-use crate::model::replica::load_vars;
+use crate::model::load_vars;
 use candle_core::{DType, Device, Tensor, Var, D};
 
 /// One training step of the dense part on a batch of gathered rows.
@@ -57,7 +57,7 @@ impl DlrmDense {
     /// [`DlrmSpec::dense_param_range`]).
     pub fn set_params(&self, values: &[Vec<f32>]) -> Result<()> {
         let vars: Vec<&Var> = self.vars.iter().collect();
-        load_vars(&vars, values, &self.device)
+        load_vars(&vars, values)
     }
 
     /// The dense parameters' current values, in layout order.

@@ -58,7 +58,7 @@ impl GraphNet {
 
     /// Sets every parameter from flat values in layout order.
     pub fn set_params(&self, values: &[Vec<f32>]) -> Result<()> {
-        crate::model::replica::load_vars(&self.vars(), values, &self.device)
+        crate::model::load_vars(&self.vars(), values)
     }
 
     /// A flat batch of samples as the input tensor `[batch, c, h, w]`.
