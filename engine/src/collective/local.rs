@@ -126,6 +126,21 @@ impl LocalModel {
         }
     }
 
+    /// A digest of the parameters' bits ([`super::digest`]), to check that replicas agree:
+    /// `None` in throughput mode, and for values on an accelerator, where reading them back after
+    /// every round would cost the transfer keeping them there saves (on the CPU the replica's
+    /// tensors are host memory, and they are read in place).
+    pub fn digest(&mut self) -> Result<Option<u64>> {
+        match &mut self.held {
+            Held::Virtual => Ok(None),
+            Held::Host { params, .. } => Ok(Some(super::digest(params))),
+            Held::Device(d) if d.rule() == super::UpdateRule::InPlace => {
+                d.values().map(|v| Some(super::digest(&v)))
+            }
+            Held::Device(_) => Ok(None),
+        }
+    }
+
     /// Whether the parameters are real (not throughput mode).
     pub fn is_real(&self) -> bool {
         !matches!(self.held, Held::Virtual)

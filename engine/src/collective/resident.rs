@@ -401,14 +401,19 @@ mod tests {
                 host.apply(&h.grads, 1.0, t as f64).unwrap();
                 resident.apply(&r.grads, 1.0, t as f64).unwrap();
             }
+            // The replicas' digests agree, read in place from the CPU replica's tensors.
+            let digest = resident.digest().unwrap();
+            assert!(digest.is_some());
+            assert_eq!(digest, host.digest().unwrap(), "{opt:?}");
+            let read = param_bytes;
             let moved = resident.host_traffic().unwrap();
             assert_eq!(
                 moved.uploaded_bytes - loaded.uploaded_bytes,
                 steps * param_bytes,
                 "one gradient per step goes up"
             );
-            // Only the two snapshots (every 2 updates) came down.
-            assert_eq!(moved.downloaded_bytes, 2 * param_bytes);
+            // Only the two snapshots (every 2 updates) and the digest's read came down.
+            assert_eq!(moved.downloaded_bytes, 2 * param_bytes + read);
             let (h, r) = (
                 host.report(&spec_layout(&spec)),
                 resident.report(&spec_layout(&spec)),

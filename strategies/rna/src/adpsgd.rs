@@ -35,43 +35,70 @@ pub struct AdPsgdWorker {
     replica: Option<Replica>,
     model: LocalModel,
     elems: u64,
+    /// Element count of each parameter tensor (unflattening a peer's model).
+    sizes: Vec<usize>,
 }
 
 impl AdPsgdWorker {
     /// Worker `id` of `job`.
     pub fn new(job: Arc<Job>, id: WorkerId) -> Result<AdPsgdWorker> {
-        let elems = job.layout.params().iter().map(|p| p.elems() as u64).sum();
+        let sizes: Vec<usize> = job.layout.params().iter().map(|p| p.elems()).collect();
+        let replica = job.replica(RoleId::Worker(id))?;
+        let mut model = LocalModel::new(&job);
+        // The parameters stay in the replica's tensors, on its device, between steps.
+        if let Some(replica) = &replica {
+            model.keep_on(replica)?;
+        }
         Ok(AdPsgdWorker {
             id,
-            replica: job.replica(RoleId::Worker(id))?,
-            model: LocalModel::new(&job),
+            replica,
+            model,
             job,
-            elems,
+            elems: sizes.iter().map(|&n| n as u64).sum(),
+            sizes,
         })
     }
 
-    fn flat(&self) -> Payload {
-        match self.model.params() {
-            Some(p) => Payload::Real(p.iter().flatten().copied().collect()),
+    /// The parameters, flat, as a peer receives them (read back from the replica's device when
+    /// they live there); `None` in throughput mode.
+    fn own_values(&mut self) -> Result<Option<Vec<f32>>> {
+        Ok(self
+            .model
+            .values()?
+            .map(|v| v.into_iter().flatten().collect()))
+    }
+
+    /// `own` as a message payload.
+    fn payload(&self, own: &Option<Vec<f32>>) -> Payload {
+        match own {
+            Some(v) => Payload::Real(v.clone()),
             None => Payload::Virtual { elems: self.elems },
         }
     }
 
-    /// `x ← (x + other) / 2`.
-    fn average_with(&mut self, other: &Payload, now: f64) -> Result<()> {
-        let (Some(params), Some(o)) = (self.model.params(), other.values()) else {
+    /// `x ← (x + other) / 2`, `own` being `x` as sent.
+    fn average_with(&mut self, own: Option<Vec<f32>>, other: &Payload, now: f64) -> Result<()> {
+        let (Some(mine), Some(o)) = (own, other.values()) else {
             return Ok(());
         };
+        if o.len() != mine.len() {
+            return Err(EngineError::protocol(
+                RoleId::Worker(self.id),
+                format!("a peer's model of {} elements, not {}", o.len(), mine.len()),
+            ));
+        }
         let mut offset = 0;
-        let mut out = Vec::with_capacity(params.len());
-        for p in params {
+        let mut out = Vec::with_capacity(self.sizes.len());
+        for &n in &self.sizes {
+            let range = offset..offset + n;
             out.push(
-                p.iter()
-                    .zip(&o[offset..offset + p.len()])
+                mine[range.clone()]
+                    .iter()
+                    .zip(&o[range])
                     .map(|(a, b)| 0.5 * (a + b))
                     .collect(),
             );
-            offset += p.len();
+            offset += n;
         }
         self.model.set_params(out, now)
     }
@@ -82,16 +109,17 @@ impl AdPsgdWorker {
             Message::Collective {
                 op, step: 0, data, ..
             } if op & OP_TAG == OP_TAG && !is_active(self.id) => {
+                let own = self.own_values()?;
                 ctx.send(
                     env.from,
                     Message::Collective {
                         op,
                         part: 0,
                         step: 1,
-                        data: self.flat(),
+                        data: self.payload(&own),
                     },
                 );
-                self.average_with(&data, ctx.now())?;
+                self.average_with(own, &data, ctx.now())?;
                 Ok(())
             }
             other => Err(EngineError::protocol(
@@ -111,11 +139,13 @@ impl AdPsgdWorker {
         step: u64,
     ) -> Result<u64> {
         let op = OP_TAG | ((self.id as u64) << 32) | step;
+        // An active worker is never asked meanwhile, so these stay its values until the answer.
+        let own = self.own_values()?;
         let request = Message::Collective {
             op,
             part: 0,
             step: 0,
-            data: self.flat(),
+            data: self.payload(&own),
         };
         let bytes_sent = request.wire_bytes();
         ctx.send(RoleId::Worker(peer), request);
@@ -129,7 +159,7 @@ impl AdPsgdWorker {
                     ..
                 } if *o == op => {
                     let data = data.clone();
-                    self.average_with(&data, ctx.now())?;
+                    self.average_with(own, &data, ctx.now())?;
                     return Ok(bytes_sent);
                 }
                 _ => self.serve(ctx, env)?,
@@ -175,12 +205,16 @@ impl Worker for AdPsgdWorker {
                 stream_offset: (step * n + self.id as u64) * b,
                 batch: b,
             };
-            let params = self.model.params().unwrap_or_default();
+            // Host values only for a model whose replica keeps no tensors of its own (MF).
+            let params = match self.model.params() {
+                Some(values) => ParamSource::Host(values),
+                None => ParamSource::Resident,
+            };
             let ((loss, grads), ready_at) = train_step(
                 ctx,
                 &job,
                 self.replica.as_ref(),
-                ParamSource::Host(params),
+                params,
                 at,
                 work,
                 Charge::Deferred,

@@ -40,15 +40,16 @@ impl RnaWorker {
         let from = match parent {
             None => {
                 let elems = self.sizes.iter().sum::<usize>() as u64;
-                let (mine, part) = match (self.model.params(), self.group_base.as_ref()) {
+                // What the group pushes comes down from the replica's device if it lives there.
+                let (mine, part) = match (self.model.values()?, self.group_base.as_ref()) {
                     // The group's first push under `delta`: its parameters, then its base.
                     (Some(params), Some(base)) => {
-                        let mut v: Vec<f32> = params.iter().flatten().copied().collect();
+                        let mut v: Vec<f32> = params.into_iter().flatten().collect();
                         v.extend_from_slice(base);
                         (Payload::Real(v), PUSH_WITH_BASE)
                     }
                     (Some(params), None) => {
-                        (Payload::Real(params.iter().flatten().copied().collect()), 0)
+                        (Payload::Real(params.into_iter().flatten().collect()), 0)
                     }
                     (None, _) => (Payload::Virtual { elems }, 0),
                 };
@@ -83,7 +84,7 @@ impl RnaWorker {
             self.sync_bytes += m.wire_bytes();
             ctx.send(self.group.member(c), m);
         }
-        if let (Payload::Real(flat), Some(_)) = (&data, self.model.params()) {
+        if let (Payload::Real(flat), true) = (&data, self.model.is_real()) {
             if flat.len() != self.sizes.iter().sum::<usize>() {
                 return Err(EngineError::protocol(
                     ctx.id(),

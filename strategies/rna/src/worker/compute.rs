@@ -38,12 +38,16 @@ impl RnaWorker {
             stream_offset: (step * n + self.id as u64) * b,
             batch: b,
         };
-        let params = self.model.params().unwrap_or_default();
+        // Host values only for a model whose replica keeps no tensors of its own (MF).
+        let params = match self.model.params() {
+            Some(values) => ParamSource::Host(values),
+            None => ParamSource::Resident,
+        };
         let ((loss, grads), ready_at) = train_step(
             ctx,
             &job,
             self.replica.as_ref(),
-            ParamSource::Host(params),
+            params,
             at,
             work,
             Charge::Deferred,

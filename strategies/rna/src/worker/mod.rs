@@ -120,8 +120,12 @@ impl RnaWorker {
             sync_bytes: 0,
             group_base: None,
         };
+        // The parameters stay in the replica's tensors, on its device, between steps.
+        if let Some(replica) = &worker.replica {
+            worker.model.keep_on(replica)?;
+        }
         if worker.averaging {
-            worker.group_base = worker.delta_base();
+            worker.group_base = worker.delta_base()?;
         }
         Ok(worker)
     }
@@ -148,18 +152,17 @@ impl RnaWorker {
     }
 
     /// The model the groups start from, kept for the first push under `merge = "delta"`.
-    fn delta_base(&self) -> Option<Vec<f32>> {
+    fn delta_base(&mut self) -> Result<Option<Vec<f32>>> {
         let delta = self
             .opts
             .hierarchy
             .as_ref()
             .is_some_and(|h| h.merge == Merge::Delta);
         if !delta {
-            return None;
+            return Ok(None);
         }
-        self.model
-            .params()
-            .map(|p| p.iter().flatten().copied().collect())
+        let values = self.model.values()?;
+        Ok(values.map(|p| p.into_iter().flatten().collect()))
     }
 
     /// Dispatches one message: a collective hop, a probe, an activation or the new groups.
@@ -210,7 +213,7 @@ impl Worker for RnaWorker {
                 if let Some(g) = self.pending_groups.take() {
                     (self.group_id, self.group) = g;
                     self.averaging = true;
-                    self.group_base = self.delta_base();
+                    self.group_base = self.delta_base()?;
                 }
                 if let Some(a) = self.pending_activations.pop_front() {
                     // Joining the ring fuses the contribution into its buffer: a copy first.

@@ -5,7 +5,7 @@
 use super::RnaWorker;
 use crate::hier::is_sync_op;
 use crate::protocol::{self, Activate, Round, RoundDone};
-use concord_engine::collective::{digest, RingAllreduce};
+use concord_engine::collective::RingAllreduce;
 use concord_engine::prelude::*;
 
 /// The round in progress.
@@ -76,14 +76,14 @@ impl RnaWorker {
             self.stats.staleness[s] += 1;
         }
         let oldest = c.staleness.iter().max().map_or(-1, |s| (k - s) as i64);
-        let buf = match (&c.grads, self.model.params()) {
-            (Some(g), _) => self.fusion.fuse(g, &[c.weight]),
+        let buf = match &c.grads {
+            Some(g) => self.fusion.fuse(g, &[c.weight]),
             // A null contribution: zeros of the same shape (and w = 0).
-            (None, Some(params)) => {
-                let zeros: Vec<Vec<f32>> = params.iter().map(|p| vec![0.0; p.len()]).collect();
+            None if self.model.is_real() => {
+                let zeros: Vec<Vec<f32>> = self.sizes.iter().map(|&n| vec![0.0; n]).collect();
                 self.fusion.fuse(&zeros, &[0.0])
             }
-            (None, None) => self.fusion.fuse_virtual(),
+            None => self.fusion.fuse_virtual(),
         };
         let ring = RingAllreduce::start(ctx, &self.group, k, buf, self.fusion.buckets())?;
         self.active = Some(ActiveRound {
@@ -160,8 +160,8 @@ impl RnaWorker {
     /// Records a round (after its averaging, in RNA-H) and reports it to the controller.
     pub(super) fn finish_round(&mut self, ctx: &mut RoleContext, a: Finished) -> Result<()> {
         let now = ctx.now();
-        if let Some(p) = self.model.params() {
-            self.stats.digests.push(digest(p));
+        if let Some(d) = self.model.digest()? {
+            self.stats.digests.push(d);
         }
         if a.initiator == self.id {
             let body = RoundDone {
