@@ -72,10 +72,17 @@ impl FelaWorker {
     /// Worker `id` of `job`.
     pub fn new(job: Arc<Job>, id: WorkerId, opts: Resolved) -> Result<FelaWorker> {
         let levels = opts.submodels.len();
+        let replica = job.replica(RoleId::Worker(id))?;
+        let mut model = LocalModel::new(&job);
+        // The parameters stay in the replica's tensors, on its device: the passes read them in
+        // place and the iteration's update runs there.
+        if let Some(replica) = &replica {
+            model.keep_on(replica)?;
+        }
         Ok(FelaWorker {
             id,
-            replica: job.replica(RoleId::Worker(id))?,
-            model: LocalModel::new(&job),
+            replica,
+            model,
             shapes: stage_input_shapes(&job.model),
             output_shapes: stage_output_shapes(&job.model),
             job,
@@ -245,9 +252,9 @@ impl FelaWorker {
     /// Gives sub-model `h.level`'s values and optimizer state to the workers joining its CTD
     /// subset.
     fn hand_over(&mut self, ctx: &RoleContext, h: Handover) -> Result<()> {
-        let payload = match self.model.params() {
-            Some(_) => Payload::Real(self.model.export(self.opts.submodels.params(h.level))?),
-            None => Payload::Virtual {
+        let payload = match self.model.is_real() {
+            true => Payload::Real(self.model.export(self.opts.submodels.params(h.level))?),
+            false => Payload::Virtual {
                 elems: self.opts.submodels.param_bytes(h.level) / 4,
             },
         };
@@ -313,9 +320,6 @@ impl Worker for FelaWorker {
         let job = self.job.clone();
         hold_replica(ctx, &job).await?;
         hold_optimizer_state(ctx, &job).await?;
-        if let (Some(r), Some(p)) = (&self.replica, self.model.params()) {
-            r.set_params(p)?;
-        }
         let mut records = Vec::new();
         for iter in job.clocks() {
             self.iter = iter;

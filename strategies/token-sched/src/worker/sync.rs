@@ -29,9 +29,6 @@ impl FelaWorker {
                     ),
                 ));
             }
-            if let (Some(r), Some(p)) = (&self.replica, self.model.params()) {
-                r.set_params(p)?;
-            }
         }
         if !self.stale.remove(&level) {
             self.early_params.insert(level);
@@ -57,11 +54,9 @@ impl FelaWorker {
             let range = self.opts.submodels.params(s.level);
             let buf = match self.grads[s.level].take() {
                 Some(g) => Payload::Real(g.into_iter().flatten().collect()),
-                None => match self.model.params() {
-                    Some(p) => Payload::Real(vec![0.0; p[range].iter().map(Vec::len).sum()]),
-                    None => Payload::Virtual {
-                        elems: self.opts.submodels.param_bytes(s.level) / 4,
-                    },
+                None if self.model.is_real() => Payload::Real(vec![0.0; self.elems(range)]),
+                None => Payload::Virtual {
+                    elems: self.opts.submodels.param_bytes(s.level) / 4,
                 },
             };
             let group = Group::new(s.members.iter().map(|&w| RoleId::Worker(w)).collect())?;
@@ -99,8 +94,9 @@ impl FelaWorker {
     /// Applies the iteration's update once every sub-model is summed.
     pub(super) fn apply(&mut self, ctx: &RoleContext) -> Result<()> {
         let mut reduced = std::mem::take(&mut self.reduced);
-        if let Some(params) = self.model.params() {
-            let mut grads: Vec<Vec<f32>> = params.iter().map(|p| vec![0.0; p.len()]).collect();
+        if self.model.is_real() {
+            let params = self.job.layout.params();
+            let mut grads: Vec<Vec<f32>> = params.iter().map(|p| vec![0.0; p.elems()]).collect();
             for level in 0..self.levels() {
                 if let Some(Some(Payload::Real(flat))) = reduced.remove(&level) {
                     let mut at = 0;
@@ -112,12 +108,17 @@ impl FelaWorker {
                 }
             }
             self.model.apply(&grads, 1.0, ctx.now())?;
-            if let (Some(r), Some(p)) = (&self.replica, self.model.params()) {
-                r.set_params(p)?;
-            }
         } else {
             self.model.bump(ctx.now())?;
         }
         Ok(())
+    }
+
+    /// Elements of the parameter tensors `range` (layout order).
+    fn elems(&self, range: std::ops::Range<usize>) -> usize {
+        self.job.layout.params()[range]
+            .iter()
+            .map(|p| p.elems())
+            .sum()
     }
 }
