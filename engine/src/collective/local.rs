@@ -276,15 +276,20 @@ impl LocalModel {
 
     /// The values and optimizer state of parameter tensors `tensors`, packed into one vector
     /// (values, then each optimizer slot, tensor by tensor): what a worker hands a peer that
-    /// starts keeping those tensors (a sub-model changing hands). Empty in throughput mode.
+    /// starts keeping those tensors (a sub-model changing hands). Empty in throughput mode. Only
+    /// those tensors come down from a replica's device.
     pub fn export(&mut self, tensors: std::ops::Range<usize>) -> Result<Vec<f32>> {
-        let Some((params, states)) = self.host_state()? else {
-            return Ok(Vec::new());
+        let (params, states) = match &mut self.held {
+            Held::Virtual => return Ok(Vec::new()),
+            Held::Host { params, states } => {
+                (params[tensors.clone()].to_vec(), states[tensors].to_vec())
+            }
+            Held::Device(d) => d.tensors(tensors)?,
         };
         let mut out = Vec::new();
-        for i in tensors {
-            out.extend_from_slice(&params[i]);
-            for slot in &states[i].slots {
+        for (values, state) in params.iter().zip(&states) {
+            out.extend_from_slice(values);
+            for slot in &state.slots {
                 out.extend_from_slice(slot);
             }
         }
@@ -292,35 +297,47 @@ impl LocalModel {
     }
 
     /// Takes over tensors `tensors` from a peer's [`LocalModel::export`] at run time `now`;
-    /// `false` (and nothing changed) when `packed` does not have their size.
+    /// `false` (and nothing changed) when `packed` does not have their size. Only those tensors
+    /// go up to a replica's device; each keeps its own update count.
     pub fn import(
         &mut self,
         tensors: std::ops::Range<usize>,
         packed: &[f32],
         now: f64,
     ) -> Result<bool> {
-        let Some((mut params, mut states)) = self.host_state()? else {
-            return Ok(true);
+        let slots = self.optimizer.state_slots();
+        let elems = match &self.held {
+            Held::Virtual => return Ok(true),
+            Held::Host { params, .. } => params[tensors.clone()].iter().map(Vec::len).collect(),
+            Held::Device(d) => d.elems(tensors.clone())?,
         };
-        let need: usize = tensors
-            .clone()
-            .map(|i| params[i].len() * (1 + states[i].slots.len()))
-            .sum();
+        let need: usize = elems.iter().map(|n| n * (1 + slots)).sum();
         if need != packed.len() {
             return Ok(false);
         }
         self.before_change(now)?;
         let mut at = 0;
-        for i in tensors {
-            let n = params[i].len();
-            params[i].copy_from_slice(&packed[at..at + n]);
+        let mut take = |n: usize| {
+            let v = packed[at..at + n].to_vec();
             at += n;
-            for slot in &mut states[i].slots {
-                slot.copy_from_slice(&packed[at..at + n]);
-                at += n;
-            }
+            v
+        };
+        let mut values = Vec::with_capacity(elems.len());
+        let mut new_slots = Vec::with_capacity(elems.len());
+        for &n in &elems {
+            values.push(take(n));
+            new_slots.push((0..slots).map(|_| take(n)).collect::<Vec<_>>());
         }
-        self.put_host_state(params, states)?;
+        match &mut self.held {
+            Held::Virtual => {}
+            Held::Host { params, states } => {
+                for ((i, v), s) in tensors.zip(values).zip(new_slots) {
+                    params[i] = v;
+                    states[i].slots = s;
+                }
+            }
+            Held::Device(d) => d.load_tensors(tensors, &values, &new_slots)?,
+        }
         Ok(true)
     }
 

@@ -10,6 +10,7 @@ use crate::error::{EngineError, Result};
 use crate::optim::{OptState, OptimizerConfig};
 use candle_core::{CpuStorage, Device, InplaceOp1, Layout, Tensor, Var};
 use std::cell::RefCell;
+use std::ops::Range;
 
 /// Bytes that crossed between the host and the device for a resident model (on a CPU replica,
 /// the same accounting: what was copied into and read out of its tensors).
@@ -229,6 +230,93 @@ impl ResidentParams {
         Ok(out)
     }
 
+    /// The values and optimizer state of tensors `range` alone, read back to the host: a
+    /// sub-model handed to a peer.
+    pub fn tensors(&mut self, range: Range<usize>) -> Result<(Vec<Vec<f32>>, Vec<OptState>)> {
+        let what = "read a sub-model";
+        let vars = self
+            .vars
+            .get(range.clone())
+            .ok_or_else(|| out_of(what, &range, self.vars.len()))?;
+        let values = vars
+            .iter()
+            .map(|var| download(var.as_tensor(), what))
+            .collect::<Result<Vec<_>>>()?;
+        let states = match &self.state {
+            HeldState::Host(states) => states[range].to_vec(),
+            HeldState::Device { slots, steps } => range
+                .map(|i| {
+                    let slots = slots[i]
+                        .iter()
+                        .map(|s| download(s, what))
+                        .collect::<Result<Vec<_>>>()?;
+                    Ok(OptState {
+                        step: steps[i],
+                        slots,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?,
+        };
+        self.traffic.downloaded_bytes +=
+            bytes_of(&values) + states.iter().map(OptState::bytes).sum::<u64>();
+        Ok((values, states))
+    }
+
+    /// Element count of each tensor of `range`; an error naming the range beyond the model.
+    pub fn elems(&self, range: Range<usize>) -> Result<Vec<usize>> {
+        let vars = self
+            .vars
+            .get(range.clone())
+            .ok_or_else(|| out_of("size a sub-model", &range, self.vars.len()))?;
+        Ok(vars.iter().map(|v| v.elem_count()).collect())
+    }
+
+    /// Replaces the values and optimizer slots of tensors `range` alone (a sub-model taken over
+    /// from a peer), keeping their update counts; an error when the counts or sizes differ.
+    pub fn load_tensors(
+        &mut self,
+        range: Range<usize>,
+        values: &[Vec<f32>],
+        slots: &[Vec<Vec<f32>>],
+    ) -> Result<()> {
+        let what = "load a sub-model";
+        let vars = self
+            .vars
+            .get(range.clone())
+            .ok_or_else(|| out_of(what, &range, self.vars.len()))?;
+        if values.len() != vars.len() || slots.len() != vars.len() {
+            return Err(device_error(
+                what,
+                format!(
+                    "{} values and {} optimizer states for {} parameters",
+                    values.len(),
+                    slots.len(),
+                    vars.len()
+                ),
+            ));
+        }
+        let refs: Vec<&Var> = vars.iter().collect();
+        concord_workloads::model::load_vars(&refs, values).map_err(|e| device_error(what, e))?;
+        self.traffic.uploaded_bytes += bytes_of(values);
+        for (i, new) in range.zip(slots) {
+            self.traffic.uploaded_bytes += new.iter().map(|v| 4 * v.len() as u64).sum::<u64>();
+            match &mut self.state {
+                HeldState::Host(states) => states[i].slots.clone_from(new),
+                HeldState::Device { slots, .. } => {
+                    let var = &self.vars[i];
+                    slots[i] = new
+                        .iter()
+                        .map(|v| {
+                            Tensor::from_slice(v, var.shape(), var.device())
+                                .map_err(|e| device_error(what, e))
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// How the update runs.
     pub fn rule(&self) -> UpdateRule {
         self.rule
@@ -266,6 +354,14 @@ impl InplaceOp1 for HostRule<'_> {
             .step(param, self.grad, &mut self.state.borrow_mut());
         Ok(())
     }
+}
+
+/// The error for tensors `range` of a model of `len`.
+fn out_of(what: &str, range: &Range<usize>, len: usize) -> EngineError {
+    device_error(
+        what,
+        format!("tensors {}..{} of {len}", range.start, range.end),
+    )
 }
 
 /// A tensor's values read back to the host, flat.
@@ -359,6 +455,51 @@ mod tests {
         }
     }
 
+    /// A sub-model read and loaded alone, under either rule: its values and slots move, its
+    /// update count stays; a range beyond the model is named.
+    #[test]
+    fn sub_models_move_alone_under_both_rules() {
+        let opt = optimizers()[2].clone();
+        for rule in [UpdateRule::InPlace, UpdateRule::Tensors] {
+            let values = vec![vec![1.0f32; 3], vec![2.0; 2], vec![3.0; 4]];
+            let vars = values
+                .iter()
+                .map(|v| Var::from_slice(v, v.len(), &candle_core::Device::Cpu).unwrap())
+                .collect();
+            let states: Vec<OptState> = values.iter().map(|v| opt.init_state(v.len())).collect();
+            let mut held = ResidentParams::with_rule(vars, &values, &states, rule).unwrap();
+            held.apply(&opt, &[vec![0.1f32; 3], vec![0.2; 2], vec![0.3; 4]])
+                .unwrap();
+            let (sub, sub_states) = held.tensors(1..3).unwrap();
+            assert_eq!(sub, held.values().unwrap()[1..3].to_vec(), "{rule:?}");
+            assert_eq!(
+                sub_states,
+                held.states().unwrap()[1..3].to_vec(),
+                "{rule:?}"
+            );
+            assert_eq!(held.elems(1..3).unwrap(), vec![2, 4]);
+            let whole = held.values().unwrap();
+            let new_values = vec![vec![7.0f32; 2], vec![8.0; 4]];
+            let new_slots = vec![vec![vec![0.5f32; 2]; 2], vec![vec![0.25f32; 4]; 2]];
+            held.load_tensors(1..3, &new_values, &new_slots).unwrap();
+            let (v, st) = (held.values().unwrap(), held.states().unwrap());
+            assert_eq!(v[1..3].to_vec(), new_values, "{rule:?}");
+            assert_eq!(v[0], whole[0], "{rule:?}: tensor 0 untouched");
+            assert_eq!(st[1].slots, new_slots[0], "{rule:?}");
+            assert_eq!(st[2].step, 1, "{rule:?}: the update count stays");
+            let e = held.tensors(2..5).unwrap_err().to_string();
+            assert!(e.contains("tensors 2..5 of 3"), "{e}");
+            let e = held
+                .load_tensors(0..1, &new_values, &new_slots)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("2 values and 2 optimizer states for 1 parameters"),
+                "{e}"
+            );
+        }
+    }
+
     /// A CPU replica updates in place: no temporary tensors, the chained operations' cost.
     #[test]
     fn a_cpu_replica_takes_the_in_place_rule() {
@@ -445,12 +586,21 @@ mod tests {
         let grads: Vec<Vec<f32>> = init.iter().map(|v| vec![0.5; v.len()]).collect();
         host.apply(&grads, 1.0, 0.0).unwrap();
         resident.apply(&grads, 1.0, 0.0).unwrap();
+        let before = resident.host_traffic().unwrap();
         assert_eq!(host.export(0..2).unwrap(), resident.export(0..2).unwrap());
+        // Only the two tensors' values and momentum came down.
+        let sub: u64 = init[0..2].iter().map(|v| 4 * v.len() as u64).sum();
+        let after = resident.host_traffic().unwrap();
+        assert_eq!(after.downloaded_bytes - before.downloaded_bytes, 2 * sub);
         let packed: Vec<f32> = (0..host.export(1..3).unwrap().len())
             .map(|i| i as f32)
             .collect();
         assert!(host.import(1..3, &packed, 1.0).unwrap());
         assert!(resident.import(1..3, &packed, 1.0).unwrap());
+        // ... and only theirs went up.
+        let sub: u64 = init[1..3].iter().map(|v| 4 * v.len() as u64).sum();
+        let up = resident.host_traffic().unwrap().uploaded_bytes - after.uploaded_bytes;
+        assert_eq!(up, 2 * sub);
         assert!(
             !resident.import(1..3, &packed[1..], 1.0).unwrap(),
             "wrong size refused"

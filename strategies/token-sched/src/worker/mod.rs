@@ -252,11 +252,12 @@ impl FelaWorker {
     /// Gives sub-model `h.level`'s values and optimizer state to the workers joining its CTD
     /// subset.
     fn hand_over(&mut self, ctx: &RoleContext, h: Handover) -> Result<()> {
-        let payload = match self.model.is_real() {
-            true => Payload::Real(self.model.export(self.opts.submodels.params(h.level))?),
-            false => Payload::Virtual {
+        let payload = if self.model.is_real() {
+            Payload::Real(self.model.export(self.opts.submodels.params(h.level))?)
+        } else {
+            Payload::Virtual {
                 elems: self.opts.submodels.param_bytes(h.level) / 4,
-            },
+            }
         };
         for to in h.to {
             let msg = Message::strategy_with(&Params { level: h.level }, vec![payload.clone()])?;
