@@ -279,21 +279,14 @@ impl LocalModel {
     /// starts keeping those tensors (a sub-model changing hands). Empty in throughput mode. Only
     /// those tensors come down from a replica's device.
     pub fn export(&mut self, tensors: std::ops::Range<usize>) -> Result<Vec<f32>> {
-        let (params, states) = match &mut self.held {
-            Held::Virtual => return Ok(Vec::new()),
-            Held::Host { params, states } => {
-                (params[tensors.clone()].to_vec(), states[tensors].to_vec())
+        Ok(match &mut self.held {
+            Held::Virtual => Vec::new(),
+            Held::Host { params, states } => pack(&params[tensors.clone()], &states[tensors]),
+            Held::Device(d) => {
+                let (params, states) = d.tensors(tensors)?;
+                pack(&params, &states)
             }
-            Held::Device(d) => d.tensors(tensors)?,
-        };
-        let mut out = Vec::new();
-        for (values, state) in params.iter().zip(&states) {
-            out.extend_from_slice(values);
-            for slot in &state.slots {
-                out.extend_from_slice(slot);
-            }
-        }
-        Ok(out)
+        })
     }
 
     /// Takes over tensors `tensors` from a peer's [`LocalModel::export`] at run time `now`;
@@ -425,4 +418,17 @@ impl LocalModel {
         });
         Ok(report)
     }
+}
+
+/// Values and optimizer slots packed into one vector, tensor by tensor (values, then each
+/// slot): [`LocalModel::export`]'s layout.
+fn pack(params: &[Vec<f32>], states: &[OptState]) -> Vec<f32> {
+    let mut out = Vec::new();
+    for (values, state) in params.iter().zip(states) {
+        out.extend_from_slice(values);
+        for slot in &state.slots {
+            out.extend_from_slice(slot);
+        }
+    }
+    out
 }
