@@ -188,6 +188,48 @@ impl LocalModel {
         self.bump(now)
     }
 
+    /// [`LocalModel::apply`] for parameter tensors `tensors` alone, from their gradients (one
+    /// per tensor of the range): the update of a worker that holds and trains only that part of
+    /// the model (a pipeline stage); the other tensors and their optimizer state do not change.
+    /// An error names a range beyond the model or a gradient count that differs from the
+    /// range's, before anything changes.
+    pub fn apply_to<G: AsRef<[f32]>>(
+        &mut self,
+        tensors: std::ops::Range<usize>,
+        grads: &[G],
+        now: f64,
+    ) -> Result<()> {
+        let opt = self.optimizer.clone();
+        if let Held::Host { params, .. } = &self.held {
+            if tensors.end > params.len() || grads.len() != tensors.len() {
+                return Err(crate::error::EngineError::Tensor {
+                    context: format!(
+                        "an update of parameter tensors {}..{} of {}",
+                        tensors.start,
+                        tensors.end,
+                        params.len()
+                    ),
+                    source: candle_core::Error::Msg(format!("{} gradients", grads.len())),
+                });
+            }
+        }
+        self.before_change(now)?;
+        match &mut self.held {
+            Held::Virtual => {}
+            Held::Host { params, states } => {
+                for ((p, g), st) in params[tensors.clone()]
+                    .iter_mut()
+                    .zip(grads)
+                    .zip(&mut states[tensors])
+                {
+                    opt.step(p, g.as_ref(), st);
+                }
+            }
+            Held::Device(d) => d.apply_to(tensors, &opt, grads)?,
+        }
+        self.bump(now)
+    }
+
     /// Applies the result of an allreduce of `[Σ gradients, Σw]` fused by `fusion` (one trailing
     /// scalar, the contributors' weight): the update uses the mean `Σg / Σw` with the learning
     /// rate scaled by `Σw / group_size` (the linear scaling rule, RNA §5.1.3; 1 when every member

@@ -162,18 +162,30 @@ impl ResidentParams {
         optimizer: &OptimizerConfig,
         grads: &[G],
     ) -> Result<()> {
+        self.apply_to(0..self.vars.len(), optimizer, grads)
+    }
+
+    /// One optimizer update of tensors `range` alone from their host gradients (a sub-model's
+    /// holder, such as a pipeline stage, updates only its part); an error naming a range beyond
+    /// the model or a gradient count that differs from the range's, before anything changes.
+    pub fn apply_to<G: AsRef<[f32]>>(
+        &mut self,
+        range: Range<usize>,
+        optimizer: &OptimizerConfig,
+        grads: &[G],
+    ) -> Result<()> {
         let what = "apply an update";
-        if grads.len() != self.vars.len() {
+        let vars = self
+            .vars
+            .get(range.clone())
+            .ok_or_else(|| out_of(what, &range, self.vars.len()))?;
+        if grads.len() != vars.len() {
             return Err(device_error(
                 what,
-                format!(
-                    "{} gradients for {} parameters",
-                    grads.len(),
-                    self.vars.len()
-                ),
+                format!("{} gradients for {} parameters", grads.len(), vars.len()),
             ));
         }
-        for (i, (var, g)) in self.vars.iter().zip(grads).enumerate() {
+        for (i, (var, g)) in range.zip(vars.iter().zip(grads)) {
             let g = g.as_ref();
             self.traffic.uploaded_bytes += 4 * g.len() as u64;
             match &mut self.state {
@@ -497,6 +509,56 @@ mod tests {
                 e.contains("2 values and 2 optimizer states for 1 parameters"),
                 "{e}"
             );
+        }
+    }
+
+    /// A part of the model updated alone (a pipeline stage's tensors), held on the host or on
+    /// the device under either rule: the part gets the host rule's bits, the other tensors and
+    /// their optimizer state stay as they were, and a bad range or gradient count is named
+    /// before anything changes.
+    #[test]
+    fn a_part_updated_alone_changes_nothing_else() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let values: Vec<Vec<f32>> = [5, 3, 4]
+            .iter()
+            .map(|&n| (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect())
+            .collect();
+        let grads = vec![vec![0.5f32; 3], vec![-0.25; 4]];
+        let plan = SnapshotPlan {
+            every: 1,
+            every_s: None,
+        };
+        for opt in optimizers() {
+            let mut expected = values.clone();
+            let mut states: Vec<OptState> =
+                values.iter().map(|v| opt.init_state(v.len())).collect();
+            for i in 1..3 {
+                opt.step(&mut expected[i], &grads[i - 1], &mut states[i]);
+            }
+            let mut host = LocalModel::from_values(Some(values.clone()), opt.clone(), plan);
+            host.apply_to(1..3, &grads, 0.0).unwrap();
+            assert_eq!(bits(host.params().unwrap()), bits(&expected), "{opt:?}");
+            for rule in [UpdateRule::InPlace, UpdateRule::Tensors] {
+                let vars = values
+                    .iter()
+                    .map(|v| Var::from_slice(v, v.len(), &candle_core::Device::Cpu).unwrap())
+                    .collect();
+                let init: Vec<OptState> = values.iter().map(|v| opt.init_state(v.len())).collect();
+                let mut held = ResidentParams::with_rule(vars, &values, &init, rule).unwrap();
+                held.apply_to(1..3, &opt, &grads).unwrap();
+                assert_eq!(bits(&held.values().unwrap()), bits(&expected), "{rule:?}");
+                let after = held.states().unwrap();
+                assert_eq!(after[0], init[0], "{rule:?}: tensor 0's state untouched");
+                assert_eq!(after[1].step, 1, "{rule:?}");
+                let e = held.apply_to(2..4, &opt, &grads).unwrap_err().to_string();
+                assert!(e.contains("tensors 2..4 of 3"), "{e}");
+                let e = held.apply_to(0..1, &opt, &grads).unwrap_err().to_string();
+                assert!(e.contains("2 gradients for 1 parameters"), "{e}");
+                assert_eq!(bits(&held.values().unwrap()), bits(&expected), "{rule:?}");
+            }
+            let e = host.apply_to(2..4, &grads, 1.0).unwrap_err().to_string();
+            assert!(e.contains("tensors 2..4 of 3"), "{e}");
+            assert_eq!(host.updates(), 1, "a refused update is not counted");
         }
     }
 

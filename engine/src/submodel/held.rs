@@ -4,7 +4,8 @@
 //!
 //! The worker keeps a [`LocalModel`] of the whole model (so the engine's optimizer, snapshot
 //! and report code applies unchanged) but updates and reports only its range: the run's final
-//! model is the union of the holders' parts, each block exactly once.
+//! model is the union of the holders' parts, each block exactly once. Real parameters live in
+//! the worker's replica once [`Held::keep_on`] moves them there, as on a GPU they should.
 
 use super::math::Grads;
 use crate::collective::LocalModel;
@@ -48,11 +49,6 @@ impl Held {
         self.model.iteration_done(iterations, now)
     }
 
-    /// The current values of the held tensors (`None` in throughput mode).
-    pub fn values(&self) -> Option<Vec<Vec<f32>>> {
-        self.model.params().map(|p| p[self.range.clone()].to_vec())
-    }
-
     /// Elements held.
     pub fn elems(&self) -> u64 {
         self.sizes.iter().map(|&n| n as u64).sum()
@@ -82,28 +78,21 @@ impl Held {
         Ok(())
     }
 
-    /// Loads the current parameters into `replica` (real models).
-    pub fn load(&self, replica: Option<&Replica>) -> Result<()> {
-        if let (Some(r), Some(p)) = (replica, self.model.params()) {
-            r.set_params(p)?;
-        }
-        Ok(())
+    /// Moves the parameters and the range's optimizer state into `replica`'s own tensors on its
+    /// device, where they stay: the holder's passes then read them in place, and its updates run
+    /// there ([`LocalModel::keep_on`]). Returns whether they moved (not in throughput mode).
+    pub fn keep_on(&mut self, replica: &Replica) -> Result<bool> {
+        self.model.keep_on(replica)
     }
 
-    /// One optimizer step of the range from its summed gradients (`None`: throughput mode, the
-    /// update only counted), then `replica` reloaded.
-    pub fn apply(&mut self, grads: Grads, replica: Option<&Replica>, now: f64) -> Result<()> {
-        match (grads, self.model.params()) {
-            (Some(g), Some(params)) => {
-                let mut all: Vec<Vec<f32>> = params.iter().map(|p| vec![0.0; p.len()]).collect();
-                for (slot, g) in all[self.range.clone()].iter_mut().zip(g) {
-                    *slot = g;
-                }
-                self.model.apply(&all, 1.0, now)?;
-            }
-            _ => self.model.bump(now)?,
+    /// One optimizer step of the range alone from its summed gradients at run time `now`
+    /// (`None`: throughput mode, the update only counted). Where the parameters live in a
+    /// replica ([`Held::keep_on`]), the step runs there and the replica's passes see it.
+    pub fn apply(&mut self, grads: Grads, now: f64) -> Result<()> {
+        match grads {
+            Some(g) if self.model.is_real() => self.model.apply_to(self.range.clone(), &g, now),
+            _ => self.model.bump(now),
         }
-        self.load(replica)
     }
 
     /// Continues from a checkpoint: the range's values and optimizer state from `part` (a

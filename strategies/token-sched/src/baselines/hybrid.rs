@@ -154,7 +154,7 @@ impl HybridWorker {
             }
             None => grads,
         };
-        self.held.apply(grads, self.replica.as_ref(), ctx.now())?;
+        self.held.apply(grads, ctx.now())?;
         Ok(tally)
     }
 
@@ -215,7 +215,7 @@ impl HybridWorker {
             tally.bytes += msg.wire_bytes();
             ctx.send(RoleId::Worker(w as WorkerId), msg);
         }
-        self.held.apply(grads, self.replica.as_ref(), ctx.now())?;
+        self.held.apply(grads, ctx.now())?;
         Ok(tally)
     }
 }
@@ -225,7 +225,10 @@ impl Worker for HybridWorker {
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
         let job = self.job.clone();
         self.held.reserve(ctx, &job).await?;
-        self.held.load(self.replica.as_ref())?;
+        // The held part stays in the replica's tensors: passes read it there, updates run there.
+        if let Some(replica) = &self.replica {
+            self.held.keep_on(replica)?;
+        }
         let conv = self.plan.shares.len() as WorkerId;
         // The conv workers sum their gradients among themselves (none to sum with alone).
         let mut allreduce = if !self.is_fc() && conv > 1 {

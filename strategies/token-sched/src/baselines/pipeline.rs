@@ -190,7 +190,7 @@ impl PipelineWorker {
                 ctx.send(RoleId::Worker(self.id - 1), msg);
             }
         }
-        self.held.apply(grads, self.replica.as_ref(), ctx.now())?;
+        self.held.apply(grads, ctx.now())?;
         Ok(tally)
     }
 }
@@ -200,7 +200,10 @@ impl Worker for PipelineWorker {
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
         let job = self.job.clone();
         self.held.reserve(ctx, &job).await?;
-        self.held.load(self.replica.as_ref())?;
+        // The held part stays in the replica's tensors: passes read it there, updates run there.
+        if let Some(replica) = &self.replica {
+            self.held.keep_on(replica)?;
+        }
         let last = self.id as usize + 1 == self.plan.submodels.len();
         let mut records = Vec::new();
         let mut busy = Busy {
