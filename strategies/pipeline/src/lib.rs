@@ -45,6 +45,7 @@ pub mod planner;
 pub mod protocol;
 pub mod schedule;
 pub mod versions;
+pub mod weights;
 pub mod worker;
 
 pub use coordinator::PipelineCoordinator;

@@ -11,11 +11,12 @@
 //! - **No stashing** (the ablation): both passes run on whatever is latest, so a backward pass
 //!   can see weights newer than its forward pass did.
 //!
-//! Versions carry their values on real models (`None` in throughput mode, where only their
-//! number and bytes count).
+//! This module keeps the versions' bookkeeping: which version each pass runs on and which
+//! versions are still needed. A version may carry values of any type `V` (the stage worker keeps
+//! device tensors, [`crate::weights`]); a version without values is one whose values live
+//! elsewhere (the latest, in the replica's parameters) or are not computed (throughput mode).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// Which weights a minibatch's passes run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,24 +29,21 @@ pub enum Weights {
     Latest,
 }
 
-/// A version's values: per parameter tensor of the stage (`None` in throughput mode).
-pub type Values = Option<Arc<Vec<Vec<f32>>>>;
-
 /// One weight version.
 #[derive(Clone, Debug)]
-struct Version {
+struct Version<V> {
     /// Minibatches `0..watermark` have updated it (all of them that reach this stage).
     watermark: u64,
-    values: Values,
+    values: Option<V>,
     /// In-flight minibatches that run on it.
     users: u32,
 }
 
-/// A stage's versions.
+/// A stage's versions, each with values of type `V` when it has them.
 #[derive(Debug)]
-pub struct Versions {
+pub struct Versions<V> {
     weights: Weights,
-    versions: BTreeMap<u64, Version>,
+    versions: BTreeMap<u64, Version<V>>,
     latest: u64,
     /// The version each in-flight minibatch runs on.
     by_minibatch: BTreeMap<u64, u64>,
@@ -55,16 +53,21 @@ pub struct Versions {
     max_alive: usize,
 }
 
-impl Versions {
+impl<V> Versions<V> {
     /// Version 0 (nothing applied) with `values`.
-    pub fn new(weights: Weights, values: Values) -> Versions {
+    pub fn new(weights: Weights, values: Option<V>) -> Versions<V> {
         Versions::resumed(weights, values, 0, 0)
     }
 
     /// The one version of a stage that has applied `updates` updates, which took in minibatches
     /// `0..watermark`, with `values`: where a run resumed from a checkpoint starts, no minibatch
     /// in flight.
-    pub fn resumed(weights: Weights, values: Values, updates: u64, watermark: u64) -> Versions {
+    pub fn resumed(
+        weights: Weights,
+        values: Option<V>,
+        updates: u64,
+        watermark: u64,
+    ) -> Versions<V> {
         let mut versions = BTreeMap::new();
         versions.insert(
             updates,
@@ -126,7 +129,7 @@ impl Versions {
     }
 
     /// A new latest version from an update that took in minibatches `0..watermark`.
-    pub fn update(&mut self, values: Values, watermark: u64) {
+    pub fn update(&mut self, values: Option<V>, watermark: u64) {
         self.latest += 1;
         self.versions.insert(
             self.latest,
@@ -140,9 +143,24 @@ impl Versions {
         self.max_alive = self.max_alive.max(self.versions.len());
     }
 
-    /// The values of version `id` (`None` in throughput mode or for a dropped version).
-    pub fn values(&self, id: u64) -> Values {
-        self.versions.get(&id).and_then(|v| v.values.clone())
+    /// The values of version `id` (`None` when it has none, or for a dropped version).
+    pub fn values(&self, id: u64) -> Option<&V> {
+        self.versions.get(&id).and_then(|v| v.values.as_ref())
+    }
+
+    /// Gives version `id` its values (a copy of them taken before they change where they
+    /// live); nothing for a dropped version.
+    pub fn set_values(&mut self, id: u64, values: V) {
+        if let Some(v) = self.versions.get_mut(&id) {
+            v.values = Some(values);
+        }
+    }
+
+    /// Whether the latest version stays once an update supersedes it: a minibatch in flight
+    /// runs on it, or (vertical sync) a later minibatch's watermark may map to it.
+    pub fn latest_outlives_update(&self) -> bool {
+        self.weights == Weights::VerticalSync
+            || self.versions.get(&self.latest).is_some_and(|v| v.users > 0)
     }
 
     /// The latest version's id (the number of updates applied).
@@ -181,49 +199,64 @@ impl Versions {
 mod tests {
     use super::*;
 
-    fn vals(x: f32) -> Values {
-        Some(Arc::new(vec![vec![x]]))
-    }
-
     #[test]
     fn a_stashed_version_survives_updates_until_its_backward_pass() {
-        let mut v = Versions::new(Weights::Stash, vals(0.0));
+        let mut v = Versions::new(Weights::Stash, Some(0.0));
         let a = v.forward(0, None);
-        v.update(vals(1.0), 1);
-        v.update(vals(2.0), 2);
+        assert!(v.latest_outlives_update());
+        v.update(Some(1.0), 1);
+        assert!(!v.latest_outlives_update());
+        v.update(Some(2.0), 2);
         assert_eq!(v.backward(0), a);
-        assert_eq!(v.values(a), vals(0.0));
+        assert_eq!(v.values(a), Some(&0.0));
         assert_eq!(v.alive(), 2);
         v.release(0);
         assert_eq!(v.alive(), 1);
-        assert_eq!(v.values(v.latest()), vals(2.0));
+        assert_eq!(v.values(v.latest()), Some(&2.0));
     }
 
     #[test]
     fn vertical_sync_runs_a_minibatch_on_the_version_with_its_watermark() {
-        let mut v = Versions::new(Weights::VerticalSync, vals(0.0));
-        v.update(vals(1.0), 1);
-        v.update(vals(2.0), 2);
-        v.update(vals(3.0), 3);
+        let mut v = Versions::new(Weights::VerticalSync, Some(0.0));
+        assert!(v.latest_outlives_update());
+        v.update(Some(1.0), 1);
+        v.update(Some(2.0), 2);
+        v.update(Some(3.0), 3);
         // A minibatch that entered when the input stage had seen minibatch 0 only.
         let id = v.forward(7, Some(1));
-        assert_eq!(v.values(id), vals(1.0));
+        assert_eq!(v.values(id), Some(&1.0));
         assert_eq!(v.backward(7), id);
         // Versions 2 and 3 stay for later watermarks; version 0 is gone.
         assert_eq!(v.values(0), None);
-        assert_eq!(v.values(2), vals(2.0));
+        assert_eq!(v.values(2), Some(&2.0));
         v.release(7);
         let id = v.forward(8, Some(3));
-        assert_eq!(v.values(id), vals(3.0));
+        assert_eq!(v.values(id), Some(&3.0));
         assert_eq!(v.alive(), 1);
     }
 
     #[test]
     fn without_stashing_the_backward_pass_sees_the_latest_version() {
-        let mut v = Versions::new(Weights::Latest, vals(0.0));
+        let mut v = Versions::new(Weights::Latest, Some(0.0));
         v.forward(0, None);
-        v.update(vals(1.0), 1);
+        assert!(!v.latest_outlives_update());
+        v.update(Some(1.0), 1);
         assert_eq!(v.backward(0), v.latest());
         assert_eq!(v.max_alive(), 1);
+    }
+
+    #[test]
+    fn values_set_later_stay_with_their_version_and_go_with_it() {
+        let mut v: Versions<f32> = Versions::new(Weights::Stash, None);
+        let a = v.forward(0, None);
+        v.set_values(a, 5.0);
+        v.update(None, 1);
+        assert_eq!(v.values(a), Some(&5.0));
+        assert_eq!(v.values(v.latest()), None);
+        v.release(0);
+        assert_eq!(v.values(a), None);
+        // A dropped version takes no values.
+        v.set_values(a, 6.0);
+        assert_eq!(v.values(a), None);
     }
 }

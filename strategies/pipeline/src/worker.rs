@@ -7,7 +7,8 @@ use crate::layout::{Layout, Position};
 use crate::options::Kind;
 use crate::protocol::{Act, Grad, StageStats};
 use crate::schedule::{self, Op};
-use crate::versions::{Values, Versions};
+use crate::versions::{Versions, Weights};
+use crate::weights::StageWeights;
 use candle_core::Tensor;
 use concord_engine::collective::{Allreduce, Group};
 use concord_engine::memory::{MemEvent, TensorClass};
@@ -17,7 +18,7 @@ use concord_engine::submodel::math::{
     accumulate, backward, forward, labels_of, loss_seed, samples, Grads,
 };
 use concord_engine::submodel::{
-    activations, rows_from, stage_input_shapes, stage_output_shapes, tensor_error, Held, Rows,
+    activations, rows_from, stage_input_shapes, stage_output_shapes, Held, Rows,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -66,10 +67,11 @@ pub struct StageWorker {
     /// The minibatches of this run: the whole run's, or the stretch's between two checkpoints.
     run: Range<u64>,
     replica: Option<Replica>,
+    /// The stage's parameters and optimizer state, kept in the replica's tensors on its device
+    /// (on the host only for a model without tensors of its own).
     held: Held,
-    versions: Versions,
-    /// The version the replica's stage parameters hold now.
-    loaded: Option<u64>,
+    /// The stage's weight versions, the stashed ones as copies on the replica's device.
+    weights: StageWeights,
     /// Per-sample input shape of every layer of a real model, then its output's.
     shapes: Option<Vec<Vec<usize>>>,
     /// Per-sample output shape of every layer of a real model.
@@ -97,29 +99,32 @@ impl StageWorker {
     pub fn new(job: Arc<Job>, id: WorkerId, layout: Arc<Layout>) -> Result<StageWorker> {
         let at = layout.position(id);
         let range = at.map_or(0..0, |p| layout.submodels.params(p.stage));
-        let mut held = Held::new(&job, range).snapshot_by_iterations();
+        let mut held = Held::new(&job, range.clone()).snapshot_by_iterations();
         let run = layout.minibatches(job.clocks());
         let updates = match (at, job.resumed(RoleId::Worker(id))) {
             (Some(at), Some(cp)) => restore(&job, id, &layout, at, &cp, &mut held)?,
             _ => 0,
         };
-        let versions = Versions::resumed(
-            layout.weights,
-            held.values().map(Arc::new),
-            updates,
-            run.start,
-        );
+        let replica = match at {
+            Some(_) => job.replica(RoleId::Worker(id))?,
+            None => None,
+        };
+        // The stage's parameters move into the replica, where its passes read them and its
+        // updates run; the latest version lives there, stashed ones as device copies beside it.
+        let vars = match &replica {
+            Some(r) if held.keep_on(r)? => {
+                r.param_vars().and_then(|v| v.get(range).map(<[_]>::to_vec))
+            }
+            _ => None,
+        };
+        let versions = Versions::resumed(layout.weights, None, updates, run.start);
         Ok(StageWorker {
             run,
-            replica: match at {
-                Some(_) => job.replica(RoleId::Worker(id))?,
-                None => None,
-            },
+            replica,
+            weights: StageWeights::new(versions, vars),
             shapes: stage_input_shapes(&job.model),
             outputs: stage_output_shapes(&job.model),
             held,
-            versions,
-            loaded: None,
             kept: BTreeMap::new(),
             pending: None,
             allreduce: None,
@@ -142,31 +147,6 @@ impl StageWorker {
 
     fn layers(&self, at: Position) -> Range<usize> {
         self.layout.submodels.stages(at.stage)
-    }
-
-    /// Loads version `id` into the replica's stage parameters (real models), unless it is
-    /// there already.
-    fn load(&mut self, at: Position, id: u64) -> Result<()> {
-        if self.loaded == Some(id) {
-            return Ok(());
-        }
-        let values: Values = self.versions.values(id);
-        if let (Some(net), Some(values)) = (self.net(), values) {
-            let layers = self.layers(at);
-            let first = net.stage_param_range(layers.start).start;
-            for layer in layers {
-                let range = net.stage_param_range(layer);
-                for (var, k) in net.stage_vars(layer).into_iter().zip(range) {
-                    let v = &values[k - first];
-                    let t = Tensor::from_slice(v, var.shape(), net.device())
-                        .map_err(|e| tensor_error("load a weight version", e))?;
-                    var.set(&t)
-                        .map_err(|e| tensor_error("load a weight version", e))?;
-                }
-            }
-        }
-        self.loaded = Some(id);
-        Ok(())
     }
 
     async fn run_op(&mut self, ctx: &mut RoleContext, at: Position, op: Op) -> Result<()> {
@@ -205,8 +185,8 @@ impl StageWorker {
         let layers = self.layers(at);
         let (x, watermark) = if first {
             let (x, _) = samples(&job, self.net(), g, b, 0, g)?;
-            let mark = (layout.weights == crate::versions::Weights::VerticalSync)
-                .then(|| self.versions.watermark());
+            let mark = (layout.weights == Weights::VerticalSync)
+                .then(|| self.weights.versions().watermark());
             (x, mark)
         } else {
             let from = layout.route(s - 1, b);
@@ -221,8 +201,7 @@ impl StageWorker {
             let shape = self.shapes.as_ref().map(|sh| sh[layers.start].as_slice());
             (rows_from(payloads, a.rows, shape, self.net())?, a.watermark)
         };
-        let id = self.versions.forward(b, watermark);
-        self.load(at, id)?;
+        self.weights.forward(b, watermark)?;
         let labels = if last {
             labels_of(&job, g, b, 0, g)
         } else {
@@ -295,8 +274,7 @@ impl StageWorker {
                 rows_from(payloads, gm.rows, shape, self.net())?
             }
         };
-        let id = self.versions.backward(b);
-        self.load(at, id)?;
+        self.weights.backward(b)?;
         // GPipe recomputes the stage's forward pass before its backward pass.
         let share = match layout.kind {
             Kind::GPipe => StepPart::BACKWARD + StepPart::FORWARD,
@@ -326,7 +304,7 @@ impl StageWorker {
             self.open.bytes += msg.wire_bytes();
             ctx.send(RoleId::Worker(layout.route(s - 1, b)), msg);
         }
-        self.versions.release(b);
+        self.weights.release(b);
         if s + 1 == layout.len() {
             let t = self.trained.entry(layout.clock_of(b)).or_default();
             t.samples += g_rows;
@@ -386,9 +364,9 @@ impl StageWorker {
     /// One optimizer step of the stage, making a new latest version that took in minibatches
     /// `0..watermark`.
     fn apply(&mut self, ctx: &RoleContext, grads: Grads, watermark: u64) -> Result<()> {
-        self.held.apply(grads, None, ctx.now())?;
-        self.versions
-            .update(self.held.values().map(Arc::new), watermark);
+        self.weights.before_update()?;
+        self.held.apply(grads, ctx.now())?;
+        self.weights.updated(watermark);
         Ok(())
     }
 
@@ -418,11 +396,13 @@ impl StageWorker {
             } else {
                 f64::NAN
             },
-            version_read: self.versions.latest() as i64,
+            version_read: self.weights.versions().latest() as i64,
             bytes_sent: open.bytes,
         };
         let record = close_clock(ctx, &self.job, clock, open.start_s, tally);
         self.records.push(record);
+        // A snapshot reads the replica's parameters: the latest version, not a stashed one.
+        self.weights.restore_latest()?;
         self.held.iteration_done(clock + 1, ctx.now())?;
         self.next_clock += 1;
         self.open.start_s = ctx.now();
@@ -471,7 +451,7 @@ impl StageWorker {
 
     /// Tells the memory policy about the stashed weight versions when their count changes.
     async fn hold_versions(&mut self, ctx: &mut RoleContext, held: &mut usize) -> Result<()> {
-        let now = self.versions.alive().saturating_sub(1);
+        let now = self.weights.versions().alive().saturating_sub(1);
         let bytes = self.held.elems() * 4;
         while *held < now {
             ctx.memory_event(MemEvent::Allocate {
@@ -574,12 +554,13 @@ impl Worker for StageWorker {
             busy_s: self.spans.iter().map(|s| s.1 - s.0).sum(),
             span_s,
             steady_utilisation: self.steady_utilisation(),
-            max_versions: self.versions.max_alive() as u32,
+            max_versions: self.weights.versions().max_alive() as u32,
             boundary_bytes: self.boundary_bytes,
             sync_bytes: self.sync_bytes,
         };
         ctx.send(RoleId::Coordinator, Message::strategy(&stats)?);
         // Every replica of a stage holds the same values: the first one reports them.
+        self.weights.restore_latest()?;
         let model = if at.replica == 0 {
             Some(self.held.report(&job.layout)?)
         } else {
@@ -589,7 +570,7 @@ impl Worker for StageWorker {
             iterations: std::mem::take(&mut self.records),
             model,
             state: Some(RoleState::encode(&StageState {
-                updates: self.versions.latest(),
+                updates: self.weights.versions().latest(),
             })?),
         })
     }
