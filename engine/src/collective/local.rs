@@ -175,17 +175,7 @@ impl LocalModel {
     /// due at `now`.
     pub fn apply<G: AsRef<[f32]>>(&mut self, grads: &[G], lr_scale: f64, now: f64) -> Result<()> {
         let opt = self.optimizer.with_lr_scale(lr_scale);
-        self.before_change(now)?;
-        match &mut self.held {
-            Held::Virtual => {}
-            Held::Host { params, states } => {
-                for ((p, g), st) in params.iter_mut().zip(grads).zip(states.iter_mut()) {
-                    opt.step(p, g.as_ref(), st);
-                }
-            }
-            Held::Device(d) => d.apply(&opt, grads)?,
-        }
-        self.bump(now)
+        self.step(None, grads, &opt, now)
     }
 
     /// [`LocalModel::apply`] for parameter tensors `tensors` alone, from their gradients (one
@@ -199,7 +189,6 @@ impl LocalModel {
         grads: &[G],
         now: f64,
     ) -> Result<()> {
-        let opt = self.optimizer.clone();
         if let Held::Host { params, .. } = &self.held {
             if tensors.end > params.len() || grads.len() != tensors.len() {
                 return Err(crate::error::EngineError::Tensor {
@@ -213,19 +202,36 @@ impl LocalModel {
                 });
             }
         }
+        let opt = self.optimizer.clone();
+        self.step(Some(tensors), grads, &opt, now)
+    }
+
+    /// One step of `opt` on tensors `tensors` (`None`: every tensor) where they are held, then
+    /// the update counted (and snapshotted if due at `now`).
+    fn step<G: AsRef<[f32]>>(
+        &mut self,
+        tensors: Option<std::ops::Range<usize>>,
+        grads: &[G],
+        opt: &OptimizerConfig,
+        now: f64,
+    ) -> Result<()> {
         self.before_change(now)?;
         match &mut self.held {
             Held::Virtual => {}
             Held::Host { params, states } => {
-                for ((p, g), st) in params[tensors.clone()]
+                let range = tensors.unwrap_or(0..params.len());
+                for ((p, g), st) in params[range.clone()]
                     .iter_mut()
                     .zip(grads)
-                    .zip(&mut states[tensors])
+                    .zip(&mut states[range])
                 {
                     opt.step(p, g.as_ref(), st);
                 }
             }
-            Held::Device(d) => d.apply_to(tensors, &opt, grads)?,
+            Held::Device(d) => match tensors {
+                Some(range) => d.apply_to(range, opt, grads)?,
+                None => d.apply(opt, grads)?,
+            },
         }
         self.bump(now)
     }
