@@ -17,6 +17,7 @@ use crate::model::{ModelSpec, Replica};
 use crate::ps::Consistency;
 use crate::ps::ParamLayout;
 use crate::resume::{ResumePoint, RoleCheckpoint};
+use std::ops::Range;
 use std::sync::{Arc, OnceLock, RwLock};
 
 /// Builds the memory policy of one role's device.
@@ -119,6 +120,14 @@ impl Job {
     pub fn replica(&self, role: RoleId) -> Result<Option<Replica>> {
         let device = crate::gpu::tensor_device(self.cluster.gpu_of(role))?;
         Ok(Replica::new(&self.model, &device)?)
+    }
+
+    /// [`Job::replica`] holding the parameters of stages `stages` alone ([`Replica::part`]):
+    /// for a worker that computes only those, so the rest of the model takes none of its
+    /// device's memory.
+    pub fn part_replica(&self, role: RoleId, stages: Range<usize>) -> Result<Option<Replica>> {
+        let device = crate::gpu::tensor_device(self.cluster.gpu_of(role))?;
+        Ok(Replica::part(&self.model, &device, stages)?)
     }
 
     /// Tells the observer a worker finished a clock.

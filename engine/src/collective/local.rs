@@ -10,6 +10,7 @@ use crate::optim::{OptState, OptimizerConfig};
 use crate::payload::BlockPayload;
 use crate::payload::Payload;
 use crate::ps::{ParamLayout, Snapshot, SnapshotPlan, TimedSnapshot, TimedSnapshots};
+use std::ops::Range;
 
 /// A snapshot kept until the report: updates applied, run time, parameter values.
 type HeldSnapshot = (u64, f64, Option<Vec<Vec<f32>>>);
@@ -41,6 +42,8 @@ enum Held {
 #[derive(Debug)]
 pub struct LocalModel {
     held: Held,
+    /// The model's parameter tensors held, in layout order (`None`: all of them).
+    tensors: Option<Range<usize>>,
     optimizer: OptimizerConfig,
     updates: u64,
     snapshot_every: u64,
@@ -82,6 +85,7 @@ impl LocalModel {
         };
         LocalModel {
             held,
+            tensors: None,
             optimizer,
             updates: 0,
             snapshot_every: snapshots.every.max(1),
@@ -91,23 +95,120 @@ impl LocalModel {
         }
     }
 
+    /// The job's initial values of parameter tensors `tensors` alone, with their optimizer
+    /// state: what a worker that holds and trains one part of the model keeps (a pipeline
+    /// stage). See [`LocalModel::with_tensors`]; an error for a range beyond the model.
+    pub fn part(job: &Job, tensors: Range<usize>) -> Result<LocalModel> {
+        let count = job.layout.params().len();
+        let values = match &job.init {
+            Some(init) => Some(
+                init.get(tensors.clone())
+                    .ok_or_else(|| range_error("a part of the model", &tensors, 0..count))?
+                    .to_vec(),
+            ),
+            None if tensors.start > tensors.end || tensors.end > count => {
+                return Err(range_error("a part of the model", &tensors, 0..count))
+            }
+            None => None,
+        };
+        LocalModel::from_values(
+            values,
+            job.config.optimizer.clone(),
+            SnapshotPlan::of(&job.config),
+        )
+        .with_tensors(tensors)
+    }
+
+    /// Says that the values held are the model's parameter tensors `tensors` (not all of them):
+    /// tensor indices stay the model's, so updates, exports and imports name tensors as for the
+    /// whole model, and reports and restores cover those tensors' blocks alone. An error when
+    /// real values do not count `tensors.len()` tensors.
+    pub fn with_tensors(mut self, tensors: Range<usize>) -> Result<LocalModel> {
+        let held = match &self.held {
+            Held::Virtual => tensors.len(),
+            Held::Host { params, .. } => params.len(),
+            Held::Device(d) => d.len(),
+        };
+        if held != tensors.len() {
+            return Err(crate::error::EngineError::Tensor {
+                context: format!(
+                    "holding parameter tensors {}..{}",
+                    tensors.start, tensors.end
+                ),
+                source: candle_core::Error::Msg(format!("{held} tensors of values")),
+            });
+        }
+        self.tensors = Some(tensors);
+        Ok(self)
+    }
+
     /// Moves the parameters and optimizer state into `replica`'s own tensors, on its device
     /// (a GPU, or the CPU), where they stay: steps then read them in place
     /// ([`ParamSource::Resident`](crate::dp::ParamSource::Resident)) and updates run there.
-    /// Returns whether they moved: not in throughput mode, nor for a replica whose model keeps
-    /// no tensors of its own (matrix factorization, DLRM).
+    /// The replica must hold exactly the tensors this model holds (the whole model, or a
+    /// [`LocalModel::part`]'s: a [`Replica::part`] of the same stages), else an error names
+    /// both. Returns whether they moved: not in throughput mode, nor for a replica whose model
+    /// keeps no tensors of its own (matrix factorization, DLRM).
     pub fn keep_on(&mut self, replica: &Replica) -> Result<bool> {
-        let Some(vars) = replica.param_vars() else {
+        let (Some(vars), Some(theirs)) = (replica.param_vars(), replica.held_params()) else {
             return Ok(false);
         };
         let Held::Host { params, states } = &self.held else {
             return Ok(matches!(self.held, Held::Device(_)));
         };
+        let mine = self.tensors.clone().unwrap_or(0..params.len());
+        if theirs != mine {
+            return Err(crate::error::EngineError::Tensor {
+                context: format!(
+                    "keeping parameter tensors {}..{} on a replica",
+                    mine.start, mine.end
+                ),
+                source: candle_core::Error::Msg(format!(
+                    "the replica holds tensors {}..{}",
+                    theirs.start, theirs.end
+                )),
+            });
+        }
         self.held = Held::Device(ResidentParams::new(vars, params, states)?);
         Ok(true)
     }
 
-    /// The parameters (per tensor, layout order) when they are on the host; `None` in
+    /// The parameter tensors held (`layout` counts the model's, for a whole model in
+    /// throughput mode).
+    fn span(&self, layout: &ParamLayout) -> Range<usize> {
+        self.tensors.clone().unwrap_or(0..layout.params().len())
+    }
+
+    /// Model tensors `tensors` as indices into the held ones, or an error naming a range this
+    /// model does not hold or a gradient count (`given`) that differs from the range's.
+    fn local(&self, tensors: &Range<usize>, given: Option<usize>) -> Result<Range<usize>> {
+        let first = self.tensors.as_ref().map_or(0, |r| r.start);
+        let held = match &self.held {
+            Held::Virtual => return Ok(tensors.clone()),
+            Held::Host { params, .. } => params.len(),
+            Held::Device(d) => d.len(),
+        };
+        let local = tensors.start.wrapping_sub(first)..tensors.end.wrapping_sub(first);
+        if tensors.start < first || local.start > local.end || local.end > held {
+            return Err(range_error(
+                "parameter tensors",
+                tensors,
+                first..first + held,
+            ));
+        }
+        if let Some(n) = given.filter(|&n| n != tensors.len()) {
+            return Err(crate::error::EngineError::Tensor {
+                context: format!(
+                    "an update of parameter tensors {}..{}",
+                    tensors.start, tensors.end
+                ),
+                source: candle_core::Error::Msg(format!("{n} gradients")),
+            });
+        }
+        Ok(local)
+    }
+
+    /// The held parameters (per tensor, layout order) when they are on the host; `None` in
     /// throughput mode and when they live on a replica's device ([`LocalModel::values`] reads
     /// them from there).
     pub fn params(&self) -> Option<&[Vec<f32>]> {
@@ -117,7 +218,7 @@ impl LocalModel {
         }
     }
 
-    /// A host copy of the parameters wherever they live; `None` in throughput mode.
+    /// A host copy of the held parameters wherever they live; `None` in throughput mode.
     pub fn values(&mut self) -> Result<Option<Vec<Vec<f32>>>> {
         match &mut self.held {
             Held::Virtual => Ok(None),
@@ -178,39 +279,27 @@ impl LocalModel {
         self.step(None, grads, &opt, now)
     }
 
-    /// [`LocalModel::apply`] for parameter tensors `tensors` alone, from their gradients (one
-    /// per tensor of the range): the update of a worker that holds and trains only that part of
-    /// the model (a pipeline stage); the other tensors and their optimizer state do not change.
-    /// An error names a range beyond the model or a gradient count that differs from the
-    /// range's, before anything changes.
+    /// [`LocalModel::apply`] for model tensors `tensors` alone, from their gradients (one
+    /// per tensor of the range): the update of a worker that trains only that part of the
+    /// model (a pipeline stage); the other tensors and their optimizer state do not change.
+    /// An error names a range this model does not hold or a gradient count that differs from
+    /// the range's, before anything changes.
     pub fn apply_to<G: AsRef<[f32]>>(
         &mut self,
-        tensors: std::ops::Range<usize>,
+        tensors: Range<usize>,
         grads: &[G],
         now: f64,
     ) -> Result<()> {
-        if let Held::Host { params, .. } = &self.held {
-            if tensors.end > params.len() || grads.len() != tensors.len() {
-                return Err(crate::error::EngineError::Tensor {
-                    context: format!(
-                        "an update of parameter tensors {}..{} of {}",
-                        tensors.start,
-                        tensors.end,
-                        params.len()
-                    ),
-                    source: candle_core::Error::Msg(format!("{} gradients", grads.len())),
-                });
-            }
-        }
+        let local = self.local(&tensors, Some(grads.len()))?;
         let opt = self.optimizer.clone();
-        self.step(Some(tensors), grads, &opt, now)
+        self.step(Some(local), grads, &opt, now)
     }
 
-    /// One step of `opt` on tensors `tensors` (`None`: every tensor) where they are held, then
-    /// the update counted (and snapshotted if due at `now`).
+    /// One step of `opt` on held tensors `tensors` (indices among the held ones; `None`: every
+    /// tensor) where they are held, then the update counted (and snapshotted if due at `now`).
     fn step<G: AsRef<[f32]>>(
         &mut self,
-        tensors: Option<std::ops::Range<usize>>,
+        tensors: Option<Range<usize>>,
         grads: &[G],
         opt: &OptimizerConfig,
         now: f64,
@@ -322,11 +411,12 @@ impl LocalModel {
         }
     }
 
-    /// The values and optimizer state of parameter tensors `tensors`, packed into one vector
+    /// The values and optimizer state of model tensors `tensors`, packed into one vector
     /// (values, then each optimizer slot, tensor by tensor): what a worker hands a peer that
     /// starts keeping those tensors (a sub-model changing hands). Empty in throughput mode. Only
-    /// those tensors come down from a replica's device.
-    pub fn export(&mut self, tensors: std::ops::Range<usize>) -> Result<Vec<f32>> {
+    /// those tensors come down from a replica's device; an error for tensors not held.
+    pub fn export(&mut self, tensors: Range<usize>) -> Result<Vec<f32>> {
+        let tensors = self.local(&tensors, None)?;
         Ok(match &mut self.held {
             Held::Virtual => Vec::new(),
             Held::Host { params, states } => pack(&params[tensors.clone()], &states[tensors]),
@@ -337,15 +427,12 @@ impl LocalModel {
         })
     }
 
-    /// Takes over tensors `tensors` from a peer's [`LocalModel::export`] at run time `now`;
-    /// `false` (and nothing changed) when `packed` does not have their size. Only those tensors
-    /// go up to a replica's device; each keeps its own update count.
-    pub fn import(
-        &mut self,
-        tensors: std::ops::Range<usize>,
-        packed: &[f32],
-        now: f64,
-    ) -> Result<bool> {
+    /// Takes over model tensors `tensors` from a peer's [`LocalModel::export`] at run time
+    /// `now`; `false` (and nothing changed) when `packed` does not have their size. Only those
+    /// tensors go up to a replica's device; each keeps its own update count. An error for
+    /// tensors not held.
+    pub fn import(&mut self, tensors: Range<usize>, packed: &[f32], now: f64) -> Result<bool> {
+        let tensors = self.local(&tensors, None)?;
         let slots = self.optimizer.state_slots();
         let elems = match &self.held {
             Held::Virtual => return Ok(true),
@@ -404,13 +491,16 @@ impl LocalModel {
         updates: u64,
     ) -> Result<()> {
         self.updates = updates;
+        let span = self.span(layout);
         let Some((mut params, mut states)) = self.host_state()? else {
             return Ok(());
         };
-        layout.write_into(&model.blocks, &mut params);
-        for b in layout.blocks() {
-            let (Some(state), Some(saved)) = (states.get_mut(b.param), model.opt_state.get(&b.id))
-            else {
+        layout.write_part(&model.blocks, span.clone(), &mut params);
+        for b in layout.blocks().iter().filter(|b| span.contains(&b.param)) {
+            let (Some(state), Some(saved)) = (
+                states.get_mut(b.param - span.start),
+                model.opt_state.get(&b.id),
+            ) else {
                 continue;
             };
             state.step = saved.step;
@@ -421,11 +511,13 @@ impl LocalModel {
         self.put_host_state(params, states)
     }
 
-    /// The model's state: every block of `layout`, its optimizer state, the snapshots.
+    /// The model's state: every block of `layout` (of the held tensors, for a
+    /// [`LocalModel::part`]), its optimizer state, the snapshots.
     pub fn report(&mut self, layout: &ParamLayout) -> Result<ModelState> {
+        let span = self.span(layout);
         let blocks_of = |values: Option<&[Vec<f32>]>| -> Vec<BlockPayload> {
             (0..layout.servers())
-                .flat_map(|s| layout.slice_for(s, values))
+                .flat_map(|s| layout.slice_part(s, span.clone(), values))
                 .collect()
         };
         let (params, states) = self.host_state()?.unzip();
@@ -433,8 +525,8 @@ impl LocalModel {
             blocks: blocks_of(params.as_deref()),
             ..ModelState::default()
         };
-        for b in layout.blocks() {
-            if let Some(st) = states.as_ref().and_then(|s| s.get(b.param)) {
+        for b in layout.blocks().iter().filter(|b| span.contains(&b.param)) {
+            if let Some(st) = states.as_ref().and_then(|s| s.get(b.param - span.start)) {
                 report.opt_state.insert(
                     b.id,
                     OptState {
@@ -465,6 +557,18 @@ impl LocalModel {
                 .collect()
         });
         Ok(report)
+    }
+}
+
+/// An error naming tensors `tensors` as not among `there` (the model's, or those held).
+fn range_error(
+    what: &str,
+    tensors: &Range<usize>,
+    there: Range<usize>,
+) -> crate::error::EngineError {
+    crate::error::EngineError::Tensor {
+        context: format!("{what} {}..{}", tensors.start, tensors.end),
+        source: candle_core::Error::Msg(format!("outside tensors {}..{}", there.start, there.end)),
     }
 }
 

@@ -274,6 +274,16 @@ impl ResidentParams {
         Ok((values, states))
     }
 
+    /// Number of parameter tensors held.
+    pub fn len(&self) -> usize {
+        self.vars.len()
+    }
+
+    /// Whether no tensor is held (a replica of an empty part).
+    pub fn is_empty(&self) -> bool {
+        self.vars.is_empty()
+    }
+
     /// Element count of each tensor of `range`; an error naming the range beyond the model.
     pub fn elems(&self, range: Range<usize>) -> Result<Vec<usize>> {
         let vars = self
@@ -393,6 +403,7 @@ mod tests {
     use super::*;
     use crate::collective::LocalModel;
     use crate::model::{ModelConfig, ModelSpec, Replica};
+    use crate::payload::BlockPayload;
     use crate::ps::SnapshotPlan;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
@@ -557,7 +568,7 @@ mod tests {
                 assert_eq!(bits(&held.values().unwrap()), bits(&expected), "{rule:?}");
             }
             let e = host.apply_to(2..4, &grads, 1.0).unwrap_err().to_string();
-            assert!(e.contains("tensors 2..4 of 3"), "{e}");
+            assert!(e.contains("tensors 2..4: outside tensors 0..3"), "{e}");
             assert_eq!(host.updates(), 1, "a refused update is not counted");
         }
     }
@@ -694,6 +705,122 @@ mod tests {
         let averaged: Vec<Vec<f32>> = init.iter().map(|v| vec![0.25; v.len()]).collect();
         fresh.set_params(averaged.clone(), 2.0).unwrap();
         assert_eq!(fresh.values().unwrap(), Some(averaged));
+    }
+
+    /// A part of the model held alone (a pipeline stage's) keeps only on a replica of its own
+    /// stages, and updates, exports, reports and restores its tensors by the whole model's
+    /// indices and to the whole model's bits, under every optimizer.
+    #[test]
+    fn a_part_held_alone_is_the_whole_models_part() {
+        let spec = ModelSpec::resolve(&ModelConfig::Mlp { hidden: vec![6, 5] }, &[4], 3).unwrap();
+        let init = spec.init_values(7).unwrap();
+        let mine = spec.stage_param_ranges()[1].clone();
+        assert_eq!(mine, 2..4);
+        let layout = spec_layout(&spec);
+        let plan = SnapshotPlan {
+            every: 2,
+            every_s: None,
+        };
+        let device = candle_core::Device::Cpu;
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        for opt in optimizers() {
+            let mut whole = LocalModel::from_values(Some(init.clone()), opt.clone(), plan);
+            let mut part =
+                LocalModel::from_values(Some(init[mine.clone()].to_vec()), opt.clone(), plan)
+                    .with_tensors(mine.clone())
+                    .unwrap();
+            let stage = Replica::part(&spec, &device, 1..2).unwrap().unwrap();
+            let e = whole.keep_on(&stage).unwrap_err().to_string();
+            assert!(
+                e.contains("tensors 0..6") && e.contains("holds tensors 2..4"),
+                "{e}"
+            );
+            let all = Replica::cpu(&spec).unwrap().unwrap();
+            let e = part.keep_on(&all).unwrap_err().to_string();
+            assert!(
+                e.contains("tensors 2..4") && e.contains("holds tensors 0..6"),
+                "{e}"
+            );
+            assert!(part.keep_on(&stage).unwrap());
+            for step in 0..3 {
+                let grads: Vec<Vec<f32>> = init[mine.clone()]
+                    .iter()
+                    .map(|v| (0..v.len()).map(|_| rng.gen_range(-1.0..1.0)).collect())
+                    .collect();
+                whole.apply_to(mine.clone(), &grads, step as f64).unwrap();
+                part.apply_to(mine.clone(), &grads, step as f64).unwrap();
+            }
+            let want = whole.params().unwrap()[mine.clone()].to_vec();
+            assert_eq!(
+                bits(&part.values().unwrap().unwrap()),
+                bits(&want),
+                "{opt:?}"
+            );
+            // The stage's replica computes with them as a whole replica does.
+            all.set_params(whole.params().unwrap()).unwrap();
+            let x = candle_core::Tensor::ones((2, 6), candle_core::DType::F32, &device).unwrap();
+            let (a, b) = (
+                stage.model().unwrap().forward_stage(1, &x).unwrap(),
+                all.model().unwrap().forward_stage(1, &x).unwrap(),
+            );
+            assert_eq!(
+                a.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                b.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            );
+            // Tensors it does not hold are named, and nothing changes.
+            let grads = vec![vec![0.5f32; init[0].len()], vec![0.5; init[1].len()]];
+            let e = part.apply_to(0..2, &grads, 3.0).unwrap_err().to_string();
+            assert!(
+                e.contains("tensors 0..2") && e.contains("outside tensors 2..4"),
+                "{e}"
+            );
+            assert!(part.export(3..5).is_err());
+            assert_eq!(part.updates(), 3, "a refused update is not counted");
+            assert_eq!(
+                part.export(mine.clone()).unwrap(),
+                whole.export(mine.clone()).unwrap()
+            );
+            // Its report is the whole model's blocks of its tensors, in the same order.
+            let of_mine =
+                |b: &BlockPayload| mine.contains(&layout.blocks()[b.block as usize].param);
+            let full = whole.report(&layout).unwrap();
+            let got = part.report(&layout).unwrap();
+            let blocks: Vec<_> = full.blocks.iter().filter(|b| of_mine(b)).cloned().collect();
+            assert!(!blocks.is_empty() && blocks.len() < full.blocks.len());
+            assert_eq!(got.blocks, blocks);
+            let states: Vec<_> = full
+                .opt_state
+                .iter()
+                .filter(|(b, _)| mine.contains(&layout.blocks()[**b as usize].param))
+                .collect();
+            assert_eq!(got.opt_state.iter().collect::<Vec<_>>(), states);
+            assert_eq!(got.snapshots.len(), full.snapshots.len());
+            for (g, f) in got.snapshots.iter().zip(&full.snapshots) {
+                let want: Vec<_> = f.blocks.iter().filter(|b| of_mine(b)).cloned().collect();
+                assert_eq!(g.blocks, want);
+            }
+            // A fresh part restores its tensors from the whole model's checkpoint.
+            let mut fresh =
+                LocalModel::from_values(Some(init[mine.clone()].to_vec()), opt.clone(), plan)
+                    .with_tensors(mine.clone())
+                    .unwrap();
+            fresh
+                .keep_on(&Replica::part(&spec, &device, 1..2).unwrap().unwrap())
+                .unwrap();
+            fresh.restore(&layout, &full, whole.updates()).unwrap();
+            assert_eq!(
+                fresh.export(mine.clone()).unwrap(),
+                whole.export(mine.clone()).unwrap()
+            );
+        }
+        let e = LocalModel::from_values(Some(init.clone()), optimizers()[0].clone(), plan)
+            .with_tensors(2..4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("tensors 2..4") && e.contains("6 tensors of values"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ use crate::model::ParamInfo;
 use crate::payload::{BlockId, BlockPayload, Payload};
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
+use std::ops::Range;
 
 /// A contiguous slice of one parameter tensor (flattened).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -168,9 +169,21 @@ impl ParamLayout {
 
     /// Cuts `server`'s blocks out of full per-parameter values (`None`: virtual payloads).
     pub fn slice_for(&self, server: ServerId, values: Option<&[Vec<f32>]>) -> Vec<BlockPayload> {
+        self.slice_part(server, 0..self.params.len(), values)
+    }
+
+    /// Cuts `server`'s blocks of parameter tensors `tensors` out of those tensors' values, in
+    /// order (`None`: virtual payloads): what a holder of part of the model reports.
+    pub fn slice_part(
+        &self,
+        server: ServerId,
+        tensors: Range<usize>,
+        values: Option<&[Vec<f32>]>,
+    ) -> Vec<BlockPayload> {
         self.blocks_of(server)
             .into_iter()
-            .map(|b| Self::cut(b, values))
+            .filter(|b| tensors.contains(&b.param))
+            .map(|b| Self::cut(b, tensors.start, values))
             .collect()
     }
 
@@ -183,14 +196,15 @@ impl ParamLayout {
     ) -> Option<BlockPayload> {
         self.blocks
             .get(block as usize)
-            .map(|b| Self::cut(b, values))
+            .map(|b| Self::cut(b, 0, values))
     }
 
-    fn cut(b: &Block, values: Option<&[Vec<f32>]>) -> BlockPayload {
+    /// Block `b` cut from the values of the tensors from `first` on.
+    fn cut(b: &Block, first: usize, values: Option<&[Vec<f32>]>) -> BlockPayload {
         BlockPayload {
             block: b.id,
             data: match values {
-                Some(v) => Payload::Real(v[b.param][b.offset..b.offset + b.len].to_vec()),
+                Some(v) => Payload::Real(v[b.param - first][b.offset..b.offset + b.len].to_vec()),
                 None => Payload::Virtual {
                     elems: b.len as u64,
                 },
@@ -200,9 +214,23 @@ impl ParamLayout {
 
     /// Writes received blocks into full per-parameter buffers.
     pub fn write_into(&self, blocks: &[BlockPayload], values: &mut [Vec<f32>]) {
+        self.write_part(blocks, 0..self.params.len(), values);
+    }
+
+    /// Writes the received blocks of parameter tensors `tensors` into those tensors' buffers,
+    /// in order; blocks of other tensors are left out.
+    pub fn write_part(
+        &self,
+        blocks: &[BlockPayload],
+        tensors: Range<usize>,
+        values: &mut [Vec<f32>],
+    ) {
         for bp in blocks {
-            if let (Some(b), Some(v)) = (self.blocks.get(bp.block as usize), bp.data.values()) {
-                values[b.param][b.offset..b.offset + b.len].copy_from_slice(v);
+            let Some(b) = self.blocks.get(bp.block as usize) else {
+                continue;
+            };
+            if let (true, Some(v)) = (tensors.contains(&b.param), bp.data.values()) {
+                values[b.param - tensors.start][b.offset..b.offset + b.len].copy_from_slice(v);
             }
         }
     }

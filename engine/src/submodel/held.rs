@@ -2,10 +2,11 @@
 //! pipeline stage, the conv part, the FC block), its optimizer state, its update, its share of
 //! device memory, and its report.
 //!
-//! The worker keeps a [`LocalModel`] of the whole model (so the engine's optimizer, snapshot
-//! and report code applies unchanged) but updates and reports only its range: the run's final
-//! model is the union of the holders' parts, each block exactly once. Real parameters live in
-//! the worker's replica once [`Held::keep_on`] moves them there, as on a GPU they should.
+//! The worker keeps a [`LocalModel::part`] of its range alone (so the engine's optimizer,
+//! snapshot and report code applies unchanged, and nothing of the rest of the model is kept):
+//! the run's final model is the union of the holders' parts, each block exactly once. Real
+//! parameters live in the worker's replica once [`Held::keep_on`] moves them there, as on a GPU
+//! they should; a [`Replica::part`] of the range's stages holds them and nothing else.
 
 use super::math::Grads;
 use crate::collective::LocalModel;
@@ -24,17 +25,18 @@ pub struct Held {
 }
 
 impl Held {
-    /// The job's initial values of tensors `range`.
-    pub fn new(job: &Job, range: Range<usize>) -> Held {
+    /// The job's initial values of tensors `range`; an error for a range beyond the model.
+    pub fn new(job: &Job, range: Range<usize>) -> Result<Held> {
+        let model = LocalModel::part(job, range.clone())?;
         let sizes = job.layout.params()[range.clone()]
             .iter()
             .map(|p| p.elems())
             .collect();
-        Held {
+        Ok(Held {
             range,
-            model: LocalModel::new(job),
+            model,
             sizes,
-        }
+        })
     }
 
     /// Snapshots at the holder's iterations ([`Held::iteration_done`]) instead of by updates.
@@ -80,7 +82,9 @@ impl Held {
 
     /// Moves the parameters and the range's optimizer state into `replica`'s own tensors on its
     /// device, where they stay: the holder's passes then read them in place, and its updates run
-    /// there ([`LocalModel::keep_on`]). Returns whether they moved (not in throughput mode).
+    /// there ([`LocalModel::keep_on`]). `replica` must hold the range alone (a [`Replica::part`]
+    /// of its stages), else an error names both. Returns whether they moved (not in throughput
+    /// mode).
     pub fn keep_on(&mut self, replica: &Replica) -> Result<bool> {
         self.model.keep_on(replica)
     }
@@ -117,28 +121,6 @@ impl Held {
     /// The range's final values, optimizer state and snapshots: the blocks of `layout` that
     /// lie in it.
     pub fn report(&mut self, layout: &ParamLayout) -> Result<ModelState> {
-        Ok(part_of(self.model.report(layout)?, layout, &self.range))
+        self.model.report(layout)
     }
-}
-
-/// The blocks of `state` (final values, optimizer state, snapshots) that belong to parameter
-/// tensors `range`.
-pub fn part_of(mut state: ModelState, layout: &ParamLayout, range: &Range<usize>) -> ModelState {
-    let mine = |b: BlockId| {
-        layout
-            .blocks()
-            .get(b as usize)
-            .is_some_and(|blk| range.contains(&blk.param))
-    };
-    state.blocks.retain(|b| mine(b.block));
-    state.opt_state.retain(|b, _| mine(*b));
-    for s in &mut state.snapshots {
-        s.blocks.retain(|b| mine(b.block));
-    }
-    if let Some(timed) = &mut state.timed {
-        for t in timed {
-            t.blocks.retain(|b| mine(b.block));
-        }
-    }
-    state
 }

@@ -99,22 +99,22 @@ impl StageWorker {
     pub fn new(job: Arc<Job>, id: WorkerId, layout: Arc<Layout>) -> Result<StageWorker> {
         let at = layout.position(id);
         let range = at.map_or(0..0, |p| layout.submodels.params(p.stage));
-        let mut held = Held::new(&job, range.clone()).snapshot_by_iterations();
+        let mut held = Held::new(&job, range)?.snapshot_by_iterations();
         let run = layout.minibatches(job.clocks());
         let updates = match (at, job.resumed(RoleId::Worker(id))) {
             (Some(at), Some(cp)) => restore(&job, id, &layout, at, &cp, &mut held)?,
             _ => 0,
         };
+        // The replica holds the stage's layers alone: the rest of the model takes none of its
+        // device's memory.
         let replica = match at {
-            Some(_) => job.replica(RoleId::Worker(id))?,
+            Some(at) => job.part_replica(RoleId::Worker(id), layout.submodels.stages(at.stage))?,
             None => None,
         };
         // The stage's parameters move into the replica, where its passes read them and its
         // updates run; the latest version lives there, stashed ones as device copies beside it.
         let vars = match &replica {
-            Some(r) if held.keep_on(r)? => {
-                r.param_vars().and_then(|v| v.get(range).map(<[_]>::to_vec))
-            }
+            Some(r) if held.keep_on(r)? => r.param_vars(),
             _ => None,
         };
         let versions = Versions::resumed(layout.weights, None, updates, run.start);

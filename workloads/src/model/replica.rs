@@ -4,6 +4,7 @@ use super::{DlrmModel, GraphNet, MfModel, ModelSpec, PlanError, StagedModel};
 use crate::error::{Result, TensorContext, WorkloadError};
 use crate::graph::MovePlan;
 use candle_core::{Device, Tensor, Var};
+use std::ops::Range;
 
 /// Result of one training step.
 #[derive(Clone, Debug)]
@@ -66,6 +67,27 @@ impl Replica {
         }
     }
 
+    /// A replica that holds the parameters of stages `stages` alone, for a worker that computes
+    /// only those (a pipeline stage): a staged network keeps no tensors for the others, and a
+    /// pass through one of them is an error naming it. Other kinds of model are not chains of
+    /// stages and come whole; `None` for throughput-mode profiles.
+    pub fn part(
+        spec: &ModelSpec,
+        device: &Device,
+        stages: Range<usize>,
+    ) -> Result<Option<Replica>> {
+        match spec {
+            ModelSpec::Real {
+                stages: specs,
+                input_shape,
+                ..
+            } => Ok(Some(Replica {
+                inner: Inner::Staged(StagedModel::part(specs, input_shape, device, stages)?),
+            })),
+            _ => Replica::new(spec, device),
+        }
+    }
+
     /// [`Replica::new`] on the CPU.
     pub fn cpu(spec: &ModelSpec) -> Result<Option<Replica>> {
         Replica::new(spec, &Device::Cpu)
@@ -105,7 +127,8 @@ impl Replica {
     }
 
     /// The model's own parameter variables in layout order, on its device, for a holder that
-    /// keeps the parameters there between steps and updates them in place; `None` for models
+    /// keeps the parameters there between steps and updates them in place: those of
+    /// [`Replica::held_params`] (every parameter but for a [`Replica::part`]); `None` for models
     /// whose parameters are not variables of their own (MF, DLRM).
     pub fn param_vars(&self) -> Option<Vec<Var>> {
         match &self.inner {
@@ -115,7 +138,19 @@ impl Replica {
         }
     }
 
-    /// Sets every parameter from flat values in layout order.
+    /// The parameters this replica holds: indices into the model's parameter list, which
+    /// [`Replica::param_vars`] follows. Every parameter, but a [`Replica::part`]'s stages' for a
+    /// staged network; `None` for models whose parameters are not variables of their own.
+    pub fn held_params(&self) -> Option<Range<usize>> {
+        match &self.inner {
+            Inner::Staged(m) => Some(m.held_params()),
+            Inner::Graph(g) => Some(0..g.vars().len()),
+            Inner::Mf(_) | Inner::Dlrm(_) => None,
+        }
+    }
+
+    /// Sets the parameters from flat values of every parameter in layout order (a
+    /// [`Replica::part`] takes those of its own stages from them).
     pub fn set_params(&self, values: &[Vec<f32>]) -> Result<()> {
         let model = match &self.inner {
             Inner::Staged(m) => m,
@@ -123,7 +158,17 @@ impl Replica {
             Inner::Mf(m) => return m.set_params(values),
             Inner::Dlrm(d) => return d.set_params(values),
         };
-        super::load_vars(&model.vars(), values)?;
+        let count = model.params().len();
+        if values.len() != count {
+            return Err(WorkloadError::Tensor {
+                context: "load parameters".into(),
+                source: candle_core::Error::Msg(format!(
+                    "{} values for a model of {count} parameters",
+                    values.len()
+                )),
+            });
+        }
+        super::load_vars(&model.vars(), &values[model.held_params()])?;
         Ok(())
     }
 

@@ -228,8 +228,16 @@ impl StageSpec {
 }
 
 /// A staged candle network: each stage's parameters are `Var`s so gradients can be taken per stage.
+///
+/// A copy may hold the parameters of a run of its stages alone ([`StagedModel::part`]): a
+/// pipeline stage's worker computes only its own layers, so only theirs take device memory. It
+/// still knows every stage's shape, so parameter indices stay the whole model's.
 pub struct StagedModel {
-    stages: Vec<(StageSpec, Var, Var)>,
+    stages: Vec<StageSpec>,
+    /// Weight and bias of each stage of `held`, in stage order.
+    vars: Vec<(Var, Var)>,
+    /// The stages whose parameters this copy holds.
+    held: Range<usize>,
     input_shape: Vec<usize>,
     device: Device,
 }
@@ -241,23 +249,48 @@ impl StagedModel {
         input_shape: &[usize],
         device: &Device,
     ) -> Result<StagedModel> {
-        let mut built = Vec::new();
-        for (i, s) in stages.iter().enumerate() {
-            let p = s.params(i);
+        StagedModel::part(stages, input_shape, device, 0..stages.len())
+    }
+
+    /// Builds the network holding zero parameters for stages `held` alone: the copy a worker
+    /// that computes only those stages needs. Passes through any other stage are errors naming
+    /// it; `held` must lie inside the model's stages (an error otherwise).
+    pub fn part(
+        stages: &[StageSpec],
+        input_shape: &[usize],
+        device: &Device,
+        held: Range<usize>,
+    ) -> Result<StagedModel> {
+        if held.start > held.end || held.end > stages.len() {
+            return Err(WorkloadError::Tensor {
+                context: "build a part of a staged model".into(),
+                source: candle_core::Error::Msg(format!(
+                    "stages {}..{} of a model of {} stages",
+                    held.start,
+                    held.end,
+                    stages.len()
+                )),
+            });
+        }
+        let mut vars = Vec::with_capacity(held.len());
+        for i in held.clone() {
+            let p = stages[i].params(i);
             let b = Var::zeros(p[0].shape.as_slice(), DType::F32, device)
                 .map_err(|e| tensor_err("init bias", e))?;
             let w = Var::zeros(p[1].shape.as_slice(), DType::F32, device)
                 .map_err(|e| tensor_err("init weight", e))?;
-            built.push((s.clone(), w, b));
+            vars.push((w, b));
         }
         Ok(StagedModel {
-            stages: built,
+            stages: stages.to_vec(),
+            vars,
+            held,
             input_shape: input_shape.to_vec(),
             device: device.clone(),
         })
     }
 
-    /// Number of stages.
+    /// Number of stages of the model (held or not).
     pub fn len(&self) -> usize {
         self.stages.len()
     }
@@ -267,31 +300,57 @@ impl StagedModel {
         self.stages.is_empty()
     }
 
+    /// The stages whose parameters this copy holds (all of them unless built as a
+    /// [`StagedModel::part`]).
+    pub fn held(&self) -> Range<usize> {
+        self.held.clone()
+    }
+
+    /// The parameters this copy holds: their indices in the model's parameter list
+    /// ([`StagedModel::params`]), which [`StagedModel::vars`] lists in order.
+    pub fn held_params(&self) -> Range<usize> {
+        if self.held.is_empty() {
+            let at = self.param_start(self.held.start);
+            return at..at;
+        }
+        self.param_start(self.held.start)..self.stage_param_range(self.held.end - 1).end
+    }
+
     /// The device tensors live on.
     pub fn device(&self) -> &Device {
         &self.device
     }
 
-    /// Parameter variables in layout order (per stage: bias, weight).
+    /// The held parameter variables in layout order (per stage: bias, weight): every parameter
+    /// of a whole model, those of [`StagedModel::held_params`] for a part.
     pub fn vars(&self) -> Vec<&Var> {
-        self.stages.iter().flat_map(|(_, w, b)| [b, w]).collect()
+        self.vars.iter().flat_map(|(w, b)| [b, w]).collect()
     }
 
-    /// Parameter variables of one stage (bias, weight).
-    pub fn stage_vars(&self, i: usize) -> [&Var; 2] {
-        let (_, w, b) = &self.stages[i];
-        [b, w]
+    /// Parameter variables of stage `i` (bias, weight); `None` for a stage this copy does not
+    /// hold.
+    pub fn stage_vars(&self, i: usize) -> Option<[&Var; 2]> {
+        let k = i.checked_sub(self.held.start)?;
+        let (w, b) = self.vars.get(k).filter(|_| self.held.contains(&i))?;
+        Some([b, w])
     }
 
     /// The parameters of the whole model in layout order (stage order; per stage bias, then
-    /// weight): names, shapes and fan-ins, index for index like [`StagedModel::vars`] and the
-    /// [`ModelSpec::params`](super::ModelSpec::params) of the spec it was built from.
+    /// weight): names, shapes and fan-ins, index for index like the [`ModelSpec::params`] of
+    /// the spec it was built from (and like [`StagedModel::vars`] for a whole model).
+    ///
+    /// [`ModelSpec::params`]: super::ModelSpec::params
     pub fn params(&self) -> Vec<ParamInfo> {
         (0..self.len()).flat_map(|i| self.stage_params(i)).collect()
     }
 
+    /// Index of stage `i`'s first parameter in the model's parameter list.
+    fn param_start(&self, i: usize) -> usize {
+        (0..i).map(|k| self.stage_params(k).len()).sum()
+    }
+
     /// The parameters stage `i` owns: their indices in the model's parameter list
-    /// ([`StagedModel::params`], [`StagedModel::vars`], and the gradients of a step).
+    /// ([`StagedModel::params`], and the gradients of a step).
     ///
     /// The ranges of stages `0..len()` follow one another with no gap or overlap and cover the
     /// list, so a pipeline strategy can give stage `i` exactly the values `values[range]` and
@@ -305,8 +364,8 @@ impl StagedModel {
             "stage {i} out of range for a model of {} stages",
             self.len()
         );
-        let start: usize = (0..i).map(|k| self.stage_vars(k).len()).sum();
-        start..start + self.stage_vars(i).len()
+        let start = self.param_start(i);
+        start..start + self.stage_params(i).len()
     }
 
     /// The parameters of stage `i` (bias, then weight, as [`StagedModel::stage_vars`] and
@@ -316,7 +375,20 @@ impl StagedModel {
     /// # Panics
     /// If `i >= len()`.
     pub fn stage_params(&self, i: usize) -> Vec<ParamInfo> {
-        self.stages[i].0.params(i)
+        self.stages[i].params(i)
+    }
+
+    /// Stage `i`'s spec and parameters, or an error naming a stage this copy does not hold.
+    fn held_stage(&self, i: usize) -> candle_core::Result<(&StageSpec, [&Var; 2])> {
+        match (self.stages.get(i), self.stage_vars(i)) {
+            (Some(spec), Some(vars)) => Ok((spec, vars)),
+            _ => Err(candle_core::Error::Msg(format!(
+                "stage {i} is not held by this copy of the model (it holds stages {}..{} of {})",
+                self.held.start,
+                self.held.end,
+                self.len()
+            ))),
+        }
     }
 
     /// Turns a flat batch of samples into the first stage's input tensor.
@@ -326,9 +398,9 @@ impl StagedModel {
         Tensor::from_vec(features, shape, &self.device)
     }
 
-    /// Forward of stage `i`.
+    /// Forward of stage `i` (an error for a stage this copy does not hold).
     pub fn forward_stage(&self, i: usize, x: &Tensor) -> candle_core::Result<Tensor> {
-        let (spec, w, b) = &self.stages[i];
+        let (spec, [b, w]) = self.held_stage(i)?;
         match spec {
             StageSpec::Dense { relu, .. } => {
                 let x = if x.rank() > 2 {
@@ -363,7 +435,7 @@ impl StagedModel {
     }
 
     /// Backward of one stage from the gradient of its output: returns the gradients of the stage's
-    /// parameters (bias, weight) and of its input. Uses the surrogate `sum(y · grad_y)`, whose
+    /// parameters (bias, weight) and of its input (an error for a stage this copy does not hold). Uses the surrogate `sum(y · grad_y)`, whose
     /// gradient equals the chain rule through the stage.
     pub fn backward_stage(
         &self,
@@ -374,7 +446,7 @@ impl StagedModel {
         let x = Var::from_tensor(&input.detach())?;
         let y = self.forward_stage(i, x.as_tensor())?;
         let grads = (y * grad_out)?.sum_all()?.backward()?;
-        let [b, w] = self.stage_vars(i);
+        let (_, [b, w]) = self.held_stage(i)?;
         let missing = || candle_core::Error::Msg(format!("no gradient for stage {i}"));
         let gb = grads.get(b.as_tensor()).ok_or_else(missing)?.clone();
         let gw = grads.get(w.as_tensor()).ok_or_else(missing)?.clone();
@@ -594,7 +666,7 @@ mod tests {
                 assert!(!range.is_empty(), "stage {i} owns no parameter");
                 let own = model.stage_params(i);
                 assert_eq!(own, params[range.clone()], "stage {i}");
-                for (p, var) in own.iter().zip(model.stage_vars(i)) {
+                for (p, var) in own.iter().zip(model.stage_vars(i).unwrap()) {
                     assert!(p.name.starts_with(&format!("s{i:02}.")), "{}", p.name);
                     assert_eq!(var.dims(), p.shape.as_slice(), "{}", p.name);
                 }
@@ -646,6 +718,79 @@ mod tests {
             let names: Vec<_> = params[r].iter().map(|t| t.name.clone()).collect();
             let want: Vec<_> = layer.tensors.iter().map(|t| t.name.clone()).collect();
             assert_eq!(names, want, "layer {}", layer.name);
+        }
+    }
+
+    /// A part holds its stages' parameters alone, at the whole model's indices, and computes
+    /// them as the whole model does; a pass through a stage it does not hold, or a part beyond
+    /// the model, is an error naming it.
+    #[test]
+    fn a_part_holds_and_computes_its_stages_alone() {
+        for spec in [mlp(), cnn()] {
+            let ModelSpec::Real { stages, .. } = &spec else {
+                panic!("a real model");
+            };
+            let values = spec.init_values(4).unwrap();
+            let whole = replica(&spec, 4);
+            let part = Replica::part(&spec, &Device::Cpu, 1..3).unwrap().unwrap();
+            part.set_params(&values).unwrap();
+            let (net, all) = (part.model().unwrap(), whole.model().unwrap());
+            let ranges = spec.stage_param_ranges();
+            let held = ranges[1].start..ranges[2].end;
+            assert_eq!(net.held(), 1..3);
+            assert_eq!(net.held_params(), held);
+            assert_eq!(part.held_params(), Some(held.clone()));
+            assert_eq!(whole.held_params(), Some(0..values.len()));
+            assert_eq!(net.vars().len(), held.len());
+            assert_eq!(
+                net.params(),
+                spec.params(),
+                "it still knows the whole model"
+            );
+            for (var, info) in net.vars().iter().zip(&spec.params()[held.clone()]) {
+                assert_eq!(var.dims(), info.shape.as_slice(), "{}", info.name);
+            }
+            let mut shape = vec![2];
+            shape.extend(stages[1].input_shape());
+            let n: usize = shape.iter().product();
+            let x = Tensor::from_vec(
+                (0..n).map(|i| (i % 7) as f32 * 0.1).collect(),
+                shape.as_slice(),
+                &Device::Cpu,
+            )
+            .unwrap();
+            let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let (y, z) = (
+                net.forward_stage(1, &x).unwrap(),
+                all.forward_stage(1, &x).unwrap(),
+            );
+            assert_eq!(flat(&y), flat(&z));
+            let g = Tensor::ones_like(&y).unwrap();
+            let (pg, px) = net.backward_stage(1, &x, &g).unwrap();
+            let (wg, wx) = all.backward_stage(1, &x, &g).unwrap();
+            assert_eq!(flat(&px), flat(&wx));
+            for (a, b) in pg.iter().zip(&wg) {
+                assert_eq!(flat(a), flat(b));
+            }
+            assert!(net.stage_vars(0).is_none() && net.stage_vars(3).is_none());
+            let e = net.forward_stage(0, &x).unwrap_err().to_string();
+            assert!(
+                e.contains("stage 0 is not held") && e.contains("stages 1..3"),
+                "{e}"
+            );
+            let n0: usize = stages[0].input_shape().iter().product();
+            let e = part
+                .step(vec![0.0; 2 * n0], &[0, 1])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("stage 0 is not held"), "{e}");
+            let e = part.set_params(&values[held]).unwrap_err().to_string();
+            assert!(e.contains("for a model of"), "{e}");
+            let e = Replica::part(&spec, &Device::Cpu, 2..9)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("stages 2..9 of a model of"), "{e}");
         }
     }
 

@@ -54,10 +54,10 @@ impl HybridWorker {
     /// Worker `id` of `job`: the FC worker if it is the last, else a conv worker.
     pub fn new(job: Arc<Job>, id: WorkerId, plan: Arc<HpPlan>) -> Result<HybridWorker> {
         let part = if id == plan.fc_worker() { FC } else { CONV };
-        let held = Held::new(&job, plan.submodels.params(part));
+        let held = Held::new(&job, plan.submodels.params(part))?;
         Ok(HybridWorker {
             id,
-            replica: job.replica(RoleId::Worker(id))?,
+            replica: job.part_replica(RoleId::Worker(id), plan.submodels.stages(part))?,
             shapes: stage_input_shapes(&job.model),
             outputs: stage_output_shapes(&job.model),
             held,

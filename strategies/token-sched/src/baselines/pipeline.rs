@@ -59,10 +59,10 @@ pub struct PipelineWorker {
 impl PipelineWorker {
     /// Worker `id` of `job`: pipeline stage `id` of `plan`.
     pub fn new(job: Arc<Job>, id: WorkerId, plan: Arc<MpPlan>) -> Result<PipelineWorker> {
-        let held = Held::new(&job, plan.submodels.params(id as usize));
+        let held = Held::new(&job, plan.submodels.params(id as usize))?;
         Ok(PipelineWorker {
             id,
-            replica: job.replica(RoleId::Worker(id))?,
+            replica: job.part_replica(RoleId::Worker(id), plan.submodels.stages(id as usize))?,
             shapes: stage_input_shapes(&job.model),
             outputs: stage_output_shapes(&job.model),
             held,
