@@ -124,11 +124,7 @@ impl LocalModel {
     /// whole model, and reports and restores cover those tensors' blocks alone. An error when
     /// real values do not count `tensors.len()` tensors.
     pub fn with_tensors(mut self, tensors: Range<usize>) -> Result<LocalModel> {
-        let held = match &self.held {
-            Held::Virtual => tensors.len(),
-            Held::Host { params, .. } => params.len(),
-            Held::Device(d) => d.len(),
-        };
+        let held = self.count().unwrap_or(tensors.len());
         if held != tensors.len() {
             return Err(crate::error::EngineError::Tensor {
                 context: format!(
@@ -173,6 +169,15 @@ impl LocalModel {
         Ok(true)
     }
 
+    /// How many tensors of values are held (`None` in throughput mode).
+    fn count(&self) -> Option<usize> {
+        match &self.held {
+            Held::Virtual => None,
+            Held::Host { params, .. } => Some(params.len()),
+            Held::Device(d) => Some(d.len()),
+        }
+    }
+
     /// The parameter tensors held (`layout` counts the model's, for a whole model in
     /// throughput mode).
     fn span(&self, layout: &ParamLayout) -> Range<usize> {
@@ -183,10 +188,8 @@ impl LocalModel {
     /// model does not hold or a gradient count (`given`) that differs from the range's.
     fn local(&self, tensors: &Range<usize>, given: Option<usize>) -> Result<Range<usize>> {
         let first = self.tensors.as_ref().map_or(0, |r| r.start);
-        let held = match &self.held {
-            Held::Virtual => return Ok(tensors.clone()),
-            Held::Host { params, .. } => params.len(),
-            Held::Device(d) => d.len(),
+        let Some(held) = self.count() else {
+            return Ok(tensors.clone());
         };
         let local = tensors.start.wrapping_sub(first)..tensors.end.wrapping_sub(first);
         if tensors.start < first || local.start > local.end || local.end > held {
