@@ -309,11 +309,7 @@ impl StagedModel {
     /// The parameters this copy holds: their indices in the model's parameter list
     /// ([`StagedModel::params`]), which [`StagedModel::vars`] lists in order.
     pub fn held_params(&self) -> Range<usize> {
-        if self.held.is_empty() {
-            let at = self.param_start(self.held.start);
-            return at..at;
-        }
-        self.param_start(self.held.start)..self.stage_param_range(self.held.end - 1).end
+        self.param_start(self.held.start)..self.param_start(self.held.end)
     }
 
     /// The device tensors live on.
@@ -435,8 +431,9 @@ impl StagedModel {
     }
 
     /// Backward of one stage from the gradient of its output: returns the gradients of the stage's
-    /// parameters (bias, weight) and of its input (an error for a stage this copy does not hold). Uses the surrogate `sum(y · grad_y)`, whose
-    /// gradient equals the chain rule through the stage.
+    /// parameters (bias, weight) and of its input (an error for a stage this copy does not
+    /// hold). Uses the surrogate `sum(y · grad_y)`, whose gradient equals the chain rule through
+    /// the stage.
     pub fn backward_stage(
         &self,
         i: usize,
