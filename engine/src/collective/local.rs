@@ -100,17 +100,10 @@ impl LocalModel {
     /// stage). See [`LocalModel::with_tensors`]; an error for a range beyond the model.
     pub fn part(job: &Job, tensors: Range<usize>) -> Result<LocalModel> {
         let count = job.layout.params().len();
-        let values = match &job.init {
-            Some(init) => Some(
-                init.get(tensors.clone())
-                    .ok_or_else(|| range_error("a part of the model", &tensors, 0..count))?
-                    .to_vec(),
-            ),
-            None if tensors.start > tensors.end || tensors.end > count => {
-                return Err(range_error("a part of the model", &tensors, 0..count))
-            }
-            None => None,
-        };
+        if tensors.start > tensors.end || tensors.end > count {
+            return Err(range_error("a part of the model", &tensors, 0..count));
+        }
+        let values = job.init.as_ref().map(|init| init[tensors.clone()].to_vec());
         LocalModel::from_values(
             values,
             job.config.optimizer.clone(),
@@ -188,16 +181,12 @@ impl LocalModel {
     /// model does not hold or a gradient count (`given`) that differs from the range's.
     fn local(&self, tensors: &Range<usize>, given: Option<usize>) -> Result<Range<usize>> {
         let first = self.tensors.as_ref().map_or(0, |r| r.start);
-        let Some(held) = self.count() else {
+        let Some(count) = self.count() else {
             return Ok(tensors.clone());
         };
-        let local = tensors.start.wrapping_sub(first)..tensors.end.wrapping_sub(first);
-        if tensors.start < first || local.start > local.end || local.end > held {
-            return Err(range_error(
-                "parameter tensors",
-                tensors,
-                first..first + held,
-            ));
+        let held = first..first + count;
+        if tensors.start < held.start || tensors.start > tensors.end || tensors.end > held.end {
+            return Err(range_error("parameter tensors", tensors, held));
         }
         if let Some(n) = given.filter(|&n| n != tensors.len()) {
             return Err(crate::error::EngineError::Tensor {
@@ -208,7 +197,7 @@ impl LocalModel {
                 source: candle_core::Error::Msg(format!("{n} gradients")),
             });
         }
-        Ok(local)
+        Ok(tensors.start - first..tensors.end - first)
     }
 
     /// The held parameters (per tensor, layout order) when they are on the host; `None` in

@@ -226,10 +226,11 @@ impl ParamLayout {
         values: &mut [Vec<f32>],
     ) {
         for bp in blocks {
-            let Some(b) = self.blocks.get(bp.block as usize) else {
-                continue;
-            };
-            if let (true, Some(v)) = (tensors.contains(&b.param), bp.data.values()) {
+            let mine = self
+                .blocks
+                .get(bp.block as usize)
+                .filter(|b| tensors.contains(&b.param));
+            if let (Some(b), Some(v)) = (mine, bp.data.values()) {
                 values[b.param - tensors.start][b.offset..b.offset + b.len].copy_from_slice(v);
             }
         }
