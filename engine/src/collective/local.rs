@@ -1,6 +1,6 @@
 //! A model replica's parameters and optimizer state, held and updated by a worker.
 
-use super::resident::{HostTraffic, ResidentParams};
+use super::resident::{Gradient, HostTraffic, ResidentParams};
 use super::Fusion;
 use crate::contract::ModelState;
 use crate::error::Result;
@@ -266,7 +266,7 @@ impl LocalModel {
     /// Applies one optimizer step from `grads` (one per tensor, layout order) with the learning
     /// rate scaled by `lr_scale` (1 in plain data parallelism; RNA's Σw/P), then snapshots if
     /// due at `now`.
-    pub fn apply<G: AsRef<[f32]>>(&mut self, grads: &[G], lr_scale: f64, now: f64) -> Result<()> {
+    pub fn apply<G: Gradient>(&mut self, grads: &[G], lr_scale: f64, now: f64) -> Result<()> {
         let opt = self.optimizer.with_lr_scale(lr_scale);
         self.step(None, grads, &opt, now)
     }
@@ -276,7 +276,7 @@ impl LocalModel {
     /// model (a pipeline stage); the other tensors and their optimizer state do not change.
     /// An error names a range this model does not hold or a gradient count that differs from
     /// the range's, before anything changes.
-    pub fn apply_to<G: AsRef<[f32]>>(
+    pub fn apply_to<G: Gradient>(
         &mut self,
         tensors: Range<usize>,
         grads: &[G],
@@ -289,7 +289,7 @@ impl LocalModel {
 
     /// One step of `opt` on held tensors `tensors` (indices among the held ones; `None`: every
     /// tensor) where they are held, then the update counted (and snapshotted if due at `now`).
-    fn step<G: AsRef<[f32]>>(
+    fn step<G: Gradient>(
         &mut self,
         tensors: Option<Range<usize>>,
         grads: &[G],
@@ -306,7 +306,7 @@ impl LocalModel {
                     .zip(grads)
                     .zip(&mut states[range])
                 {
-                    opt.step(p, g.as_ref(), st);
+                    g.with_host(|g| opt.step(p, g, st))?;
                 }
             }
             Held::Device(d) => match tensors {

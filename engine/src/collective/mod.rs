@@ -41,7 +41,7 @@ pub use backend::Allreduce;
 pub use fusion::Fusion;
 pub use local::LocalModel;
 pub use ops::{alltoall, broadcast};
-pub use resident::{HostTraffic, ResidentParams, UpdateRule};
+pub use resident::{Gradient, HostTraffic, ResidentParams, UpdateRule};
 pub use ring::{allreduce_sum, RingAllreduce};
 
 use crate::error::{EngineError, Result};

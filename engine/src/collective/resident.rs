@@ -8,7 +8,7 @@
 
 use crate::error::{EngineError, Result};
 use crate::optim::{OptState, OptimizerConfig};
-use candle_core::{CpuStorage, Device, InplaceOp1, Layout, Tensor, Var};
+use candle_core::{CpuStorage, Device, InplaceOp1, Layout, Shape, Storage, Tensor, Var};
 use std::cell::RefCell;
 use std::ops::Range;
 
@@ -42,6 +42,115 @@ impl UpdateRule {
         } else {
             UpdateRule::Tensors
         }
+    }
+}
+
+/// One parameter's gradient as an update takes it: host values (what a collective brought
+/// back), or a tensor where the backward pass left it. A worker that applies its own gradients
+/// and sends them nowhere (an unreplicated pipeline stage) keeps them as tensors, so on a GPU
+/// they never cross to the host and back.
+pub trait Gradient {
+    /// Element count.
+    fn elems(&self) -> usize;
+
+    /// Bytes an update copies up to the parameters' device to read it: the values' size for
+    /// host values, nothing for a tensor.
+    fn upload_bytes(&self) -> u64;
+
+    /// Runs `f` on the values as one flat host slice: in place for host values and a
+    /// contiguous CPU tensor, read back from the device otherwise.
+    fn with_host<R>(&self, f: impl FnOnce(&[f32]) -> R) -> Result<R>;
+
+    /// The gradient as a tensor of `shape` on `device`: the tensor itself where it already is
+    /// (reshaped), else a copy uploaded there.
+    fn on_device(&self, shape: &Shape, device: &Device) -> Result<Tensor>;
+}
+
+impl Gradient for [f32] {
+    fn elems(&self) -> usize {
+        self.len()
+    }
+
+    fn upload_bytes(&self) -> u64 {
+        4 * self.len() as u64
+    }
+
+    fn with_host<R>(&self, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+        Ok(f(self))
+    }
+
+    fn on_device(&self, shape: &Shape, device: &Device) -> Result<Tensor> {
+        Tensor::from_slice(self, shape, device).map_err(|e| device_error("upload a gradient", e))
+    }
+}
+
+impl Gradient for Vec<f32> {
+    fn elems(&self) -> usize {
+        self.len()
+    }
+
+    fn upload_bytes(&self) -> u64 {
+        self.as_slice().upload_bytes()
+    }
+
+    fn with_host<R>(&self, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+        Ok(f(self))
+    }
+
+    fn on_device(&self, shape: &Shape, device: &Device) -> Result<Tensor> {
+        self.as_slice().on_device(shape, device)
+    }
+}
+
+impl Gradient for &[f32] {
+    fn elems(&self) -> usize {
+        self.len()
+    }
+
+    fn upload_bytes(&self) -> u64 {
+        (*self).upload_bytes()
+    }
+
+    fn with_host<R>(&self, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+        Ok(f(self))
+    }
+
+    fn on_device(&self, shape: &Shape, device: &Device) -> Result<Tensor> {
+        (*self).on_device(shape, device)
+    }
+}
+
+impl Gradient for Tensor {
+    fn elems(&self) -> usize {
+        self.elem_count()
+    }
+
+    fn upload_bytes(&self) -> u64 {
+        0
+    }
+
+    fn with_host<R>(&self, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+        {
+            let (storage, layout) = self.storage_and_layout();
+            if let (Storage::Cpu(CpuStorage::F32(values)), Some((start, end))) =
+                (&*storage, layout.contiguous_offsets())
+            {
+                return Ok(f(&values[start..end]));
+            }
+        }
+        Ok(f(&download(self, "read a gradient")?))
+    }
+
+    fn on_device(&self, shape: &Shape, device: &Device) -> Result<Tensor> {
+        let what = "take a gradient to the parameters' device";
+        let moved;
+        let here = if self.device().same_device(device) {
+            self
+        } else {
+            moved = self.to_device(device).map_err(|e| device_error(what, e))?;
+            &moved
+        };
+        here.reshape(shape).map_err(|e| device_error(what, e))
     }
 }
 
@@ -155,20 +264,17 @@ impl ResidentParams {
         Ok(())
     }
 
-    /// One optimizer update of every tensor from host gradients (layout order): the gradients
-    /// go up, the update runs on the device.
-    pub fn apply<G: AsRef<[f32]>>(
-        &mut self,
-        optimizer: &OptimizerConfig,
-        grads: &[G],
-    ) -> Result<()> {
+    /// One optimizer update of every tensor from its gradient (layout order): host gradients go
+    /// up, tensors are used where they are; the update runs on the device.
+    pub fn apply<G: Gradient>(&mut self, optimizer: &OptimizerConfig, grads: &[G]) -> Result<()> {
         self.apply_to(0..self.vars.len(), optimizer, grads)
     }
 
-    /// One optimizer update of tensors `range` alone from their host gradients (a sub-model's
+    /// One optimizer update of tensors `range` alone from their gradients (a sub-model's
     /// holder, such as a pipeline stage, updates only its part); an error naming a range beyond
-    /// the model or a gradient count that differs from the range's, before anything changes.
-    pub fn apply_to<G: AsRef<[f32]>>(
+    /// the model, a gradient count that differs from the range's or a gradient whose size
+    /// differs from its tensor's, before anything changes.
+    pub fn apply_to<G: Gradient>(
         &mut self,
         range: Range<usize>,
         optimizer: &OptimizerConfig,
@@ -185,21 +291,31 @@ impl ResidentParams {
                 format!("{} gradients for {} parameters", grads.len(), vars.len()),
             ));
         }
+        for (i, (var, g)) in range.clone().zip(vars.iter().zip(grads)) {
+            if g.elems() != var.elem_count() {
+                return Err(device_error(
+                    what,
+                    format!(
+                        "a gradient of {} elements for parameter {i} of {}",
+                        g.elems(),
+                        var.elem_count()
+                    ),
+                ));
+            }
+        }
         for (i, (var, g)) in range.zip(vars.iter().zip(grads)) {
-            let g = g.as_ref();
-            self.traffic.uploaded_bytes += 4 * g.len() as u64;
+            self.traffic.uploaded_bytes += g.upload_bytes();
             match &mut self.state {
-                HeldState::Host(states) => {
+                HeldState::Host(states) => g.with_host(|g| {
                     let rule = HostRule {
                         optimizer,
                         grad: g,
                         state: RefCell::new(&mut states[i]),
                     };
-                    var.inplace_op1(&rule).map_err(|e| device_error(what, e))?;
-                }
+                    var.inplace_op1(&rule).map_err(|e| device_error(what, e))
+                })??,
                 HeldState::Device { slots, steps } => {
-                    let grad = Tensor::from_slice(g, var.shape(), var.device())
-                        .map_err(|e| device_error(what, e))?;
+                    let grad = g.on_device(var.shape(), var.device())?;
                     steps[i] += 1;
                     let updated = optimizer
                         .step_tensor(&var.as_tensor().detach(), &grad, &mut slots[i], steps[i])
@@ -474,6 +590,80 @@ mod tests {
                 let slots = opt.state_slots() as u64;
                 assert_eq!(device.traffic().uploaded_bytes, n * (1 + slots + 6));
                 assert_eq!(device.traffic().downloaded_bytes, n * (1 + slots));
+            }
+        }
+    }
+
+    /// Gradients handed over as tensors where the backward pass left them (shaped as their
+    /// parameter, flat, or a strided view) give the host gradients' bits under either rule and
+    /// every optimizer, and nothing goes up for them; a gradient of the wrong size is named
+    /// before any tensor changes.
+    #[test]
+    fn gradients_left_on_the_device_update_to_the_host_gradients_bits() {
+        let mut rng = ChaCha8Rng::seed_from_u64(13);
+        let cpu = candle_core::Device::Cpu;
+        let init = vec![
+            (0..15)
+                .map(|_| rng.gen_range(-1.0..1.0))
+                .collect::<Vec<f32>>(),
+            (0..5).map(|_| rng.gen_range(-1.0..1.0)).collect(),
+        ];
+        let vars = || {
+            vec![
+                Var::from_slice(&init[0], (3, 5), &cpu).unwrap(),
+                Var::from_slice(&init[1], 5, &cpu).unwrap(),
+            ]
+        };
+        for rule in [UpdateRule::InPlace, UpdateRule::Tensors] {
+            for opt in optimizers() {
+                let states: Vec<OptState> = init.iter().map(|v| opt.init_state(v.len())).collect();
+                let mut host = ResidentParams::with_rule(vars(), &init, &states, rule).unwrap();
+                let mut device = ResidentParams::with_rule(vars(), &init, &states, rule).unwrap();
+                let loaded = device.traffic();
+                for step in 0..4 {
+                    let grads: Vec<Vec<f32>> = init
+                        .iter()
+                        .map(|v| (0..v.len()).map(|_| rng.gen_range(-2.0..2.0)).collect())
+                        .collect();
+                    // The weight's gradient as the transpose of a (5, 3) tensor (not
+                    // contiguous) on odd steps, shaped (3, 5) on even ones; the bias's flat.
+                    let weight = if step % 2 == 1 {
+                        let mut t = vec![0.0f32; 15];
+                        for (i, x) in grads[0].iter().enumerate() {
+                            t[(i % 5) * 3 + i / 5] = *x;
+                        }
+                        let t = Tensor::from_vec(t, (5, 3), &cpu).unwrap().t().unwrap();
+                        assert!(!t.is_contiguous());
+                        t
+                    } else {
+                        Tensor::from_slice(&grads[0], (3, 5), &cpu).unwrap()
+                    };
+                    let bias = Tensor::from_slice(&grads[1], 5, &cpu).unwrap();
+                    host.apply(&opt, &grads).unwrap();
+                    device.apply(&opt, &[weight, bias]).unwrap();
+                }
+                assert_eq!(
+                    device.traffic(),
+                    loaded,
+                    "{rule:?} {opt:?}: no gradient went up"
+                );
+                assert_eq!(
+                    bits(&device.values().unwrap()),
+                    bits(&host.values().unwrap()),
+                    "{rule:?} {opt:?}"
+                );
+                assert_eq!(device.states().unwrap(), host.states().unwrap());
+                let before = device.values().unwrap();
+                let wrong = [
+                    Tensor::zeros((3, 5), candle_core::DType::F32, &cpu).unwrap(),
+                    Tensor::zeros(4, candle_core::DType::F32, &cpu).unwrap(),
+                ];
+                let e = device.apply(&opt, &wrong).unwrap_err().to_string();
+                assert!(
+                    e.contains("4 elements for parameter 1 of 5"),
+                    "{rule:?}: {e}"
+                );
+                assert_eq!(device.values().unwrap(), before, "nothing changed");
             }
         }
     }

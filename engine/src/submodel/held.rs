@@ -8,8 +8,9 @@
 //! parameters live in the worker's replica once [`Held::keep_on`] moves them there, as on a GPU
 //! they should; a [`Replica::part`] of the range's stages holds them and nothing else.
 
+#[cfg(doc)]
 use super::math::Grads;
-use crate::collective::LocalModel;
+use crate::collective::{Gradient, HostTraffic, LocalModel};
 use crate::memory::{MemEvent, TensorClass};
 use crate::model::Replica;
 use crate::prelude::*;
@@ -89,10 +90,18 @@ impl Held {
         self.model.keep_on(replica)
     }
 
-    /// One optimizer step of the range alone from its summed gradients at run time `now`
-    /// (`None`: throughput mode, the update only counted). Where the parameters live in a
-    /// replica ([`Held::keep_on`]), the step runs there and the replica's passes see it.
-    pub fn apply(&mut self, grads: Grads, now: f64) -> Result<()> {
+    /// What crossed between the host and the replica's device since [`Held::keep_on`]; `None`
+    /// while the parameters are on the host.
+    pub fn host_traffic(&self) -> Option<HostTraffic> {
+        self.model.host_traffic()
+    }
+
+    /// One optimizer step of the range alone from its summed gradients at run time `now`, one
+    /// per tensor: device tensors as the backward pass left them ([`Grads`]), or host values
+    /// (a collective's sum, [`Held::unflatten`]); `None`: throughput mode, the update only
+    /// counted. Where the parameters live in a replica ([`Held::keep_on`]), the step runs there
+    /// and the replica's passes see it; gradients already on its device stay there.
+    pub fn apply<G: Gradient>(&mut self, grads: Option<Vec<G>>, now: f64) -> Result<()> {
         match grads {
             Some(g) if self.model.is_real() => self.model.apply_to(self.range.clone(), &g, now),
             _ => self.model.bump(now),

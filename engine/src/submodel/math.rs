@@ -11,8 +11,11 @@ use crate::submodel;
 use candle_core::Tensor;
 use std::ops::Range;
 
-/// Parameter gradients of a run of stages, per tensor (`None` in throughput mode).
-pub type Grads = Option<Vec<Vec<f32>>>;
+/// Parameter gradients of a run of stages, one tensor per parameter on the device the pass ran
+/// on, shaped as the parameter (`None` in throughput mode). They stay there for a holder's own
+/// update ([`crate::submodel::Held::apply`]); only what a collective sums is read back
+/// ([`host_flat`]).
+pub type Grads = Option<Vec<Tensor>>;
 
 /// Rows `offset..offset + rows` of iteration `iter`'s global batch of `total` samples: the
 /// first stage's input and the labels (virtual rows and no labels in throughput mode). The
@@ -99,17 +102,93 @@ pub fn backward(
     }
 }
 
-/// Adds `g` into the running sum `acc`.
-pub fn accumulate(acc: &mut Grads, g: Grads) {
-    let Some(g) = g else { return };
+/// Adds `g` into the running sum `acc`, where the gradients are.
+pub fn accumulate(acc: &mut Grads, g: Grads) -> Result<()> {
+    let Some(g) = g else { return Ok(()) };
     match acc {
         Some(a) => {
             for (x, y) in a.iter_mut().zip(&g) {
-                for (p, q) in x.iter_mut().zip(y) {
+                *x = x.add(y).map_err(|e| tensor_error("sum gradients", e))?;
+            }
+        }
+        None => *acc = Some(g),
+    }
+    Ok(())
+}
+
+/// Multiplies every gradient by `k` where it is (a sum of `n` minibatches' gradients by `1/n`),
+/// element by element in f32 as on the host.
+pub fn scale(grads: &mut [Tensor], k: f32) -> Result<()> {
+    for t in grads.iter_mut() {
+        let by = Tensor::new(k, t.device()).map_err(|e| tensor_error("scale gradients", e))?;
+        *t = t
+            .broadcast_mul(&by)
+            .map_err(|e| tensor_error("scale gradients", e))?;
+    }
+    Ok(())
+}
+
+/// The gradients read back to the host as one flat vector, in order: the buffer a collective
+/// sums.
+pub fn host_flat(grads: &[Tensor]) -> Result<Vec<f32>> {
+    let mut flat = Vec::with_capacity(grads.iter().map(Tensor::elem_count).sum());
+    for t in grads {
+        let values = t
+            .flatten_all()
+            .and_then(|f| f.to_vec1::<f32>())
+            .map_err(|e| tensor_error("read gradients back", e))?;
+        flat.extend_from_slice(&values);
+    }
+    Ok(flat)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    fn bits(values: &[f32]) -> Vec<u32> {
+        values.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// Summing and averaging gradients where they are gives the host arithmetic's bits (the
+    /// same f32 additions in the same order, the same multiplications), and reading them back
+    /// lays them out flat in order.
+    #[test]
+    fn gradients_summed_and_scaled_in_place_are_the_host_arithmetics() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let shapes: [&[usize]; 2] = [&[4, 3], &[3]];
+        let mut acc: Grads = None;
+        let mut host: Vec<Vec<f32>> = shapes
+            .iter()
+            .map(|s| vec![0.0; s.iter().product()])
+            .collect();
+        for _ in 0..3 {
+            let values: Vec<Vec<f32>> = host
+                .iter()
+                .map(|v| (0..v.len()).map(|_| rng.gen_range(-1.0..1.0)).collect())
+                .collect();
+            let tensors = values
+                .iter()
+                .zip(shapes)
+                .map(|(v, s)| Tensor::from_slice(v, s, &Device::Cpu).unwrap())
+                .collect();
+            accumulate(&mut acc, Some(tensors)).unwrap();
+            for (h, v) in host.iter_mut().zip(&values) {
+                for (p, q) in h.iter_mut().zip(v) {
                     *p += *q;
                 }
             }
         }
-        None => *acc = Some(g),
+        accumulate(&mut acc, None).unwrap();
+        let mut acc = acc.unwrap();
+        scale(&mut acc, 1.0 / 3.0).unwrap();
+        for x in host.iter_mut().flatten() {
+            *x *= 1.0 / 3.0;
+        }
+        assert_eq!(acc[0].dims(), &[4, 3], "shapes kept");
+        assert_eq!(bits(&host_flat(&acc).unwrap()), bits(&host.concat()));
     }
 }

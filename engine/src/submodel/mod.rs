@@ -261,14 +261,14 @@ pub fn forward(
 }
 
 /// Backward of sub-model stages `stages` from the gradient of its output, given the inputs its
-/// forward kept: the gradients of its parameters (flat, in layout order: per stage bias, then
-/// weight) and of its input.
+/// forward kept: the gradients of its parameters (in layout order: per stage bias, then weight,
+/// each shaped as its parameter, on the model's device) and of its input.
 pub fn backward(
     net: &StagedModel,
     stages: Range<usize>,
     inputs: &[Tensor],
     grad_out: &Tensor,
-) -> Result<(Vec<Vec<f32>>, Tensor)> {
+) -> Result<(Vec<Tensor>, Tensor)> {
     let mut per_stage = Vec::with_capacity(stages.len());
     let mut g = grad_out.clone();
     for (k, s) in stages.clone().enumerate().rev() {
@@ -279,13 +279,7 @@ pub fn backward(
         g = gx;
     }
     per_stage.reverse();
-    let mut flat = Vec::new();
-    for grads in per_stage {
-        for t in grads {
-            flat.push(StagedModel::flat_values(&t).map_err(|e| tensor_error("gradient", e))?);
-        }
-    }
-    Ok((flat, g))
+    Ok((per_stage.into_iter().flatten().collect(), g))
 }
 
 /// A tensor operation's failure as an engine error.

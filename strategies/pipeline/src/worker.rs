@@ -10,12 +10,12 @@ use crate::schedule::{self, Op};
 use crate::versions::{Versions, Weights};
 use crate::weights::StageWeights;
 use candle_core::Tensor;
-use concord_engine::collective::{Allreduce, Group};
+use concord_engine::collective::{Allreduce, Gradient, Group};
 use concord_engine::memory::{MemEvent, TensorClass};
 use concord_engine::model::{Replica, StagedModel};
 use concord_engine::prelude::*;
 use concord_engine::submodel::math::{
-    accumulate, backward, forward, labels_of, loss_seed, samples, Grads,
+    accumulate, backward, forward, host_flat, labels_of, loss_seed, samples, scale, Grads,
 };
 use concord_engine::submodel::{
     activations, rows_from, stage_input_shapes, stage_output_shapes, Held, Rows,
@@ -313,7 +313,7 @@ impl StageWorker {
                 t.losses += 1;
             }
         }
-        accumulate(&mut self.pending, g_params);
+        accumulate(&mut self.pending, g_params)?;
         if layout.kind != Kind::GPipe && layout.replicas(s) == 1 {
             // An unreplicated stage applies each minibatch's gradient as soon as it has it.
             let grads = self.pending.take();
@@ -324,46 +324,51 @@ impl StageWorker {
     }
 
     /// Averages the pending gradients of `minibatches` over the stage's replicas, then applies
-    /// them.
+    /// them. Only a replicated stage's gradients leave its device, for the ring to sum.
     async fn average_and_apply(
         &mut self,
         ctx: &mut RoleContext,
         round: u64,
         minibatches: Range<u64>,
     ) -> Result<()> {
+        let scale_by = 1.0 / (minibatches.end - minibatches.start).max(1) as f32;
         let mut grads = self.pending.take();
-        if let Some(ar) = self.allreduce.as_mut() {
-            let mut buf = match &grads {
-                Some(g) => Payload::Real(g.concat()),
-                None if self.replica.is_some() => {
-                    Payload::Real(vec![0.0; self.held.elems() as usize])
-                }
-                None => Payload::Virtual {
-                    elems: self.held.elems(),
-                },
-            };
-            let t0 = ctx.now();
-            let sent = ar.sum(ctx, round, &mut buf, &[]).await?;
-            self.open.comm_s += ctx.now() - t0;
-            self.sync_bytes += sent;
-            self.open.bytes += sent;
-            ctx.trace_span("allreduce", "comm", t0, ctx.now());
-            grads = buf.values().map(|flat| self.held.unflatten(flat));
-        }
-        if let Some(g) = grads.as_mut() {
-            let scale = 1.0 / (minibatches.end - minibatches.start).max(1) as f32;
-            for t in g.iter_mut() {
-                for x in t.iter_mut() {
-                    *x *= scale;
-                }
+        let Some(ar) = self.allreduce.as_mut() else {
+            if let Some(g) = grads.as_mut() {
+                scale(g, scale_by)?;
+            }
+            return self.apply(ctx, grads, minibatches.end);
+        };
+        let mut buf = match &grads {
+            Some(g) => Payload::Real(host_flat(g)?),
+            None if self.replica.is_some() => Payload::Real(vec![0.0; self.held.elems() as usize]),
+            None => Payload::Virtual {
+                elems: self.held.elems(),
+            },
+        };
+        let t0 = ctx.now();
+        let sent = ar.sum(ctx, round, &mut buf, &[]).await?;
+        self.open.comm_s += ctx.now() - t0;
+        self.sync_bytes += sent;
+        self.open.bytes += sent;
+        ctx.trace_span("allreduce", "comm", t0, ctx.now());
+        let mut summed = buf.values().map(|flat| self.held.unflatten(flat));
+        for t in summed.iter_mut().flatten() {
+            for x in t.iter_mut() {
+                *x *= scale_by;
             }
         }
-        self.apply(ctx, grads, minibatches.end)
+        self.apply(ctx, summed, minibatches.end)
     }
 
     /// One optimizer step of the stage, making a new latest version that took in minibatches
     /// `0..watermark`.
-    fn apply(&mut self, ctx: &RoleContext, grads: Grads, watermark: u64) -> Result<()> {
+    fn apply<G: Gradient>(
+        &mut self,
+        ctx: &RoleContext,
+        grads: Option<Vec<G>>,
+        watermark: u64,
+    ) -> Result<()> {
         self.weights.before_update()?;
         self.held.apply(grads, ctx.now())?;
         self.weights.updated(watermark);

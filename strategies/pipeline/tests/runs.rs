@@ -3,8 +3,12 @@
 //! PipeDream with stashing is SGD on the thesis's stale-but-consistent weights), the ablation
 //! without stashing, determinism, memory bounds and bad input.
 
+use candle_core::{Device, Tensor};
 use concord_engine::config::RunConfig;
+use concord_engine::ids::RoleId;
 use concord_engine::model::Replica;
+use concord_engine::submodel::math::{backward, forward, host_flat, loss_seed};
+use concord_engine::submodel::{Held, Rows};
 use concord_test_support::{max_diff, param_bits};
 
 mod common;
@@ -232,6 +236,83 @@ fn a_checkpoint_drains_the_pipeline_and_restarts_it_on_every_update_before_it() 
             "{options}: the cuts changed nothing"
         );
     }
+}
+
+/// A stage's parameter gradients stay where its backward pass left them: applied from there,
+/// they give the bits of the same gradients read back and applied as host values, and none of
+/// them crosses between host and device (only a replicated stage's do, for its ring to sum).
+#[test]
+fn a_stages_gradients_are_applied_where_its_backward_pass_left_them() {
+    let mut cfg = mlp(2, 8, 1);
+    cfg.optimizer = toml::from_str("kind = \"sgd\"\nlr = 0.05\nmomentum = 0.9").expect("sgd");
+    let asm = reg().compose(&cfg).expect("composes");
+    let job = concord_engine::run::prepare(&cfg, &asm).expect("job");
+    let ranges = job.model.stage_param_ranges();
+    let stages = 1..3;
+    let params = ranges[1].start..ranges[2].end;
+    let elems: u64 = job.layout.params()[params.clone()]
+        .iter()
+        .map(|p| p.elems() as u64)
+        .sum();
+    let data = job.data.as_ref().expect("data");
+    let holder = || {
+        let mut held = Held::new(&job, params.clone()).expect("held");
+        let replica = job
+            .part_replica(RoleId::Worker(1), stages.clone())
+            .expect("replica")
+            .expect("real");
+        assert!(held.keep_on(&replica).expect("keep"));
+        (held, replica)
+    };
+    let (mut on_device, device_replica) = holder();
+    let (mut via_host, host_replica) = holder();
+    let loaded = on_device.host_traffic().expect("resident");
+    for step in 0..3u64 {
+        let idx = job.stream.range(step as u128 * 8, 8);
+        let (features, labels) = data.train.gather(&idx);
+        // Stage 1's input: the samples' features scaled, shaped as its input.
+        let x: Vec<f32> = features.iter().map(|f| 0.5 * f).collect();
+        for (held, replica, read_back) in [
+            (&mut on_device, &device_replica, false),
+            (&mut via_host, &host_replica, true),
+        ] {
+            let net = replica.model();
+            let rows = Rows::Real(Tensor::from_vec(x.clone(), (8, 32), &Device::Cpu).expect("x"));
+            let (y, inputs) = forward(net, stages.clone(), &rows).expect("forward");
+            let (_, seed) = loss_seed(net, &y, Some(&labels), 1.0).expect("loss");
+            let (grads, _) = backward(net, stages.clone(), &inputs, &seed).expect("backward");
+            let grads = grads.expect("real gradients");
+            assert!(grads.iter().all(|g| g.device().same_device(&Device::Cpu)));
+            if read_back {
+                let host = held.unflatten(&host_flat(&grads).expect("read back"));
+                held.apply(Some(host), step as f64).expect("apply");
+            } else {
+                held.apply(Some(grads), step as f64).expect("apply");
+            }
+        }
+    }
+    let (kept, read) = (
+        on_device.host_traffic().expect("resident"),
+        via_host.host_traffic().expect("resident"),
+    );
+    assert_eq!(
+        kept.uploaded_bytes, loaded.uploaded_bytes,
+        "no gradient went up"
+    );
+    assert_eq!(
+        read.uploaded_bytes - loaded.uploaded_bytes,
+        3 * 4 * elems,
+        "the read-back gradients went up"
+    );
+    // What came down is the snapshots' values alike: no gradient.
+    assert_eq!(kept.downloaded_bytes, read.downloaded_bytes);
+    let (a, b) = (
+        on_device.report(&job.layout).expect("report"),
+        via_host.report(&job.layout).expect("report"),
+    );
+    assert!(!a.blocks.is_empty());
+    assert_eq!(a.blocks, b.blocks, "the same values");
+    assert_eq!(a.opt_state, b.opt_state, "the same optimizer state");
 }
 
 #[test]

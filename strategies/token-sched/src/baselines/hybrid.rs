@@ -18,7 +18,9 @@ use super::protocol::{Act, Busy, Grad};
 use concord_engine::collective::{Allreduce, Group};
 use concord_engine::model::{Replica, StagedModel};
 use concord_engine::prelude::*;
-use concord_engine::submodel::math::{backward, forward, labels_of, loss_seed, samples, Grads};
+use concord_engine::submodel::math::{
+    backward, forward, host_flat, labels_of, loss_seed, samples, Grads,
+};
 use concord_engine::submodel::Held;
 use concord_engine::submodel::{
     activations, rows_from, stage_input_shapes, stage_output_shapes, Rows,
@@ -135,26 +137,27 @@ impl HybridWorker {
         tally.busy_s += ctx.now() - t0;
         let (grads, _) = out?;
         activations(ctx, &job, stages.clone(), rows, false).await?;
-        let grads = match allreduce {
-            Some(ar) => {
-                let mut buf = match &grads {
-                    Some(g) => Payload::Real(g.concat()),
-                    None => Payload::Virtual {
-                        elems: self.held.elems(),
-                    },
-                };
-                let t0 = ctx.now();
-                tally.bytes += ar.sum(ctx, iter, &mut buf, &[]).await?;
-                tally.comm_s += ctx.now() - t0;
-                ctx.trace_span("allreduce", "comm", t0, ctx.now());
-                match (grads, buf.values()) {
-                    (Some(_), Some(flat)) => Some(self.held.unflatten(flat)),
-                    _ => None,
-                }
-            }
-            None => grads,
+        // A conv worker's gradients leave its device only for the ring to sum; alone, it
+        // applies them where they are.
+        let Some(ar) = allreduce else {
+            self.held.apply(grads, ctx.now())?;
+            return Ok(tally);
         };
-        self.held.apply(grads, ctx.now())?;
+        let mut buf = match &grads {
+            Some(g) => Payload::Real(host_flat(g)?),
+            None => Payload::Virtual {
+                elems: self.held.elems(),
+            },
+        };
+        let t0 = ctx.now();
+        tally.bytes += ar.sum(ctx, iter, &mut buf, &[]).await?;
+        tally.comm_s += ctx.now() - t0;
+        ctx.trace_span("allreduce", "comm", t0, ctx.now());
+        let summed = match (grads, buf.values()) {
+            (Some(_), Some(flat)) => Some(self.held.unflatten(flat)),
+            _ => None,
+        };
+        self.held.apply(summed, ctx.now())?;
         Ok(tally)
     }
 

@@ -176,7 +176,7 @@ impl PipelineWorker {
             tally.busy_s += ctx.now() - t0;
             let (g_params, g_input) = out?;
             activations(ctx, &job, stages.clone(), kept.rows, false).await?;
-            accumulate(&mut grads, g_params);
+            accumulate(&mut grads, g_params)?;
             if !first {
                 let body = Grad {
                     iter,

@@ -27,6 +27,7 @@ use crate::server::{Token, TokenId};
 use concord_engine::collective::{LocalModel, RingAllreduce};
 use concord_engine::model::Replica;
 use concord_engine::prelude::*;
+use concord_engine::submodel::math::Grads;
 use concord_engine::submodel::{rows_from, stage_input_shapes, stage_output_shapes, Rows};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -50,8 +51,9 @@ pub struct FelaWorker {
     fetched: BTreeMap<TokenId, Rows>,
     saved: BTreeMap<TokenId, Saved>,
     backward: VecDeque<(TokenId, Rows)>,
-    /// Per sub-model gradient sums of this iteration (real models).
-    grads: Vec<Option<Vec<Vec<f32>>>>,
+    /// Per sub-model gradient sums of this iteration (real models), where the passes left
+    /// them until the sub-model's ring reads them.
+    grads: Vec<Grads>,
     rings: BTreeMap<usize, RingAllreduce>,
     reduced: BTreeMap<usize, Option<Payload>>,
     pending_syncs: Vec<Sync>,

@@ -7,6 +7,7 @@ use super::FelaWorker;
 use crate::protocol::Sync;
 use concord_engine::collective::{Group, RingAllreduce};
 use concord_engine::prelude::*;
+use concord_engine::submodel::math::host_flat;
 
 impl FelaWorker {
     /// Sub-model `level`'s parameters and optimizer state from a member of the CTD subset this
@@ -53,7 +54,7 @@ impl FelaWorker {
             }
             let range = self.opts.submodels.params(s.level);
             let buf = match self.grads[s.level].take() {
-                Some(g) => Payload::Real(g.into_iter().flatten().collect()),
+                Some(g) => Payload::Real(host_flat(&g)?),
                 None if self.model.is_real() => Payload::Real(vec![0.0; self.elems(range)]),
                 None => Payload::Virtual {
                     elems: self.opts.submodels.param_bytes(s.level) / 4,

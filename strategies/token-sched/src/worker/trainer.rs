@@ -268,7 +268,7 @@ impl FelaWorker {
                 if let Some(s) = saved {
                     self.saved.insert(token.id, s);
                 }
-                accumulate(&mut self.grads[token.level], grads);
+                accumulate(&mut self.grads[token.level], grads)?;
                 if let Some((g, deps)) = grad_in {
                     self.send_grads(ctx, token.level, g, deps)?;
                 }
@@ -285,7 +285,7 @@ impl FelaWorker {
                 grads,
                 grad_in,
             } => {
-                accumulate(&mut self.grads[level], grads);
+                accumulate(&mut self.grads[level], grads)?;
                 if let Some((g, deps)) = grad_in {
                     self.send_grads(ctx, level, g, deps)?;
                 }
