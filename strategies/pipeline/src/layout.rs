@@ -10,7 +10,7 @@
 //! parallelism's global batch when the whole model is one stage on every worker).
 
 use crate::options::{Depth, Kind, PipeOptions, MAX_FIT_DEPTH};
-use crate::planner::{stage_need, PipelinePlan, StageNeed, StagePlan};
+use crate::planner::{stage_need, stashing_copies, PipelinePlan, StageNeed, StagePlan};
 use crate::schedule::{self, Op};
 use crate::versions::Weights;
 use concord_engine::model::ModelSpec;
@@ -234,9 +234,9 @@ impl Layout {
             Kind::GPipe => self.depth as u64,
             _ => self.warmup[s] as u64,
         };
-        let stashed = match self.weights {
+        let copies = match self.weights {
             Weights::Latest => 0,
-            _ if self.kind == Kind::PipeDream => in_flight.saturating_sub(1),
+            _ if self.kind == Kind::PipeDream => stashing_copies(in_flight),
             _ => 0,
         };
         let layers = self.submodels.stages(s);
@@ -258,7 +258,7 @@ impl Layout {
         stage_need(StageNeed {
             weight_bytes: self.submodels.param_bytes(s),
             optimizer_slots: job.config.optimizer.state_slots() as u64,
-            stashed_versions: stashed,
+            weight_copies: copies,
             kept_bytes: kept * self.minibatch,
             in_flight,
             working_bytes: working,

@@ -176,6 +176,14 @@ impl<V> Versions<V> {
             .unwrap_or(0)
     }
 
+    /// Versions that have values of their own now (copies beside where the latest lives).
+    pub fn with_values(&self) -> usize {
+        self.versions
+            .values()
+            .filter(|v| v.values.is_some())
+            .count()
+    }
+
     /// Versions held now, the latest included.
     pub fn alive(&self) -> usize {
         self.versions.len()

@@ -97,43 +97,50 @@ impl StageWeights {
         self.copies
     }
 
+    /// Weight copies held beside the variables: the stashed versions', and the latest's while
+    /// a stashed version is loaded in its place (what a real run keeps on the device; in
+    /// throughput mode, what it would keep).
+    pub fn copies_held(&self) -> usize {
+        self.versions.with_values()
+    }
+
     /// Copies version `id` into the variables, unless they hold it; the latest version, when
     /// the variables are its only home, is kept first.
     fn load(&mut self, id: u64) -> Result<()> {
         if self.loaded == id {
             return Ok(());
         }
-        if self.vars.is_none() {
-            self.loaded = id;
-            return Ok(());
-        }
         if self.loaded == self.versions.latest() {
             self.keep_latest()?;
         }
-        let (Some(vars), Some(values)) = (&self.vars, self.versions.values(id)) else {
-            return Err(tensor_error(
-                "load a weight version",
-                candle_core::Error::Msg(format!("version {id} is no longer kept")),
-            ));
-        };
-        for (var, t) in vars.iter().zip(values) {
-            var.set(t)
-                .map_err(|e| tensor_error("load a weight version", e))?;
+        if let Some(vars) = &self.vars {
+            let Some(values) = self.versions.values(id) else {
+                return Err(tensor_error(
+                    "load a weight version",
+                    candle_core::Error::Msg(format!("version {id} is no longer kept")),
+                ));
+            };
+            for (var, t) in vars.iter().zip(values) {
+                var.set(t)
+                    .map_err(|e| tensor_error("load a weight version", e))?;
+            }
+            self.copies += 1;
         }
-        self.copies += 1;
         self.loaded = id;
         Ok(())
     }
 
-    /// Keeps a copy of the latest version, which the variables hold, unless one is kept.
+    /// Keeps a copy of the latest version, which the variables hold, unless one is kept. In
+    /// throughput mode the copy is an empty stand-in: it is counted, not made.
     fn keep_latest(&mut self) -> Result<()> {
         let latest = self.versions.latest();
-        let Some(vars) = &self.vars else {
-            return Ok(());
-        };
         if self.loaded != latest || self.versions.values(latest).is_some() {
             return Ok(());
         }
+        let Some(vars) = &self.vars else {
+            self.versions.set_values(latest, Vec::new());
+            return Ok(());
+        };
         let copy = vars
             .iter()
             .map(|v| v.as_tensor().copy())

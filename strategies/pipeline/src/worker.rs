@@ -72,6 +72,8 @@ pub struct StageWorker {
     held: Held,
     /// The stage's weight versions, the stashed ones as copies on the replica's device.
     weights: StageWeights,
+    /// Weight copies the memory policy has been told of.
+    copies_told: usize,
     /// Per-sample input shape of every layer of a real model, then its output's.
     shapes: Option<Vec<Vec<usize>>>,
     /// Per-sample output shape of every layer of a real model.
@@ -127,6 +129,7 @@ impl StageWorker {
             held,
             kept: BTreeMap::new(),
             pending: None,
+            copies_told: 0,
             allreduce: None,
             spans: Vec::new(),
             boundary_bytes: 0,
@@ -202,6 +205,7 @@ impl StageWorker {
             (rows_from(payloads, a.rows, shape, self.net())?, a.watermark)
         };
         self.weights.forward(b, watermark)?;
+        self.hold_versions(ctx).await?;
         let labels = if last {
             labels_of(&job, g, b, 0, g)
         } else {
@@ -275,6 +279,8 @@ impl StageWorker {
             }
         };
         self.weights.backward(b)?;
+        // Loading a stashed version keeps the latest aside for the pass: one copy more.
+        self.hold_versions(ctx).await?;
         // GPipe recomputes the stage's forward pass before its backward pass.
         let share = match layout.kind {
             Kind::GPipe => StepPart::BACKWARD + StepPart::FORWARD,
@@ -454,15 +460,17 @@ impl StageWorker {
         }
     }
 
-    /// Tells the memory policy about the stashed weight versions when their count changes.
-    async fn hold_versions(&mut self, ctx: &mut RoleContext, held: &mut usize) -> Result<()> {
-        let now = self.weights.versions().alive().saturating_sub(1);
+    /// Tells the memory policy about the weight copies beside the parameters (stashed versions,
+    /// and the latest while a stashed one is loaded) when their count changes.
+    async fn hold_versions(&mut self, ctx: &mut RoleContext) -> Result<()> {
+        let now = self.weights.copies_held();
         let bytes = self.held.elems() * 4;
+        let held = &mut self.copies_told;
         while *held < now {
             ctx.memory_event(MemEvent::Allocate {
                 class: TensorClass::Params,
                 bytes,
-                what: "a stashed weight version".into(),
+                what: "a weight version's copy".into(),
             })
             .await?;
             *held += 1;
@@ -542,10 +550,9 @@ impl Worker for StageWorker {
             self.allreduce = Some(Allreduce::join(ctx, &job, group).await?);
         }
         self.open.start_s = ctx.now();
-        let mut stashed = 0;
         for op in layout.ops(at, &self.run) {
             self.run_op(ctx, at, op).await?;
-            self.hold_versions(ctx, &mut stashed).await?;
+            self.hold_versions(ctx).await?;
         }
         while self.next_clock < job.clocks().end {
             self.close(ctx)?;

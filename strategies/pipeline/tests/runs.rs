@@ -447,6 +447,36 @@ fn a_plan_that_does_not_fit_memory_is_refused() {
     );
 }
 
+/// What a stage's worker holds at its peak is what the planner and the start-up check count for
+/// it: its weights, their gradients and optimizer state, a copy per stashed version and the
+/// latest's while a stashed one is loaded for a backward pass, and the kept activations of its
+/// minibatches in flight.
+#[test]
+fn a_stages_measured_peak_is_the_memory_the_planner_counts() {
+    let cfg = with(mlp(3, 8, 12), "pipedream", "boundaries = [1, 2]");
+    let asm = reg().compose(&cfg).expect("composes");
+    let job = concord_engine::run::prepare(&cfg, &asm).expect("job");
+    let r = run(&cfg);
+    let slots = cfg.optimizer.state_slots() as u64;
+    let ranges = job.model.stage_param_ranges();
+    for (s, params) in ranges.iter().enumerate() {
+        let weights: u64 = job.layout.params()[params.clone()]
+            .iter()
+            .map(|p| 4 * p.elems() as u64)
+            .sum();
+        // 1F1B's warm-up: as many minibatches in flight as stages from this one to the end.
+        let in_flight = 3 - s as u64;
+        let copies = if in_flight > 1 { in_flight } else { 0 };
+        let want =
+            weights * (2 + slots + copies) + job.stage_activation_bytes[s] * cfg.batch * in_flight;
+        assert_eq!(
+            r.summary.peak_memory[&format!("worker-{s}")],
+            want,
+            "stage {s}"
+        );
+    }
+}
+
 /// The planner and the start-up check count a stage's memory with one function: over a sweep of
 /// device memories, with Adam's two state copies of every weight, the planner's choice either
 /// starts or the planner itself says no plan fits; the start-up check never refuses it.

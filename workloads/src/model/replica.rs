@@ -46,25 +46,7 @@ impl Replica {
     /// Builds a replica of `spec` whose staged network computes on `device` (the CPU or a CUDA
     /// GPU; MF always computes on the host); `None` for throughput-mode profiles.
     pub fn new(spec: &ModelSpec, device: &Device) -> Result<Option<Replica>> {
-        match spec {
-            ModelSpec::Real {
-                stages,
-                input_shape,
-                ..
-            } => Ok(Some(Replica {
-                inner: Inner::Staged(StagedModel::new(stages, input_shape, device)?),
-            })),
-            ModelSpec::Graph(g) => Ok(Some(Replica {
-                inner: Inner::Graph(GraphNet::new(g, device)?),
-            })),
-            ModelSpec::Mf(m) => Ok(Some(Replica {
-                inner: Inner::Mf(MfModel::new(m)),
-            })),
-            ModelSpec::Dlrm(d) => Ok(Some(Replica {
-                inner: Inner::Dlrm(DlrmModel::new(d, device)?),
-            })),
-            ModelSpec::Profile(_) => Ok(None),
-        }
+        Replica::build(spec, device, None)
     }
 
     /// A replica that holds the parameters of stages `stages` alone, for a worker that computes
@@ -76,16 +58,31 @@ impl Replica {
         device: &Device,
         stages: Range<usize>,
     ) -> Result<Option<Replica>> {
-        match spec {
+        Replica::build(spec, device, Some(stages))
+    }
+
+    /// A replica of `spec` on `device` holding the parameters of `stages` of a staged network
+    /// (`None`: every stage; other kinds of model come whole).
+    fn build(
+        spec: &ModelSpec,
+        device: &Device,
+        stages: Option<Range<usize>>,
+    ) -> Result<Option<Replica>> {
+        let inner = match spec {
             ModelSpec::Real {
                 stages: specs,
                 input_shape,
                 ..
-            } => Ok(Some(Replica {
-                inner: Inner::Staged(StagedModel::part(specs, input_shape, device, stages)?),
-            })),
-            _ => Replica::new(spec, device),
-        }
+            } => {
+                let held = stages.unwrap_or(0..specs.len());
+                Inner::Staged(StagedModel::part(specs, input_shape, device, held)?)
+            }
+            ModelSpec::Graph(g) => Inner::Graph(GraphNet::new(g, device)?),
+            ModelSpec::Mf(m) => Inner::Mf(MfModel::new(m)),
+            ModelSpec::Dlrm(d) => Inner::Dlrm(DlrmModel::new(d, device)?),
+            ModelSpec::Profile(_) => return Ok(None),
+        };
+        Ok(Some(Replica { inner }))
     }
 
     /// [`Replica::new`] on the CPU.

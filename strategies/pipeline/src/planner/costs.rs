@@ -117,7 +117,7 @@ impl Costs {
         stage_need(StageNeed {
             weight_bytes: self.weights[at] as u64,
             optimizer_slots: self.optimizer_slots,
-            stashed_versions: k - 1,
+            weight_copies: stashing_copies(k),
             kept_bytes: self.activations[at] as u64,
             in_flight: k,
             working_bytes: 0,
@@ -132,9 +132,9 @@ pub struct StageNeed {
     pub weight_bytes: u64,
     /// Optimizer-state copies of the weights (0 for plain SGD, 1 with momentum, 2 for Adam).
     pub optimizer_slots: u64,
-    /// Weight versions stashed beside the latest (one per in-flight minibatch but the newest,
-    /// under weight stashing; none without it).
-    pub stashed_versions: u64,
+    /// Copies of the weights beside them under weight stashing ([`stashing_copies`]; none
+    /// without it).
+    pub weight_copies: u64,
     /// Activation bytes one minibatch in flight keeps for its backward pass.
     pub kept_bytes: u64,
     /// Minibatches in flight at once.
@@ -145,15 +145,27 @@ pub struct StageNeed {
 }
 
 /// Bytes one worker of a pipeline stage holds at most: its weights, their gradients, the
-/// optimizer's state, the stashed weight versions and the kept activations of its minibatches
-/// in flight. The planner's memory limit and the runtime's start-up check are both this
+/// optimizer's state, the stashed weight versions (and the latest's copy while one is loaded)
+/// and the kept activations of its minibatches in flight. The planner's memory limit and the runtime's start-up check are both this
 /// function, so a plan the planner accepts is not refused when the run starts.
 pub fn stage_need(need: StageNeed) -> u64 {
-    let copies = 2 + need.optimizer_slots + need.stashed_versions;
+    let copies = 2 + need.optimizer_slots + need.weight_copies;
     need.weight_bytes
         .saturating_mul(copies)
         .saturating_add(need.kept_bytes.saturating_mul(need.in_flight))
         .saturating_add(need.working_bytes)
+}
+
+/// Copies of a stage's weights beside them under weight stashing with `in_flight` minibatches
+/// in flight: a stashed version for each but the newest, and, while a backward pass runs on a
+/// stashed version loaded in the weights' place, the latest version kept aside (as PipeDream's
+/// runtime swaps versions). None with one minibatch in flight: every pass runs on the latest.
+pub fn stashing_copies(in_flight: u64) -> u64 {
+    if in_flight > 1 {
+        in_flight
+    } else {
+        0
+    }
 }
 
 /// Minibatches in flight at a stage with `replicas` replicas and `downstream` workers from it
@@ -266,8 +278,8 @@ pub fn bytes_per_sample(profile: &Profile, stages: &[StagePlan]) -> f64 {
 
 /// Each stage's memory need per worker under weight stashing ([`stage_need`]), bytes, for a
 /// job whose optimizer keeps `optimizer_slots` state copies of the weights: `warmup` minibatches
-/// in flight (its 1F1B warm-up depth, `⌈workers from it to the end / its replicas⌉`), a stashed
-/// version for each but the newest, and the outputs of its layers for each (what a minibatch in
+/// in flight (its 1F1B warm-up depth, `⌈workers from it to the end / its replicas⌉`), the weight
+/// copies stashing keeps for them ([`stashing_copies`]), and the outputs of its layers for each (what a minibatch in
 /// flight keeps for its backward pass).
 pub fn stage_memory_bytes(
     profile: &Profile,
@@ -284,7 +296,7 @@ pub fn stage_memory_bytes(
             stage_need(StageNeed {
                 weight_bytes: layers.iter().map(|l| l.weight_bytes).sum(),
                 optimizer_slots: u64::from(optimizer_slots),
-                stashed_versions: k - 1,
+                weight_copies: stashing_copies(k),
                 kept_bytes: layers.iter().map(|l| l.activation_bytes).sum(),
                 in_flight: k,
                 working_bytes: 0,
@@ -372,10 +384,11 @@ mod tests {
                 replicas: 1,
             },
         ];
-        // stage 0: warmup 2 → 100·3 + 10·2; stage 1: warmup 1 → 1000·2 + 20.
-        assert_eq!(stage_memory_bytes(&p, &pp, 0), vec![320, 2020]);
+        // stage 0: warmup 2 → 100·(2 + 2 copies: the stashed version and the latest kept aside
+        // while it is loaded) + 10·2; stage 1: warmup 1 → 1000·2 + 20.
+        assert_eq!(stage_memory_bytes(&p, &pp, 0), vec![420, 2020]);
         // With momentum, one more copy of each stage's weights.
-        assert_eq!(stage_memory_bytes(&p, &pp, 1), vec![420, 3020]);
+        assert_eq!(stage_memory_bytes(&p, &pp, 1), vec![520, 3020]);
     }
 
     #[test]

@@ -21,8 +21,8 @@ pub mod straight;
 pub mod topology;
 
 pub use costs::{
-    bytes_per_sample, evaluate, evaluate_under, stage_memory_bytes, stage_need, validate_stages,
-    StageNeed,
+    bytes_per_sample, evaluate, evaluate_under, stage_memory_bytes, stage_need, stashing_copies,
+    validate_stages, StageNeed,
 };
 pub use dp::plan;
 pub use error::PlanError;
