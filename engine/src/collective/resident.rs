@@ -479,15 +479,8 @@ impl InplaceOp1 for HostRule<'_> {
     }
 
     fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
+        // `apply_to` checked the gradient's size against the variable's before any update.
         let param = concord_workloads::model::f32_slice_mut(storage, layout, self.name())?;
-        if param.len() != self.grad.len() {
-            candle_core::bail!(
-                "{}: a gradient of {} elements for a parameter of {}",
-                self.name(),
-                self.grad.len(),
-                param.len()
-            );
-        }
         self.optimizer
             .step(param, self.grad, &mut self.state.borrow_mut());
         Ok(())

@@ -133,10 +133,8 @@ pub fn scale(grads: &mut [Tensor], k: f32) -> Result<()> {
 pub fn host_flat(grads: &[Tensor]) -> Result<Vec<f32>> {
     let mut flat = Vec::with_capacity(grads.iter().map(Tensor::elem_count).sum());
     for t in grads {
-        let values = t
-            .flatten_all()
-            .and_then(|f| f.to_vec1::<f32>())
-            .map_err(|e| tensor_error("read gradients back", e))?;
+        let values =
+            StagedModel::flat_values(t).map_err(|e| tensor_error("read gradients back", e))?;
         flat.extend_from_slice(&values);
     }
     Ok(flat)
