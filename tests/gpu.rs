@@ -122,6 +122,7 @@ fn allreduce_over_nccl_matches_the_ring() {
     cfg.runtime = RuntimeKind::Wall;
     let ring = run(&cfg);
     cfg.collective = CollectiveBackend::Nccl;
+    // Under NCCL the gradients never leave the GPU: fused, summed, averaged and applied there.
     let nccl = run(&cfg);
     // One rank: NCCL's sum is the identity, so the runs must agree bit for bit.
     assert_eq!(

@@ -13,8 +13,10 @@ use crate::job::Job;
 use crate::memory::{MemEvent, TensorClass};
 use crate::message::{Directive, Message, Report};
 use crate::metrics::IterRecord;
-use crate::model::Replica;
+use crate::model::{Replica, StepOutput};
 use async_trait::async_trait;
+use candle_core::Tensor;
+use concord_workloads::WorkloadError;
 use std::sync::Arc;
 
 /// A step's mean loss and gradients (`NaN` and `None` in throughput mode).
@@ -58,8 +60,9 @@ pub enum Charge {
 
 /// One training step of a worker, charged as `work` in the `charge` mode: on a real model, the
 /// mean loss and the gradients of `batch` samples of the run's stream at the parameters `params`
-/// gives (an error if the loss is not finite); in throughput mode, the charge alone (`NaN`, no gradients). Returns the
-/// step's result and the run time at which it is ready (now, unless deferred).
+/// gives (an error if the loss is not finite); in throughput mode, the charge alone (`NaN`, no
+/// gradients). Returns the step's result and the run time at which it is ready (now, unless
+/// deferred).
 ///
 /// Every data-parallel worker of the engine and of strategies takes its steps this way, so they
 /// draw the same samples; the step's activations are reported to the role's memory policy.
@@ -72,6 +75,91 @@ pub async fn train_step(
     work: Work,
     charge: Charge,
 ) -> Result<(StepResult, f64)> {
+    run_step::<HostGrads>(ctx, job, replica, params, at, work, charge).await
+}
+
+/// A step's mean loss and gradients left where its backward pass computed them, each a tensor
+/// shaped like its parameter on the replica's device (`NaN` and `None` in throughput mode).
+pub type DeviceStepResult = (f64, Option<Vec<Tensor>>);
+
+/// [`train_step`] with the gradients left on the replica's device
+/// ([`Replica::step_on_device`]): for a worker that sums or applies them there (NCCL), so they
+/// cross to the host only if it sends them. The same samples, charge and values as `train_step`.
+pub async fn train_step_on_device(
+    ctx: &mut RoleContext,
+    job: &Job,
+    replica: Option<&Replica>,
+    params: ParamSource<'_>,
+    at: StepAt,
+    work: Work,
+    charge: Charge,
+) -> Result<(DeviceStepResult, f64)> {
+    run_step::<DeviceGrads>(ctx, job, replica, params, at, work, charge).await
+}
+
+/// Where a step's gradients are wanted: the form a [`train_step`] variant returns.
+trait GradForm {
+    /// One parameter's gradient.
+    type Grad: Send;
+
+    /// The replica's step on samples `x` labelled `y`, under the memory policy's `plan` if it
+    /// gave one for a graph network.
+    fn step(
+        replica: &Replica,
+        x: Vec<f32>,
+        y: &[u32],
+        plan: Option<&crate::graph::MovePlan>,
+    ) -> std::result::Result<StepOutput<Self::Grad>, WorkloadError>;
+}
+
+/// Gradients as host vectors ([`train_step`]).
+struct HostGrads;
+
+impl GradForm for HostGrads {
+    type Grad = Vec<f32>;
+
+    fn step(
+        replica: &Replica,
+        x: Vec<f32>,
+        y: &[u32],
+        plan: Option<&crate::graph::MovePlan>,
+    ) -> std::result::Result<StepOutput, WorkloadError> {
+        match (plan, replica.graph_net()) {
+            (Some(plan), Some(_)) => replica.step_with_plan(x, y, plan),
+            _ => replica.step(x, y),
+        }
+    }
+}
+
+/// Gradients as tensors where the step left them ([`train_step_on_device`]).
+struct DeviceGrads;
+
+impl GradForm for DeviceGrads {
+    type Grad = Tensor;
+
+    fn step(
+        replica: &Replica,
+        x: Vec<f32>,
+        y: &[u32],
+        plan: Option<&crate::graph::MovePlan>,
+    ) -> std::result::Result<StepOutput<Tensor>, WorkloadError> {
+        match (plan, replica.graph_net()) {
+            (Some(plan), Some(_)) => replica.step_with_plan(x, y, plan)?.into_cpu_tensors(),
+            _ => replica.step_on_device(x, y),
+        }
+    }
+}
+
+/// The body of [`train_step`] and [`train_step_on_device`], for gradients of the form `F`.
+async fn run_step<F: GradForm>(
+    ctx: &mut RoleContext,
+    job: &Job,
+    replica: Option<&Replica>,
+    params: ParamSource<'_>,
+    at: StepAt,
+    work: Work,
+    charge: Charge,
+) -> Result<((f64, Option<Vec<F::Grad>>), f64)> {
     let plan = activations(ctx, job, at.batch).await?;
     // The step's math, run inside the charge (timed there in `wall`); none in throughput mode.
     // Under a layer-granular memory policy a graph network follows the policy's moves.
@@ -91,12 +179,7 @@ pub async fn train_step(
             ctx.trace_span("load", "compute", t, ctx.now());
         }
     }
-    let step = move || {
-        batch.map(|(replica, (x, y))| match (&plan, replica.graph_net()) {
-            (Some(plan), Some(_)) => replica.step_with_plan(x, &y, plan),
-            _ => replica.step(x, &y),
-        })
-    };
+    let step = move || batch.map(|(replica, (x, y))| F::step(replica, x, &y, plan.as_ref()));
     let (out, ready_at) = match charge {
         Charge::Whole => {
             let out = ctx.compute("step", work, step).await;
@@ -240,12 +323,12 @@ fn batch_of(
 
 /// A step's loss and gradients, or the divergence error naming the role and clock (the job's
 /// guard stops the run).
-fn finite_step(
+fn finite_step<G>(
     ctx: &RoleContext,
     job: &Job,
     at: StepAt,
-    out: Result<crate::model::StepOutput, concord_workloads::WorkloadError>,
-) -> Result<StepResult> {
+    out: std::result::Result<StepOutput<G>, WorkloadError>,
+) -> Result<(f64, Option<Vec<G>>)> {
     let out = out?;
     if !out.loss.is_finite() {
         job.guard.non_finite(ctx.id(), at.clock, out.loss);

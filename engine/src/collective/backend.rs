@@ -3,9 +3,10 @@
 use super::{allreduce_sum, Group};
 use crate::config::CollectiveBackend;
 use crate::context::RoleContext;
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::job::Job;
 use crate::payload::Payload;
+use candle_core::Tensor;
 
 /// One member's allreduce over a group, run by the backend of the job's `collective` key.
 ///
@@ -37,6 +38,15 @@ impl Allreduce {
         Ok(Allreduce { group, backend })
     }
 
+    /// The message ring over `group`, whatever the job asks for (tests of the ring's paths).
+    #[cfg(test)]
+    pub(crate) fn ring(group: Group) -> Allreduce {
+        Allreduce {
+            group,
+            backend: Backend::Ring,
+        }
+    }
+
     /// The members, in rank order.
     pub fn group(&self) -> &Group {
         &self.group
@@ -56,6 +66,58 @@ impl Allreduce {
             Backend::Ring => allreduce_sum(ctx, &self.group, op, buf, buckets).await,
             #[cfg(feature = "nccl")]
             Backend::Nccl(member) => member.sum(buf),
+        }
+    }
+}
+
+impl Allreduce {
+    /// Whether this allreduce sums on the members' devices (NCCL): a member whose gradients are
+    /// on its device then hands them over as a tensor ([`Allreduce::sum_tensor`]), so they
+    /// need not cross to the host.
+    pub fn sums_on_device(&self) -> bool {
+        match &self.backend {
+            Backend::Ring => false,
+            #[cfg(feature = "nccl")]
+            Backend::Nccl(_) => true,
+        }
+    }
+
+    /// Sums the flat tensor `buf` over the group and returns the sum on `buf`'s device, with
+    /// the bytes this member sent. NCCL sums it where it lies; the ring, whose hops are
+    /// messages, takes it through the host (down, around the ring cut into `buckets`, back up):
+    /// the same sum as [`Allreduce::sum`] of its values.
+    pub async fn sum_tensor(
+        &mut self,
+        ctx: &mut RoleContext,
+        op: u64,
+        buf: &Tensor,
+        buckets: &[(usize, usize)],
+    ) -> Result<(Tensor, u64)> {
+        match &self.backend {
+            Backend::Ring => {
+                let fail = |what: &str, source| EngineError::Tensor {
+                    context: format!("{what} for the ring allreduce"),
+                    source,
+                };
+                let values = buf
+                    .flatten_all()
+                    .and_then(|t| t.to_vec1::<f32>())
+                    .map_err(|e| fail("read the buffer", e))?;
+                let mut host = Payload::Real(values);
+                let sent = allreduce_sum(ctx, &self.group, op, &mut host, buckets).await?;
+                let Payload::Real(values) = host else {
+                    return Err(EngineError::protocol(
+                        ctx.id(),
+                        "the ring lost the buffer's values",
+                    ));
+                };
+                let n = values.len();
+                let sum = Tensor::from_vec(values, n, buf.device())
+                    .map_err(|e| fail("put back the sum", e))?;
+                Ok((sum, sent))
+            }
+            #[cfg(feature = "nccl")]
+            Backend::Nccl(member) => member.sum_tensor(buf),
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Tensor fusion: many tensors and a few trailing scalars in one flat buffer, cut into buckets.
 
+use crate::error::{EngineError, Result};
 use crate::payload::Payload;
+use candle_core::Tensor;
 
 /// The layout of a fused buffer: tensors of `sizes` elements back to back, then `extras` scalars
 /// (e.g. RNA's contribution weight, which rides in the same allreduce), cut into buckets of whole
@@ -63,6 +65,45 @@ impl Fusion {
         Payload::Real(flat)
     }
 
+    /// Fuses `tensors` (one per size, in order, each of any shape holding that many elements)
+    /// and `extras` into one flat tensor on the tensors' device: the buffer of [`Fusion::fuse`]
+    /// built where the gradients are, for a collective that sums on the device (NCCL), so they
+    /// need not cross to the host. An error names a tensor whose size is not the layout's.
+    pub fn fuse_tensors(&self, tensors: &[Tensor], extras: &[f32]) -> Result<Tensor> {
+        let bad = |reason: String| EngineError::Tensor {
+            context: "fusing gradients into one buffer".into(),
+            source: candle_core::Error::Msg(reason),
+        };
+        if tensors.len() != self.sizes.len() {
+            return Err(bad(format!(
+                "{} tensors for a layout of {}",
+                tensors.len(),
+                self.sizes.len()
+            )));
+        }
+        let mut parts = Vec::with_capacity(tensors.len() + 1);
+        for (k, (t, &n)) in tensors.iter().zip(&self.sizes).enumerate() {
+            if t.elem_count() != n {
+                return Err(bad(format!(
+                    "{} elements for tensor {k} of {n}",
+                    t.elem_count()
+                )));
+            }
+            parts.push(
+                t.flatten_all()
+                    .map_err(|e| tensor_error("flatten a gradient", e))?,
+            );
+        }
+        let device = tensors
+            .first()
+            .map_or(candle_core::Device::Cpu, |t| t.device().clone());
+        parts.push(
+            Tensor::from_slice(extras, extras.len(), &device)
+                .map_err(|e| tensor_error("put the fused scalars beside the gradients", e))?,
+        );
+        Tensor::cat(&parts, 0).map_err(|e| tensor_error("fuse gradients", e))
+    }
+
     /// A virtual buffer of the fused size (throughput mode).
     pub fn fuse_virtual(&self) -> Payload {
         Payload::Virtual {
@@ -82,6 +123,25 @@ impl Fusion {
         (out, rest)
     }
 
+    /// The tensors of a fused flat tensor (on any device), each a view of its stretch of
+    /// `flat` (no copy): the twin of [`Fusion::views`] for a buffer that stays on the device.
+    /// An error if `flat` holds fewer elements than the tensors.
+    pub fn tensor_views(&self, flat: &Tensor) -> Result<Vec<Tensor>> {
+        let flat = flat
+            .flatten_all()
+            .map_err(|e| tensor_error("flatten a fused buffer", e))?;
+        let mut out = Vec::with_capacity(self.sizes.len());
+        let mut offset = 0;
+        for &n in &self.sizes {
+            let view = flat
+                .narrow(0, offset, n)
+                .map_err(|e| tensor_error("cut a tensor out of a fused buffer", e))?;
+            out.push(view);
+            offset += n;
+        }
+        Ok(out)
+    }
+
     /// Bytes of the fused buffer.
     pub fn bytes(&self) -> u64 {
         self.len() as u64 * crate::payload::ELEM_BYTES
@@ -90,5 +150,13 @@ impl Fusion {
     /// Elements of the fused buffer that belong to its tensors (the scalars follow them).
     pub fn tensor_elems(&self) -> usize {
         self.len() - self.extras
+    }
+}
+
+/// A candle failure while fusing, naming what was being done.
+fn tensor_error(what: &str, source: candle_core::Error) -> EngineError {
+    EngineError::Tensor {
+        context: what.into(),
+        source,
     }
 }

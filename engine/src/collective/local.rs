@@ -10,6 +10,7 @@ use crate::optim::{OptState, OptimizerConfig};
 use crate::payload::BlockPayload;
 use crate::payload::Payload;
 use crate::ps::{ParamLayout, Snapshot, SnapshotPlan, TimedSnapshot, TimedSnapshots};
+use candle_core::Tensor;
 use std::ops::Range;
 
 /// A snapshot kept until the report: updates applied, run time, parameter values.
@@ -350,6 +351,57 @@ impl LocalModel {
                 Ok(0.0)
             }
         }
+    }
+
+    /// [`LocalModel::apply_reduced`] for a sum left on the device by a collective that reduces
+    /// there (NCCL): the mean is taken and the tensors cut out where the sum lies, so only the
+    /// contributors' weight (one scalar) crosses to the host. Given the same sum it makes the
+    /// host form's update bit for bit (the same f32 division). An error names a sum whose size
+    /// is not the fused layout's. Returns Σw (0 in throughput mode).
+    pub fn apply_reduced_tensor(
+        &mut self,
+        fusion: &Fusion,
+        sum: &Tensor,
+        group_size: usize,
+        now: f64,
+    ) -> Result<f64> {
+        if !self.is_real() {
+            self.bump(now)?;
+            return Ok(0.0);
+        }
+        let fail = |what: &str, source: candle_core::Error| crate::error::EngineError::Tensor {
+            context: format!("{what} of an allreduced sum"),
+            source,
+        };
+        if sum.elem_count() != fusion.len() {
+            return Err(fail(
+                "the size",
+                candle_core::Error::Msg(format!(
+                    "{} elements for a fused buffer of {}",
+                    sum.elem_count(),
+                    fusion.len()
+                )),
+            ));
+        }
+        let tensors = fusion.tensor_elems();
+        let flat = sum.flatten_all().map_err(|e| fail("the layout", e))?;
+        let w = if fusion.len() > tensors {
+            flat.narrow(0, tensors, 1)
+                .and_then(|w| w.to_vec1::<f32>())
+                .map_err(|e| fail("the weight", e))?[0]
+        } else {
+            0.0
+        };
+        if w <= 0.0 {
+            self.bump(now)?;
+            return Ok(w as f64);
+        }
+        let mean = Tensor::new(w, flat.device())
+            .and_then(|w| flat.narrow(0, 0, tensors)?.broadcast_div(&w))
+            .map_err(|e| fail("the mean", e))?;
+        let grads = fusion.tensor_views(&mean)?;
+        self.apply(&grads, w as f64 / group_size as f64, now)?;
+        Ok(w as f64)
     }
 
     /// Snapshots at the holder's own iterations ([`LocalModel::iteration_done`]) rather than

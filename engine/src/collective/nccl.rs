@@ -2,8 +2,9 @@
 //!
 //! The members agree on a communicator the way `torch.distributed` does: rank 0 makes NCCL's
 //! unique id and sends it to the others, here as an engine message over the transport; each member
-//! then joins with its rank on its own GPU. A sum runs on the device: the host buffer goes up,
-//! NCCL reduces it in place, and the sum comes back, so strategies keep their host-side data plane.
+//! then joins with its rank on its own GPU. A sum runs on the device: a member whose gradients are
+//! already there hands them over as a tensor ([`NcclMember::sum_tensor`]) and nothing crosses to
+//! the host; a host buffer goes up, is reduced in place, and comes back ([`NcclMember::sum`]).
 
 use super::Group;
 use crate::context::RoleContext;
@@ -12,6 +13,8 @@ use crate::message::Message;
 use crate::payload::Payload;
 use candle_core::cuda_backend::cudarc::driver::{CudaContext, CudaStream};
 use candle_core::cuda_backend::cudarc::nccl::{Comm, Id, ReduceOp};
+use candle_core::op::BackpropOp;
+use candle_core::{CudaStorage, Device, Storage, Tensor};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -132,6 +135,47 @@ impl NcclMember {
         })?;
         let p = self.comm.world_size() as u64;
         Ok(2 * (p - 1) * buf.bytes() / p)
+    }
+}
+
+impl NcclMember {
+    /// Sums the flat tensor `buf`, on this member's GPU, over the group without leaving the
+    /// device: NCCL reads it where it lies and writes the sum into a new device buffer, returned
+    /// as a tensor on `buf`'s device (the input is left as it was). Returns the bytes sent, as
+    /// [`NcclMember::sum`].
+    pub fn sum_tensor(&self, buf: &Tensor) -> Result<(Tensor, u64)> {
+        let what = "allreduce a device tensor with NCCL";
+        let Device::Cuda(device) = buf.device() else {
+            return Err(gpu_error(what, "the buffer is not on a CUDA device"));
+        };
+        let flat = buf.flatten_all().map_err(|e| gpu_error(what, e))?;
+        let elems = flat.elem_count();
+        let summed = tokio::task::block_in_place(|| {
+            let (storage, layout) = flat.storage_and_layout();
+            let Storage::Cuda(cuda) = &*storage else {
+                return Err(gpu_error(what, "the buffer's storage is not on CUDA"));
+            };
+            let (start, end) = layout
+                .contiguous_offsets()
+                .ok_or_else(|| gpu_error(what, "the buffer is not contiguous"))?;
+            let src = cuda
+                .as_cuda_slice::<f32>()
+                .map_err(|e| gpu_error(what, e))?
+                .slice(start..end);
+            let mut dst = self
+                .stream
+                .alloc_zeros::<f32>(elems)
+                .map_err(|e| gpu_error(what, e))?;
+            self.comm
+                .all_reduce(&src, &mut dst, &ReduceOp::Sum)
+                .map_err(|e| gpu_error(what, e))?;
+            self.stream.synchronize().map_err(|e| gpu_error(what, e))?;
+            Ok(dst)
+        })?;
+        let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(summed, device.clone()));
+        let sum = Tensor::from_storage(storage, elems, BackpropOp::none(), false);
+        let p = self.comm.world_size() as u64;
+        Ok((sum, 2 * (p - 1) * 4 * elems as u64 / p))
     }
 }
 

@@ -1043,6 +1043,114 @@ mod tests {
 
     /// The parameter layout of `spec` over two servers, in blocks of 7 elements (so blocks cut
     /// tensors).
+    /// An allreduce worker's step kept on the device (gradients left by the step, fused there,
+    /// the sum averaged and applied there, as under NCCL) updates to the host path's bits:
+    /// step, fuse, ring sum, average, apply. Nothing but the initial load goes up.
+    #[test]
+    fn a_step_fused_and_reduced_on_the_device_updates_to_the_host_paths_bits() {
+        use crate::collective::Fusion;
+        use crate::payload::Payload;
+        let spec = ModelSpec::resolve(&ModelConfig::Mlp { hidden: vec![16] }, &[8], 3).unwrap();
+        let init = spec.init_values(5).unwrap();
+        let fusion = Fusion::new(init.iter().map(Vec::len).collect(), 1, 64);
+        let mut rng = ChaCha8Rng::seed_from_u64(21);
+        for opt in optimizers() {
+            let plan = SnapshotPlan {
+                every: 2,
+                every_s: None,
+            };
+            let (host_replica, replica) = (
+                Replica::cpu(&spec).unwrap().unwrap(),
+                Replica::cpu(&spec).unwrap().unwrap(),
+            );
+            let mut host = LocalModel::from_values(Some(init.clone()), opt.clone(), plan);
+            let mut kept = LocalModel::from_values(Some(init.clone()), opt.clone(), plan);
+            host.keep_on(&host_replica).unwrap();
+            kept.keep_on(&replica).unwrap();
+            let loaded = kept.host_traffic().unwrap();
+            for t in 0..4 {
+                let x: Vec<f32> = (0..5 * 8).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                let y: Vec<u32> = (0..5).map(|_| rng.gen_range(0..3)).collect();
+                // Two peers' fused gradients: three contributors in a group of four, so the
+                // mean divides by 3 (not exact in f32) and the learning rate scales by 3/4.
+                let peers: Vec<Vec<f32>> = (0..2)
+                    .map(|_| {
+                        let mut v: Vec<f32> = (0..fusion.len() - 1)
+                            .map(|_| rng.gen_range(-0.1..0.1))
+                            .collect();
+                        v.push(1.0);
+                        v
+                    })
+                    .collect();
+                let h = host_replica.step(x.clone(), &y).unwrap();
+                let Payload::Real(mut sum) = fusion.fuse(&h.grads, &[1.0]) else {
+                    panic!("a real buffer")
+                };
+                for peer in &peers {
+                    for (s, p) in sum.iter_mut().zip(peer) {
+                        *s += p;
+                    }
+                }
+                assert_eq!(
+                    host.apply_reduced(&fusion, Payload::Real(sum), 4, 0.0)
+                        .unwrap(),
+                    3.0
+                );
+
+                let d = replica.step_on_device(x, &y).unwrap();
+                let mut on_device = fusion.fuse_tensors(&d.grads, &[1.0]).unwrap();
+                for peer in &peers {
+                    let peer = Tensor::from_slice(peer, peer.len(), on_device.device()).unwrap();
+                    on_device = (on_device + peer).unwrap();
+                }
+                let w = kept
+                    .apply_reduced_tensor(&fusion, &on_device, 4, 0.0)
+                    .unwrap();
+                assert_eq!(w, 3.0, "{opt:?} step {t}");
+                assert_eq!(
+                    bits(&kept.values().unwrap().unwrap()),
+                    bits(&host.values().unwrap().unwrap()),
+                    "{opt:?} step {t}"
+                );
+            }
+            let (h, k) = (
+                host.report(&spec_layout(&spec)).unwrap(),
+                kept.report(&spec_layout(&spec)).unwrap(),
+            );
+            assert_eq!(
+                serde_json::to_string(&h).unwrap(),
+                serde_json::to_string(&k).unwrap(),
+                "{opt:?}: the same values, optimizer state and snapshots"
+            );
+            let moved = kept.host_traffic().unwrap();
+            assert_eq!(
+                moved.uploaded_bytes, loaded.uploaded_bytes,
+                "{opt:?}: nothing went up"
+            );
+            // A sum of the wrong size is named, and nothing changes.
+            let before = kept.values().unwrap();
+            let short = Tensor::zeros(
+                fusion.len() - 1,
+                candle_core::DType::F32,
+                &candle_core::Device::Cpu,
+            )
+            .unwrap();
+            let e = kept
+                .apply_reduced_tensor(&fusion, &short, 4, 0.0)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!(
+                    "{} elements for a fused buffer of {}",
+                    fusion.len() - 1,
+                    fusion.len()
+                )),
+                "{e}"
+            );
+            assert_eq!(kept.values().unwrap(), before);
+        }
+    }
+
     fn spec_layout(spec: &ModelSpec) -> crate::ps::ParamLayout {
         crate::ps::ParamLayout::new(spec.params(), 7, &crate::ps::RoundRobinPlacement, 2)
     }

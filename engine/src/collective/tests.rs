@@ -352,6 +352,90 @@ fn fusion_round_trips_and_buckets_whole_tensors() {
     assert_eq!(Fusion::new(Vec::new(), 1, 8).buckets(), &[(0, 1)]);
 }
 
+/// Fusing tensors on their device gives the host buffer's bits, whatever the tensors' shapes,
+/// and the tensor views cut it back; a wrong count or size is named.
+#[test]
+fn fused_tensors_are_the_host_buffer_and_their_views_cut_it_back() {
+    use candle_core::{Device, Tensor};
+    let f = Fusion::new(vec![3, 5, 2, 10], 1, 8);
+    let host: Vec<Vec<f32>> = [3, 5, 2, 10]
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| values(k as u64, n, false))
+        .collect();
+    let shapes: [&[usize]; 4] = [&[3], &[5], &[2, 1], &[2, 5]];
+    let tensors: Vec<Tensor> = host
+        .iter()
+        .zip(shapes)
+        .map(|(v, s)| Tensor::from_slice(v, s, &Device::Cpu).unwrap())
+        .collect();
+    let Payload::Real(flat) = f.fuse(&host, &[2.5]) else {
+        panic!("a real buffer")
+    };
+    let fused = f.fuse_tensors(&tensors, &[2.5]).unwrap();
+    assert_eq!(fused.dims(), &[21]);
+    let got: Vec<u32> = fused
+        .to_vec1::<f32>()
+        .unwrap()
+        .iter()
+        .map(|x| x.to_bits())
+        .collect();
+    assert_eq!(got, flat.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    let views = f.tensor_views(&fused).unwrap();
+    let (host_views, _) = f.views(&flat);
+    for (k, (v, h)) in views.iter().zip(host_views).enumerate() {
+        assert_eq!(v.to_vec1::<f32>().unwrap(), h, "tensor {k}");
+    }
+    let e = f
+        .fuse_tensors(&tensors[..3], &[2.5])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("3 tensors for a layout of 4"), "{e}");
+    let mut wrong = tensors.clone();
+    wrong[1] = Tensor::zeros(4, candle_core::DType::F32, &Device::Cpu).unwrap();
+    let e = f.fuse_tensors(&wrong, &[2.5]).unwrap_err().to_string();
+    assert!(e.contains("4 elements for tensor 1 of 5"), "{e}");
+    assert!(f
+        .tensor_views(&Tensor::zeros(9, candle_core::DType::F32, &Device::Cpu).unwrap())
+        .is_err());
+}
+
+/// The ring reduces a device tensor through the host to the sum it gives the same values as a
+/// host buffer, on the tensor's device, sending the same bytes.
+#[test]
+fn the_ring_sums_a_tensor_as_it_sums_its_values() {
+    let (p, n) = (3u32, 11usize);
+    let group = Group::workers(p).unwrap();
+    let buckets = vec![(0, 4), (4, n)];
+    let (outs, _) = simulate(p, move |rank, mut ctx| {
+        let (group, buckets) = (group.clone(), buckets.clone());
+        async move {
+            let mut allreduce = Allreduce::ring(group);
+            assert!(!allreduce.sums_on_device());
+            let own = values(rank as u64, n, false);
+            let t = candle_core::Tensor::from_slice(&own, n, &candle_core::Device::Cpu).unwrap();
+            let (sum, sent) = allreduce
+                .sum_tensor(&mut ctx, 1, &t, &buckets)
+                .await
+                .unwrap();
+            let mut host = Payload::Real(own);
+            let host_sent = allreduce
+                .sum(&mut ctx, 2, &mut host, &buckets)
+                .await
+                .unwrap();
+            let Payload::Real(host) = host else {
+                panic!("real in, real out")
+            };
+            let sum = sum.to_vec1::<f32>().unwrap();
+            ((sum, host, sent, host_sent), ctx)
+        }
+    });
+    for (rank, ((sum, host, sent, host_sent), _)) in outs.iter().enumerate() {
+        assert_eq!(sum, host, "rank {rank}");
+        assert_eq!(sent, host_sent, "rank {rank}");
+    }
+}
+
 /// RNA §5.1.3 (R8 iii): the update uses Σg/Σw with the learning rate scaled by Σw/P.
 #[test]
 fn apply_reduced_averages_over_contributors_and_scales_the_learning_rate() {

@@ -1,5 +1,6 @@
 //! The allreduce data-parallel worker.
 
+use candle_core::Tensor;
 use concord_engine::collective::{Allreduce, Fusion, Group, LocalModel};
 use concord_engine::model::Replica;
 use concord_engine::prelude::*;
@@ -13,6 +14,17 @@ pub struct AllreduceWorker {
     model: LocalModel,
     fusion: Fusion,
     group: Group,
+    /// Whether the replica's own tensors hold the parameters (on its device), so a step's
+    /// gradients can stay there for a collective that sums on the device.
+    resident: bool,
+}
+
+/// A step's gradients fused into the one buffer the allreduce sums.
+enum Fused {
+    /// Host values, for the message ring (or virtual, in throughput mode).
+    Host(Payload),
+    /// A flat tensor on the replica's device, for a collective that sums there (NCCL).
+    Device(Tensor),
 }
 
 impl AllreduceWorker {
@@ -26,15 +38,17 @@ impl AllreduceWorker {
         let replica = job.replica(RoleId::Worker(id))?;
         // The replica's own tensors hold the parameters from here on, on its device (a GPU
         // under `backend = "cuda"`): steps read them in place and updates run there.
-        if let Some(r) = &replica {
-            model.keep_on(r)?;
-        }
+        let resident = match &replica {
+            Some(r) => model.keep_on(r)?,
+            None => false,
+        };
         Ok(AllreduceWorker {
             id,
             replica,
             model,
             fusion: Fusion::new(sizes, 1, bucket_elems),
             group: Group::workers(job.config.workers)?,
+            resident,
             job,
         })
     }
@@ -64,6 +78,37 @@ fn restore(job: &Job, id: WorkerId, cp: &RoleCheckpoint, model: &mut LocalModel)
     model.restore(&job.layout, &held, state.updates)
 }
 
+impl AllreduceWorker {
+    /// One training step, its gradients fused for the allreduce: on the device when `on_device`
+    /// (the sum runs there), else as host values (virtual in throughput mode).
+    async fn step(
+        &self,
+        ctx: &mut RoleContext,
+        job: &Job,
+        params: ParamSource<'_>,
+        at: StepAt,
+        work: Work,
+        on_device: bool,
+    ) -> Result<(f64, Fused)> {
+        let replica = self.replica.as_ref();
+        let charge = Charge::Whole;
+        if on_device {
+            let ((loss, grads), _) =
+                train_step_on_device(ctx, job, replica, params, at, work, charge).await?;
+            if let Some(g) = grads {
+                return Ok((loss, Fused::Device(self.fusion.fuse_tensors(&g, &[1.0])?)));
+            }
+            return Ok((loss, Fused::Host(self.fusion.fuse_virtual())));
+        }
+        let ((loss, grads), _) = train_step(ctx, job, replica, params, at, work, charge).await?;
+        let buf = match grads {
+            Some(g) => self.fusion.fuse(&g, &[1.0]),
+            None => self.fusion.fuse_virtual(),
+        };
+        Ok((loss, Fused::Host(buf)))
+    }
+}
+
 #[async_trait]
 impl Worker for AllreduceWorker {
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
@@ -71,6 +116,9 @@ impl Worker for AllreduceWorker {
         hold_replica(ctx, &job).await?;
         hold_optimizer_state(ctx, &job).await?;
         let mut allreduce = Allreduce::join(ctx, &job, self.group.clone()).await?;
+        // Gradients stay on the replica's device where the collective sums there (NCCL) and the
+        // parameters are there too: nothing of the step then crosses to the host.
+        let on_device = allreduce.sums_on_device() && self.resident;
         let (n, b) = (job.config.workers as u64, job.config.batch);
         let flops_per_sample = job.model.training_flops_per_sample();
         let param_elems = (self.fusion.len() - 1) as u64;
@@ -91,31 +139,30 @@ impl Worker for AllreduceWorker {
                 Some(values) => ParamSource::Host(values),
                 None => ParamSource::Resident,
             };
-            let ((loss, grads), _) = train_step(
-                ctx,
-                &job,
-                self.replica.as_ref(),
-                params,
-                at,
-                work,
-                Charge::Whole,
-            )
-            .await?;
-            let mut buf = match grads {
-                Some(g) => self.fusion.fuse(&g, &[1.0]),
-                None => self.fusion.fuse_virtual(),
-            };
-            // Fusing copies every gradient into the one buffer the ring reduces.
-            ctx.charge_modeled(ctx.device().tensor_copy_seconds(buf.bytes()))
+            let (loss, fused) = self.step(ctx, &job, params, at, work, on_device).await?;
+            // Fusing copies every gradient into the one buffer the allreduce sums.
+            ctx.charge_modeled(ctx.device().tensor_copy_seconds(self.fusion.bytes()))
                 .await;
             let compute_end = ctx.now();
-            let bytes_sent = allreduce
-                .sum(ctx, clock, &mut buf, self.fusion.buckets())
-                .await?;
-            let reduced = ctx.now();
+            let buckets = self.fusion.buckets();
+            let (bytes_sent, reduced) = match fused {
+                Fused::Host(mut buf) => {
+                    let sent = allreduce.sum(ctx, clock, &mut buf, buckets).await?;
+                    let reduced = ctx.now();
+                    self.model
+                        .apply_reduced(&self.fusion, buf, self.group.size(), reduced)?;
+                    (sent, reduced)
+                }
+                Fused::Device(buf) => {
+                    let (sum, sent) = allreduce.sum_tensor(ctx, clock, &buf, buckets).await?;
+                    let reduced = ctx.now();
+                    let size = self.group.size();
+                    self.model
+                        .apply_reduced_tensor(&self.fusion, &sum, size, reduced)?;
+                    (sent, reduced)
+                }
+            };
             ctx.trace_span("allreduce", "comm", compute_end, reduced);
-            self.model
-                .apply_reduced(&self.fusion, buf, self.group.size(), reduced)?;
             let t = reduced;
             ctx.charge_modeled(ctx.device().work_seconds(apply_flops))
                 .await;

@@ -210,7 +210,8 @@ impl Worker for AdPsgdWorker {
                 Some(values) => ParamSource::Host(values),
                 None => ParamSource::Resident,
             };
-            let ((loss, grads), ready_at) = train_step(
+            // Its own gradient is applied where the step left it: only models cross the wire.
+            let ((loss, grads), ready_at) = train_step_on_device(
                 ctx,
                 &job,
                 self.replica.as_ref(),

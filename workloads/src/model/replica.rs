@@ -6,14 +6,37 @@ use crate::graph::MovePlan;
 use candle_core::{Device, Tensor, Var};
 use std::ops::Range;
 
-/// Result of one training step.
+/// Result of one training step: the mean loss and one gradient per parameter, as host vectors
+/// (`G = Vec<f32>`, what a step sends to servers or a ring) or as tensors where the backward pass
+/// left them (`G = Tensor`, [`Replica::step_on_device`]).
 #[derive(Clone, Debug)]
-pub struct StepOutput {
+pub struct StepOutput<G = Vec<f32>> {
     /// Mean loss over the batch: cross-entropy for classifiers, the regularized squared error
     /// for MF.
     pub loss: f64,
-    /// Mean gradient over the batch, one flat vector per parameter in layout order.
-    pub grads: Vec<Vec<f32>>,
+    /// Mean gradient over the batch, one per parameter in layout order (a flat vector, or a
+    /// tensor shaped like its parameter).
+    pub grads: Vec<G>,
+}
+
+impl StepOutput {
+    /// The host gradients as flat CPU tensors, taking their vectors without a copy: the form of
+    /// [`Replica::step_on_device`] for a step that computed on the host.
+    pub fn into_cpu_tensors(self) -> Result<StepOutput<Tensor>> {
+        let grads = self
+            .grads
+            .into_iter()
+            .map(|g| {
+                let n = g.len();
+                Tensor::from_vec(g, n, &Device::Cpu)
+            })
+            .collect::<candle_core::Result<_>>()
+            .ctx("gradient")?;
+        Ok(StepOutput {
+            loss: self.loss,
+            grads,
+        })
+    }
 }
 
 /// A trainable copy of a real model.
@@ -172,7 +195,7 @@ impl Replica {
     /// Forward and backward on one batch: mean loss and dense mean gradients, one vector per
     /// parameter in layout order (MF: zero on the factor rows the batch does not touch).
     ///
-    /// A DLRM has no such step (it would need dense whole-table gradients): it is an error
+    /// A DLRM has no such step (it would need dense whole-model gradients): it is an error
     /// saying which strategies train it, row-wise.
     pub fn step(&self, features: Vec<f32>, labels: &[u32]) -> Result<StepOutput> {
         let model = match &self.inner {
@@ -185,33 +208,33 @@ impl Replica {
                 let (loss, grads) = m.step(&features)?;
                 return Ok(StepOutput { loss, grads });
             }
-            Inner::Dlrm(_) => {
-                return Err(WorkloadError::config(
-                    "model.kind",
-                    "\"dlrm\"",
-                    "a DLRM trains with a strategy that updates embeddings row-wise (`sven`, `dlrm-async-ps`), not through dense whole-model gradients",
-                ))
-            }
+            Inner::Dlrm(_) => return Err(no_dense_step()),
         };
-        let batch = labels.len();
-        let x = model.input(features, batch).ctx("batch input")?;
-        let y = Tensor::from_slice(labels, batch, model.device()).ctx("batch labels")?;
-        let logits = model.forward(&x).ctx("forward")?;
-        let loss = candle_nn::loss::cross_entropy(&logits, &y).ctx("loss")?;
-        let grads = loss.backward().ctx("backward")?;
-        let loss = loss.to_scalar::<f32>().ctx("loss value")? as f64;
-        let mut out = Vec::new();
-        for var in model.vars() {
-            let g = match grads.get(var.as_tensor()) {
-                Some(g) => g
-                    .flatten_all()
-                    .and_then(|g| g.to_vec1::<f32>())
-                    .ctx("gradient")?,
-                None => vec![0.0; var.elem_count()],
-            };
-            out.push(g);
+        let out = staged_step(model, features, labels)?;
+        let grads = out
+            .grads
+            .iter()
+            .map(StagedModel::flat_values)
+            .collect::<candle_core::Result<_>>()
+            .ctx("gradient")?;
+        Ok(StepOutput {
+            loss: out.loss,
+            grads,
+        })
+    }
+
+    /// [`Replica::step`] with the gradients left where the backward pass computed them: tensors
+    /// on the replica's device, each shaped like its parameter, with the same values as
+    /// `step`'s. For a worker whose gradients are summed or applied on the device (NCCL, an
+    /// update where nothing is sent), so they need not cross to the host. Models whose steps
+    /// compute on the host (MF, and a graph network, which runs layer by layer) give their host
+    /// gradients as flat CPU tensors.
+    pub fn step_on_device(&self, features: Vec<f32>, labels: &[u32]) -> Result<StepOutput<Tensor>> {
+        match &self.inner {
+            Inner::Staged(m) => staged_step(m, features, labels),
+            Inner::Dlrm(_) => Err(no_dense_step()),
+            Inner::Graph(_) | Inner::Mf(_) => self.step(features, labels)?.into_cpu_tensors(),
         }
-        Ok(StepOutput { loss, grads: out })
     }
 
     /// Accuracy and mean loss on a labelled set, in chunks.
@@ -291,4 +314,39 @@ impl Replica {
             Inner::Dlrm(_) => candle_core::bail!("a DLRM scores through its own evaluation"),
         }
     }
+}
+
+/// A staged network's forward and backward on one batch: the mean loss and each parameter's
+/// gradient as the backward pass left it, on the model's device (zeros for a parameter the loss
+/// does not reach).
+fn staged_step(
+    model: &StagedModel,
+    features: Vec<f32>,
+    labels: &[u32],
+) -> Result<StepOutput<Tensor>> {
+    let batch = labels.len();
+    let x = model.input(features, batch).ctx("batch input")?;
+    let y = Tensor::from_slice(labels, batch, model.device()).ctx("batch labels")?;
+    let logits = model.forward(&x).ctx("forward")?;
+    let loss = candle_nn::loss::cross_entropy(&logits, &y).ctx("loss")?;
+    let grads = loss.backward().ctx("backward")?;
+    let loss = loss.to_scalar::<f32>().ctx("loss value")? as f64;
+    let mut out = Vec::new();
+    for var in model.vars() {
+        let g = match grads.get(var.as_tensor()) {
+            Some(g) => g.clone(),
+            None => var.zeros_like().ctx("gradient")?,
+        };
+        out.push(g);
+    }
+    Ok(StepOutput { loss, grads: out })
+}
+
+/// The error for a dense step of a DLRM, naming the strategies that train one.
+fn no_dense_step() -> WorkloadError {
+    WorkloadError::config(
+        "model.kind",
+        "\"dlrm\"",
+        "a DLRM trains with a strategy that updates embeddings row-wise (`sven`, `dlrm-async-ps`), not through dense whole-model gradients",
+    )
 }

@@ -602,6 +602,30 @@ mod tests {
         }
     }
 
+    /// A step that leaves its gradients on the device gives `step`'s loss and gradients bit
+    /// for bit, each gradient shaped like its parameter.
+    #[test]
+    fn a_step_on_the_device_gives_the_host_steps_bits() {
+        for (spec, sample_len) in [(mlp(), 20), (cnn(), 64)] {
+            let ModelSpec::Real { classes, .. } = &spec else {
+                panic!("a real model");
+            };
+            let replica = replica(&spec, 4);
+            let (x, labels) = batch_of(6, sample_len, *classes as u32);
+            let host = replica.step(x.clone(), &labels).unwrap();
+            let kept = replica.step_on_device(x, &labels).unwrap();
+            assert_eq!(host.loss.to_bits(), kept.loss.to_bits());
+            let params = replica.model().unwrap().vars();
+            assert_eq!(kept.grads.len(), params.len());
+            for (k, ((g, h), p)) in kept.grads.iter().zip(&host.grads).zip(params).enumerate() {
+                assert_eq!(g.dims(), p.dims(), "parameter {k}'s gradient shape");
+                let back = StagedModel::flat_values(g).unwrap();
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&back), bits(h), "parameter {k}");
+            }
+        }
+    }
+
     #[test]
     fn pipelined_step_equals_whole_step_mlp() {
         assert_pipelined_matches_step(&mlp(), 7, 20);
