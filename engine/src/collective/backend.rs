@@ -120,6 +120,23 @@ impl Allreduce {
             Backend::Nccl(member) => member.sum_tensor(buf),
         }
     }
+
+    /// Sums `tensors` (gradients, any shapes, on one device) over the group in one call and
+    /// returns the sums, each flat, in order, with the bytes this member sent: they are fused
+    /// into one buffer where they lie and [`Allreduce::sum_tensor`] sums it (on the device under
+    /// NCCL).
+    pub async fn sum_tensors(
+        &mut self,
+        ctx: &mut RoleContext,
+        op: u64,
+        tensors: &[Tensor],
+    ) -> Result<(Vec<Tensor>, u64)> {
+        let sizes = tensors.iter().map(Tensor::elem_count).collect();
+        let fusion = super::Fusion::new(sizes, 0, usize::MAX);
+        let buf = fusion.fuse_tensors(tensors, &[])?;
+        let (sum, sent) = self.sum_tensor(ctx, op, &buf, &[]).await?;
+        Ok((fusion.tensor_views(&sum)?, sent))
+    }
 }
 
 #[cfg(feature = "nccl")]

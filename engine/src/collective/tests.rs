@@ -401,7 +401,8 @@ fn fused_tensors_are_the_host_buffer_and_their_views_cut_it_back() {
 }
 
 /// The ring reduces a device tensor through the host to the sum it gives the same values as a
-/// host buffer, on the tensor's device, sending the same bytes.
+/// host buffer, on the tensor's device, sending the same bytes; tensors of any shapes summed in
+/// one call come back as the same sums.
 #[test]
 fn the_ring_sums_a_tensor_as_it_sums_its_values() {
     let (p, n) = (3u32, 11usize);
@@ -418,7 +419,7 @@ fn the_ring_sums_a_tensor_as_it_sums_its_values() {
                 .sum_tensor(&mut ctx, 1, &t, &buckets)
                 .await
                 .unwrap();
-            let mut host = Payload::Real(own);
+            let mut host = Payload::Real(own.clone());
             let host_sent = allreduce
                 .sum(&mut ctx, 2, &mut host, &buckets)
                 .await
@@ -427,11 +428,23 @@ fn the_ring_sums_a_tensor_as_it_sums_its_values() {
                 panic!("real in, real out")
             };
             let sum = sum.to_vec1::<f32>().unwrap();
-            ((sum, host, sent, host_sent), ctx)
+            // Shaped tensors summed in one call come back flat, in order, as the same sums.
+            let cpu = candle_core::Device::Cpu;
+            let shaped = [
+                candle_core::Tensor::from_slice(&own[..6], (2, 3), &cpu).unwrap(),
+                candle_core::Tensor::from_slice(&own[6..], n - 6, &cpu).unwrap(),
+            ];
+            let (parts, _) = allreduce.sum_tensors(&mut ctx, 3, &shaped).await.unwrap();
+            let joined: Vec<f32> = parts
+                .iter()
+                .flat_map(|t| t.to_vec1::<f32>().unwrap())
+                .collect();
+            ((sum, host, joined, sent, host_sent), ctx)
         }
     });
-    for (rank, ((sum, host, sent, host_sent), _)) in outs.iter().enumerate() {
+    for (rank, ((sum, host, joined, sent, host_sent), _)) in outs.iter().enumerate() {
         assert_eq!(sum, host, "rank {rank}");
+        assert_eq!(joined, host, "rank {rank}: the shaped tensors' sums");
         assert_eq!(sent, host_sent, "rank {rank}");
     }
 }

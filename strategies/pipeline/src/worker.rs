@@ -345,6 +345,14 @@ impl StageWorker {
             }
             return self.apply(ctx, grads, minibatches.end);
         };
+        if let (true, Some(g)) = (ar.sums_on_device(), &grads) {
+            // NCCL sums the stage's gradients where its backward pass left them.
+            let t0 = ctx.now();
+            let (mut summed, sent) = ar.sum_tensors(ctx, round, g).await?;
+            self.count_sync(ctx, t0, sent);
+            scale(&mut summed, scale_by)?;
+            return self.apply(ctx, Some(summed), minibatches.end);
+        }
         let mut buf = match &grads {
             Some(g) => Payload::Real(host_flat(g)?),
             None if self.replica.is_some() => Payload::Real(vec![0.0; self.held.elems() as usize]),
@@ -354,10 +362,7 @@ impl StageWorker {
         };
         let t0 = ctx.now();
         let sent = ar.sum(ctx, round, &mut buf, &[]).await?;
-        self.open.comm_s += ctx.now() - t0;
-        self.sync_bytes += sent;
-        self.open.bytes += sent;
-        ctx.trace_span("allreduce", "comm", t0, ctx.now());
+        self.count_sync(ctx, t0, sent);
         let mut summed = buf.values().map(|flat| self.held.unflatten(flat));
         for t in summed.iter_mut().flatten() {
             for x in t.iter_mut() {
@@ -365,6 +370,15 @@ impl StageWorker {
             }
         }
         self.apply(ctx, summed, minibatches.end)
+    }
+
+    /// Counts a gradient sum over the stage's replicas that began at `t0`, this member sending
+    /// `sent` bytes: its time as communication, its bytes, and its span in the trace.
+    fn count_sync(&mut self, ctx: &mut RoleContext, t0: f64, sent: u64) {
+        self.open.comm_s += ctx.now() - t0;
+        self.sync_bytes += sent;
+        self.open.bytes += sent;
+        ctx.trace_span("allreduce", "comm", t0, ctx.now());
     }
 
     /// One optimizer step of the stage, making a new latest version that took in minibatches

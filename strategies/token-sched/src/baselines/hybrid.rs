@@ -143,6 +143,16 @@ impl HybridWorker {
             self.held.apply(grads, ctx.now())?;
             return Ok(tally);
         };
+        if let (true, Some(g)) = (ar.sums_on_device(), &grads) {
+            // NCCL sums them where the backward pass left them.
+            let t0 = ctx.now();
+            let (summed, sent) = ar.sum_tensors(ctx, iter, g).await?;
+            tally.bytes += sent;
+            tally.comm_s += ctx.now() - t0;
+            ctx.trace_span("allreduce", "comm", t0, ctx.now());
+            self.held.apply(Some(summed), ctx.now())?;
+            return Ok(tally);
+        }
         let mut buf = match &grads {
             Some(g) => Payload::Real(host_flat(g)?),
             None => Payload::Virtual {
