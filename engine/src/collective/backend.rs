@@ -68,9 +68,7 @@ impl Allreduce {
             Backend::Nccl(member) => member.sum(buf),
         }
     }
-}
 
-impl Allreduce {
     /// Whether this allreduce sums on the members' devices (NCCL): a member whose gradients are
     /// on its device then hands them over as a tensor ([`Allreduce::sum_tensor`]), so they
     /// need not cross to the host.

@@ -136,9 +136,7 @@ impl NcclMember {
         let p = self.comm.world_size() as u64;
         Ok(2 * (p - 1) * buf.bytes() / p)
     }
-}
 
-impl NcclMember {
     /// Sums the flat tensor `buf`, on this member's GPU, over the group without leaving the
     /// device: NCCL reads it where it lies and writes the sum into a new device buffer, returned
     /// as a tensor on `buf`'s device (the input is left as it was). Returns the bytes sent, as

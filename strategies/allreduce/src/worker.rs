@@ -52,33 +52,7 @@ impl AllreduceWorker {
             job,
         })
     }
-}
 
-/// What an allreduce worker keeps beside its replica, for a checkpoint.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct AllreduceState {
-    /// Updates its replica has applied.
-    updates: u64,
-}
-
-/// Restores worker `id`'s replica from its checkpoint `cp`. Replicas are identical after every
-/// clock (each applies the same reduced sum), so only worker 0's checkpoint holds the model and
-/// every worker restores it from there.
-fn restore(job: &Job, id: WorkerId, cp: &RoleCheckpoint, model: &mut LocalModel) -> Result<()> {
-    let bad = |reason: &str| EngineError::protocol(RoleId::Worker(id), reason.to_string());
-    let state: AllreduceState = cp
-        .state
-        .as_ref()
-        .ok_or_else(|| bad("its checkpoint holds no allreduce state"))?
-        .decode()?;
-    let held = job
-        .resumed(RoleId::Worker(0))
-        .and_then(|c| c.model)
-        .ok_or_else(|| bad("the checkpoint holds no replica (worker 0's)"))?;
-    model.restore(&job.layout, &held, state.updates)
-}
-
-impl AllreduceWorker {
     /// One training step, its gradients fused for the allreduce: on the device when `on_device`
     /// (the sum runs there), else as host values (virtual in throughput mode).
     async fn step(
@@ -107,6 +81,30 @@ impl AllreduceWorker {
         };
         Ok((loss, Fused::Host(buf)))
     }
+}
+
+/// What an allreduce worker keeps beside its replica, for a checkpoint.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct AllreduceState {
+    /// Updates its replica has applied.
+    updates: u64,
+}
+
+/// Restores worker `id`'s replica from its checkpoint `cp`. Replicas are identical after every
+/// clock (each applies the same reduced sum), so only worker 0's checkpoint holds the model and
+/// every worker restores it from there.
+fn restore(job: &Job, id: WorkerId, cp: &RoleCheckpoint, model: &mut LocalModel) -> Result<()> {
+    let bad = |reason: &str| EngineError::protocol(RoleId::Worker(id), reason.to_string());
+    let state: AllreduceState = cp
+        .state
+        .as_ref()
+        .ok_or_else(|| bad("its checkpoint holds no allreduce state"))?
+        .decode()?;
+    let held = job
+        .resumed(RoleId::Worker(0))
+        .and_then(|c| c.model)
+        .ok_or_else(|| bad("the checkpoint holds no replica (worker 0's)"))?;
+    model.restore(&job.layout, &held, state.updates)
 }
 
 #[async_trait]
