@@ -2,6 +2,7 @@
 
 use crate::error::{EngineError, Result};
 use crate::payload::Payload;
+use crate::submodel::tensor_error;
 use candle_core::Tensor;
 
 /// The layout of a fused buffer: tensors of `sizes` elements back to back, then `extras` scalars
@@ -150,13 +151,5 @@ impl Fusion {
     /// Elements of the fused buffer that belong to its tensors (the scalars follow them).
     pub fn tensor_elems(&self) -> usize {
         self.len() - self.extras
-    }
-}
-
-/// A candle failure while fusing, naming what was being done.
-fn tensor_error(what: &str, source: candle_core::Error) -> EngineError {
-    EngineError::Tensor {
-        context: what.into(),
-        source,
     }
 }

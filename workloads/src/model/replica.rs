@@ -195,7 +195,7 @@ impl Replica {
     /// Forward and backward on one batch: mean loss and dense mean gradients, one vector per
     /// parameter in layout order (MF: zero on the factor rows the batch does not touch).
     ///
-    /// A DLRM has no such step (it would need dense whole-model gradients): it is an error
+    /// A DLRM has no such step (it would need dense whole-table gradients): it is an error
     /// saying which strategies train it, row-wise.
     pub fn step(&self, features: Vec<f32>, labels: &[u32]) -> Result<StepOutput> {
         let model = match &self.inner {

@@ -40,6 +40,16 @@ struct Tally {
     bytes: u64,
 }
 
+impl Tally {
+    /// Counts a gradient sum over the conv workers that began at `t0`, this worker sending
+    /// `sent` bytes: its time as communication, its bytes, and its span in the trace.
+    fn count_sum(&mut self, ctx: &mut RoleContext, t0: f64, sent: u64) {
+        self.bytes += sent;
+        self.comm_s += ctx.now() - t0;
+        ctx.trace_span("allreduce", "comm", t0, ctx.now());
+    }
+}
+
 /// A conv worker or the FC worker.
 pub struct HybridWorker {
     id: WorkerId,
@@ -147,9 +157,7 @@ impl HybridWorker {
             // NCCL sums them where the backward pass left them.
             let t0 = ctx.now();
             let (summed, sent) = ar.sum_tensors(ctx, iter, g).await?;
-            tally.bytes += sent;
-            tally.comm_s += ctx.now() - t0;
-            ctx.trace_span("allreduce", "comm", t0, ctx.now());
+            tally.count_sum(ctx, t0, sent);
             self.held.apply(Some(summed), ctx.now())?;
             return Ok(tally);
         }
@@ -160,9 +168,8 @@ impl HybridWorker {
             },
         };
         let t0 = ctx.now();
-        tally.bytes += ar.sum(ctx, iter, &mut buf, &[]).await?;
-        tally.comm_s += ctx.now() - t0;
-        ctx.trace_span("allreduce", "comm", t0, ctx.now());
+        let sent = ar.sum(ctx, iter, &mut buf, &[]).await?;
+        tally.count_sum(ctx, t0, sent);
         let summed = match (grads, buf.values()) {
             (Some(_), Some(flat)) => Some(self.held.unflatten(flat)),
             _ => None,
