@@ -535,6 +535,8 @@ pub struct Machine {
     pub device: DeviceProfile,
     /// Its labels from the config ([`MachineGroup::labels`]).
     pub labels: BTreeMap<String, String>,
+    /// Its worker slots (0 for a dedicated server machine): on a CUDA machine, the GPUs it has.
+    pub slots: u32,
 }
 
 impl Machine {
@@ -555,6 +557,11 @@ pub struct Cluster {
     pub worker_slot: Vec<u32>,
     /// Machine of each server (servers are sharded over the workers' machines, round-robin).
     pub server_machine: Vec<MachineId>,
+    /// The GPU of this host that slot 0 runs on: 0 in one process, where every machine is this
+    /// host; in the process runtime, past the GPUs of the job's other processes on this host
+    /// ([`Cluster::with_first_gpu`]).
+    #[serde(skip)]
+    pub first_gpu: u32,
 }
 
 impl Cluster {
@@ -587,6 +594,7 @@ impl Cluster {
                     device_name: cfg.default_device.clone(),
                     device: device.clone(),
                     labels: BTreeMap::new(),
+                    slots: 1,
                 });
                 slots.push(1);
             }
@@ -607,6 +615,7 @@ impl Cluster {
                         device_name: group.device.clone(),
                         device: device.clone(),
                         labels: group.labels.clone(),
+                        slots: group.slots,
                     });
                     slots.push(group.slots);
                 }
@@ -646,6 +655,7 @@ impl Cluster {
                         device_name: name.to_string(),
                         device: device.clone(),
                         labels: BTreeMap::new(),
+                        slots: 0,
                     });
                     id
                 })
@@ -663,6 +673,7 @@ impl Cluster {
             worker_machine,
             worker_slot,
             server_machine,
+            first_gpu: 0,
         })
     }
 
@@ -680,15 +691,23 @@ impl Cluster {
         &self.machines[self.machine_of(role) as usize].device
     }
 
-    /// The GPU a role's tensor math runs on: for a worker on a CUDA machine, its slot there; `None`
-    /// for the CPU (servers and the coordinator apply updates on the host).
+    /// The GPU of its host a role's tensor math runs on: for a worker on a CUDA machine, its slot
+    /// there, counted from [`Cluster::first_gpu`]; `None` for the CPU (servers and the
+    /// coordinator apply updates on the host).
     pub fn gpu_of(&self, role: RoleId) -> Option<u32> {
         match role {
             RoleId::Worker(w) if self.device_of(role).backend == Backend::Cuda => {
-                Some(self.worker_slot[w as usize])
+                Some(self.first_gpu + self.worker_slot[w as usize])
             }
             _ => None,
         }
+    }
+
+    /// This cluster as one process of a multi-process job sees it: its host's GPUs from `first`
+    /// on are its slots'.
+    pub fn with_first_gpu(mut self, first: u32) -> Cluster {
+        self.first_gpu = first;
+        self
     }
 
     /// Human-readable device label of a role, e.g. `machine 3 (v100)`.

@@ -3,13 +3,15 @@
 //!
 //! A device profile with `backend = "cuda"` puts the workers of its machines on GPUs: worker slot
 //! `k` of a machine is GPU `k` of that machine. In one process (`sim` and `wall`) every machine is
-//! this host, so slot `k` of any machine is this host's GPU `k`. Servers and the coordinator
-//! apply updates on the host. Builds without the `cuda` feature know no GPU: a config that asks
-//! for one is refused with the key that asked.
+//! this host, so slot `k` of any machine is this host's GPU `k`. In the process runtime each
+//! process runs one machine, and the processes sharing a host take GPUs of their own
+//! ([`ProcessHost`]). Servers and the coordinator apply updates on the host. Builds without the
+//! `cuda` feature know no GPU: a config that asks for one is refused with the key that asked.
 
 use crate::cluster::Cluster;
 use crate::config::{CollectiveBackend, RunConfig, RuntimeKind};
 use crate::error::{EngineError, Result};
+use crate::ids::MachineId;
 use crate::ids::RoleId;
 use candle_core::Device;
 
@@ -88,12 +90,35 @@ pub fn visible_gpus() -> Result<usize> {
 #[cfg(feature = "nccl")]
 pub use crate::collective::nccl::{self_check as nccl_self_check, NcclCheck};
 
-/// Checks that every GPU the job places a worker on exists and that the collective backend can
-/// run: before any data is read or any role is built, so a bad config costs nothing.
-pub(crate) fn check_job(config: &RunConfig, cluster: &Cluster) -> Result<()> {
-    let on_gpu: Vec<(u32, u32)> = (0..config.workers)
+/// Where one process of a multi-process job (`--runtime process`) sits: the machine it runs and
+/// the first GPU of its host its worker slots use (past those of the job's other processes on
+/// the host, by `process.gpus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessHost {
+    /// The machine this process runs (its rank).
+    pub machine: MachineId,
+    /// The GPU of its host that the machine's slot 0 runs on.
+    pub first_gpu: u32,
+}
+
+/// The workers whose GPUs this process opens, each with its GPU: every worker on a CUDA machine
+/// in one process; in the process runtime only those of `host`'s machine.
+fn gpus_here(config: &RunConfig, cluster: &Cluster, host: Option<ProcessHost>) -> Vec<(u32, u32)> {
+    (0..config.workers)
+        .filter(|&w| host.is_none_or(|h| cluster.worker_machine[w as usize] == h.machine))
         .filter_map(|w| cluster.gpu_of(RoleId::Worker(w)).map(|g| (w, g)))
-        .collect();
+        .collect()
+}
+
+/// Checks that every GPU this process places a worker on exists and that the collective backend
+/// can run: before any data is read or any role is built, so a bad config costs nothing. `host`
+/// is this process's place in a multi-process job (`None`: the whole job runs here).
+pub(crate) fn check_job(
+    config: &RunConfig,
+    cluster: &Cluster,
+    host: Option<ProcessHost>,
+) -> Result<()> {
+    let on_gpu = gpus_here(config, cluster, host);
     if let Some(&(w, _)) = on_gpu.first() {
         let name = &cluster.machines[cluster.worker_machine[w as usize] as usize].device_name;
         let key = format!("cluster.devices.{name}.backend");
@@ -108,12 +133,21 @@ pub(crate) fn check_job(config: &RunConfig, cluster: &Cluster) -> Result<()> {
                 key,
                 "\"cuda\"",
                 format!(
-                    "worker {w} runs in slot {slot} of {}, so on GPU {slot}, but {visible} GPU{} \
-                     visible (CUDA_VISIBLE_DEVICES={}); lower that machine group's `slots` or \
-                     the number of workers",
+                    "worker {w} runs in slot {} of {}, so on GPU {slot}, but {visible} GPU{} \
+                     visible (CUDA_VISIBLE_DEVICES={}); {}",
+                    cluster.worker_slot[w as usize],
                     cluster.device_label(RoleId::Worker(w)),
                     if visible == 1 { " is" } else { "s are" },
                     std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "unset".into()),
+                    match host {
+                        Some(h) if h.first_gpu > 0 => format!(
+                            "this process's slots start at GPU {}, past its host's other \
+                             processes' (process.gpus = \"local-rank\"); where the launcher gives \
+                             each process its own GPUs, set process.gpus = \"visible\"",
+                            h.first_gpu
+                        ),
+                        _ => "lower that machine group's `slots` or the number of workers".into(),
+                    },
                 ),
             ));
         }
@@ -132,16 +166,19 @@ fn check_nccl(config: &RunConfig, cluster: &Cluster) -> Result<()> {
     check_nccl_members(config, cluster)
 }
 
-/// NCCL needs real time and every member on a GPU of its own.
+/// NCCL needs real time and every member on a GPU of its own. In one process (`wall`) every
+/// machine is this host, so two workers in the same slot of different machines would share a GPU;
+/// in the process runtime each process runs one machine, whose slots are GPUs of their own.
 fn check_nccl_members(config: &RunConfig, cluster: &Cluster) -> Result<()> {
     let refuse = |reason: String| EngineError::config("collective", "\"nccl\"", reason);
-    if config.runtime != RuntimeKind::Wall {
+    if config.runtime == RuntimeKind::Sim {
         return Err(refuse(
-            "NCCL runs in real time: use `runtime = \"wall\"` (in `sim` the ring's messages \
-             give the collective its virtual time)"
+            "NCCL runs in real time: use `runtime = \"wall\"` or `\"process\"` (in `sim` the \
+             ring's messages give the collective its virtual time)"
                 .into(),
         ));
     }
+    let one_host = config.runtime == RuntimeKind::Wall;
     let mut seen = std::collections::BTreeMap::new();
     for w in 0..config.workers {
         let role = RoleId::Worker(w);
@@ -152,6 +189,9 @@ fn check_nccl_members(config: &RunConfig, cluster: &Cluster) -> Result<()> {
                 cluster.device_label(role)
             )));
         };
+        if !one_host {
+            continue;
+        }
         if let Some(other) = seen.insert(gpu, w) {
             return Err(refuse(format!(
                 "workers {other} and {w} would share GPU {gpu} of this host; NCCL needs one \
@@ -166,6 +206,7 @@ fn check_nccl_members(config: &RunConfig, cluster: &Cluster) -> Result<()> {
 mod tests {
     use super::*;
     use crate::cluster::{Backend, DeviceProfile, MachineGroup};
+    use crate::process::GpuBinding;
 
     /// `workers` workers on machines of `slots` slots each, of a CUDA device (or the CPU).
     fn job(workers: u32, slots: u32, cuda: bool, runtime: RuntimeKind) -> (RunConfig, Cluster) {
@@ -224,6 +265,49 @@ mod tests {
         assert!(e.contains("wall"), "{e}");
         let (config, cluster) = job(2, 2, true, RuntimeKind::Wall);
         assert!(check_nccl_members(&config, &cluster).is_ok());
+    }
+
+    #[test]
+    fn nccl_across_processes_takes_each_machines_slots_as_its_own_gpus() {
+        // One process per machine: both workers in slot 0, each on GPU 0 of its own host.
+        let (config, cluster) = job(2, 1, true, RuntimeKind::Process);
+        assert!(check_nccl_members(&config, &cluster).is_ok());
+        // A CPU member is still refused.
+        let (config, cluster) = job(2, 1, false, RuntimeKind::Process);
+        let e = check_nccl_members(&config, &cluster)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("worker 0") && e.contains("CPU"), "{e}");
+    }
+
+    #[test]
+    fn a_process_opens_only_its_machines_gpus_past_its_hosts_other_processes() {
+        // 5 workers on machines of 2 slots: machine 1 runs workers 2 and 3, machine 2 worker 4.
+        let (config, cluster) = job(5, 2, true, RuntimeKind::Process);
+        let everything = gpus_here(&config, &cluster, None);
+        assert_eq!(everything, vec![(0, 0), (1, 1), (2, 0), (3, 1), (4, 0)]);
+        // The second process on its host (local rank 1 of machines of 2 slots) starts at GPU 2.
+        let first = GpuBinding::LocalRank.first_gpu(1, cluster.machines[1].slots);
+        assert_eq!(first, 2);
+        let host = ProcessHost {
+            machine: 1,
+            first_gpu: first,
+        };
+        let cluster = cluster.with_first_gpu(first);
+        assert_eq!(
+            gpus_here(&config, &cluster, Some(host)),
+            vec![(2, 2), (3, 3)]
+        );
+        // The last machine holds one worker but two slots: local rank 2 starts at GPU 4, not 2.
+        let first = GpuBinding::LocalRank.first_gpu(2, cluster.machines[2].slots);
+        let host = ProcessHost {
+            machine: 2,
+            first_gpu: first,
+        };
+        let cluster = cluster.with_first_gpu(first);
+        assert_eq!(gpus_here(&config, &cluster, Some(host)), vec![(4, 4)]);
+        // A launcher that gave each process its own GPUs: slots count from the first visible.
+        assert_eq!(GpuBinding::Visible.first_gpu(2, 2), 0);
     }
 
     #[cfg(not(feature = "cuda"))]

@@ -36,6 +36,39 @@ pub struct ProcessConfig {
     pub heartbeat_s: f64,
     /// Largest frame accepted, in MiB: a larger one is refused (and its connection closed).
     pub max_frame_mib: u64,
+    /// Which of its host's GPUs a process's worker slots run on.
+    #[serde(skip_serializing_if = "GpuBinding::is_default")]
+    pub gpus: GpuBinding,
+}
+
+/// Which of its host's GPUs a process's workers use when several processes of a job share a host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuBinding {
+    /// Every process sees all of its host's GPUs (torchrun, `concord launch`, `mpirun`): slot `k`
+    /// of the process of local rank `L`, on a machine of `S` slots, runs on GPU `L·S + k`, so the
+    /// processes of one host take GPUs of their own, as `torch.cuda.set_device(LOCAL_RANK)` does.
+    #[default]
+    LocalRank,
+    /// The launcher gave each process its own GPUs through `CUDA_VISIBLE_DEVICES` (as
+    /// `srun --gpus-per-task` does): slot `k` runs on the `k`-th GPU the process sees.
+    Visible,
+}
+
+impl GpuBinding {
+    /// Whether this is the default binding.
+    pub fn is_default(&self) -> bool {
+        *self == GpuBinding::default()
+    }
+
+    /// The first GPU of its host that the process of `local_rank`, running a machine of `slots`
+    /// worker slots, uses.
+    pub fn first_gpu(self, local_rank: u32, slots: u32) -> u32 {
+        match self {
+            GpuBinding::LocalRank => local_rank.saturating_mul(slots),
+            GpuBinding::Visible => 0,
+        }
+    }
 }
 
 impl Default for ProcessConfig {
@@ -45,6 +78,7 @@ impl Default for ProcessConfig {
             peer_timeout_s: 30.0,
             heartbeat_s: 1.0,
             max_frame_mib: 2048,
+            gpus: GpuBinding::default(),
         }
     }
 }

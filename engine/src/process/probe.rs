@@ -101,6 +101,7 @@ fn probe_once(round_trips: usize, bytes: u64, burst: usize, pattern: Pattern) ->
     let world = move |rank| World {
         rank,
         size: 2,
+        local_rank: rank,
         master_host: "127.0.0.1".into(),
         master_port: port,
         job_id: "latency-probe".into(),

@@ -1,7 +1,8 @@
 //! This process's place in a multi-process job (`--runtime process`), read from the environment
 //! its launcher set: torchrun and the Kubernetes training operators (and `concord launch`), Slurm's
-//! `srun`, or Open MPI's `mpirun`. Every process learns its rank, the world size, where rank 0's
-//! rendezvous listener is, and an identity for the job, or a typed error naming the variable at fault.
+//! `srun`, or Open MPI's `mpirun`. Every process learns its rank, the world size, its rank among
+//! the processes of its host, where rank 0's rendezvous listener is, and an identity for the job,
+//! or a typed error naming the variable at fault.
 
 use std::fmt;
 use std::str::FromStr;
@@ -40,6 +41,15 @@ impl Launcher {
             Launcher::OpenMpi => ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
         }
     }
+
+    /// The variable holding this process's rank among the job's processes on its host.
+    fn local_rank_var(self) -> &'static str {
+        match self {
+            Launcher::Torchrun => "LOCAL_RANK",
+            Launcher::Slurm => "SLURM_LOCALID",
+            Launcher::OpenMpi => "OMPI_COMM_WORLD_LOCAL_RANK",
+        }
+    }
 }
 
 impl fmt::Display for Launcher {
@@ -55,6 +65,11 @@ pub struct World {
     pub rank: u32,
     /// How many processes the job has (at least 1).
     pub size: u32,
+    /// This process's rank among the job's processes on its host (torchrun's `LOCAL_RANK`,
+    /// Slurm's `SLURM_LOCALID`, Open MPI's `OMPI_COMM_WORLD_LOCAL_RANK`; 0 when the launcher sets
+    /// none, as the Kubernetes operators, which run one process per pod): it picks the host's GPUs
+    /// this process's workers use.
+    pub local_rank: u32,
     /// Host name or IP of rank 0's rendezvous listener.
     pub master_host: String,
     /// Port of rank 0's rendezvous listener.
@@ -190,11 +205,14 @@ impl World {
                 (host("MASTER_ADDR", addr)?, port_or(&lookup, DEFAULT_PORT)?)
             }
         };
+        let local_var = launcher.local_rank_var();
+        let local_rank = lookup(local_var).map_or(Ok(0), |v| number(local_var, &v))?;
         let job_id =
             job_id(&lookup, launcher).unwrap_or_else(|| format!("{master_host}:{master_port}"));
         Ok(World {
             rank,
             size,
+            local_rank,
             master_host,
             master_port,
             job_id,
@@ -384,6 +402,7 @@ mod tests {
         let expected = World {
             rank: 2,
             size: 4,
+            local_rank: 0,
             master_host: host,
             master_port: 1234,
             job_id: job,
@@ -408,6 +427,25 @@ mod tests {
         assert_eq!(ok(OMPI, "MASTER_PORT=777").master_port, 777);
         let names = [Torchrun, Slurm, OpenMpi].map(Launcher::name);
         assert_eq!(names, ["torchrun", "slurm", "openmpi"]);
+    }
+
+    #[test]
+    fn each_launcher_names_the_local_rank_or_leaves_it_zero() {
+        assert_eq!(ok(TORCHRUN, "LOCAL_RANK=3").local_rank, 3);
+        assert_eq!(ok(SLURM, "SLURM_LOCALID=5").local_rank, 5);
+        assert_eq!(ok(OMPI, "OMPI_COMM_WORLD_LOCAL_RANK=1").local_rank, 1);
+        // One process per pod (the Kubernetes operators) sets no local rank.
+        assert_eq!(ok(TORCHRUN, "").local_rank, 0);
+        // Another launcher's variable is not this one's.
+        assert_eq!(ok(SLURM, "LOCAL_RANK=2").local_rank, 0);
+        assert_eq!(
+            world(TORCHRUN, "LOCAL_RANK=two"),
+            Err(nan("LOCAL_RANK", "two"))
+        );
+        assert_eq!(
+            world(SLURM, "SLURM_LOCALID=-1"),
+            Err(nan("SLURM_LOCALID", "-1"))
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::coordinator::StaticCoordinator;
 use crate::data::SampleStream;
 use crate::dp::DataParallelWorker;
 use crate::error::{EngineError, Result};
+use crate::gpu::ProcessHost;
 use crate::guard::RunGuard;
 use crate::ids::RoleId;
 use crate::job::{Job, ProgressFn, Segment};
@@ -169,17 +170,25 @@ fn check_sparse_embeddings(config: &RunConfig, asm: &Assembly) -> Result<()> {
     Ok(())
 }
 
-/// The job: model and data resolved, cluster placed, parameters cut into blocks; its segment is
-/// the whole run until the engine sets another.
+/// The job as one process runs all of it (`sim`, `wall`): see [`job_on`].
 pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressFn>) -> Result<Job> {
-    let cluster = Arc::new(Cluster::resolve(
-        &config.cluster,
-        config.workers,
-        total_servers(config, asm),
-    )?);
+    job_on(config, asm, progress, None)
+}
+
+/// The job: model and data resolved, cluster placed, parameters cut into blocks; its segment is
+/// the whole run until the engine sets another. `host` is this process's place in a
+/// multi-process job (its machine and first GPU), `None` when one process runs everything.
+pub(super) fn job_on(
+    config: &RunConfig,
+    asm: &Assembly,
+    progress: Option<ProgressFn>,
+    host: Option<ProcessHost>,
+) -> Result<Job> {
+    let cluster = Cluster::resolve(&config.cluster, config.workers, total_servers(config, asm))?;
+    let cluster = Arc::new(cluster.with_first_gpu(host.map_or(0, |h| h.first_gpu)));
     check_stragglers(config, &cluster)?;
     let membership = Arc::new(check_membership(config, asm, &cluster)?);
-    crate::gpu::check_job(config, &cluster)?;
+    crate::gpu::check_job(config, &cluster, host)?;
     check_sparse_embeddings(config, asm)?;
     let (model, data) = match &config.model {
         ModelConfig::Profile { .. } => (ModelSpec::resolve(&config.model, &[], 0)?, None),

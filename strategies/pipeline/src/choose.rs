@@ -45,8 +45,13 @@ pub fn plan(
         _ => Sync::Ring,
     };
     if let Some(mut p) = given(options, job) {
-        planner::validate_stages(profile, &p.stages)
-            .map_err(|e| refuse("boundaries", format!("{:?}", options.boundaries), e))?;
+        planner::validate_stages(profile, &p.stages).map_err(|e| {
+            let given = options
+                .boundaries
+                .as_ref()
+                .map_or_else(|| "(unset)".into(), |b| format!("{b:?}"));
+            refuse("boundaries", given, e)
+        })?;
         let t = planner::evaluate_under(profile, topology, &p.stages, sync);
         p.predicted_s = t.is_finite().then_some(t);
         return Ok(p);

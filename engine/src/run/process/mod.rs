@@ -26,6 +26,7 @@ use crate::cluster::Cluster;
 use crate::config::{RunConfig, RuntimeKind};
 use crate::contract::Assembly;
 use crate::error::{EngineError, Result};
+use crate::gpu::ProcessHost;
 use crate::ids::RoleId;
 use crate::job::{Job, ProgressFn, Segment};
 use crate::message::Message;
@@ -156,6 +157,7 @@ async fn rank_main(
         options: &options,
         postbox,
         wall_start,
+        host: process_host(config, world, &ranks.cluster),
     };
     match rank_body(&stage, &mut ranks, local_progress).await {
         Ok(outcome) => {
@@ -184,6 +186,21 @@ struct Stage<'a> {
     options: &'a RunOptions,
     postbox: Arc<Postbox>,
     wall_start: std::time::Instant,
+    /// This process's machine and the first of its host's GPUs its slots use.
+    host: ProcessHost,
+}
+
+/// Where `world`'s process sits: machine `rank`, whose slots start at the GPU `process.gpus`
+/// gives a process of its local rank.
+fn process_host(config: &RunConfig, world: &World, cluster: &Cluster) -> ProcessHost {
+    let slots = cluster
+        .machines
+        .get(world.rank as usize)
+        .map_or(0, |m| m.slots);
+    ProcessHost {
+        machine: world.rank,
+        first_gpu: config.process.gpus.first_gpu(world.local_rank, slots),
+    }
 }
 
 /// The progress observer of this rank: rank 0 reports to `options.progress`; the others send
@@ -220,7 +237,12 @@ async fn rank_body(
     } = *stage;
     let rank = ranks.peers.rank();
     let progress = progress_of(options, ranks.peers.clone(), local_progress);
-    let job = Arc::new(build::job(config, asm, Some(progress))?);
+    let job = Arc::new(build::job_on(
+        config,
+        asm,
+        Some(progress),
+        Some(stage.host),
+    )?);
     let mut from = if rank == 0 {
         options.resume.clone()
     } else {
