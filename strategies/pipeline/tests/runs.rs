@@ -394,7 +394,10 @@ fn bad_configurations_are_refused_before_any_work() {
         "pipedream",
         "boundaries = [1, 2, 3, 4, 5]",
     ));
-    assert!(e.contains("strategy.pipedream.boundaries"), "{e}");
+    assert!(
+        e.contains("strategy.pipedream.boundaries` = [1, 2, 3, 4, 5]"),
+        "{e}"
+    );
     let e = compose_err(&with(
         mlp(3, 8, 2),
         "pipedream",
