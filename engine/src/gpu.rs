@@ -11,8 +11,7 @@
 use crate::cluster::Cluster;
 use crate::config::{CollectiveBackend, RunConfig, RuntimeKind};
 use crate::error::{EngineError, Result};
-use crate::ids::MachineId;
-use crate::ids::RoleId;
+use crate::ids::{MachineId, RoleId};
 use candle_core::Device;
 
 /// Whether this build can run tensor math on CUDA devices (the `cuda` feature).
