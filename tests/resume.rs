@@ -396,3 +396,21 @@ fn a_model_only_checkpoint_is_not_resumable() {
     let err = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).unwrap_err();
     assert!(err.to_string().contains("model only"), "{err}");
 }
+
+#[test]
+fn a_truncated_checkpoint_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&["bsp"], 20);
+    cfg.checkpoint_every = Some(10);
+    let run = run_opts(&cfg, RunOptions::default()).unwrap();
+    write_run_folder(dir.path(), &run).unwrap();
+    let path = dir.path().join(checkpoint::FILE_NAME);
+    assert!(checkpoint::read(&path).is_ok());
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len().min(1000)]).unwrap();
+    let err = checkpoint::read(&path).unwrap_err().to_string();
+    assert!(
+        err.contains(&path.display().to_string()) && err.contains("truncated or corrupt"),
+        "{err}"
+    );
+}

@@ -138,7 +138,15 @@ pub fn read(path: &Path) -> Result<Checkpoint> {
         path: path.display().to_string(),
         source,
     })?;
-    let file = SafeTensors::deserialize(&bytes).map_err(|e| bad(path, e))?;
+    let file = SafeTensors::deserialize(&bytes).map_err(|e| {
+        bad(
+            path,
+            format!(
+                "not a readable safetensors file ({e:?}, {} bytes): truncated or corrupt",
+                bytes.len()
+            ),
+        )
+    })?;
     let meta = file.tensor(RESUME_TENSOR).map_err(|_| {
         bad(
             path,

@@ -42,8 +42,9 @@ impl SubModels {
                 key,
                 format!("{boundaries:?}"),
                 format!(
-                    "{} sub-models, but the model has only {n} stages",
-                    boundaries.len() + 1
+                    "{} sub-models, but the model has only {n} stage{}",
+                    boundaries.len() + 1,
+                    if n == 1 { "" } else { "s" }
                 ),
             ));
         }

@@ -123,7 +123,9 @@ impl MpOptions {
                 "workers",
                 n,
                 format!(
-                    "`fela-mp` runs one pipeline stage per worker, but the model has only {layers} stages"
+                    "`fela-mp` runs one pipeline stage per worker, but the model has only {layers} \
+                     stage{}",
+                    if layers == 1 { "" } else { "s" }
                 ),
             ));
         }
