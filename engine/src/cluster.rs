@@ -585,7 +585,6 @@ impl Cluster {
             })
         };
         let mut machines = Vec::new();
-        let mut slots = Vec::new();
         if cfg.machines.is_empty() {
             let device = lookup("cluster.default_device".into(), &cfg.default_device)?;
             for id in 0..workers.max(1) {
@@ -596,7 +595,6 @@ impl Cluster {
                     labels: BTreeMap::new(),
                     slots: 1,
                 });
-                slots.push(1);
             }
         } else {
             for (g, group) in cfg.machines.iter().enumerate() {
@@ -617,11 +615,11 @@ impl Cluster {
                         labels: group.labels.clone(),
                         slots: group.slots,
                     });
-                    slots.push(group.slots);
                 }
             }
         }
-        let total: u32 = slots.iter().sum();
+        // Only workers' machines so far: dedicated server machines are added below.
+        let total: u32 = machines.iter().map(|m| m.slots).sum();
         if total < workers {
             return Err(EngineError::config(
                 "cluster.machines",
@@ -631,8 +629,8 @@ impl Cluster {
         }
         let mut worker_machine = Vec::with_capacity(workers as usize);
         let mut worker_slot = Vec::with_capacity(workers as usize);
-        for (m, &n) in slots.iter().enumerate() {
-            for slot in 0..n {
+        for (m, machine) in machines.iter().enumerate() {
+            for slot in 0..machine.slots {
                 if worker_machine.len() < workers as usize {
                     worker_machine.push(m as MachineId);
                     worker_slot.push(slot);
