@@ -255,6 +255,7 @@ fn write_stubs(target: &Path, dir: &Path) -> Result<()> {
 /// The scripts shipped in the bundle.
 const RUN_CHECKS: &str = include_str!("../gpu-bundle/run-gpu-checks.sh");
 const FIND_LIBS: &str = include_str!("../gpu-bundle/cuda-libs.sh");
+const TORCH_REFERENCE: &str = include_str!("../gpu-bundle/torch-vgg-like.py");
 const BUNDLE_README: &str = include_str!("../gpu-bundle/README.md");
 
 /// `cargo xtask gpu-bundle`: builds the release binary and the GPU checks with `cuda,nccl` and
@@ -316,6 +317,7 @@ pub fn bundle(args: &BundleArgs) -> Result<()> {
     }
     write_executable(&dir.join("run-gpu-checks.sh"), RUN_CHECKS)?;
     write_executable(&dir.join("cuda-libs.sh"), FIND_LIBS)?;
+    std::fs::write(dir.join("torch-vgg-like.py"), TORCH_REFERENCE)?;
     std::fs::write(dir.join("README.md"), BUNDLE_README)?;
     let tarball = out.join("concord-gpu.tar.gz");
     run(Command::new("tar")
