@@ -94,6 +94,139 @@ fn allreduce_with_parameters_on_the_gpu_matches_cpu_parameters() {
     );
 }
 
+/// The models' convolution on CUDA (cuDNN's forward, backward-data and backward-filter passes)
+/// against candle's on the CPU: output and both gradients, over kernel sizes, paddings, strides
+/// and odd shapes.
+#[test]
+fn cudnn_convolution_passes_match_the_cpu() {
+    use candle_core::{Device, Tensor, Var};
+    use concord::engine::model::conv::conv2d;
+    let gpu = Device::new_cuda(0).expect("a CUDA device");
+    // (batch, channels in, height, width, channels out, kernel, padding, stride); strided cases
+    // whose windows cover the padded input exactly, the only ones candle's CPU backward takes.
+    let cases = [
+        (2, 3, 8, 8, 4, 3, 1, 1),
+        (1, 5, 7, 6, 3, 3, 0, 1),
+        (3, 2, 9, 9, 6, 5, 2, 1),
+        (2, 4, 6, 5, 2, 1, 0, 1),
+        (2, 3, 9, 9, 5, 3, 1, 2),
+        (1, 6, 13, 11, 8, 7, 3, 2),
+    ];
+    for (n, c, h, w_, k, r, padding, stride) in cases {
+        let label = format!(
+            "x [{n}, {c}, {h}, {w_}], w [{k}, {c}, {r}, {r}], padding {padding}, stride {stride}"
+        );
+        let x = Tensor::randn(0f32, 1.0, (n, c, h, w_), &Device::Cpu).expect("x");
+        let w = Tensor::randn(0f32, 1.0, (k, c, r, r), &Device::Cpu).expect("w");
+        // Output and gradients of sum(y²) on `dev`, back on the host.
+        let passes = |dev: &Device| -> Vec<Vec<f32>> {
+            let x = Var::from_tensor(&x.to_device(dev).expect("x")).expect("x");
+            let w = Var::from_tensor(&w.to_device(dev).expect("w")).expect("w");
+            let y = conv2d(x.as_tensor(), w.as_tensor(), padding, stride).expect("conv2d");
+            let g = y
+                .sqr()
+                .and_then(|s| s.sum_all())
+                .and_then(|s| s.backward())
+                .expect("backward");
+            [
+                &y,
+                g.get(x.as_tensor()).expect("dx"),
+                g.get(w.as_tensor()).expect("dw"),
+            ]
+            .iter()
+            .map(|t| {
+                t.flatten_all()
+                    .and_then(|t| t.to_vec1::<f32>())
+                    .expect("values")
+            })
+            .collect()
+        };
+        let (cpu, cuda) = (passes(&Device::Cpu), passes(&gpu));
+        for (what, (a, b)) in ["output", "input gradient", "kernel gradient"]
+            .iter()
+            .zip(cpu.iter().zip(&cuda))
+        {
+            assert_eq!(a.len(), b.len(), "{label}: {what} size");
+            let scale = a.iter().fold(1f32, |m, v| m.max(v.abs()));
+            let diff = a.iter().zip(b).fold(0f32, |m, (p, q)| m.max((p - q).abs()));
+            assert!(
+                diff <= 1e-5 * scale,
+                "{label}: {what} differs by {diff} (scale {scale})"
+            );
+        }
+    }
+    println!(
+        "cuDNN convolution passes: {} shapes match the CPU",
+        cases.len()
+    );
+}
+
+/// Parameters up and values down through the page-locked staging buffers: exact, in place (a
+/// tensor computed before the load keeps its values), and timed beside candle's own pageable
+/// copies of the same tensors (printed, not asserted).
+#[test]
+fn staged_parameter_uploads_and_downloads_are_exact() {
+    use candle_core::{DType, Device, Tensor, Var};
+    use concord::engine::model::{host_values, load_vars};
+    use std::time::Instant;
+    let gpu = Device::new_cuda(0).expect("a CUDA device");
+    let shapes: [&[usize]; 4] = [&[64, 3, 3, 3], &[512, 4096], &[10], &[256, 256, 3, 3]];
+    let vars: Vec<Var> = shapes
+        .iter()
+        .map(|s| Var::zeros(*s, DType::F32, &gpu).expect("var"))
+        .collect();
+    let refs: Vec<&Var> = vars.iter().collect();
+    let values: Vec<Vec<f32>> = vars
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            (0..v.elem_count())
+                .map(|k| (k as f32 * 0.37 + i as f32).sin())
+                .collect()
+        })
+        .collect();
+    let before = vars[2].as_tensor().affine(2.0, 1.0).expect("affine");
+    load_vars(&refs, &values).expect("staged upload");
+    for (v, want) in vars.iter().zip(&values) {
+        let got = v.as_tensor().flatten_all().and_then(|t| t.to_vec1::<f32>());
+        assert_eq!(&got.expect("read back"), want);
+    }
+    let tensors: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
+    assert_eq!(host_values(&tensors).expect("staged download"), values);
+    assert_eq!(before.to_vec1::<f32>().expect("before"), vec![1.0; 10]);
+    // ms per call, mean of 10 after one warm-up.
+    let time = |f: &dyn Fn()| {
+        f();
+        let t = Instant::now();
+        for _ in 0..10 {
+            f();
+        }
+        t.elapsed().as_secs_f64() * 100.0
+    };
+    let staged_up = time(&|| load_vars(&refs, &values).expect("upload"));
+    let staged_down = time(&|| {
+        host_values(&tensors).expect("download");
+    });
+    let pageable_up = time(&|| {
+        for (v, x) in vars.iter().zip(&values) {
+            let t = Tensor::from_slice(x, v.shape(), &gpu).expect("upload");
+            v.set(&t).expect("set");
+        }
+    });
+    let pageable_down = time(&|| {
+        for t in &tensors {
+            t.flatten_all()
+                .and_then(|t| t.to_vec1::<f32>())
+                .expect("download");
+        }
+    });
+    let mb = values.iter().map(Vec::len).sum::<usize>() as f64 * 4.0 / 1e6;
+    println!(
+        "{mb:.1} MB of parameters: up {staged_up:.2} ms staged, {pageable_up:.2} ms pageable; \
+         down {staged_down:.2} ms staged, {pageable_down:.2} ms pageable"
+    );
+}
+
 #[test]
 fn a_slot_beyond_the_visible_gpus_is_refused_before_any_work() {
     let visible = concord::engine::gpu::visible_gpus().expect("a visible GPU") as u32;

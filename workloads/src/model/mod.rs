@@ -7,12 +7,14 @@
 //! Inception-A blocks) are not chains: their stages are their nodes, their parameters laid out in
 //! node order.
 
-mod conv;
+pub mod conv;
 mod dlrm;
 mod graph_net;
 mod mf;
 mod replica;
 mod stages;
+#[cfg(feature = "cuda")]
+mod staging;
 mod vars;
 
 pub use crate::metrics::auc;
@@ -24,7 +26,7 @@ pub use graph_net::{GraphNet, GraphNetSpec, NetNode, NetOp, PlanError, BN_EPS};
 pub use mf::{MfModel, MfSpec, MF_LEFT, MF_RIGHT};
 pub use replica::{EvalOutput, Replica, StepOutput};
 pub use stages::{StageSpec, StagedModel};
-pub use vars::{f32_slice_mut, load_vars};
+pub use vars::{f32_slice_mut, host_values, load_vars};
 
 use crate::cost::LayerCost;
 use crate::data::{DataConfig, Dataset};

@@ -211,12 +211,7 @@ impl Replica {
             Inner::Dlrm(_) => return Err(no_dense_step()),
         };
         let out = staged_step(model, features, labels)?;
-        let grads = out
-            .grads
-            .iter()
-            .map(StagedModel::flat_values)
-            .collect::<candle_core::Result<_>>()
-            .ctx("gradient")?;
+        let grads = super::host_values(&out.grads).ctx("gradient")?;
         Ok(StepOutput {
             loss: out.loss,
             grads,

@@ -412,7 +412,7 @@ impl StagedModel {
                 }
             }
             StageSpec::Conv { channels, pool, .. } => {
-                let y = super::conv::conv2d_stride1(x, w.as_tensor(), 1)?;
+                let y = super::conv::conv2d(x, w.as_tensor(), 1, 1)?;
                 let y = y
                     .broadcast_add(&b.as_tensor().reshape((1, *channels, 1, 1))?)?
                     .relu()?;

@@ -1,8 +1,10 @@
-//! Loading host values into a model's parameter variables.
+//! Loading host values into a model's parameter variables, and reading tensors back.
 //!
 //! On the CPU a variable's storage is host memory, so the values are copied straight into it;
-//! elsewhere they are uploaded into a new tensor that the variable takes. The in-place copy
-//! halves what a worker that loads the parameters it pulled before every step moves.
+//! variables on one GPU are written in place through a page-locked staging buffer (see
+//! `staging`); elsewhere the values are uploaded into a new tensor that the variable takes. The
+//! in-place copy halves what a worker that loads the parameters it pulled before every step
+//! moves.
 
 use crate::error::{Result, TensorContext, WorkloadError};
 use candle_core::backend::BackendStorage;
@@ -33,6 +35,13 @@ pub fn load_vars(vars: &[&Var], values: &[Vec<f32>]) -> Result<()> {
                 )),
             });
         }
+    }
+    // Variables on one GPU: through the thread's page-locked buffer, in place.
+    #[cfg(feature = "cuda")]
+    if super::staging::upload(vars, values).ctx("load parameters")? {
+        return Ok(());
+    }
+    for (var, v) in vars.iter().zip(values) {
         if var.device().is_cpu() {
             var.inplace_op1(&CopyIn(v)).ctx("load parameters")?;
         } else {
@@ -41,6 +50,19 @@ pub fn load_vars(vars: &[&Var], values: &[Vec<f32>]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Each tensor's values as a flat row-major vector on the host: tensors on one GPU (a step's
+/// gradients) come down together through a page-locked buffer, others one by one.
+pub fn host_values(tensors: &[Tensor]) -> candle_core::Result<Vec<Vec<f32>>> {
+    #[cfg(feature = "cuda")]
+    if let Some(values) = super::staging::download(tensors)? {
+        return Ok(values);
+    }
+    tensors
+        .iter()
+        .map(|t| t.flatten_all()?.to_vec1::<f32>())
+        .collect()
 }
 
 /// Copies host values over a CPU tensor's elements, in place.
@@ -110,6 +132,22 @@ mod tests {
         load_vars(&[&a, &b], &[values[0].clone(), vec![0.0; 4]]).unwrap();
         assert_eq!(before.to_vec1::<f32>().unwrap(), vec![-2.0, 1.0, 0.5, 18.0]);
         assert_eq!(read(&b), vec![0.0; 4]);
+    }
+
+    #[test]
+    fn host_values_flattens_each_tensor() {
+        let a = Tensor::arange(0f32, 6.0, &Device::Cpu)
+            .unwrap()
+            .reshape((2, 3))
+            .unwrap();
+        let b = a.t().unwrap();
+        assert_eq!(
+            host_values(&[a, b]).unwrap(),
+            vec![
+                vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
+                vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]
+            ]
+        );
     }
 
     #[test]

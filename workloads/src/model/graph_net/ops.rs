@@ -3,7 +3,7 @@
 //! of a layer-by-layer backward, so all three compute the same values.
 
 use super::spec::{NetOp, BN_EPS};
-use crate::model::conv::conv2d_stride1;
+use crate::model::conv::conv2d;
 use candle_core::{Result, Tensor};
 
 /// The output of `op` on `inputs` (batched, NCHW or `[batch, features]`) with its parameters
@@ -32,11 +32,7 @@ pub(crate) fn forward(op: &NetOp, inputs: &[&Tensor], params: &[&Tensor]) -> Res
         } => {
             let x = first()?;
             let padding = kernel / 2;
-            let y = if stride == 1 {
-                conv2d_stride1(x, param(0)?, padding)?
-            } else {
-                x.conv2d(param(0)?, padding, stride, 1, 1)?
-            };
+            let y = conv2d(x, param(0)?, padding, stride)?;
             if bias {
                 y.broadcast_add(&param(1)?.reshape((1, out_ch, 1, 1))?)
             } else {
