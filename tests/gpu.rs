@@ -102,8 +102,9 @@ fn cudnn_convolution_passes_match_the_cpu() {
     use candle_core::{Device, Tensor, Var};
     use concord::engine::model::conv::conv2d;
     let gpu = Device::new_cuda(0).expect("a CUDA device");
-    // (batch, channels in, height, width, channels out, kernel, padding, stride); strided cases
-    // whose windows cover the padded input exactly, the only ones candle's CPU backward takes.
+    // (batch, channels in, height, width, channels out, kernel, padding, stride). The strided
+    // cases leave the same remainder on both axes: candle's CPU backward, the reference, pads its
+    // transposed convolution by the height's remainder on both.
     let cases = [
         (2, 3, 8, 8, 4, 3, 1, 1),
         (1, 5, 7, 6, 3, 3, 0, 1),

@@ -78,7 +78,10 @@ pub(crate) fn upload(vars: &[&Var], values: &[Vec<f32>]) -> Result<bool> {
     let Some(dev) = one_cuda_device(vars.iter().map(|v| v.device())) else {
         return Ok(false);
     };
-    let total = values.iter().map(Vec::len).sum();
+    let total: usize = values.iter().map(Vec::len).sum();
+    if total == 0 {
+        return Ok(true);
+    }
     let stream = dev.cuda_stream();
     with_buffer(&dev, Direction::Up, total, |buffer| {
         let mut at = 0;
@@ -139,7 +142,10 @@ pub(crate) fn download(tensors: &[Tensor]) -> Result<Option<Vec<Vec<f32>>>> {
         .iter()
         .map(|t| t.contiguous())
         .collect::<Result<_>>()?;
-    let total = tensors.iter().map(Tensor::elem_count).sum();
+    let total: usize = tensors.iter().map(Tensor::elem_count).sum();
+    if total == 0 {
+        return Ok(Some(vec![Vec::new(); tensors.len()]));
+    }
     let stream = dev.cuda_stream();
     with_buffer(&dev, Direction::Down, total, |buffer| {
         let mut at = 0;
