@@ -508,3 +508,26 @@ fn config_errors_name_the_key() {
     assert!(net.nodes.iter().any(|n| n.name == "inc2_concat"));
     assert!(!net.nodes.iter().any(|n| n.name == "inc3_concat"));
 }
+
+/// A ResNet on an image whose height and width leave its stride-2 layers different remainders
+/// (8 x 7) trains: candle's own backward pass stops there at a shape mismatch.
+#[test]
+fn a_resnet_on_a_non_square_image_steps() {
+    let image = [3, 8, 7];
+    let cfg = ModelConfig::TinyResnet {
+        blocks: vec![1, 1],
+        channels: vec![4, 6],
+        bn: true,
+        image: Some(image),
+    };
+    let spec = ModelSpec::resolve(&cfg, &[3 * 8 * 7], CLASSES).unwrap();
+    let r = Replica::new(&spec, &Device::Cpu).unwrap().unwrap();
+    r.set_params(&spec.init_values(1).unwrap()).unwrap();
+    let x: Vec<f32> = (0..2 * 3 * 8 * 7).map(|i| (i as f32 * 0.1).sin()).collect();
+    let out = r.step(x, &[0, 1]).unwrap();
+    assert!(out.loss.is_finite());
+    let sizes: Vec<usize> = spec.params().iter().map(|p| p.elems()).collect();
+    assert_eq!(out.grads.iter().map(Vec::len).collect::<Vec<_>>(), sizes);
+    assert!(out.grads.iter().flatten().all(|g| g.is_finite()));
+    assert!(out.grads.iter().flatten().any(|g| *g != 0.0));
+}
