@@ -198,3 +198,40 @@ fn an_unknown_key_for_the_new_kind_is_still_named_with_its_layer() {
         .to_string();
     assert!(e.contains("hiden") && e.contains("c.toml"), "{e}");
 }
+
+/// Strategies that cut a model into a chain of stages refuse a graph network or matrix
+/// factorization before any work, naming the configured kind (not the engine's name for it).
+#[test]
+fn stage_cutting_strategies_name_the_model_kind_they_refuse() {
+    for strategy in [
+        "pipedream",
+        "gpipe",
+        "pipedream-mp",
+        "fela",
+        "fela-hp",
+        "fela-mp",
+    ] {
+        for (model, data) in [
+            (
+                "kind = \"tiny-resnet\"\nimage = [3, 8, 8]",
+                "kind = \"blobs\"\ndim = 192\nclasses = 3",
+            ),
+            ("kind = \"mf\"", "kind = \"ratings\""),
+        ] {
+            let mut cfg = common::small(2, 4, 2);
+            cfg.strategies = vec![strategy.into()];
+            cfg.model = toml::from_str(model).expect("model");
+            cfg.data = toml::from_str(data).expect("data");
+            let kind = cfg.model.kind();
+            let err = concord::registry()
+                .compose(&cfg)
+                .and_then(|asm| concord::engine::run(&cfg, &asm, Default::default()))
+                .expect_err("refused");
+            let msg = err.to_string();
+            assert!(
+                msg.contains("model.kind") && msg.contains(&format!("\"{kind}\"")),
+                "{strategy} on {kind}: {msg}"
+            );
+        }
+    }
+}

@@ -62,14 +62,14 @@ impl Layout {
         if let ModelSpec::Mf(_) = job.model {
             return Err(EngineError::config(
                 "model.kind",
-                "\"mf\"",
+                format!("{:?}", job.config.model.kind()),
                 format!("{} needs a model made of layers", kind.name()),
             ));
         }
         if let ModelSpec::Graph(_) = job.model {
             return Err(EngineError::config(
                 "model.kind",
-                "(a graph network)",
+                format!("{:?}", job.config.model.kind()),
                 format!(
                     "{} cuts a chain of stages; a graph network's forks and joins are no chain: use a staged network or a profile",
                     kind.name()

@@ -63,7 +63,7 @@ fn resolve(o: &FelaOptions, job: &Job) -> Result<Resolved> {
     if let ModelSpec::Mf(_) | ModelSpec::Graph(_) = job.model {
         return Err(EngineError::config(
             "model.kind",
-            job.model.kind(),
+            format!("{:?}", job.config.model.kind()),
             "`fela` splits a model into sub-models of stages: use a staged network or a profile",
         ));
     }

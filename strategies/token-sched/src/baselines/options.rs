@@ -78,7 +78,7 @@ fn staged(job: &Job, name: &str) -> Result<()> {
     if let ModelSpec::Mf(_) | ModelSpec::Graph(_) = job.model {
         return Err(EngineError::config(
             "model.kind",
-            job.model.kind(),
+            format!("{:?}", job.config.model.kind()),
             format!("`{name}` cuts a model into stages: use a staged network or a profile"),
         ));
     }
