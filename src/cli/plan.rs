@@ -243,6 +243,17 @@ pub(super) fn model_of(cfg: &RunConfig) -> Result<(ModelSpec, Vec<String>), Engi
     Ok((model, names))
 }
 
+/// Seconds as milliseconds with three decimals, or with three significant digits below 1 ms
+/// (a small model's minibatch takes microseconds, which three decimals print as 0.000).
+fn ms(seconds: f64) -> String {
+    let v = seconds * 1e3;
+    if v >= 1.0 || v <= 0.0 || !v.is_finite() {
+        return format!("{v:.3}");
+    }
+    let decimals = (2 - v.log10().floor() as i32).max(3) as usize;
+    format!("{v:.decimals$}")
+}
+
 /// The report as a small table.
 fn table(r: &PlanReport) -> String {
     let mut out = String::new();
@@ -272,11 +283,11 @@ fn table(r: &PlanReport) -> String {
             s.layers[0], s.layers[1], s.names[0], s.names[1]
         );
         out.push_str(&format!(
-            "{:<6} {:<26} {:>8} {:>12.3} {:>12.1}\n",
+            "{:<6} {:<26} {:>8} {:>12} {:>12.1}\n",
             k,
             layers,
             s.replicas,
-            s.compute_s * 1e3,
+            ms(s.compute_s),
             s.memory_bytes as f64 / (1u64 << 20) as f64
         ));
     }
@@ -285,26 +296,41 @@ fn table(r: &PlanReport) -> String {
         r.config, r.workers_used, r.workers, r.noam
     ));
     out.push_str(&format!(
-        "pipeline:      {:>10.3} ms/minibatch {:>12.1} samples/s {:>14.0} bytes/sample\n",
-        r.predicted_s * 1e3,
+        "pipeline:      {:>10} ms/minibatch {:>12.1} samples/s {:>14.0} bytes/sample\n",
+        ms(r.predicted_s),
         r.samples_per_s,
         r.bytes_per_sample
     ));
     let dp = &r.data_parallel;
     out.push_str(&format!(
-        "data parallel: {:>10.3} ms/minibatch {:>12.1} samples/s {:>14.0} bytes/sample ({})\n",
-        dp.predicted_s * 1e3,
+        "data parallel: {:>10} ms/minibatch {:>12.1} samples/s {:>14.0} bytes/sample ({})\n",
+        ms(dp.predicted_s),
         dp.samples_per_s,
         dp.bytes_per_sample,
         dp.config
     ));
     if let (Some(p), Some(d)) = (r.replayed_s, dp.replayed_s) {
         out.push_str(&format!(
-            "replayed schedules (lock-step averages, shared links): pipeline {:.3} ms/minibatch, \
-             data parallel {:.3} ms/minibatch\n",
-            p * 1e3,
-            d * 1e3
+            "replayed schedules (lock-step averages, shared links): pipeline {} ms/minibatch, \
+             data parallel {} ms/minibatch\n",
+            ms(p),
+            ms(d)
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ms;
+
+    #[test]
+    fn milliseconds_keep_three_significant_digits_below_one() {
+        assert_eq!(ms(2.5), "2500.000");
+        assert_eq!(ms(0.0012345), "1.234");
+        assert_eq!(ms(0.0005), "0.500");
+        assert_eq!(ms(0.000084), "0.0840");
+        assert_eq!(ms(0.0000004), "0.000400");
+        assert_eq!(ms(0.0), "0.000");
+    }
 }
