@@ -85,17 +85,20 @@ pub(crate) fn upload(vars: &[&Var], values: &[Vec<f32>]) -> Result<bool> {
     let stream = dev.cuda_stream();
     with_buffer(&dev, Direction::Up, total, |buffer| {
         let mut at = 0;
-        for (var, v) in vars.iter().zip(values) {
+        let queued = vars.iter().zip(values).try_for_each(|(var, v)| {
             let range = &mut buffer[at..at + v.len()];
             range.copy_from_slice(v);
+            at += v.len();
             var.inplace_op1(&CopyUp {
                 src: range,
                 stream: &stream,
-            })?;
-            at += v.len();
-        }
-        // The buffer is reused by the next upload: every copy out of it must be done.
-        stream.synchronize()?;
+            })
+        });
+        // The buffer is reused by the next upload: every copy queued out of it must be done,
+        // also when a later one failed.
+        let synced = stream.synchronize();
+        queued?;
+        synced?;
         Ok(true)
     })
 }
@@ -149,7 +152,7 @@ pub(crate) fn download(tensors: &[Tensor]) -> Result<Option<Vec<Vec<f32>>>> {
     let stream = dev.cuda_stream();
     with_buffer(&dev, Direction::Down, total, |buffer| {
         let mut at = 0;
-        for t in &tensors {
+        let queued = tensors.iter().try_for_each(|t| {
             let (storage, layout) = t.storage_and_layout();
             let Storage::Cuda(s) = &*storage else {
                 candle_core::bail!("staged-download: a tensor left the GPU");
@@ -160,9 +163,13 @@ pub(crate) fn download(tensors: &[Tensor]) -> Result<Option<Vec<Vec<f32>>>> {
             let src = s.as_cuda_slice::<f32>()?.slice(start..end);
             stream.memcpy_dtoh(&src, &mut buffer[at..at + (end - start)])?;
             at += end - start;
-        }
-        // The copies were queued: the values are there once the stream is done.
-        stream.synchronize()?;
+            Ok(())
+        });
+        // The copies were queued: the values are there once the stream is done, and the buffer
+        // is free for the next download only then, also when a later copy failed.
+        let synced = stream.synchronize();
+        queued?;
+        synced?;
         let mut at = 0;
         Ok(Some(
             tensors
