@@ -8,6 +8,7 @@
 //! them all. The upload writes into the variables' storage in place, as the CPU path does, so a
 //! step allocates nothing for its parameters.
 
+use super::vars::cuda_f32_view;
 use candle_core::cuda_backend::cudarc::driver::{CudaStream, PinnedHostSlice};
 use candle_core::cuda_backend::{CudaDevice, DeviceId};
 use candle_core::{CudaStorage, InplaceOp1, Layout, Result, Storage, Tensor, Var};
@@ -157,12 +158,10 @@ pub(crate) fn download(tensors: &[Tensor]) -> Result<Option<Vec<Vec<f32>>>> {
             let Storage::Cuda(s) = &*storage else {
                 candle_core::bail!("staged-download: a tensor left the GPU");
             };
-            let Some((start, end)) = layout.contiguous_offsets() else {
-                candle_core::bail!("staged-download: the tensor is not contiguous");
-            };
-            let src = s.as_cuda_slice::<f32>()?.slice(start..end);
-            stream.memcpy_dtoh(&src, &mut buffer[at..at + (end - start)])?;
-            at += end - start;
+            let src = cuda_f32_view(s, layout, "staged-download")?;
+            let len = src.len();
+            stream.memcpy_dtoh(&src, &mut buffer[at..at + len])?;
+            at += len;
             Ok(())
         });
         // The copies were queued: the values are there once the stream is done, and the buffer

@@ -61,7 +61,7 @@ pub fn host_values(tensors: &[Tensor]) -> candle_core::Result<Vec<Vec<f32>>> {
     }
     tensors
         .iter()
-        .map(|t| t.flatten_all()?.to_vec1::<f32>())
+        .map(super::StagedModel::flat_values)
         .collect()
 }
 
@@ -102,6 +102,20 @@ pub fn f32_slice_mut<'a>(
         candle_core::bail!("{op}: the tensor is not contiguous");
     };
     Ok(&mut values[start..end])
+}
+
+/// The elements of a contiguous f32 CUDA tensor, to read or copy from; an error naming `op` for
+/// another element type or a strided layout. The CUDA twin of [`f32_slice_mut`].
+#[cfg(feature = "cuda")]
+pub(crate) fn cuda_f32_view<'a>(
+    storage: &'a candle_core::CudaStorage,
+    layout: &Layout,
+    op: &str,
+) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, f32>> {
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("{op}: the tensor is not contiguous");
+    };
+    Ok(storage.as_cuda_slice::<f32>()?.slice(start..end))
 }
 
 #[cfg(test)]

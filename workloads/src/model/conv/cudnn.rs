@@ -8,6 +8,7 @@
 //! `allow_tf32 = False` and deterministic algorithms: the choice is the same in every run, so GPU
 //! results repeat bit for bit, and no per-call heuristics query is paid.
 
+use super::super::vars::cuda_f32_view;
 use candle_core::cuda_backend::cudarc::cudnn::safe::{
     ConvBackwardData, ConvBackwardFilter, ConvForward, Cudnn,
 };
@@ -170,13 +171,21 @@ impl CustomOp2 for Differentiable {
     }
 }
 
-/// The contiguous view of a CUDA operand from its layout's offset.
-fn operand<'a>(storage: &'a CudaStorage, layout: &Layout) -> Result<CudaView<'a, f32>> {
-    if !layout.is_contiguous() {
-        candle_core::bail!("cudnn-conv2d: operand is not contiguous");
+/// The contiguous f32 elements of a CUDA operand, which must be `dims` in size: the shape its
+/// cuDNN descriptor gives it.
+fn operand<'a>(
+    storage: &'a CudaStorage,
+    layout: &Layout,
+    dims: [usize; 4],
+) -> Result<CudaView<'a, f32>> {
+    let view = cuda_f32_view(storage, layout, "cudnn-conv2d")?;
+    if view.len() != dims.iter().product::<usize>() {
+        candle_core::bail!(
+            "cudnn-conv2d: an operand of {} elements for shape {dims:?}",
+            view.len()
+        );
     }
-    let slice: &CudaSlice<f32> = storage.as_cuda_slice::<f32>()?;
-    Ok(slice.slice(layout.start_offset()..layout.start_offset() + layout.shape().elem_count()))
+    Ok(view)
 }
 
 fn dims_i32(dims: [usize; 4]) -> [i32; 4] {
@@ -223,18 +232,21 @@ impl CustomOp2 for CudnnConv {
         let x = cudnn.create_4d_tensor::<f32>(nchw, dims_i32(g.x))?;
         let w = cudnn.create_4d_filter::<f32>(nchw, dims_i32(g.w))?;
         let y = cudnn.create_4d_tensor::<f32>(nchw, dims_i32(g.y()))?;
-        let (a, b) = (operand(a, al)?, operand(b, bl)?);
-        let out_dims = match self.pass {
-            Pass::Forward => g.y(),
-            Pass::BackwardData => g.x,
-            Pass::BackwardFilter => g.w,
+        // The operands' shapes, then the output's, in `apply_op2` order.
+        let (a_dims, b_dims, out_dims) = match self.pass {
+            Pass::Forward => (g.x, g.w, g.y()),
+            Pass::BackwardData => (g.y(), g.w, g.x),
+            Pass::BackwardFilter => (g.x, g.y(), g.w),
         };
-        let mut out = dev.alloc_zeros::<f32>(out_dims.iter().product())?;
+        let (a, b) = (operand(a, al, a_dims)?, operand(b, bl, b_dims)?);
+        // SAFETY (both allocations): every pass runs with beta = 0, so cuDNN writes every
+        // element of its output without reading it, and the workspace is its own scratch.
+        let mut out = unsafe { dev.alloc::<f32>(out_dims.iter().product())? };
         let workspace = |bytes: usize| -> Result<Option<CudaSlice<u8>>> {
             Ok(if bytes == 0 {
                 None
             } else {
-                Some(dev.alloc_zeros::<u8>(bytes)?)
+                Some(unsafe { dev.alloc::<u8>(bytes)? })
             })
         };
         // SAFETY: the descriptors above describe the operands' f32 NCHW data (contiguous views
