@@ -2,7 +2,8 @@
 //! `concord launch`); BSP and allreduce end with the parameters `sim` ends with, bit for bit;
 //! FlexRR's exactly-once ledger (checked by its coordinator, which fails the run otherwise) holds
 //! across processes; a killed process ends the run everywhere with a named error and no run
-//! folder; strangers' frames are refused without disturbing the run.
+//! folder, and `concord launch --max-restarts` continues the job from its last checkpoint;
+//! strangers' frames are refused without disturbing the run.
 
 mod common;
 
@@ -526,6 +527,124 @@ fn a_job_killed_after_a_checkpoint_resumes_from_it() {
     assert_same_model(&reference, &out, "bsp resumed after a kill");
     let rows = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     assert_eq!(rows.lines().count() as u64, total);
+}
+
+/// The process `concord launch` (pid `launcher`) started as rank `rank`, if it runs now.
+#[cfg(target_os = "linux")]
+fn launched_rank(launcher: u32, rank: u32) -> Option<u32> {
+    let want = format!("RANK={rank}");
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (name) state ppid ...`: the name may hold spaces, so read after its `)`.
+            let ppid: u32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            let environ = std::fs::read(entry.path().join("environ")).ok()?;
+            let is_rank = environ.split(|&b| b == 0).any(|var| var == want.as_bytes());
+            (ppid == launcher && is_rank).then_some(pid)
+        })
+}
+
+/// `concord launch --max-restarts 1`: SIGKILL on a worker process after the job cut a checkpoint
+/// starts the group again, which continues from that checkpoint and ends with the parameters,
+/// rows and evaluations of one `sim` run of all the iterations, as torchrun's restarts with a
+/// script that loads its checkpoint would.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_launched_job_restarts_from_its_checkpoint_after_a_killed_process() {
+    let dir = tempfile::tempdir().unwrap();
+    // A delay before every iteration keeps the job running long enough to be killed mid-run; it
+    // changes the run's time, not its math.
+    let cfg = config(
+        dir.path(),
+        2,
+        2,
+        "strategies = [\"bsp\"]\ncheckpoint_every = 40",
+        "[[stragglers]]\npattern = \"uniform-delay\"\nmin_s = 0.001\nmax_s = 0.003\n",
+    );
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace("iterations = 12\n", "iterations = 1200\n"),
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    let mut launcher = concord()
+        .args([
+            "launch",
+            "--nproc",
+            "2",
+            "--max-restarts",
+            "1",
+            "--grace-s",
+            "30",
+        ])
+        .args(["train", "--quiet", "--config"])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let file = out.join("checkpoint.safetensors");
+    let start_wait = Instant::now();
+    while !file.exists() {
+        assert!(
+            start_wait.elapsed() < Duration::from_secs(60),
+            "no checkpoint was cut"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let rank_1 = launched_rank(launcher.id(), 1).expect("rank 1 runs");
+    let killed = Command::new("kill")
+        .args(["-KILL", &rank_1.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = wait_for(&mut launcher, Duration::from_secs(120)).unwrap_or_else(|| {
+        let _ = launcher.kill();
+        panic!("the launch did not end after its restart");
+    });
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(launcher.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "the restarted job failed: {stderr}");
+    assert!(
+        stderr.contains("restart 1 of 1: continuing from the last checkpoint"),
+        "the launch should say it restarted: {stderr}"
+    );
+    let reference = dir.path().join("sim");
+    sim(&cfg, &reference);
+    assert_same_model(&reference, &out, "bsp restarted after a kill");
+    let rows = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    assert_eq!(rows.lines().count(), 1200);
+    assert_eq!(
+        summary(&out)["final_test_accuracy"],
+        summary(&reference)["final_test_accuracy"]
+    );
+}
+
+/// `--max-restarts` restarts only training jobs, and says so before starting anything.
+#[test]
+fn max_restarts_on_a_command_other_than_train_is_refused() {
+    let out = concord()
+        .args(["launch", "--nproc", "2", "--max-restarts", "2", "config"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("`config` is not restarted"),
+        "{}",
+        text(&out)
+    );
 }
 
 /// Hand-made bad frames at rank 0's rendezvous port, before the other rank has joined and again

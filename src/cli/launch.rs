@@ -1,10 +1,14 @@
 //! `concord launch --nproc N <command>`: a one-machine try of a `--runtime process` job. Starts N
 //! copies of this program with torchrun's variables (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
 //! `MASTER_ADDR=127.0.0.1`, a free `MASTER_PORT`) and a fresh job id, waits for all, and stops
-//! the rest when one fails. Each process computes on its share of the cores (`RAYON_NUM_THREADS`,
-//! unless set).
+//! the rest when one fails; with `--max-restarts`, starts the group again after a failure, as
+//! torchrun does, a training job continuing from its last checkpoint. Each process computes on
+//! its share of the cores (`RAYON_NUM_THREADS`, unless set).
+
+mod restart;
 
 use clap::Args;
+use restart::{Continue, Restartable};
 use std::ffi::OsString;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -22,6 +26,11 @@ pub struct LaunchArgs {
     /// killed.
     #[arg(long, default_value_t = 60.0)]
     pub grace_s: f64,
+    /// Times the whole group is started again after one of its processes fails (torchrun's
+    /// `--max-restarts`). A `train` job continues from the last checkpoint in its run folder
+    /// (`checkpoint_every`), or from the beginning if it had cut none.
+    #[arg(long, default_value_t = 0)]
+    pub max_restarts: u32,
     /// The concord command each process runs, e.g. `train --config configs/default.toml`
     /// (`--runtime process` is added to `train` when not given).
     #[arg(
@@ -37,11 +46,14 @@ pub struct LaunchArgs {
 pub fn run(args: &LaunchArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe()
         .map_err(|e| anyhow::anyhow!("cannot find this program to start it again: {e}"))?;
-    let port = match args.master_port {
-        Some(p) => p,
-        None => free_port()?,
+    let restartable = if args.max_restarts > 0 {
+        Some(Restartable::new(&args.command)?)
+    } else {
+        None
     };
-    let command = with_process_runtime(&args.command);
+    let mut command = restartable
+        .as_ref()
+        .map_or_else(|| args.command.clone(), |r| r.first().to_vec());
     let job_id = format!(
         "launch-{}-{}",
         std::process::id(),
@@ -50,6 +62,57 @@ pub fn run(args: &LaunchArgs) -> anyhow::Result<()> {
             .map(|d| d.as_millis())
             .unwrap_or(0)
     );
+    let mut attempt = 0;
+    loop {
+        // A restarted group is a new job on the wire: a stale frame of the failed one is refused.
+        let job = match attempt {
+            0 => job_id.clone(),
+            k => format!("{job_id}-restart-{k}"),
+        };
+        let failure = match start_group(&exe, args, &with_process_runtime(&command), &job) {
+            Ok(()) => return Ok(()),
+            Err(failure) => failure,
+        };
+        let Some(restartable) = restartable.as_ref() else {
+            return Err(failure);
+        };
+        if attempt == args.max_restarts {
+            anyhow::bail!(
+                "{failure}; no restart left (--max-restarts {})",
+                args.max_restarts
+            );
+        }
+        let (next, how) = restartable
+            .next()
+            .map_err(|why| anyhow::anyhow!("{failure}; not restarted: {why}"))?;
+        attempt += 1;
+        eprintln!(
+            "concord launch: {failure}; restart {attempt} of {}: {}",
+            args.max_restarts,
+            match how {
+                Continue::Resume => format!(
+                    "continuing from the last checkpoint in {}",
+                    restartable.out().display()
+                ),
+                Continue::FromScratch => "from the beginning (no checkpoint was cut)".into(),
+            }
+        );
+        command = next;
+    }
+}
+
+/// Starts the `args.nproc` processes of `command` as job `job_id` and waits for them all; the
+/// first failure is the error.
+fn start_group(
+    exe: &std::path::Path,
+    args: &LaunchArgs,
+    command: &[OsString],
+    job_id: &str,
+) -> anyhow::Result<()> {
+    let port = match args.master_port {
+        Some(p) => p,
+        None => free_port()?,
+    };
     // As torchrun does for OMP_NUM_THREADS: processes sharing the cores get a share each.
     let threads = std::env::var("RAYON_NUM_THREADS").ok().unwrap_or_else(|| {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
@@ -57,16 +120,16 @@ pub fn run(args: &LaunchArgs) -> anyhow::Result<()> {
     });
     let mut children: Vec<(u32, Child)> = Vec::new();
     for rank in 0..args.nproc {
-        let child = Command::new(&exe)
+        let child = Command::new(exe)
             .env("RAYON_NUM_THREADS", &threads)
-            .args(&command)
+            .args(command)
             .env("RANK", rank.to_string())
             .env("LOCAL_RANK", rank.to_string())
             .env("WORLD_SIZE", args.nproc.to_string())
             .env("LOCAL_WORLD_SIZE", args.nproc.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string())
-            .env("CONCORD_JOB_ID", &job_id)
+            .env("CONCORD_JOB_ID", job_id)
             .spawn();
         match child {
             Ok(c) => children.push((rank, c)),
