@@ -134,7 +134,7 @@ fn steps_and_updates_are_measured_for_every_batch_and_parameter() {
         max_runs: 3,
     };
     let mut sweep = host::CacheSweep::for_this_machine();
-    let steps = host::measure_steps(model, &[8, 32], &repeats, &mut sweep).unwrap();
+    let steps = host::measure_steps(model, &[8, 32], &repeats, &mut sweep, 0).unwrap();
     assert_eq!(steps.iter().map(|p| p.batch).collect::<Vec<_>>(), [8, 32]);
     for p in &steps {
         assert_eq!(p.runs, 3);
@@ -177,10 +177,30 @@ fn loopback_streams_every_byte_and_times_the_round_trips() {
     assert!(l.latency_us > 0.0 && l.latency_us.is_finite(), "{l:?}");
 }
 
+/// Steps timed while other threads step beside them (the workers of a job's other processes on
+/// this machine): measured as many times as asked, and every thread beside stops with the
+/// measurement (the call returns).
+#[test]
+fn steps_are_timed_with_threads_stepping_beside_them() {
+    let model = &models()[0];
+    let repeats = Repeats {
+        warmup: 1,
+        min_runs: 4,
+        min_seconds: 0.0,
+        max_runs: 4,
+    };
+    let mut sweep = host::CacheSweep::for_this_machine();
+    let steps = host::measure_steps(model, &[16], &repeats, &mut sweep, 2).unwrap();
+    assert_eq!(steps.len(), 1);
+    assert_eq!((steps[0].batch, steps[0].runs), (16, 4));
+    assert!(steps[0].seconds > 0.0 && steps[0].seconds.is_finite());
+}
+
 fn profile() -> HostProfile {
     HostProfile {
         name: "host".into(),
         threads: 1,
+        processes: 1,
         rates: LayerRates {
             conv3x3_tflops: 1.2,
             conv_tflops: 1.5,

@@ -49,6 +49,17 @@ pub struct CalibrateArgs {
     /// 256 MiB: a few seconds instead of a minute.
     #[arg(long, conflicts_with = "from")]
     pub quick: bool,
+    /// With `--host`: the processes of the job on this machine (`concord launch --nproc N`).
+    /// Their workers step at the same time and share the machine's memory bandwidth and caches,
+    /// so a step is timed while N − 1 other threads step the same model beside it. Default 1:
+    /// this machine runs one process of the job (torchrun, srun or mpirun across machines).
+    #[arg(
+        long,
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=1024),
+        conflicts_with = "from"
+    )]
+    pub processes: u32,
     /// Also write the profile TOML to this file.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,

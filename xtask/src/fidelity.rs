@@ -1,6 +1,7 @@
 //! `cargo xtask bench --suite fidelity`: how well `sim` predicts `--runtime process` on this
-//! machine. `concord calibrate --host` measures the machine (training steps of the suite's models,
-//! a server's update, the role-to-role latency and bandwidth of the process runtime's transport)
+//! machine. `concord calibrate --host --processes 2` measures the machine (training steps of the
+//! suite's models, timed while another thread steps beside them as the job's other worker does; a
+//! server's update; the role-to-role latency and bandwidth of the process runtime's transport)
 //! into a device profile; then each job runs as two processes (`concord launch`) and in `sim` on
 //! that profile, and the suite prints the steady-state time per iteration of both and the error
 //! of the prediction, against the goal of 15 % for BSP, SSP and allreduce
@@ -142,7 +143,8 @@ pub fn run() -> anyhow::Result<()> {
         let calibrate_stolen = run_ok_stolen(
             Command::new(&concord)
                 .current_dir(&root)
-                .args(["calibrate", "--host", "--config"])
+                .args(["calibrate", "--host", "--processes", &PROCESSES.to_string()])
+                .arg("--config")
                 .arg(&job_file)
                 .arg("--out")
                 .arg(&profile),

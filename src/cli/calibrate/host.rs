@@ -46,15 +46,25 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let mut updates = Vec::new();
     // Steps, servers' clocks and messages' copies are timed on data no longer cached, as in a job.
     let mut sweep = host::CacheSweep::for_this_machine();
+    // The workers of the job's other processes on this machine step at the same time.
+    let beside = args.processes as usize - 1;
     println!(
-        "# training steps (forward and backward at parameters in place; median, caches emptied first):"
+        "# training steps (forward and backward at parameters in place; median, caches emptied first{}):",
+        match beside {
+            0 => String::new(),
+            n => format!(
+                "; {n} other thread{} stepping beside, as the workers of {} processes on this machine",
+                if n == 1 { "" } else { "s" },
+                args.processes
+            ),
+        }
     );
     println!(
         "#   {:<28} {:>6} {:>12} {:>9} {:>6}",
         "model", "batch", "ms_per_step", "GFLOP/s", "runs"
     );
     for model in &models {
-        let steps = host::measure_steps(model, &batches, &repeats, &mut sweep)?;
+        let steps = host::measure_steps(model, &batches, &repeats, &mut sweep, beside)?;
         for p in &steps {
             println!(
                 "#   {:<28} {:>6} {:>12.4} {:>9.2} {:>6}",
@@ -166,6 +176,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let profile = HostProfile {
         name: args.name.clone(),
         threads: threads.threads,
+        processes: args.processes,
         rates,
         update_gflops: update.clock_gflops(),
         loopback,

@@ -15,6 +15,9 @@ pub struct HostProfile {
     pub name: String,
     /// Compute threads per process the figures hold for.
     pub threads: usize,
+    /// Processes of a job on this machine whose workers stepped at once while the steps were
+    /// timed (`calibrate --host --processes`).
+    pub processes: u32,
     /// The fitted fp32 rates of training steps ([`super::fit`]: a kind of layer no measured
     /// model has takes the nearest measured kind's rate, so an MLP-only fit rates convolutions
     /// as matrix products, as a CPU runs them).
@@ -72,9 +75,14 @@ impl HostProfile {
         let efficiency = round_sig((update_tflops / peak).min(1.0), 4);
         let name = &self.name;
         let mut s = format!(
-            "# This machine, measured by `concord calibrate --host` with {} compute thread{} per process.\n",
+            "# This machine, measured by `concord calibrate --host` with {} compute thread{} per process{}.\n",
             self.threads,
-            if self.threads == 1 { "" } else { "s" }
+            if self.threads == 1 { "" } else { "s" },
+            if self.processes > 1 {
+                format!(", steps timed as {} processes' workers take them at once", self.processes)
+            } else {
+                String::new()
+            }
         );
         s += &format!("[cluster.devices.{name}]\n");
         s += "backend = \"cpu\"\n";

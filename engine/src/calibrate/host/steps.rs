@@ -3,10 +3,14 @@
 //! first: in a job, a role's messages and its machine's other roles run between two steps. A
 //! worker that loads host values into its replica first is charged that copy apart, at the
 //! machine's tensor copy rate (`message_copy_gbps`); one that keeps its parameters in the replica
-//! (allreduce) has none.
+//! (allreduce) has none. Where a job runs several processes on this machine, their workers step
+//! at the same time and share its memory bandwidth and caches: a step is then timed while as many
+//! other threads step the same model beside it.
 
 use super::{CacheSweep, HostError, HostModel, Repeats};
 use crate::model::Replica;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 
 /// One measured step size of one model.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,13 +36,52 @@ impl StepPoint {
 
 /// Times a worker's training step of `model` at every batch size of `batches`: forward and
 /// backward on a freshly gathered batch at the model's initial parameters, loaded once; `sweep`
-/// empties the caches before every run.
+/// empties the caches before every run. `beside` other threads step the same model on their own
+/// replicas meanwhile (each emptying the caches before its steps too), as the workers of the
+/// job's other processes on this machine do; 0 times the step alone.
 pub fn measure_steps(
     model: &HostModel,
     batches: &[u32],
     repeats: &Repeats,
     sweep: &mut CacheSweep,
+    beside: usize,
 ) -> Result<Vec<StepPoint>, HostError> {
+    let replica = replica_of(model)?;
+    let mut out = Vec::with_capacity(batches.len());
+    for &batch in batches {
+        let (features, labels) = model.batch(batch as usize);
+        // Every step starts from the same values, as the gradients are not applied.
+        let step = || replica.step(features.clone(), &labels).map(|_| ());
+        let (seconds, runs) = stepping_beside(model, batch, beside, || {
+            repeats
+                .median_after(|| sweep.sweep(), step)
+                .map_err(|e| step_error(model, batch, e))
+        })?;
+        out.push(StepPoint {
+            model: model.name.clone(),
+            batch,
+            seconds,
+            runs,
+            flops: model.training_flops_per_sample() * f64::from(batch),
+        });
+    }
+    Ok(out)
+}
+
+fn step_error(
+    model: &HostModel,
+    batch: u32,
+    source: concord_workloads::WorkloadError,
+) -> HostError {
+    HostError::Step {
+        model: model.name.clone(),
+        batch,
+        source: Box::new(source),
+    }
+}
+
+/// A CPU replica of `model` at its initial parameters.
+fn replica_of(model: &HostModel) -> Result<Replica, HostError> {
     let setup = |e: concord_workloads::WorkloadError| HostError::Setup {
         model: model.name.clone(),
         source: Box::new(e.into()),
@@ -57,25 +100,73 @@ pub fn measure_steps(
             reason: "it has no initial parameters".into(),
         })?;
     replica.set_params(&params).map_err(setup)?;
-    let mut out = Vec::with_capacity(batches.len());
-    for &batch in batches {
-        let (features, labels) = model.batch(batch as usize);
-        // Every step starts from the same values, as the gradients are not applied.
-        let step = || replica.step(features.clone(), &labels).map(|_| ());
-        let (seconds, runs) = repeats
-            .median_after(|| sweep.sweep(), step)
-            .map_err(|source| HostError::Step {
-                model: model.name.clone(),
-                batch,
-                source: Box::new(source),
-            })?;
-        out.push(StepPoint {
-            model: model.name.clone(),
-            batch,
-            seconds,
-            runs,
-            flops: model.training_flops_per_sample() * f64::from(batch),
-        });
+    Ok(replica)
+}
+
+/// Runs `measure` while `beside` threads step `model` at `batch` on replicas of their own, each
+/// emptying the caches before every step as the timed one does; they start stepping before
+/// `measure` runs and stop after it. The first error of a thread beside it, else `measure`'s.
+fn stepping_beside<T>(
+    model: &HostModel,
+    batch: u32,
+    beside: usize,
+    measure: impl FnOnce() -> Result<T, HostError>,
+) -> Result<T, HostError> {
+    if beside == 0 {
+        return measure();
     }
-    Ok(out)
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let (ready_tx, ready_rx) = mpsc::channel::<()>();
+        let threads: Vec<_> = (0..beside)
+            .map(|_| {
+                let ready = ready_tx.clone();
+                let stop = &stop;
+                scope.spawn(move || -> Result<(), HostError> {
+                    let replica = replica_of(model)?;
+                    let (features, labels) = model.batch(batch as usize);
+                    let mut sweep = CacheSweep::for_this_machine();
+                    let step = || {
+                        replica
+                            .step(features.clone(), &labels)
+                            .map(|_| ())
+                            .map_err(|e| step_error(model, batch, e))
+                    };
+                    // One step before saying it is stepping: the first one allocates.
+                    step()?;
+                    // Sent once and let go: a thread that fails before it ends the wait.
+                    let _ = ready.send(());
+                    drop(ready);
+                    while !stop.load(Ordering::Relaxed) {
+                        sweep.sweep();
+                        step()?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        drop(ready_tx);
+        // Every thread beside is stepping, or one has failed (and dropped its sender).
+        let all_ready = (0..beside).all(|_| ready_rx.recv().is_ok());
+        let measured = all_ready.then(measure);
+        stop.store(true, Ordering::Relaxed);
+        for thread in threads {
+            match thread.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    return Err(HostError::Model {
+                        model: model.name.clone(),
+                        reason: "a thread stepping beside the timed one panicked".into(),
+                    })
+                }
+            }
+        }
+        measured.unwrap_or_else(|| {
+            Err(HostError::Model {
+                model: model.name.clone(),
+                reason: "a thread stepping beside the timed one stopped before it".into(),
+            })
+        })
+    })
 }
