@@ -30,6 +30,7 @@ fn host_options_and_from_options_do_not_mix() {
         &["--quick"][..],
         &["--name", "cpu2"],
         &["--config", "c.toml"],
+        &["--processes", "2"],
     ] {
         let mut args = vec!["calibrate", "--from", "m.json"];
         args.extend_from_slice(host_only);
@@ -43,6 +44,8 @@ fn host_options_and_from_options_do_not_mix() {
     assert!(e.contains("--device") && e.contains("--host"), "{e}");
     let e = stderr_of(&["calibrate", "--host", "--quick", "--name", "my host"]);
     assert!(e.contains("--name") && e.contains("my host"), "{e}");
+    let e = stderr_of(&["calibrate", "--host", "--quick", "--processes", "0"]);
+    assert!(e.contains("--processes") && e.contains("0"), "{e}");
 }
 
 #[test]
