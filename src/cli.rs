@@ -1,6 +1,7 @@
 //! The `concord` command line (also what `cargo xtask train` runs).
 
 mod calibrate;
+mod interrupt;
 mod launch;
 mod market;
 mod memory;
@@ -178,6 +179,8 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn train(args: TrainArgs) -> anyhow::Result<()> {
+    // Ctrl-C or SIGTERM ends the run as a failure does, cleaning up its folder (below).
+    let interrupts = interrupt::Interrupts::watch()?;
     let extra: Vec<String> = args
         .runtime
         .iter()
@@ -212,11 +215,12 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
             let path = out
                 .clone()
                 .unwrap_or_else(|| default_out_dir(Path::new("runs")));
-            let prepared = prepare_out_dir(&path, args.overwrite)?;
+            let prepared = Arc::new(prepare_out_dir(&path, args.overwrite)?);
             let out = prepared.path().to_path_buf();
             (Some(prepared), out)
         }
     };
+    interrupts.clean_up(out.clone(), out_dir.clone());
     let total = cfg.iterations * cfg.workers as u64;
     let bar = if args.quiet {
         ProgressBar::hidden()
@@ -257,6 +261,8 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         None => concord_engine::run(&cfg, &asm, options),
     };
     bar.finish_and_clear();
+    // From here the run's own outcome decides what its folder keeps.
+    let _finished = interrupts.finish();
     let result = match result {
         // A stopped run keeps what it did: its folder is written, then the error is named.
         Err(EngineError::Stopped(stopped)) => {

@@ -1,5 +1,6 @@
 //! `concord train --resume RUN_DIR`: continues a run folder from its checkpoint; refuses what
-//! would change the job.
+//! would change the job. An interrupted run (Ctrl-C, SIGTERM) leaves its folder as a failed one
+//! does: removed, or with its last checkpoint to resume from.
 
 mod common;
 
@@ -141,4 +142,122 @@ fn resume_of_a_strategy_that_cannot_resume_names_it() {
     ok(&concord(&first, dir.path()));
     let err = resume_refused(run_s, &["--set", "iterations=6"], dir.path());
     assert!(err.contains("`rna` cannot resume"), "{err}");
+}
+
+/// Sends `signal` (`-INT`, `-TERM`) to the process `pid`.
+#[cfg(unix)]
+fn send(signal: &str, pid: u32) {
+    let sent = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill {signal} {pid}");
+}
+
+/// Starts `concord train` in `dir` with `args`, its output captured.
+#[cfg(unix)]
+fn start_train(args: &[&str], dir: &Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_concord"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CONCORD_WORKERS")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until `path` exists, at most a minute.
+#[cfg(unix)]
+fn wait_for_path(path: &Path) {
+    let start = std::time::Instant::now();
+    while !path.exists() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Ctrl-C (SIGINT) in the middle of a run that has cut no checkpoint: the run ends as a failed
+/// one does, its half-written folder removed, and the process exits with 130, as a shell expects
+/// of an interrupted program.
+#[cfg(unix)]
+#[test]
+fn an_interrupted_run_leaves_no_half_written_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = start_train(
+        &[
+            "train",
+            "--quiet",
+            "--set",
+            "iterations=10000000",
+            "--out",
+            "run",
+        ],
+        dir.path(),
+    );
+    // The roles stream their timelines: the run is under way.
+    wait_for_path(&dir.path().join("run/trace"));
+    send("-INT", child.id());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("interrupted (SIGINT)") && stderr.contains("was removed"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("run").exists(),
+        "a half-written folder is left"
+    );
+}
+
+/// SIGTERM after the run cut checkpoints: the folder keeps the last one (without half-written
+/// timelines), the process says how to continue and exits with 143, and `--resume` continues it
+/// to the end.
+#[cfg(unix)]
+#[test]
+fn an_interrupted_run_keeps_its_last_checkpoint_and_resumes_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "train",
+        "--quiet",
+        "--set",
+        "iterations=10000000",
+        "--set",
+        "checkpoint_every=10",
+        "--out",
+        "run",
+    ];
+    args.extend_from_slice(&JOB);
+    let child = start_train(&args, dir.path());
+    let run = dir.path().join("run");
+    wait_for_path(&run.join("checkpoint.safetensors"));
+    send("-TERM", child.id());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    assert!(
+        stderr.contains("interrupted (SIGTERM)") && stderr.contains("--resume"),
+        "{stderr}"
+    );
+    let half_written: Vec<_> = std::fs::read_dir(run.join("trace"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "tmp"))
+        .collect();
+    assert!(half_written.is_empty(), "{half_written:?}");
+    let clock = concord::engine::checkpoint::read(&run.join("checkpoint.safetensors"))
+        .unwrap()
+        .point
+        .clock;
+    let total = format!("iterations={}", clock + 5);
+    ok(&concord(
+        &["train", "--quiet", "--resume", "run", "--set", &total],
+        dir.path(),
+    ));
+    assert_eq!(rows(&run).len() as u64, clock + 5);
 }

@@ -632,6 +632,50 @@ fn a_launched_job_restarts_from_its_checkpoint_after_a_killed_process() {
     );
 }
 
+/// SIGTERM to `concord launch` (a scheduler stopping the job, say): it passes the signal on to
+/// its processes, which end as an interrupted run does (no half-written folder), and exits with
+/// 143; no process of the job is left running without its launcher.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_stopped_launch_stops_its_processes_and_leaves_no_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 2, 2, "strategies = [\"bsp\"]", "");
+    let out = dir.path().join("run");
+    let mut launcher = concord()
+        .args(["launch", "--nproc", "2", "train", "--quiet", "--config"])
+        .arg(&cfg)
+        .args(["--set", "iterations=10000000", "--out"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until_running(&out);
+    let ranks: Vec<u32> = (0..2)
+        .map(|rank| launched_rank(launcher.id(), rank).expect("the rank runs"))
+        .collect();
+    let sent = Command::new("kill")
+        .args(["-TERM", &launcher.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = wait_for(&mut launcher, Duration::from_secs(60)).unwrap_or_else(|| {
+        let _ = launcher.kill();
+        panic!("the launch did not stop");
+    });
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(launcher.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("interrupted (SIGTERM)"), "{stderr}");
+    for pid in ranks {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "process {pid} of the job outlived its launcher"
+        );
+    }
+    assert!(!out.exists(), "a half-written folder is left");
+}
+
 /// `--max-restarts` restarts only training jobs, and says so before starting anything.
 #[test]
 fn max_restarts_on_a_command_other_than_train_is_refused() {

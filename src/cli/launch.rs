@@ -6,9 +6,11 @@
 //! its share of the cores (`RAYON_NUM_THREADS`, unless set).
 
 mod restart;
+mod signals;
 
 use clap::Args;
 use restart::{Continue, Restartable};
+use signals::Caught;
 use std::ffi::OsString;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -62,6 +64,8 @@ pub fn run(args: &LaunchArgs) -> anyhow::Result<()> {
             .map(|d| d.as_millis())
             .unwrap_or(0)
     );
+    // Caught before any process starts: a stopped launch stops them all.
+    let caught = Caught::install()?;
     let mut attempt = 0;
     loop {
         // A restarted group is a new job on the wire: a stale frame of the failed one is refused.
@@ -69,9 +73,18 @@ pub fn run(args: &LaunchArgs) -> anyhow::Result<()> {
             0 => job_id.clone(),
             k => format!("{job_id}-restart-{k}"),
         };
-        let failure = match start_group(&exe, args, &with_process_runtime(&command), &job) {
+        let group = start_group(&exe, args, &with_process_runtime(&command), &job, &caught);
+        let failure = match group {
             Ok(()) => return Ok(()),
-            Err(failure) => failure,
+            Err(Stop::Failed(failure)) => failure,
+            Err(Stop::Interrupted(signal)) => {
+                eprintln!(
+                    "concord launch: interrupted ({}); its {} processes were stopped",
+                    signals::name(signal),
+                    args.nproc
+                );
+                std::process::exit(128 + signal);
+            }
         };
         let Some(restartable) = restartable.as_ref() else {
             return Err(failure);
@@ -101,14 +114,28 @@ pub fn run(args: &LaunchArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Starts the `args.nproc` processes of `command` as job `job_id` and waits for them all; the
-/// first failure is the error.
+/// Why a group of processes did not all end well.
+enum Stop {
+    /// One failed (or could not start): the first failure.
+    Failed(anyhow::Error),
+    /// The launch was sent this signal, and stopped the processes.
+    Interrupted(i32),
+}
+
+impl From<anyhow::Error> for Stop {
+    fn from(e: anyhow::Error) -> Stop {
+        Stop::Failed(e)
+    }
+}
+
+/// Starts the `args.nproc` processes of `command` as job `job_id` and waits for them all.
 fn start_group(
     exe: &std::path::Path,
     args: &LaunchArgs,
     command: &[OsString],
     job_id: &str,
-) -> anyhow::Result<()> {
+    caught: &Caught,
+) -> Result<(), Stop> {
     let port = match args.master_port {
         Some(p) => p,
         None => free_port()?,
@@ -135,11 +162,15 @@ fn start_group(
             Ok(c) => children.push((rank, c)),
             Err(e) => {
                 kill_all(&mut children);
-                anyhow::bail!("cannot start rank {rank}: {e}");
+                return Err(anyhow::anyhow!("cannot start rank {rank}: {e}").into());
             }
         }
     }
-    wait_all(children, Duration::from_secs_f64(args.grace_s.max(0.0)))
+    wait_all(
+        children,
+        Duration::from_secs_f64(args.grace_s.max(0.0)),
+        caught,
+    )
 }
 
 /// `command` with `--runtime process` added after `train` when it names no runtime.
@@ -164,11 +195,22 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 /// Waits for every child; after the first failure, the others get `grace` to stop by themselves
-/// (they notice the lost peer), then are killed. The first failure is the error.
-fn wait_all(mut children: Vec<(u32, Child)>, grace: Duration) -> anyhow::Result<()> {
+/// (they notice the lost peer), then are killed. The first failure is the error. A signal
+/// `caught` meanwhile is passed on to every child (SIGTERM), which then gets `grace` to stop.
+fn wait_all(mut children: Vec<(u32, Child)>, grace: Duration, caught: &Caught) -> Result<(), Stop> {
     let mut failed: Option<(u32, ExitStatus)> = None;
-    let mut failed_at: Option<Instant> = None;
+    let mut stopping_since: Option<Instant> = None;
+    let mut interrupted: Option<i32> = None;
     while !children.is_empty() {
+        if interrupted.is_none() {
+            if let Some(signal) = caught.signal() {
+                interrupted = Some(signal);
+                stopping_since = Some(Instant::now());
+                for (_, child) in &children {
+                    signals::terminate(child);
+                }
+            }
+        }
         let mut i = 0;
         while i < children.len() {
             match children[i].1.try_wait() {
@@ -176,7 +218,7 @@ fn wait_all(mut children: Vec<(u32, Child)>, grace: Duration) -> anyhow::Result<
                     let (rank, _) = children.remove(i);
                     if !status.success() && failed.is_none() {
                         failed = Some((rank, status));
-                        failed_at = Some(Instant::now());
+                        stopping_since.get_or_insert_with(Instant::now);
                     }
                 }
                 Ok(None) => i += 1,
@@ -186,15 +228,19 @@ fn wait_all(mut children: Vec<(u32, Child)>, grace: Duration) -> anyhow::Result<
                 }
             }
         }
-        if failed_at.is_some_and(|t| t.elapsed() > grace) {
+        if stopping_since.is_some_and(|t| t.elapsed() > grace) {
             kill_all(&mut children);
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    match failed {
-        None => Ok(()),
-        Some((rank, status)) => anyhow::bail!("rank {rank} failed ({status})"),
+    // A signal after the last process ended still stops the launch (no restart follows it).
+    match (interrupted.or_else(|| caught.signal()), failed) {
+        (Some(signal), _) => Err(Stop::Interrupted(signal)),
+        (None, None) => Ok(()),
+        (None, Some((rank, status))) => {
+            Err(anyhow::anyhow!("rank {rank} failed ({status})").into())
+        }
     }
 }
 
