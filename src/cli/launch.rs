@@ -18,8 +18,13 @@ use std::time::{Duration, Instant};
 /// Arguments of `launch`.
 #[derive(Debug, Args)]
 pub struct LaunchArgs {
-    /// Number of processes (the job's cluster must have this many machines).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// Number of processes (the job's cluster must have this many machines); also
+    /// `--nproc-per-node`, torchrun's name for it.
+    #[arg(
+        long,
+        visible_alias = "nproc-per-node",
+        value_parser = clap::value_parser!(u32).range(1..=1024)
+    )]
     pub nproc: u32,
     /// Rendezvous port on 127.0.0.1 (default: a free one).
     #[arg(long)]
@@ -258,6 +263,23 @@ mod tests {
 
     fn args(list: &[&str]) -> Vec<OsString> {
         list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn torchruns_name_for_the_process_count_is_understood() {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from([
+            "concord",
+            "launch",
+            "--nproc-per-node",
+            "3",
+            "train",
+        ])
+        .unwrap();
+        match cli.command {
+            crate::cli::Command::Launch(args) => assert_eq!(args.nproc, 3),
+            other => panic!("parsed as {other:?}"),
+        }
     }
 
     #[test]
