@@ -1,6 +1,7 @@
 //! The `concord` command line (also what `cargo xtask train` runs).
 
 mod calibrate;
+mod elastic;
 mod interrupt;
 mod launch;
 mod market;
@@ -186,12 +187,32 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         .iter()
         .map(|r| format!("runtime=\"{r}\""))
         .collect();
+    // The folder a resumed run continues in: `--resume`'s, or under torchrun's restarts the
+    // run folder this job's earlier attempt left a checkpoint in.
+    let mut resume_dir = args.resume.clone();
     let (sourced, resume) = match &args.resume {
         Some(dir) => {
             let (sourced, cp) = resumed_config(dir, &args.config.sets, &extra)?;
             (sourced, Some(Arc::new(cp.point)))
         }
-        None => (args.config.load(&extra)?, None),
+        None => {
+            let sourced = args.config.load(&extra)?;
+            match elastic::restarted_job(args.out.as_deref(), &sourced.config)? {
+                Some((dir, cp)) => {
+                    eprintln!(
+                        "note: a restart of this job ({}); continuing from the checkpoint in {} \
+                         (clock {})",
+                        elastic::RESTART_COUNT,
+                        dir.display(),
+                        cp.point.clock
+                    );
+                    let sourced = resumed_from(&dir, &cp, &args.config.sets, &extra)?;
+                    resume_dir = Some(dir);
+                    (sourced, Some(Arc::new(cp.point)))
+                }
+                None => (sourced, None),
+            }
+        }
     };
     // A strategy's options are checked as it is composed: name the layer that set them.
     let asm = crate::registry()
@@ -209,7 +230,8 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     }
     // A resumed run continues in its own folder, which holds the earlier part; any other folder
     // is checked (and cleared with --overwrite) before the run.
-    let (out_dir, out) = match (&args.resume, &args.out) {
+    let out_arg = args.out.clone().filter(|o| Some(o) != resume_dir.as_ref());
+    let (out_dir, out) = match (&resume_dir, &out_arg) {
         (Some(dir), None) => (None, dir.clone()),
         (_, out) => {
             let path = out
@@ -327,6 +349,19 @@ fn resumed_config(
             None => return Err(e.into()),
         },
     };
+    let sourced = resumed_from(dir, &cp, sets, extra)?;
+    Ok((sourced, cp))
+}
+
+/// The configuration of a run resumed from checkpoint `cp` (of run folder `dir`): its
+/// configuration with `sets` (and `extra`) applied, which may change only the keys that do not
+/// change the job.
+fn resumed_from(
+    dir: &Path,
+    cp: &Checkpoint,
+    sets: &[String],
+    extra: &[String],
+) -> anyhow::Result<config::Sourced> {
     let mut all = sets.to_vec();
     all.extend_from_slice(extra);
     let sourced = config::load_resumed(&cp.config, &all)?;
@@ -337,7 +372,7 @@ fn resumed_config(
             config::RESUMABLE_KEYS.map(|k| format!("`{k}`")).join(", ")
         );
     }
-    Ok((sourced, cp))
+    Ok(sourced)
 }
 
 /// A figure with 4 decimals, or `n/a` where it is not a number (as `summary.json`'s `null`:

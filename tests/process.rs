@@ -632,6 +632,96 @@ fn a_launched_job_restarts_from_its_checkpoint_after_a_killed_process() {
     );
 }
 
+/// Restarts by torchrun's elastic agent: it starts the group again with the same command and
+/// `TORCHELASTIC_RESTART_COUNT=1`. Rank 0 then continues from the checkpoint the job's `--out`
+/// holds (the other ranks need only the job's config), and the job ends with the parameters and
+/// rows of one `sim` run.
+#[test]
+fn a_group_restarted_by_torchrun_continues_from_its_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        2,
+        2,
+        "strategies = [\"bsp\"]\ncheckpoint_every = 40",
+        "[[stragglers]]\npattern = \"uniform-delay\"\nmin_s = 0.001\nmax_s = 0.003\n",
+    );
+    let job = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, job.replace("iterations = 12\n", "iterations = 800\n")).unwrap();
+    let out = dir.path().join("run");
+    let group = |restarts: &str| -> Vec<Child> {
+        let port = free_port();
+        (0..2)
+            .map(|rank| {
+                let mut c = concord();
+                rank_env(&mut c, rank, 2, port, "elastic");
+                c.env("TORCHELASTIC_RESTART_COUNT", restarts)
+                    .args(["train", "--quiet", "--runtime", "process", "--config"])
+                    .arg(&cfg)
+                    .arg("--out")
+                    .arg(&out)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let mut first = group("0");
+    let file = out.join("checkpoint.safetensors");
+    let start_wait = Instant::now();
+    while !file.exists() {
+        assert!(
+            start_wait.elapsed() < Duration::from_secs(60),
+            "no checkpoint was cut"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    first[1].kill().unwrap();
+    for child in &mut first {
+        let status = wait_for(child, Duration::from_secs(30)).expect("the group stops");
+        assert!(!status.success());
+    }
+    let mut second = group("1");
+    let mut stderr = String::new();
+    for (rank, child) in second.iter_mut().enumerate() {
+        let status = wait_for(child, Duration::from_secs(120)).unwrap_or_else(|| {
+            let _ = child.kill();
+            panic!("rank {rank} of the restarted group did not end");
+        });
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert!(status.success(), "rank {rank} failed: {err}");
+        stderr += &err;
+    }
+    assert!(
+        stderr.contains("continuing from the checkpoint"),
+        "rank 0 should say it continues: {stderr}"
+    );
+    let reference = dir.path().join("sim");
+    sim(&cfg, &reference);
+    assert_same_model(&reference, &out, "bsp restarted by torchrun");
+    let rows = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    assert_eq!(rows.lines().count(), 800);
+
+    // Another job (another seed) restarted onto that folder does not continue its checkpoint:
+    // rank 0 refuses the folder before connecting to anyone, and the folder is untouched.
+    let before = model(&out);
+    let mut c = concord();
+    rank_env(&mut c, 0, 2, free_port(), "elastic-other");
+    let other = c
+        .env("TORCHELASTIC_RESTART_COUNT", "1")
+        .args(["train", "--quiet", "--runtime", "process", "--config"])
+        .arg(&cfg)
+        .args(["--set", "seed=8", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!other.status.success());
+    assert!(text(&other).contains("already holds"), "{}", text(&other));
+    assert_eq!(model(&out), before);
+}
+
 /// SIGTERM to `concord launch` (a scheduler stopping the job, say): it passes the signal on to
 /// its processes, which end as an interrupted run does (no half-written folder), and exits with
 /// 143; no process of the job is left running without its launcher.
