@@ -410,6 +410,37 @@ fn wait_until_running(out: &Path) {
     std::thread::sleep(Duration::from_millis(300));
 }
 
+/// Waits until the job writing `out` has cut its first checkpoint; the checkpoint's path.
+fn wait_for_checkpoint(out: &Path) -> PathBuf {
+    let file = out.join("checkpoint.safetensors");
+    let start = Instant::now();
+    while !file.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no checkpoint was cut"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    file
+}
+
+/// A BSP job on 2 machines of `iterations` clocks, cut every 40, with a delay of 1–3 ms before
+/// every iteration: long enough to be killed mid-run after a checkpoint (the delay changes the
+/// run's time, not its math).
+fn job_to_kill(dir: &Path, iterations: u32) -> PathBuf {
+    let cfg = config(
+        dir,
+        2,
+        2,
+        "strategies = [\"bsp\"]\ncheckpoint_every = 40",
+        "[[stragglers]]\npattern = \"uniform-delay\"\nmin_s = 0.001\nmax_s = 0.003\n",
+    );
+    let job = std::fs::read_to_string(&cfg).unwrap();
+    let job = job.replace("iterations = 12\n", &format!("iterations = {iterations}\n"));
+    std::fs::write(&cfg, job).unwrap();
+    cfg
+}
+
 /// SIGKILL on one worker process mid-run: the others stop within the peer timeout, exit
 /// non-zero, rank 0 names the machine, its roles and the last iteration, and no run folder is
 /// left.
@@ -462,15 +493,7 @@ fn a_job_killed_after_a_checkpoint_resumes_from_it() {
     // Long enough to be killed mid-run, cut every few clocks.
     let extra = ["--set", "iterations=100000", "--set", "checkpoint_every=4"];
     let mut ranks = start(3, &cfg, &out, free_port(), &extra);
-    let file = out.join("checkpoint.safetensors");
-    let start_wait = Instant::now();
-    while !file.exists() {
-        assert!(
-            start_wait.elapsed() < Duration::from_secs(60),
-            "no checkpoint was cut"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let file = wait_for_checkpoint(&out);
     std::thread::sleep(Duration::from_millis(200));
     ranks[1].kill().unwrap();
     let _ = ranks[1].wait();
@@ -553,6 +576,43 @@ fn launched_rank(launcher: u32, rank: u32) -> Option<u32> {
         })
 }
 
+/// The job of `cfg` that ended in run folder `out` after a restart has the parameters, the
+/// `iterations` rows and the test accuracy of one `sim` run of the same job.
+fn ends_as_sim(cfg: &Path, out: &Path, iterations: usize, what: &str) {
+    let reference = out.with_file_name("sim");
+    sim(cfg, &reference);
+    assert_same_model(&reference, out, what);
+    let rows = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    assert_eq!(rows.lines().count(), iterations, "{what}");
+    assert_eq!(
+        summary(out)["final_test_accuracy"],
+        summary(&reference)["final_test_accuracy"],
+        "{what}"
+    );
+}
+
+/// Sends `signal` (`-KILL`, `-TERM`) to the process `pid`.
+#[cfg(target_os = "linux")]
+fn send(signal: &str, pid: u32) {
+    let sent = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill {signal} {pid}");
+}
+
+/// Waits at most `limit` for `child` (started with its stderr piped) to end: its status and
+/// stderr.
+fn end_of(child: &mut Child, limit: Duration) -> (std::process::ExitStatus, String) {
+    let status = wait_for(child, limit).unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("the process did not end within {limit:?}");
+    });
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    (status, stderr)
+}
+
 /// `concord launch --max-restarts 1`: SIGKILL on a worker process after the job cut a checkpoint
 /// starts the group again, which continues from that checkpoint and ends with the parameters,
 /// rows and evaluations of one `sim` run of all the iterations, as torchrun's restarts with a
@@ -561,21 +621,7 @@ fn launched_rank(launcher: u32, rank: u32) -> Option<u32> {
 #[test]
 fn a_launched_job_restarts_from_its_checkpoint_after_a_killed_process() {
     let dir = tempfile::tempdir().unwrap();
-    // A delay before every iteration keeps the job running long enough to be killed mid-run; it
-    // changes the run's time, not its math.
-    let cfg = config(
-        dir.path(),
-        2,
-        2,
-        "strategies = [\"bsp\"]\ncheckpoint_every = 40",
-        "[[stragglers]]\npattern = \"uniform-delay\"\nmin_s = 0.001\nmax_s = 0.003\n",
-    );
-    let text = std::fs::read_to_string(&cfg).unwrap();
-    std::fs::write(
-        &cfg,
-        text.replace("iterations = 12\n", "iterations = 1200\n"),
-    )
-    .unwrap();
+    let cfg = job_to_kill(dir.path(), 1200);
     let out = dir.path().join("run");
     let mut launcher = concord()
         .args([
@@ -595,41 +641,16 @@ fn a_launched_job_restarts_from_its_checkpoint_after_a_killed_process() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let file = out.join("checkpoint.safetensors");
-    let start_wait = Instant::now();
-    while !file.exists() {
-        assert!(
-            start_wait.elapsed() < Duration::from_secs(60),
-            "no checkpoint was cut"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_checkpoint(&out);
     let rank_1 = launched_rank(launcher.id(), 1).expect("rank 1 runs");
-    let killed = Command::new("kill")
-        .args(["-KILL", &rank_1.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let status = wait_for(&mut launcher, Duration::from_secs(120)).unwrap_or_else(|| {
-        let _ = launcher.kill();
-        panic!("the launch did not end after its restart");
-    });
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(launcher.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    send("-KILL", rank_1);
+    let (status, stderr) = end_of(&mut launcher, Duration::from_secs(120));
     assert!(status.success(), "the restarted job failed: {stderr}");
     assert!(
         stderr.contains("restart 1 of 1: continuing from the last checkpoint"),
         "the launch should say it restarted: {stderr}"
     );
-    let reference = dir.path().join("sim");
-    sim(&cfg, &reference);
-    assert_same_model(&reference, &out, "bsp restarted after a kill");
-    let rows = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
-    assert_eq!(rows.lines().count(), 1200);
-    assert_eq!(
-        summary(&out)["final_test_accuracy"],
-        summary(&reference)["final_test_accuracy"]
-    );
+    ends_as_sim(&cfg, &out, 1200, "bsp restarted after a kill");
 }
 
 /// Restarts by torchrun's elastic agent: it starts the group again with the same command and
@@ -639,15 +660,7 @@ fn a_launched_job_restarts_from_its_checkpoint_after_a_killed_process() {
 #[test]
 fn a_group_restarted_by_torchrun_continues_from_its_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        dir.path(),
-        2,
-        2,
-        "strategies = [\"bsp\"]\ncheckpoint_every = 40",
-        "[[stragglers]]\npattern = \"uniform-delay\"\nmin_s = 0.001\nmax_s = 0.003\n",
-    );
-    let job = std::fs::read_to_string(&cfg).unwrap();
-    std::fs::write(&cfg, job.replace("iterations = 12\n", "iterations = 800\n")).unwrap();
+    let cfg = job_to_kill(dir.path(), 800);
     let out = dir.path().join("run");
     let group = |restarts: &str| -> Vec<Child> {
         let port = free_port();
@@ -668,15 +681,7 @@ fn a_group_restarted_by_torchrun_continues_from_its_checkpoint() {
             .collect()
     };
     let mut first = group("0");
-    let file = out.join("checkpoint.safetensors");
-    let start_wait = Instant::now();
-    while !file.exists() {
-        assert!(
-            start_wait.elapsed() < Duration::from_secs(60),
-            "no checkpoint was cut"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_checkpoint(&out);
     first[1].kill().unwrap();
     for child in &mut first {
         let status = wait_for(child, Duration::from_secs(30)).expect("the group stops");
@@ -685,12 +690,7 @@ fn a_group_restarted_by_torchrun_continues_from_its_checkpoint() {
     let mut second = group("1");
     let mut stderr = String::new();
     for (rank, child) in second.iter_mut().enumerate() {
-        let status = wait_for(child, Duration::from_secs(120)).unwrap_or_else(|| {
-            let _ = child.kill();
-            panic!("rank {rank} of the restarted group did not end");
-        });
-        let mut err = String::new();
-        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        let (status, err) = end_of(child, Duration::from_secs(120));
         assert!(status.success(), "rank {rank} failed: {err}");
         stderr += &err;
     }
@@ -698,11 +698,7 @@ fn a_group_restarted_by_torchrun_continues_from_its_checkpoint() {
         stderr.contains("continuing from the checkpoint"),
         "rank 0 should say it continues: {stderr}"
     );
-    let reference = dir.path().join("sim");
-    sim(&cfg, &reference);
-    assert_same_model(&reference, &out, "bsp restarted by torchrun");
-    let rows = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
-    assert_eq!(rows.lines().count(), 800);
+    ends_as_sim(&cfg, &out, 800, "bsp restarted by torchrun");
 
     // Another job (another seed) restarted onto that folder does not continue its checkpoint:
     // rank 0 refuses the folder before connecting to anyone, and the folder is untouched.
@@ -744,17 +740,8 @@ fn a_stopped_launch_stops_its_processes_and_leaves_no_folder() {
     let ranks: Vec<u32> = (0..2)
         .map(|rank| launched_rank(launcher.id(), rank).expect("the rank runs"))
         .collect();
-    let sent = Command::new("kill")
-        .args(["-TERM", &launcher.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-    let status = wait_for(&mut launcher, Duration::from_secs(60)).unwrap_or_else(|| {
-        let _ = launcher.kill();
-        panic!("the launch did not stop");
-    });
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(launcher.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    send("-TERM", launcher.id());
+    let (status, stderr) = end_of(&mut launcher, Duration::from_secs(60));
     assert_eq!(status.code(), Some(143), "{stderr}");
     assert!(stderr.contains("interrupted (SIGTERM)"), "{stderr}");
     for pid in ranks {
