@@ -10,13 +10,28 @@ use std::sync::Arc;
 pub(super) struct Caught(Arc<AtomicUsize>);
 
 impl Caught {
-    /// Catches SIGINT and SIGTERM from now on instead of ending the launch at once.
+    /// Catches SIGINT and SIGTERM from now on instead of ending the launch at once. A second
+    /// one ends the launch at once (exit 128 + its number), for a user who will not wait for the
+    /// processes to stop.
     pub(super) fn install() -> anyhow::Result<Caught> {
         let caught = Arc::new(AtomicUsize::new(0));
         #[cfg(unix)]
-        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register_usize(signal, caught.clone(), signal as usize)
-                .map_err(|e| anyhow::anyhow!("cannot watch for Ctrl-C and SIGTERM: {e}"))?;
+        {
+            let once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let watch =
+                |e: std::io::Error| anyhow::anyhow!("cannot watch for Ctrl-C and SIGTERM: {e}");
+            for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+                // Registered first, so it sees the flag as the earlier signal left it.
+                signal_hook::flag::register_conditional_shutdown(
+                    signal,
+                    128 + signal,
+                    once.clone(),
+                )
+                .map_err(watch)?;
+                signal_hook::flag::register(signal, once.clone()).map_err(watch)?;
+                signal_hook::flag::register_usize(signal, caught.clone(), signal as usize)
+                    .map_err(watch)?;
+            }
         }
         Ok(Caught(caught))
     }
