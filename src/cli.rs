@@ -15,8 +15,8 @@ pub use market::MarketArgs;
 pub use memory::MemoryArgs;
 pub use plan::{PlanArgs, SearchArg};
 
-use out_dir::keep_for_resume;
 pub use out_dir::{default_out_dir, prepare_out_dir, OutDir, OutDirError};
+use out_dir::{drop_half_written, keep_for_resume};
 
 use crate::config::{self, ConfigError};
 use clap::{Args, Parser, Subcommand};
@@ -187,13 +187,12 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         .iter()
         .map(|r| format!("runtime=\"{r}\""))
         .collect();
-    // The folder a resumed run continues in: `--resume`'s, or under torchrun's restarts the
-    // run folder this job's earlier attempt left a checkpoint in.
-    let mut resume_dir = args.resume.clone();
-    let (sourced, resume) = match &args.resume {
+    // A resumed run continues in a folder: `--resume`'s, or under torchrun's restarts the run
+    // folder this job's earlier attempt left a checkpoint in.
+    let (sourced, resume, resume_dir) = match &args.resume {
         Some(dir) => {
             let (sourced, cp) = resumed_config(dir, &args.config.sets, &extra)?;
-            (sourced, Some(Arc::new(cp.point)))
+            (sourced, Some(Arc::new(cp.point)), Some(dir.clone()))
         }
         None => {
             let sourced = args.config.load(&extra)?;
@@ -207,10 +206,9 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
                         cp.point.clock
                     );
                     let sourced = resumed_from(&dir, &cp, &args.config.sets, &extra)?;
-                    resume_dir = Some(dir);
-                    (sourced, Some(Arc::new(cp.point)))
+                    (sourced, Some(Arc::new(cp.point)), Some(dir))
                 }
-                None => (sourced, None),
+                None => (sourced, None, None),
             }
         }
     };
@@ -230,6 +228,10 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     }
     // A resumed run continues in its own folder, which holds the earlier part; any other folder
     // is checked (and cleared with --overwrite) before the run.
+    if let Some(dir) = &resume_dir {
+        // An earlier stretch killed outright left its timelines half-written.
+        drop_half_written(dir);
+    }
     let out_arg = args.out.clone().filter(|o| Some(o) != resume_dir.as_ref());
     let (out_dir, out) = match (&resume_dir, &out_arg) {
         (Some(dir), None) => (None, dir.clone()),

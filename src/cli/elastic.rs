@@ -44,11 +44,7 @@ pub(super) fn restarted_job(
         }
     };
     match crate::config::job_change(&cp.config, config)? {
-        None => {
-            // What the killed attempt left half-written goes, as after any failure.
-            super::out_dir::keep_for_resume(out);
-            Ok(Some((out.to_path_buf(), cp)))
-        }
+        None => Ok(Some((out.to_path_buf(), cp))),
         Some(change) => {
             tracing::warn!(
                 "{} holds a checkpoint of another job ({change}): not continued from",

@@ -75,6 +75,15 @@ impl Interrupts {
 /// Held while a finished run writes its folder: an interrupt meanwhile waits for it.
 pub(super) struct Finished<'a>(#[allow(dead_code)] MutexGuard<'a, Option<Cleanup>>);
 
+/// The name of a signal the CLI watches for (SIGINT or SIGTERM), as its messages print it.
+pub(super) fn signal_name(signal: i32) -> &'static str {
+    #[cfg(unix)]
+    if signal == signal_hook::consts::SIGINT {
+        return "SIGINT";
+    }
+    "SIGTERM"
+}
+
 /// A thread that waits for SIGINT or SIGTERM, cleans up what is registered, and exits.
 #[cfg(unix)]
 fn spawn_watcher(cleanup: Arc<Mutex<Option<Cleanup>>>) -> anyhow::Result<()> {
@@ -85,14 +94,9 @@ fn spawn_watcher(cleanup: Arc<Mutex<Option<Cleanup>>>) -> anyhow::Result<()> {
         .name("interrupts".into())
         .spawn(move || {
             if let Some(signal) = signals.forever().next() {
-                let name = if signal == SIGINT {
-                    "SIGINT"
-                } else {
-                    "SIGTERM"
-                };
                 let taken = cleanup.lock().unwrap_or_else(|p| p.into_inner()).take();
                 if let Some(c) = taken {
-                    c.run(name);
+                    c.run(signal_name(signal));
                 }
                 std::process::exit(128 + signal);
             }

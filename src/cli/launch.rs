@@ -85,7 +85,7 @@ pub fn run(args: &LaunchArgs) -> anyhow::Result<()> {
             Err(Stop::Interrupted(signal)) => {
                 eprintln!(
                     "concord launch: interrupted ({}); its {} processes were stopped",
-                    signals::name(signal),
+                    crate::cli::interrupt::signal_name(signal),
                     args.nproc
                 );
                 std::process::exit(128 + signal);
@@ -257,13 +257,15 @@ fn kill_all(children: &mut Vec<(u32, Child)>) {
     children.clear();
 }
 
+/// A command line from its words, for the tests of this module and its children.
+#[cfg(test)]
+fn words(list: &[&str]) -> Vec<OsString> {
+    list.iter().map(OsString::from).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn args(list: &[&str]) -> Vec<OsString> {
-        list.iter().map(OsString::from).collect()
-    }
 
     #[test]
     fn torchruns_name_for_the_process_count_is_understood() {
@@ -285,12 +287,12 @@ mod tests {
     #[test]
     fn train_gets_the_process_runtime_unless_it_names_one() {
         assert_eq!(
-            with_process_runtime(&args(&["train", "--config", "c.toml"])),
-            args(&["train", "--runtime", "process", "--config", "c.toml"])
+            with_process_runtime(&words(&["train", "--config", "c.toml"])),
+            words(&["train", "--runtime", "process", "--config", "c.toml"])
         );
-        let named = args(&["train", "--runtime", "wall"]);
+        let named = words(&["train", "--runtime", "wall"]);
         assert_eq!(with_process_runtime(&named), named);
-        let other = args(&["config"]);
+        let other = words(&["config"]);
         assert_eq!(with_process_runtime(&other), other);
     }
 }

@@ -88,6 +88,13 @@ pub fn keep_for_resume(path: &Path) -> bool {
     if !path.join(concord_engine::checkpoint::FILE_NAME).is_file() {
         return false;
     }
+    drop_half_written(path);
+    true
+}
+
+/// Removes the timelines a stretch of the run in folder `path` left half-written (`trace/*.tmp`):
+/// after it failed, or before a run resumes there (a process killed outright cleans up nothing).
+pub fn drop_half_written(path: &Path) {
     if let Ok(entries) = std::fs::read_dir(path.join("trace")) {
         for entry in entries.flatten() {
             if entry.path().extension().is_some_and(|e| e == "tmp") {
@@ -95,7 +102,6 @@ pub fn keep_for_resume(path: &Path) -> bool {
             }
         }
     }
-    true
 }
 
 fn io<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(std::io::Error) -> OutDirError + 'a {

@@ -140,20 +140,17 @@ fn is_empty_or_absent(dir: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::words;
     use super::*;
-
-    fn line(list: &[&str]) -> Vec<OsString> {
-        list.iter().map(OsString::from).collect()
-    }
 
     #[test]
     fn only_train_is_restarted_and_a_bad_train_line_is_named() {
-        let e = Restartable::new(&line(&["calibrate", "--host"])).unwrap_err();
+        let e = Restartable::new(&words(&["calibrate", "--host"])).unwrap_err();
         assert!(
             e.to_string().contains("`calibrate` is not restarted"),
             "{e}"
         );
-        let e = Restartable::new(&line(&["train", "--bogus"])).unwrap_err();
+        let e = Restartable::new(&words(&["train", "--bogus"])).unwrap_err();
         assert!(e.to_string().contains("--bogus"), "{e}");
     }
 
@@ -162,7 +159,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("run");
         let out_arg = out.to_str().unwrap();
-        let r = Restartable::new(&line(&[
+        let r = Restartable::new(&words(&[
             "train",
             "--config",
             "job.toml",
@@ -191,7 +188,7 @@ mod tests {
         assert_eq!(how, Continue::Resume);
         assert_eq!(
             resumed,
-            line(&[
+            words(&[
                 "train",
                 "--resume",
                 out_arg,
@@ -212,26 +209,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("metrics.jsonl"), "").unwrap();
         let out_arg = dir.path().to_str().unwrap();
-        let r = Restartable::new(&line(&["train", "--out", out_arg])).unwrap();
+        let r = Restartable::new(&words(&["train", "--out", out_arg])).unwrap();
         let e = r.next().unwrap_err();
         assert!(e.to_string().contains("does not clear it"), "{e}");
         // Unless the user asked for it.
-        let r = Restartable::new(&line(&["train", "--out", out_arg, "--overwrite"])).unwrap();
+        let r = Restartable::new(&words(&["train", "--out", out_arg, "--overwrite"])).unwrap();
         assert_eq!(r.next().unwrap().1, Continue::FromScratch);
     }
 
     #[test]
     fn a_default_run_folder_is_named_for_every_attempt() {
-        let r = Restartable::new(&line(&["train", "--config", "job.toml"])).unwrap();
+        let r = Restartable::new(&words(&["train", "--config", "job.toml"])).unwrap();
         assert_eq!(r.first()[1], "--out");
         assert_eq!(Path::new(&r.first()[2]), r.out());
         assert!(r.out().starts_with("runs"));
         // A resumed job's folder is the one it resumes.
-        let r = Restartable::new(&line(&["train", "--resume", "runs/old"])).unwrap();
+        let r = Restartable::new(&words(&["train", "--resume", "runs/old"])).unwrap();
         assert_eq!(r.out(), Path::new("runs/old"));
         assert_eq!(
             r.first(),
-            line(&["train", "--resume", "runs/old"]).as_slice()
+            words(&["train", "--resume", "runs/old"]).as_slice()
         );
     }
 }

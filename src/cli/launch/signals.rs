@@ -45,15 +45,6 @@ impl Caught {
     }
 }
 
-/// The name of a signal [`Caught`] catches.
-pub(super) fn name(signal: i32) -> &'static str {
-    #[cfg(unix)]
-    if signal == signal_hook::consts::SIGINT {
-        return "SIGINT";
-    }
-    "SIGTERM"
-}
-
 /// Asks `child` to stop (SIGTERM), as an interrupted launch does with each of its processes.
 pub(super) fn terminate(child: &Child) {
     #[cfg(unix)]
