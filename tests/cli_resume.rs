@@ -144,41 +144,21 @@ fn resume_of_a_strategy_that_cannot_resume_names_it() {
     assert!(err.contains("`rna` cannot resume"), "{err}");
 }
 
-/// Sends `signal` (`-INT`, `-TERM`) to the process `pid`.
+/// Runs `concord train` in `dir` with `args` (its output captured) and sends it `signal` once
+/// `wait_for` exists: what it printed and how it exited.
 #[cfg(unix)]
-fn send(signal: &str, pid: u32) {
-    let sent = std::process::Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success(), "kill {signal} {pid}");
-}
-
-/// Starts `concord train` in `dir` with `args`, its output captured.
-#[cfg(unix)]
-fn start_train(args: &[&str], dir: &Path) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_concord"))
+fn interrupted(args: &[&str], dir: &Path, wait_for: &Path, signal: &str) -> Output {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_concord"))
         .args(args)
         .current_dir(dir)
         .env_remove("CONCORD_WORKERS")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .unwrap()
-}
-
-/// Waits until `path` exists, at most a minute.
-#[cfg(unix)]
-fn wait_for_path(path: &Path) {
-    let start = std::time::Instant::now();
-    while !path.exists() {
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(60),
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+        .unwrap();
+    common::wait_for_path(wait_for);
+    common::send(signal, child.id());
+    child.wait_with_output().unwrap()
 }
 
 /// Ctrl-C (SIGINT) in the middle of a run that has cut no checkpoint: the run ends as a failed
@@ -188,7 +168,8 @@ fn wait_for_path(path: &Path) {
 #[test]
 fn an_interrupted_run_leaves_no_half_written_folder() {
     let dir = tempfile::tempdir().unwrap();
-    let child = start_train(
+    // Once the roles stream their timelines, the run is under way.
+    let out = interrupted(
         &[
             "train",
             "--quiet",
@@ -198,11 +179,9 @@ fn an_interrupted_run_leaves_no_half_written_folder() {
             "run",
         ],
         dir.path(),
+        &dir.path().join("run/trace"),
+        "-INT",
     );
-    // The roles stream their timelines: the run is under way.
-    wait_for_path(&dir.path().join("run/trace"));
-    send("-INT", child.id());
-    let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     assert!(
@@ -233,11 +212,13 @@ fn an_interrupted_run_keeps_its_last_checkpoint_and_resumes_from_it() {
         "run",
     ];
     args.extend_from_slice(&JOB);
-    let child = start_train(&args, dir.path());
     let run = dir.path().join("run");
-    wait_for_path(&run.join("checkpoint.safetensors"));
-    send("-TERM", child.id());
-    let out = child.wait_with_output().unwrap();
+    let out = interrupted(
+        &args,
+        dir.path(),
+        &run.join("checkpoint.safetensors"),
+        "-TERM",
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(143), "{stderr}");
     assert!(

@@ -399,28 +399,14 @@ fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStat
 
 /// Waits until the roles of rank 0 run: it streams their timelines into `out/trace`.
 fn wait_until_running(out: &Path) {
-    let start = Instant::now();
-    while !out.join("trace").exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the job never started"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    common::wait_for_path(&out.join("trace"));
     std::thread::sleep(Duration::from_millis(300));
 }
 
 /// Waits until the job writing `out` has cut its first checkpoint; the checkpoint's path.
 fn wait_for_checkpoint(out: &Path) -> PathBuf {
     let file = out.join("checkpoint.safetensors");
-    let start = Instant::now();
-    while !file.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no checkpoint was cut"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    common::wait_for_path(&file);
     file
 }
 
@@ -591,16 +577,6 @@ fn ends_as_sim(cfg: &Path, out: &Path, iterations: usize, what: &str) {
     );
 }
 
-/// Sends `signal` (`-KILL`, `-TERM`) to the process `pid`.
-#[cfg(target_os = "linux")]
-fn send(signal: &str, pid: u32) {
-    let sent = Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success(), "kill {signal} {pid}");
-}
-
 /// Waits at most `limit` for `child` (started with its stderr piped) to end: its status and
 /// stderr.
 fn end_of(child: &mut Child, limit: Duration) -> (std::process::ExitStatus, String) {
@@ -643,7 +619,7 @@ fn a_launched_job_restarts_from_its_checkpoint_after_a_killed_process() {
         .unwrap();
     wait_for_checkpoint(&out);
     let rank_1 = launched_rank(launcher.id(), 1).expect("rank 1 runs");
-    send("-KILL", rank_1);
+    common::send("-KILL", rank_1);
     let (status, stderr) = end_of(&mut launcher, Duration::from_secs(120));
     assert!(status.success(), "the restarted job failed: {stderr}");
     assert!(
@@ -740,7 +716,7 @@ fn a_stopped_launch_stops_its_processes_and_leaves_no_folder() {
     let ranks: Vec<u32> = (0..2)
         .map(|rank| launched_rank(launcher.id(), rank).expect("the rank runs"))
         .collect();
-    send("-TERM", launcher.id());
+    common::send("-TERM", launcher.id());
     let (status, stderr) = end_of(&mut launcher, Duration::from_secs(60));
     assert_eq!(status.code(), Some(143), "{stderr}");
     assert!(stderr.contains("interrupted (SIGTERM)"), "{stderr}");

@@ -67,3 +67,26 @@ pub fn nothing_written(dir: &std::path::Path, keep: &[&str]) {
         .collect();
     assert!(left.is_empty(), "the run wrote {left:?}");
 }
+
+/// Sends `signal` (`-INT`, `-TERM`, `-KILL`) to the process `pid`.
+#[cfg(unix)]
+pub fn send(signal: &str, pid: u32) {
+    let sent = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill {signal} {pid}");
+}
+
+/// Waits until `path` exists, at most a minute.
+pub fn wait_for_path(path: &std::path::Path) {
+    let start = std::time::Instant::now();
+    while !path.exists() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
