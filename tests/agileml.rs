@@ -149,6 +149,74 @@ fn a_failure_rolls_back_to_the_committed_clock_and_redoes_the_rest() {
     }
 }
 
+/// Membership events closer together than a clock, in orders a cluster of spot machines
+/// produces: machines joining after a failure's roll-back, a warning with less than a clock's
+/// notice while a newcomer's partner is among the warned, a failure while newcomers load, a
+/// warning and a failure at once, a newcomer failing before it took any work. Every ordering ends
+/// with every clock applied once and a model close to the undisturbed one.
+#[test]
+fn membership_events_within_a_clock_of_each_other_lose_nothing() {
+    // Data that loads within a clock, so that newcomers start work while the events go on.
+    let base = cluster(2, 6, "data_gb = 0.0001");
+    let reference = run(&base);
+    let step = time_of(&reference, 2) - time_of(&reference, 1);
+    let start = time_of(&reference, 4);
+    // Times in clocks after `start`.
+    let at = |clocks: f64| start + clocks * step;
+    let add = |clocks: f64, machines: &[u32]| event(at(clocks), EventKind::Add, machines);
+    let fail = |clocks: f64, machines: &[u32]| event(at(clocks), EventKind::Fail, machines);
+    let warned = |clocks: f64, notice: f64, machines: &[u32]| {
+        warn(at(clocks), at(clocks + notice), machines)
+    };
+    let cases = [
+        // A newcomer's partner is warned as the newcomer joins, with little notice.
+        vec![add(0.0, &[6, 7]), warned(0.0, 0.2, &[2, 3])],
+        vec![add(0.5, &[6, 7]), warned(0.5, 2.0, &[2, 3])],
+        // ... where the warned machines serve partitions.
+        vec![add(0.2, &[7]), warned(0.2, 0.2, &[4, 5])],
+        // Newcomers join after a roll-back (they missed its epoch), then a warning.
+        vec![
+            fail(0.2, &[4]),
+            add(4.0, &[6, 7]),
+            warned(8.0, 4.0, &[2, 3]),
+        ],
+        vec![
+            fail(0.2, &[4]),
+            add(0.2, &[6, 7]),
+            warned(4.0, 0.2, &[2, 3]),
+        ],
+        // A failure while the newcomers' partners hand over to them.
+        vec![
+            warned(2.0, 1.0, &[2, 3]),
+            add(4.0, &[6, 7]),
+            fail(8.0, &[4]),
+        ],
+        // A warning and a failure at once, newcomers after.
+        vec![
+            warned(0.2, 4.0, &[2, 3]),
+            fail(0.2, &[4]),
+            add(2.0, &[6, 7]),
+        ],
+        // A newcomer fails before it took any work; its partner is warned after.
+        vec![add(0.2, &[6]), fail(0.6, &[5, 6]), warned(1.2, 1.0, &[3])],
+        // Newcomers (and a partner) fail while their partners are to hand over to them.
+        vec![add(0.2, &[6, 7]), fail(1.1, &[6, 7])],
+        vec![add(0.2, &[6, 7]), fail(1.1, &[5, 6])],
+    ];
+    for (i, membership) in cases.into_iter().enumerate() {
+        let mut cfg = base.clone();
+        cfg.membership = membership;
+        let r = run(&cfg);
+        assert_eq!(r.rows.len(), ITERATIONS as usize, "case {i}");
+        assert_eq!(figure(&r, "ledger_clocks"), ITERATIONS as f64, "case {i}");
+        let diff = common::max_diff(
+            r.params.as_ref().expect("real"),
+            reference.params.as_ref().expect("real"),
+        );
+        assert!(diff < 1e-3, "case {i}: {diff}");
+    }
+}
+
 /// Machines that join mid-run take half of a worker's data after loading it and speed the
 /// clocks up; the stage moves from 1 to 2 as the ratio grows.
 #[test]

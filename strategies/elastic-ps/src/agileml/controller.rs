@@ -5,7 +5,7 @@
 //! has it loaded, tracks the clock the backups are consistent at, and rolls everything back to it
 //! when transient state is lost.
 
-use super::holdings::{keep_once, loaded_leaves, tiles};
+use super::holdings::{keep_once, leaves_under, loaded_leaves, tiles};
 use super::ids::{Clock, MachineId, NodeId, PartitionId};
 use super::ledger::Ledger;
 use super::plan::{choose_stage, owners_for, Plan};
@@ -44,12 +44,14 @@ pub struct Controller {
     /// Clock each partition's backup is consistent at (partitions an ActivePS serves).
     consistent: Vec<Option<Clock>>,
     committed: Option<Clock>,
-    /// Last clock each worker reported done, in the current epoch.
-    done: BTreeMap<WorkerId, Clock>,
     /// Joining workers: their partner and the leaf they will take from it.
     joining: BTreeMap<WorkerId, (WorkerId, NodeId)>,
     /// Workers told to hand over their leaves and stop, with the leaves and their takers.
     retiring: BTreeMap<WorkerId, Vec<(NodeId, WorkerId)>>,
+    /// Workers told to hand leaves over and go on (to a newcomer, or between tiers at a stage
+    /// change), with the leaves and their takers, until the taker reports work on them: where
+    /// the giver leaves first, the takers are told to take them.
+    handing: BTreeMap<WorkerId, Vec<(NodeId, WorkerId)>>,
     /// Workers that stopped (retired or gone).
     stopped: BTreeSet<WorkerId>,
     /// Item ranges worked on per clock of the current epoch, one copy each (a range inside one
@@ -63,6 +65,9 @@ pub struct Controller {
     /// Partitions on their way from their home to an ActivePS: the home keeps a backup at the
     /// clock the ActivePS reports when it adopts them.
     from_home: BTreeSet<PartitionId>,
+    /// Partitions on their way between servers, with the server handing them over, until the
+    /// new one reports it adopted them: one whose giver goes first is lost with it.
+    moving: BTreeMap<PartitionId, ServerId>,
     /// The first clock of the current epoch.
     epoch_start: Clock,
     /// When each clock's last update left its worker (the clock's end as the controller sees it).
@@ -86,15 +91,16 @@ impl Controller {
             route_version: 0,
             consistent: vec![None; plan.np()],
             committed: None,
-            done: BTreeMap::new(),
             joining: BTreeMap::new(),
             retiring: BTreeMap::new(),
+            handing: BTreeMap::new(),
             stopped: BTreeSet::new(),
             coverage: BTreeMap::new(),
             recomputed: 0,
             counts: Counts::default(),
             stages: vec![(0.0, stage_number(plan.stage))],
             from_home: BTreeSet::new(),
+            moving: BTreeMap::new(),
             epoch_start: 0,
             clock_ends: BTreeMap::new(),
             first_added: None,
@@ -216,6 +222,7 @@ impl Controller {
                 if now == self.plan.homes[p] {
                     self.from_home.insert(p as PartitionId);
                 }
+                self.moving.insert(p as PartitionId, now);
                 ctx.send(
                     RoleId::Server(now),
                     Message::strategy(&Handoff {
@@ -309,6 +316,12 @@ impl Controller {
         leaves: Vec<(NodeId, WorkerId)>,
         retire: bool,
     ) -> Result<()> {
+        if !retire {
+            self.handing
+                .entry(giver)
+                .or_default()
+                .extend(leaves.iter().copied());
+        }
         let order = Order::Give {
             leaves,
             retire,
@@ -325,6 +338,21 @@ impl Controller {
         self.first_added.get_or_insert(now);
         for &m in machines {
             self.present.insert(m, now);
+            // A server joining after a roll-back enters the job's epoch: what the others send
+            // it is of that epoch, and it would hold all of it, waiting for the epoch.
+            if self.epoch > 0 {
+                let rollback = Rollback {
+                    epoch: self.epoch,
+                    to: self.committed,
+                    serve_from_backup: Vec::new(),
+                    send_backup: Vec::new(),
+                    await_backup: Vec::new(),
+                };
+                ctx.send(
+                    RoleId::Server(self.plan.server_of(m)),
+                    Message::strategy(&rollback)?,
+                );
+            }
         }
         let mut split = false;
         for &m in machines {
@@ -356,6 +384,7 @@ impl Controller {
         self.counts.joins += 1;
         let order = Order::Load {
             items: s.load_items.end - s.load_items.start,
+            epoch: self.epoch,
             tree: self.tree.clone(),
             route: Route {
                 version: self.route_version,
@@ -452,7 +481,6 @@ impl Controller {
                 .collect();
             for w in &gone {
                 self.stopped.insert(*w);
-                self.done.remove(w);
             }
             self.take(ctx, all)?;
         }
@@ -484,10 +512,10 @@ impl Controller {
         for &m in machines {
             for &w in &self.plan.workers_of[m as usize] {
                 self.stopped.insert(w);
-                self.done.remove(&w);
             }
         }
         self.retirees_gone(ctx, &set)?;
+        self.handers_gone(ctx, &set)?;
         self.machines_gone(ctx, &set)?;
         Ok(())
     }
@@ -498,6 +526,7 @@ impl Controller {
         let set: BTreeSet<MachineId> = machines.iter().copied().collect();
         self.leave_workers(ctx, machines, false)?;
         self.retirees_gone(ctx, &set)?;
+        self.handers_gone(ctx, &set)?;
         if !self.machines_gone(ctx, &set)? {
             self.restage(ctx)?;
         }
@@ -520,19 +549,65 @@ impl Controller {
         self.take(ctx, late)
     }
 
+    /// Workers on `gone` machines that were to hand leaves to others and go on, and may not
+    /// have: the takers (those that stay) start on the leaves from the current clock. A taker
+    /// that already has them recomputes at most a share the servers keep one copy of.
+    fn handers_gone(&mut self, ctx: &mut RoleContext, gone: &BTreeSet<MachineId>) -> Result<()> {
+        let cluster = self.job.cluster.clone();
+        let gone_worker = |w: WorkerId| gone.contains(&cluster.worker_machine[w as usize]);
+        let late: Vec<(NodeId, WorkerId)> = self
+            .handing
+            .iter()
+            .filter(|(&w, _)| gone_worker(w))
+            .flat_map(|(_, moves)| moves.iter().copied())
+            .filter(|&(_, to)| !gone_worker(to) && !self.stopped.contains(&to))
+            .collect();
+        self.handing.retain(|&w, _| !gone_worker(w));
+        for moves in self.handing.values_mut() {
+            moves.retain(|&(_, to)| !gone_worker(to));
+        }
+        self.take(ctx, late)
+    }
+
+    /// Worker `w` reported work on `nodes`: the hand-overs to it of leaves under them are done.
+    fn handed(&mut self, w: WorkerId, nodes: &[NodeId]) {
+        if self.handing.is_empty() {
+            return;
+        }
+        let worked: BTreeSet<NodeId> = nodes
+            .iter()
+            .flat_map(|&n| leaves_under(&self.tree, n))
+            .collect();
+        let tree = &self.tree;
+        for moves in self.handing.values_mut() {
+            moves.retain(|&(leaf, to)| {
+                to != w || !leaves_under(tree, leaf).iter().all(|l| worked.contains(l))
+            });
+        }
+        self.handing.retain(|_, moves| !moves.is_empty());
+    }
+
     /// Takes `gone` machines out of the job; where one still served a partition, rolls every
     /// partition back. Returns whether it did.
     fn machines_gone(&mut self, ctx: &mut RoleContext, gone: &BTreeSet<MachineId>) -> Result<bool> {
-        let lost = self
-            .owners
+        // A partition a gone server was still handing over may never reach its new server: it
+        // is lost with the giver, and served again from its backup.
+        let plan = self.plan.clone();
+        let on_gone = |s: ServerId| gone.contains(&plan.machine_of_server(s));
+        let in_transit: BTreeSet<PartitionId> = self
+            .moving
             .iter()
-            .any(|&s| gone.contains(&self.plan.machine_of_server(s)));
+            .filter(|(_, &from)| on_gone(from))
+            .map(|(&p, _)| p)
+            .collect();
+        self.moving.retain(|_, &mut from| !on_gone(from));
+        let lost = !in_transit.is_empty() || self.owners.iter().any(|&s| on_gone(s));
         for m in gone {
             self.present.remove(m);
             self.warned.remove(m);
         }
         if lost {
-            self.roll_back(ctx, gone)?;
+            self.roll_back(ctx, gone, &in_transit)?;
         }
         Ok(lost)
     }
@@ -540,7 +615,14 @@ impl Controller {
     /// Rolls every partition back to the committed clock: partitions whose server is gone are
     /// served again from their backups (at their home, or sent by it to a surviving ActivePS);
     /// surviving ActivePSs subtract their pending deltas; workers restart at the next clock.
-    fn roll_back(&mut self, ctx: &mut RoleContext, gone: &BTreeSet<MachineId>) -> Result<()> {
+    /// `in_transit`: partitions a gone server was handing over to a server that stays, which
+    /// serves them again from their backups.
+    fn roll_back(
+        &mut self,
+        ctx: &mut RoleContext,
+        gone: &BTreeSet<MachineId>,
+        in_transit: &BTreeSet<PartitionId>,
+    ) -> Result<()> {
         self.epoch += 1;
         self.counts.rollbacks += 1;
         let staying = self.staying();
@@ -578,15 +660,22 @@ impl Controller {
                         to: self.committed,
                         serve_from_backup: Vec::new(),
                         send_backup: Vec::new(),
+                        await_backup: Vec::new(),
                     },
                 )
             })
             .collect();
-        for (p, &to) in wanted.iter().enumerate() {
+        for (p, &wanted_owner) in wanted.iter().enumerate() {
             let owner_lost = gone.contains(&self.plan.machine_of_server(self.owners[p]));
-            if !owner_lost {
+            // Lost on its way: its new server (which may have adopted it meanwhile) serves it
+            // again, from the backup, so that no other server does too.
+            let to = if in_transit.contains(&(p as PartitionId)) && !owner_lost {
+                self.owners[p]
+            } else if owner_lost {
+                wanted_owner
+            } else {
                 continue;
-            }
+            };
             let home = self.plan.homes[p];
             if let Some(o) = orders.get_mut(&home) {
                 if to == home {
@@ -595,11 +684,20 @@ impl Controller {
                     o.send_backup.push((p as PartitionId, to));
                 }
             }
+            if to != home {
+                if let Some(o) = orders.get_mut(&to) {
+                    o.await_backup.push(p as PartitionId);
+                }
+            }
             self.owners[p] = to;
             self.consistent[p] = self.committed;
         }
         for (s, order) in orders {
             ctx.send(RoleId::Server(s), Message::strategy(&order)?);
+        }
+        // Every backup returns to the committed clock: the pushes it staged past it are void.
+        for c in &mut self.consistent {
+            *c = self.committed;
         }
         self.send_route(ctx)?;
         let from = self.committed.map_or(0, |c| c + 1);
@@ -615,7 +713,6 @@ impl Controller {
                 })?,
             );
         }
-        self.done.clear();
         self.epoch_start = from;
         self.coverage.split_off(&from);
         Ok(())
@@ -623,13 +720,11 @@ impl Controller {
 
     /// The clock every partition is backed up to, told to the servers when it moves.
     fn advance_commit(&mut self, ctx: &mut RoleContext) -> Result<()> {
-        let slowest_done = self
-            .tree
-            .holders()
-            .iter()
-            .filter_map(|w| self.done.get(w).copied())
-            .min();
-        let mut commit = slowest_done;
+        // The last clock every item of which was worked on in this epoch (its updates all
+        // sent): after a roll-back, or while newcomers start, a holder may not have reported
+        // any clock yet, and one worker's report says nothing of the others'.
+        let covered = self.current_clock();
+        let mut commit = (covered > self.epoch_start).then(|| covered - 1);
         for (p, &s) in self.owners.iter().enumerate() {
             if self.transient(self.plan.machine_of_server(s)) {
                 commit = match (commit, self.consistent[p]) {
@@ -832,8 +927,7 @@ impl Coordinator for Controller {
                         nodes,
                     } => {
                         if epoch == self.epoch {
-                            let e = self.done.entry(w).or_insert(clock);
-                            *e = (*e).max(clock);
+                            self.handed(w, &nodes);
                             self.cover(clock, &nodes);
                             self.clock_ends
                                 .entry(clock)
@@ -850,6 +944,7 @@ impl Coordinator for Controller {
                 }
                 self.advance_commit(ctx)?;
             } else if let Some(a) = env.msg.decode::<Adopted>()? {
+                self.moving.remove(&a.part);
                 // A partition fresh from its home: the home's backup holds its state at the
                 // clock it was handed over at.
                 if self.from_home.remove(&a.part) {

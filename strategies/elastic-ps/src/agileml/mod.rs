@@ -20,7 +20,8 @@
 //!   stage, ActivePSs and data tree at the start); [`options`]: `[strategy.agileml]`.
 //! - [`worker`], [`server`] (one per machine: ParamServ, ActivePS or BackupPS per partition) and
 //!   [`controller`] (the elasticity controller), talking in [`protocol`]'s messages;
-//!   [`holdings`]: a worker's leaves in terms of the tree.
+//!   [`holdings`]: a worker's leaves in terms of the tree; [`sent`]: what a worker sent for its
+//!   latest clocks, sent again where the route moves a partition.
 //! - [`strategy`]: the `agileml` strategy that composes them.
 
 pub mod controller;
@@ -31,6 +32,7 @@ pub mod options;
 pub mod partition;
 pub mod plan;
 pub mod protocol;
+pub mod sent;
 pub mod server;
 pub mod stage;
 pub mod strategy;

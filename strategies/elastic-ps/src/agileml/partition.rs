@@ -379,6 +379,44 @@ impl Backup {
         })
     }
 
+    /// The backup a home keeps of a partition it served itself when it hands the partition to
+    /// an ActivePS: consistent at the committed clock, with every clock applied since staged as a
+    /// push of its own. A roll-back to the committed clock then drops them, a commit folds them
+    /// clock by clock, and the ActivePS pushes only the clocks it applies itself (its snapshot
+    /// counts everything applied as pushed).
+    pub fn from_served(s: &PartitionSnapshot) -> Result<Self, PartitionError> {
+        let p = Partition::import(s.clone())?;
+        let mut value = p.value.clone();
+        for d in p.deltas.values().rev() {
+            for (v, x) in value.iter_mut().zip(d) {
+                *v -= *x;
+            }
+        }
+        let staged = p
+            .deltas
+            .iter()
+            .zip(p.opt_at.values())
+            .map(|((&clock, delta), opt)| {
+                let push = Push {
+                    partition: p.id,
+                    from_clock: clock,
+                    upto: clock,
+                    delta: delta.clone(),
+                    opt: opt.clone(),
+                };
+                (clock, push)
+            })
+            .collect();
+        Ok(Backup {
+            id: p.id,
+            range: p.range,
+            value,
+            opt: p.committed_opt,
+            consistent: p.committed,
+            staged,
+        })
+    }
+
     /// The clock the next push must start at.
     pub fn next_expected(&self) -> Clock {
         next_clock(self.staged.keys().next_back().copied().or(self.consistent))
@@ -588,6 +626,37 @@ mod tests {
             }
             assert!(close(&p.value, &value5, 1e-5));
         }
+    }
+
+    #[test]
+    fn a_home_backup_of_a_served_partition_stages_its_uncommitted_clocks() {
+        let o = sgd(0.9);
+        let mut p = part(&o);
+        for c in 0..=1 {
+            p.apply(c, &grad(c, 4), &o).unwrap();
+        }
+        p.commit(1).unwrap();
+        let (value1, opt1) = (p.value.clone(), p.opt.clone());
+        for c in 2..=3 {
+            p.apply(c, &grad(c, 4), &o).unwrap();
+        }
+        let (value3, opt3) = (p.value.clone(), p.opt.clone());
+        p.apply(4, &grad(4, 4), &o).unwrap();
+        let mut b = Backup::from_served(&p.export()).unwrap();
+        assert_eq!(b.consistent, Some(1));
+        assert!(close(&b.value, &value1, 1e-6));
+        assert_eq!(b.opt, opt1);
+        assert_eq!(b.staged.keys().copied().collect::<Vec<_>>(), vec![2, 3, 4]);
+        // The ActivePS's own next push continues the staged ones.
+        assert_eq!(b.next_expected(), 5);
+        // A commit folds the staged clocks up to it, one by one.
+        assert_eq!(b.commit(3), Some(3));
+        assert!(close(&b.value, &value3, 1e-6));
+        assert_eq!(b.opt, opt3);
+        // A roll-back to the committed clock drops the rest.
+        b.discard_staged();
+        assert_eq!(b.next_expected(), 4);
+        assert_eq!(b.to_partition().applied, Some(3));
     }
 
     #[test]

@@ -178,7 +178,7 @@ impl StrategyMessage for Commit {
 }
 
 /// Controller → server: roll every partition back to the committed clock and enter `epoch`;
-/// partitions whose server was lost are re-served from their backups (`adopt_from_backup`).
+/// partitions whose server was lost are re-served from their backups.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Rollback {
     /// The new epoch.
@@ -189,6 +189,10 @@ pub struct Rollback {
     pub serve_from_backup: Vec<PartitionId>,
     /// Partitions whose home must send its backup to a new server: `(partition, server)`.
     pub send_backup: Vec<(PartitionId, ServerId)>,
+    /// Partitions this server will serve from their home's backup: it forwards nothing of
+    /// them meanwhile (where it handed one to a server now gone) and holds their reads.
+    #[serde(default)]
+    pub await_backup: Vec<PartitionId>,
 }
 
 impl StrategyMessage for Rollback {
@@ -223,10 +227,13 @@ impl StrategyMessage for Route {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Order {
     /// A joining worker: load these items (the partner's whole range) in the background, then
-    /// say `Ready`; the tree and route to work with come along.
+    /// say `Ready`; the epoch, tree and route to work with come along.
     Load {
         /// Items to load.
         items: u64,
+        /// The controller's epoch: a worker joining after a roll-back missed the `Restart` that
+        /// moved the others to it.
+        epoch: u64,
         /// The data tree.
         tree: DataTree,
         /// The route.
@@ -273,6 +280,11 @@ impl StrategyMessage for Order {
 pub struct Begin {
     /// The first clock the taker works on them.
     pub clock: Clock,
+    /// The giver's epoch: a hand-over of an epoch a roll-back has since ended happened at a
+    /// clock the new epoch does again, without the giver.
+    pub epoch: u64,
+    /// The giver's data tree: the leaves may come of a split the taker has not heard of.
+    pub tree: DataTree,
     /// The leaves.
     pub leaves: Vec<NodeId>,
 }

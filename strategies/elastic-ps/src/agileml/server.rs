@@ -392,8 +392,12 @@ impl AgileServer {
         };
         let mut snapshot = served.part.export();
         if self.plan.homes[p as usize] == self.id && to != self.id {
+            // The home served it: every clock it applied is in its backup already (staged past
+            // the committed one, which a roll-back returns to), so the new server pushes only
+            // what it applies itself.
             self.backups
-                .insert(p, Backup::from_snapshot(&snapshot).map_err(part_error)?);
+                .insert(p, Backup::from_served(&snapshot).map_err(part_error)?);
+            snapshot.pushed = snapshot.applied;
         }
         let value = std::mem::take(&mut snapshot.value);
         let mut payloads = vec![self.payload(p, &value)];
@@ -524,7 +528,15 @@ impl AgileServer {
             roll_back_to(ctx, p, served, rb.to)?;
         }
         for backup in self.backups.values_mut() {
+            // The clock rolled back to is committed (its pushes reached every backup), though
+            // the commit may not have reached this one yet.
+            if let Some(to) = rb.to {
+                backup.commit(to);
+            }
             backup.discard_staged();
+        }
+        for p in &rb.await_backup {
+            self.forward.remove(p);
         }
         for p in rb.serve_from_backup {
             if let Some(b) = self.backups.remove(&p) {

@@ -5,13 +5,17 @@
 //!
 //! Leaves change hands at clock boundaries: a giver stops working on them at its next clock and
 //! tells the taker from which clock they are its (`Begin`); a taker of a gone worker's leaves
-//! works on them from its current clock, recomputing that clock's share with the parameters it
-//! read if its own updates already left. A server keeps one copy of whatever arrives twice.
+//! works on them from the controller's current clock, recomputing that clock's share with the
+//! parameters it read if its own updates already left, and the shares of any earlier clock it
+//! has passed after reading their parameters again. A server keeps one copy of whatever arrives
+//! twice, so a worker also sends again, to the new server, what it sent by a route that has
+//! since moved a partition (see [`super::sent`]).
 
 use super::holdings::{cover_of, leaves_under};
 use super::ids::{Clock, NodeId, PartitionId};
 use super::plan::Plan;
 use super::protocol::{Begin, Items, Note, Order, Read, Route, Update, Values};
+use super::sent::SentUpdates;
 use super::tree::DataTree;
 use super::treesum::subtree_sum;
 use concord_engine::dp::{train_step, Charge, ClockTally, StepAt};
@@ -34,6 +38,9 @@ enum Interrupt {
     Restart(Clock),
     /// The job is over.
     Finish,
+    /// Leaves taken from a clock this worker has passed: their shares of the clocks since are
+    /// owed first (the clock it is on may wait for them).
+    CatchUp,
 }
 
 /// An AgileML worker.
@@ -54,6 +61,12 @@ pub struct AgileWorker {
     last: Option<ReadState>,
     /// The clock the worker is on.
     clock: Clock,
+    /// The first clock of its epoch (where the last roll-back restarted it).
+    epoch_start: Clock,
+    /// What it sent for its latest clocks, sent again where the route moves a partition.
+    sent: SentUpdates,
+    /// Leaves taken from a clock this worker had passed, per clock it owes their share of.
+    owed: BTreeMap<Clock, BTreeSet<NodeId>>,
 }
 
 impl AgileWorker {
@@ -76,6 +89,9 @@ impl AgileWorker {
             retiring: false,
             last: None,
             clock: 0,
+            epoch_start: 0,
+            sent: SentUpdates::default(),
+            owed: BTreeMap::new(),
         })
     }
 
@@ -99,16 +115,28 @@ impl AgileWorker {
         if let Some(route) = env.msg.decode::<Route>()? {
             if route.version > self.route.version {
                 self.route = route;
+                self.sent.resend_moved(ctx, self.id, &self.route.servers)?;
             }
             return Ok(None);
         }
         if let Some(begin) = env.msg.decode::<Begin>()? {
+            // A hand-over in an epoch a roll-back has ended: the giver does the clocks of this
+            // epoch without the leaves, so they are this worker's from the epoch's first clock.
+            let from = if begin.epoch < self.epoch {
+                self.epoch_start
+            } else {
+                begin.clock
+            };
+            // Leaves of a split this worker has not heard of (trees only grow).
+            if begin.tree.nodes().len() > self.tree.nodes().len() {
+                self.set_tree(begin.tree.clone());
+            }
             // An idle worker (a newcomer, or a reliable worker in stage 3) starts at the giver's
             // clock.
             if self.holdings.is_empty() {
-                self.clock = begin.clock;
+                self.clock = from;
             }
-            self.take(ctx, &begin.leaves, begin.clock).await?;
+            self.take(ctx, &begin.leaves, from).await?;
             return Ok(None);
         }
         if env.msg.decode::<Values>()?.is_some() {
@@ -120,8 +148,14 @@ impl AgileWorker {
 
     async fn order(&mut self, ctx: &mut RoleContext, order: Order) -> Result<Option<Interrupt>> {
         match order {
-            Order::Load { items, tree, route } => {
+            Order::Load {
+                items,
+                epoch,
+                tree,
+                route,
+            } => {
                 // Loads the partner's range in the background of the job, then says so.
+                self.epoch = epoch;
                 self.set_tree(tree);
                 if route.version >= self.route.version {
                     self.route = route;
@@ -157,15 +191,20 @@ impl AgileWorker {
             }
             Order::Restart { epoch, from } => {
                 self.epoch = epoch;
+                self.epoch_start = from;
                 self.last = None;
+                self.sent.clear();
+                self.owed.clear();
                 Ok(Some(Interrupt::Restart(from)))
             }
             Order::Finish => Ok(Some(Interrupt::Finish)),
         }
     }
 
-    /// Adds `leaves` from clock `from` on: if this worker already sent its updates of `from`,
-    /// it computes their share of `from` now, with the parameters it read for it.
+    /// Adds `leaves` from clock `from` on. Where this worker has passed `from`, their shares of
+    /// the clocks since are owed: that of the last clock it sent is computed now, with the
+    /// parameters it read for it; the others wait in `owed` for [`AgileWorker::catch_up`] (a
+    /// newcomer that started on its own share later than the leaves' clock has read none).
     async fn take(&mut self, ctx: &mut RoleContext, nodes: &[NodeId], from: Clock) -> Result<()> {
         // A node handed over may have been split since: it is held as its current leaves.
         let leaves: Vec<NodeId> = nodes
@@ -173,6 +212,27 @@ impl AgileWorker {
             .flat_map(|&n| leaves_under(&self.tree, n))
             .collect();
         self.holdings.extend(leaves.iter().copied());
+        // A leaf it was to hand over stays here: its taker has gone (the controller gave it back).
+        let tree = &self.tree;
+        self.giving.retain(|&(node, _)| {
+            !leaves_under(tree, node)
+                .iter()
+                .any(|leaf| leaves.contains(leaf))
+        });
+        // The clocks from `from` this worker has passed owe the leaves' shares; the last one it
+        // sent is computed now, with the parameters it read for it, the others after reading
+        // theirs.
+        let computed_now = self
+            .last
+            .as_ref()
+            .filter(|last| last.clock >= from && last.epoch == self.epoch)
+            .map(|last| last.clock);
+        for clock in from..computed_now.unwrap_or(self.clock) {
+            self.owed
+                .entry(clock)
+                .or_default()
+                .extend(leaves.iter().copied());
+        }
         let Some(last) = self.last.take() else {
             return Ok(());
         };
@@ -226,6 +286,8 @@ impl AgileWorker {
         for (to, leaves) in by_taker {
             let begin = Begin {
                 clock: self.clock,
+                epoch: self.epoch,
+                tree: self.tree.clone(),
                 leaves,
             };
             ctx.send(RoleId::Worker(to), Message::strategy(&begin)?);
@@ -236,16 +298,21 @@ impl AgileWorker {
         Ok(retire)
     }
 
-    /// Reads every partition for the current clock; `Err(interrupt)` when a control message
-    /// ends the clock first.
-    async fn read(
-        &mut self,
+    /// Asks the servers of the current route for the values of the partitions `wanted` says
+    /// this worker still needs for `clock` of `epoch`.
+    fn send_reads(
+        &self,
         ctx: &mut RoleContext,
-    ) -> Result<std::result::Result<ReadState, Interrupt>> {
-        let (epoch, clock) = (self.epoch, self.clock);
+        epoch: u64,
+        clock: Clock,
+        wanted: impl Fn(PartitionId) -> bool,
+    ) -> Result<()> {
         let mut by_server: BTreeMap<ServerId, Vec<PartitionId>> = BTreeMap::new();
         for (p, &s) in self.route.servers.iter().enumerate() {
-            by_server.entry(s).or_default().push(p as PartitionId);
+            let p = p as PartitionId;
+            if wanted(p) {
+                by_server.entry(s).or_default().push(p);
+            }
         }
         for (s, parts) in by_server {
             let read = Read {
@@ -256,6 +323,60 @@ impl AgileWorker {
             };
             ctx.send(RoleId::Server(s), Message::strategy(&read)?);
         }
+        Ok(())
+    }
+
+    /// Computes the owed shares of clocks this worker has passed (see [`AgileWorker::take`]),
+    /// the oldest first, each after reading its parameters; an interrupt that ends them first.
+    async fn catch_up(&mut self, ctx: &mut RoleContext) -> Result<Option<Interrupt>> {
+        while let Some((&clock, leaves)) = self.owed.first_key_value() {
+            let leaves = leaves.clone();
+            let state = match self.read_at(ctx, clock, false).await? {
+                Ok(state) => state,
+                Err(interrupt) => return Ok(Some(interrupt)),
+            };
+            // Leaves taken meanwhile for the same clock are owed again, and computed next.
+            if self.owed.get(&clock) == Some(&leaves) {
+                self.owed.remove(&clock);
+            } else if let Some(more) = self.owed.get_mut(&clock) {
+                more.retain(|l| !leaves.contains(l));
+            }
+            let (_, _, nodes, _) = self.compute_and_send(ctx, &state, &leaves).await?;
+            let note = Note::Done {
+                epoch: state.epoch,
+                clock,
+                nodes,
+            };
+            ctx.send(RoleId::Coordinator, Message::strategy(&note)?);
+        }
+        Ok(None)
+    }
+
+    /// Reads every partition for the current clock; `Err(interrupt)` when a control message
+    /// ends the clock first, or leaves taken from an earlier clock owe shares of it first.
+    async fn read(
+        &mut self,
+        ctx: &mut RoleContext,
+    ) -> Result<std::result::Result<ReadState, Interrupt>> {
+        self.read_at(ctx, self.clock, true).await
+    }
+
+    /// Reads every partition for `clock`; `Err(interrupt)` when a control message ends the read
+    /// first (with `owed_first`, also when it leaves shares of an earlier clock owed).
+    ///
+    /// Where the route changes while the read is out, the partitions still missing are asked of
+    /// their new servers too: a warned server forwards what reaches it, but a read that reaches
+    /// it after its eviction is lost (a joining worker that loaded its data meanwhile reads with
+    /// the route it was given before the warning).
+    async fn read_at(
+        &mut self,
+        ctx: &mut RoleContext,
+        clock: Clock,
+        owed_first: bool,
+    ) -> Result<std::result::Result<ReadState, Interrupt>> {
+        let epoch = self.epoch;
+        self.send_reads(ctx, epoch, clock, |_| true)?;
+        let mut asked = self.route.version;
         let np = self.plan.np();
         let mut values = BTreeMap::new();
         while values.len() < np {
@@ -280,6 +401,13 @@ impl AgileWorker {
                     }
                     if self.epoch != epoch {
                         return Ok(Err(Interrupt::Restart(self.clock)));
+                    }
+                    if owed_first && !self.owed.is_empty() {
+                        return Ok(Err(Interrupt::CatchUp));
+                    }
+                    if self.route.version != asked {
+                        asked = self.route.version;
+                        self.send_reads(ctx, epoch, clock, |p| !values.contains_key(&p))?;
                     }
                 }
             }
@@ -394,6 +522,8 @@ impl AgileWorker {
                 clock: state.clock,
                 items,
             };
+            self.sent
+                .record(state.epoch, state.clock, server, &update.items, &payloads);
             let msg = Message::strategy_with(&update, payloads)?;
             bytes += msg.wire_bytes();
             ctx.send(RoleId::Server(server), msg);
@@ -455,9 +585,17 @@ impl Worker for AgileWorker {
                 match self.handle(ctx, env).await? {
                     Some(Interrupt::Finish) => break,
                     Some(Interrupt::Restart(from)) => self.clock = from,
-                    None => {}
+                    Some(Interrupt::CatchUp) | None => {}
                 }
                 continue;
+            }
+            match self.catch_up(ctx).await? {
+                Some(Interrupt::Finish) => break,
+                Some(Interrupt::Restart(from)) => {
+                    self.clock = from;
+                    continue;
+                }
+                Some(Interrupt::CatchUp) | None => {}
             }
             ctx.set_iter(self.clock);
             let start = ctx.now();
@@ -468,6 +606,8 @@ impl Worker for AgileWorker {
                     self.clock = from;
                     continue;
                 }
+                // The owed shares first, then this clock's read again.
+                Err(Interrupt::CatchUp) => continue,
             };
             let read_done = ctx.now();
             let leaves = self.holdings.clone();
