@@ -202,6 +202,10 @@ fn membership_events_within_a_clock_of_each_other_lose_nothing() {
         // Newcomers (and a partner) fail while their partners are to hand over to them.
         vec![add(0.2, &[6, 7]), fail(1.1, &[6, 7])],
         vec![add(0.2, &[6, 7]), fail(1.1, &[5, 6])],
+        // Partitions sent on again before they arrive (a warning, then a join and a failure
+        // that each move them), while the server first handing them over goes.
+        vec![warned(0.1, 0.5, &[4, 5]), add(0.3, &[6]), fail(0.5, &[6])],
+        vec![fail(0.3, &[5, 6]), add(2.0, &[7]), warned(4.0, 0.1, &[4])],
     ];
     for (i, membership) in cases.into_iter().enumerate() {
         let mut cfg = base.clone();

@@ -65,9 +65,10 @@ pub struct Controller {
     /// Partitions on their way from their home to an ActivePS: the home keeps a backup at the
     /// clock the ActivePS reports when it adopts them.
     from_home: BTreeSet<PartitionId>,
-    /// Partitions on their way between servers, with the server handing them over, until the
-    /// new one reports it adopted them: one whose giver goes first is lost with it.
-    moving: BTreeMap<PartitionId, ServerId>,
+    /// Partitions on their way between servers, with every server of the way that was to hand
+    /// them on (a partition may be sent on again before it arrives), until the server that
+    /// serves them now reports it adopted them: one whose giver goes first is lost with it.
+    moving: BTreeMap<PartitionId, BTreeSet<ServerId>>,
     /// The first clock of the current epoch.
     epoch_start: Clock,
     /// When each clock's last update left its worker (the clock's end as the controller sees it).
@@ -222,10 +223,11 @@ impl Controller {
                 if now == self.plan.homes[p] {
                     self.from_home.insert(p as PartitionId);
                 }
-                self.moving.insert(p as PartitionId, now);
+                self.moving.entry(p as PartitionId).or_default().insert(now);
                 ctx.send(
                     RoleId::Server(now),
                     Message::strategy(&Handoff {
+                        epoch: self.epoch,
                         part: p as PartitionId,
                         to: want,
                     })?,
@@ -347,6 +349,7 @@ impl Controller {
                     serve_from_backup: Vec::new(),
                     send_backup: Vec::new(),
                     await_backup: Vec::new(),
+                    reserved: Vec::new(),
                 };
                 ctx.send(
                     RoleId::Server(self.plan.server_of(m)),
@@ -591,17 +594,21 @@ impl Controller {
     /// partition back. Returns whether it did.
     fn machines_gone(&mut self, ctx: &mut RoleContext, gone: &BTreeSet<MachineId>) -> Result<bool> {
         // A partition a gone server was still handing over may never reach its new server: it
-        // is lost with the giver, and served again from its backup.
+        // is lost with the giver.
         let plan = self.plan.clone();
         let on_gone = |s: ServerId| gone.contains(&plan.machine_of_server(s));
-        let in_transit: BTreeSet<PartitionId> = self
+        let lost = self
             .moving
-            .iter()
-            .filter(|(_, &from)| on_gone(from))
-            .map(|(&p, _)| p)
-            .collect();
-        self.moving.retain(|_, &mut from| !on_gone(from));
-        let lost = !in_transit.is_empty() || self.owners.iter().any(|&s| on_gone(s));
+            .values()
+            .any(|givers| givers.iter().any(|&s| on_gone(s)))
+            || self.owners.iter().any(|&s| on_gone(s));
+        // A roll-back serves every partition still on its way again from its backup, at the
+        // server it was going to: where it is on the way is not known.
+        let in_transit: BTreeSet<PartitionId> = if lost {
+            std::mem::take(&mut self.moving).into_keys().collect()
+        } else {
+            BTreeSet::new()
+        };
         for m in gone {
             self.present.remove(m);
             self.warned.remove(m);
@@ -615,8 +622,8 @@ impl Controller {
     /// Rolls every partition back to the committed clock: partitions whose server is gone are
     /// served again from their backups (at their home, or sent by it to a surviving ActivePS);
     /// surviving ActivePSs subtract their pending deltas; workers restart at the next clock.
-    /// `in_transit`: partitions a gone server was handing over to a server that stays, which
-    /// serves them again from their backups.
+    /// `in_transit`: partitions on their way between servers, which the server they were going
+    /// to (where it stays) serves again from their backups.
     fn roll_back(
         &mut self,
         ctx: &mut RoleContext,
@@ -661,10 +668,12 @@ impl Controller {
                         serve_from_backup: Vec::new(),
                         send_backup: Vec::new(),
                         await_backup: Vec::new(),
+                        reserved: Vec::new(),
                     },
                 )
             })
             .collect();
+        let mut reserved = Vec::new();
         for (p, &wanted_owner) in wanted.iter().enumerate() {
             let owner_lost = gone.contains(&self.plan.machine_of_server(self.owners[p]));
             // Lost on its way: its new server (which may have adopted it meanwhile) serves it
@@ -691,8 +700,10 @@ impl Controller {
             }
             self.owners[p] = to;
             self.consistent[p] = self.committed;
+            reserved.push(p as PartitionId);
         }
-        for (s, order) in orders {
+        for (s, mut order) in orders {
+            order.reserved = reserved.clone();
             ctx.send(RoleId::Server(s), Message::strategy(&order)?);
         }
         // Every backup returns to the committed clock: the pushes it staged past it are void.
@@ -726,7 +737,10 @@ impl Controller {
         let covered = self.current_clock();
         let mut commit = (covered > self.epoch_start).then(|| covered - 1);
         for (p, &s) in self.owners.iter().enumerate() {
-            if self.transient(self.plan.machine_of_server(s)) {
+            // A partition on its way between servers is, until it arrives, what its backup
+            // holds, wherever it is going.
+            let moving = self.moving.contains_key(&(p as PartitionId));
+            if moving || self.transient(self.plan.machine_of_server(s)) {
                 commit = match (commit, self.consistent[p]) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     _ => None,
@@ -944,7 +958,9 @@ impl Coordinator for Controller {
                 }
                 self.advance_commit(ctx)?;
             } else if let Some(a) = env.msg.decode::<Adopted>()? {
-                self.moving.remove(&a.part);
+                if env.from == RoleId::Server(self.owners[a.part as usize]) {
+                    self.moving.remove(&a.part);
+                }
                 // A partition fresh from its home: the home's backup holds its state at the
                 // clock it was handed over at.
                 if self.from_home.remove(&a.part) {

@@ -91,6 +91,9 @@ pub struct Handoff {
     pub part: PartitionId,
     /// Its next server.
     pub to: ServerId,
+    /// The controller's epoch: a roll-back voids the hand-overs of a partition it re-serves.
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 impl StrategyMessage for Handoff {
@@ -193,6 +196,11 @@ pub struct Rollback {
     /// them meanwhile (where it handed one to a server now gone) and holds their reads.
     #[serde(default)]
     pub await_backup: Vec<PartitionId>,
+    /// Every partition served again from its backup after this roll-back (its server is gone,
+    /// or it was on its way between servers): a server that holds one it is not told to serve
+    /// drops it, and hand-overs of it from before the roll-back are void.
+    #[serde(default)]
+    pub reserved: Vec<PartitionId>,
 }
 
 impl StrategyMessage for Rollback {

@@ -58,6 +58,9 @@ pub struct AgileServer {
     duplicates: u64,
     /// The clock of the last roll-back.
     rolled_to: Option<Clock>,
+    /// The partitions the last roll-back serves again from their backups: what was on its way
+    /// of them before it (hand-overs, adoptions) is void.
+    reserved: BTreeSet<PartitionId>,
 }
 
 impl AgileServer {
@@ -100,6 +103,7 @@ impl AgileServer {
             snapshots: BTreeMap::new(),
             duplicates: 0,
             rolled_to: None,
+            reserved: BTreeSet::new(),
         })
     }
 
@@ -524,6 +528,17 @@ impl AgileServer {
         self.epoch = rb.epoch;
         self.pushing.clear();
         self.rolled_to = rb.to;
+        // Partitions served again from their backups elsewhere (or here, from the backup this
+        // home keeps) are dropped: a copy of one that came here on its way is not the one served.
+        for &p in &rb.reserved {
+            let home_without_backup =
+                rb.serve_from_backup.contains(&p) && !self.backups.contains_key(&p);
+            if !home_without_backup {
+                self.serving.remove(&p);
+            }
+            self.forward.remove(&p);
+        }
+        self.reserved = rb.reserved.iter().copied().collect();
         for (&p, served) in self.serving.iter_mut() {
             roll_back_to(ctx, p, served, rb.to)?;
         }
@@ -606,11 +621,18 @@ impl AgileServer {
             };
         }
         if let Some(h) = msg.decode::<Handoff>()? {
+            if h.epoch < self.epoch && self.reserved.contains(&h.part) {
+                return Ok(true);
+            }
             return self.handoff(ctx, h.part, h.to);
         }
         if let Some(mut a) = msg.decode::<Adopt>()? {
             if a.epoch > self.epoch {
                 return Ok(false);
+            }
+            if a.epoch < self.epoch && self.reserved.contains(&a.snapshot.id) {
+                // On its way when a roll-back served it again from its backup.
+                return Ok(true);
             }
             if a.epoch < self.epoch {
                 // Handed over before a roll-back: the partition is served here all the same, at
