@@ -343,14 +343,7 @@ impl Controller {
             // A server joining after a roll-back enters the job's epoch: what the others send
             // it is of that epoch, and it would hold all of it, waiting for the epoch.
             if self.epoch > 0 {
-                let rollback = Rollback {
-                    epoch: self.epoch,
-                    to: self.committed,
-                    serve_from_backup: Vec::new(),
-                    send_backup: Vec::new(),
-                    await_backup: Vec::new(),
-                    reserved: Vec::new(),
-                };
+                let rollback = Rollback::enter(self.epoch, self.committed);
                 ctx.send(
                     RoleId::Server(self.plan.server_of(m)),
                     Message::strategy(&rollback)?,
@@ -662,26 +655,19 @@ impl Controller {
             .map(|&m| {
                 (
                     self.plan.server_of(m),
-                    Rollback {
-                        epoch: self.epoch,
-                        to: self.committed,
-                        serve_from_backup: Vec::new(),
-                        send_backup: Vec::new(),
-                        await_backup: Vec::new(),
-                        reserved: Vec::new(),
-                    },
+                    Rollback::enter(self.epoch, self.committed),
                 )
             })
             .collect();
         let mut reserved = Vec::new();
         for (p, &wanted_owner) in wanted.iter().enumerate() {
             let owner_lost = gone.contains(&self.plan.machine_of_server(self.owners[p]));
-            // Lost on its way: its new server (which may have adopted it meanwhile) serves it
-            // again, from the backup, so that no other server does too.
-            let to = if in_transit.contains(&(p as PartitionId)) && !owner_lost {
-                self.owners[p]
-            } else if owner_lost {
+            // On its way: the server it was going to (which may have adopted it meanwhile)
+            // serves it again, from the backup, so that no other server does too.
+            let to = if owner_lost {
                 wanted_owner
+            } else if in_transit.contains(&(p as PartitionId)) {
+                self.owners[p]
             } else {
                 continue;
             };
@@ -693,13 +679,7 @@ impl Controller {
                     o.send_backup.push((p as PartitionId, to));
                 }
             }
-            if to != home {
-                if let Some(o) = orders.get_mut(&to) {
-                    o.await_backup.push(p as PartitionId);
-                }
-            }
             self.owners[p] = to;
-            self.consistent[p] = self.committed;
             reserved.push(p as PartitionId);
         }
         for (s, mut order) in orders {

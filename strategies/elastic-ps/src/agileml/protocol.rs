@@ -192,15 +192,27 @@ pub struct Rollback {
     pub serve_from_backup: Vec<PartitionId>,
     /// Partitions whose home must send its backup to a new server: `(partition, server)`.
     pub send_backup: Vec<(PartitionId, ServerId)>,
-    /// Partitions this server will serve from their home's backup: it forwards nothing of
-    /// them meanwhile (where it handed one to a server now gone) and holds their reads.
-    #[serde(default)]
-    pub await_backup: Vec<PartitionId>,
     /// Every partition served again from its backup after this roll-back (its server is gone,
-    /// or it was on its way between servers): a server that holds one it is not told to serve
-    /// drops it, and hand-overs of it from before the roll-back are void.
+    /// or it was on its way between servers): a server drops what it holds or forwards of one
+    /// it is not told to serve from its own backup (its reads wait for the backup to arrive),
+    /// and hand-overs of it from before the roll-back are void.
     #[serde(default)]
     pub reserved: Vec<PartitionId>,
+}
+
+impl Rollback {
+    /// Enter `epoch` and return to clock `to`, with no partition to serve again from a backup:
+    /// the order a server gets where none of its partitions was lost (or one that joins after
+    /// the roll-back, to enter the job's epoch).
+    pub fn enter(epoch: u64, to: Option<Clock>) -> Rollback {
+        Rollback {
+            epoch,
+            to,
+            serve_from_backup: Vec::new(),
+            send_backup: Vec::new(),
+            reserved: Vec::new(),
+        }
+    }
 }
 
 impl StrategyMessage for Rollback {

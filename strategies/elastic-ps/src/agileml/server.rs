@@ -550,9 +550,6 @@ impl AgileServer {
             }
             backup.discard_staged();
         }
-        for p in &rb.await_backup {
-            self.forward.remove(p);
-        }
         for p in rb.serve_from_backup {
             if let Some(b) = self.backups.remove(&p) {
                 self.forward.remove(&p);

@@ -106,6 +106,16 @@ impl AgileWorker {
         self.tree = tree;
     }
 
+    /// Takes `route` unless this worker has a newer one, and sends again to their new servers
+    /// the update items it sent of partitions the route moves (see [`super::sent`]).
+    fn set_route(&mut self, ctx: &mut RoleContext, route: Route) -> Result<()> {
+        if route.version >= self.route.version {
+            self.route = route;
+            self.sent.resend_moved(ctx, self.id, &self.route.servers)?;
+        }
+        Ok(())
+    }
+
     /// Handles one message that is not a value reply; returns an interrupt where it ends the
     /// clock.
     async fn handle(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<Option<Interrupt>> {
@@ -113,10 +123,7 @@ impl AgileWorker {
             return self.order(ctx, order).await;
         }
         if let Some(route) = env.msg.decode::<Route>()? {
-            if route.version > self.route.version {
-                self.route = route;
-                self.sent.resend_moved(ctx, self.id, &self.route.servers)?;
-            }
+            self.set_route(ctx, route)?;
             return Ok(None);
         }
         if let Some(begin) = env.msg.decode::<Begin>()? {
@@ -157,9 +164,7 @@ impl AgileWorker {
                 // Loads the partner's range in the background of the job, then says so.
                 self.epoch = epoch;
                 self.set_tree(tree);
-                if route.version >= self.route.version {
-                    self.route = route;
-                }
+                self.set_route(ctx, route)?;
                 let load_s = self.plan.load_seconds(items);
                 let t0 = ctx.now();
                 ctx.sleep(load_s).await;
@@ -222,30 +227,28 @@ impl AgileWorker {
         // The clocks from `from` this worker has passed owe the leaves' shares; the last one it
         // sent is computed now, with the parameters it read for it, the others after reading
         // theirs.
-        let computed_now = self
+        let epoch = self.epoch;
+        let last = self
             .last
-            .as_ref()
-            .filter(|last| last.clock >= from && last.epoch == self.epoch)
-            .map(|last| last.clock);
-        for clock in from..computed_now.unwrap_or(self.clock) {
+            .take_if(|last| last.clock >= from && last.epoch == epoch);
+        let owed_until = last.as_ref().map_or(self.clock, |last| last.clock);
+        for clock in from..owed_until {
             self.owed
                 .entry(clock)
                 .or_default()
                 .extend(leaves.iter().copied());
         }
-        let Some(last) = self.last.take() else {
+        let Some(last) = last else {
             return Ok(());
         };
-        if last.clock >= from && last.epoch == self.epoch {
-            let set: BTreeSet<NodeId> = leaves.iter().copied().collect();
-            let (_, _, nodes, _) = self.compute_and_send(ctx, &last, &set).await?;
-            let note = Note::Done {
-                epoch: last.epoch,
-                clock: last.clock,
-                nodes,
-            };
-            ctx.send(RoleId::Coordinator, Message::strategy(&note)?);
-        }
+        let set: BTreeSet<NodeId> = leaves.iter().copied().collect();
+        let (_, _, nodes, _) = self.compute_and_send(ctx, &last, &set).await?;
+        let note = Note::Done {
+            epoch: last.epoch,
+            clock: last.clock,
+            nodes,
+        };
+        ctx.send(RoleId::Coordinator, Message::strategy(&note)?);
         self.last = Some(last);
         Ok(())
     }
@@ -335,11 +338,12 @@ impl AgileWorker {
                 Ok(state) => state,
                 Err(interrupt) => return Ok(Some(interrupt)),
             };
-            // Leaves taken meanwhile for the same clock are owed again, and computed next.
-            if self.owed.get(&clock) == Some(&leaves) {
-                self.owed.remove(&clock);
-            } else if let Some(more) = self.owed.get_mut(&clock) {
-                more.retain(|l| !leaves.contains(l));
+            // Leaves taken meanwhile for the same clock stay owed, and are computed next.
+            if let Some(rest) = self.owed.get_mut(&clock) {
+                rest.retain(|l| !leaves.contains(l));
+                if rest.is_empty() {
+                    self.owed.remove(&clock);
+                }
             }
             let (_, _, nodes, _) = self.compute_and_send(ctx, &state, &leaves).await?;
             let note = Note::Done {
