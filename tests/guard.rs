@@ -158,6 +158,8 @@ fn out_of_range_guard_settings_are_named() {
     for (set, key) in [
         ("guard.loss_ratio=0.5", "guard.loss_ratio"),
         ("guard.patience=0", "guard.patience"),
+        ("guard.stall_s=0", "guard.stall_s"),
+        ("guard.stall_s=-5", "guard.stall_s"),
     ] {
         let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/default.toml");
         let err = concord::config::load(Some(&file), &[set.to_string()])
@@ -190,4 +192,48 @@ fn the_cli_writes_the_stopped_run_and_exits_non_zero_naming_the_error() {
     assert_eq!(summary["iterations"], rows.len());
     assert!(out_dir.join("config.toml").exists());
     assert!(!out_dir.join("checkpoint.safetensors").exists());
+}
+
+/// `wall` with worker 0 asleep for an hour in its first iteration (Fela's round-robin sleep):
+/// no worker can close an iteration past the first, so after `guard.stall_s` the run ends with
+/// an error that says where every worker stands, instead of hanging.
+#[test]
+fn a_stalled_wall_run_ends_after_stall_s_naming_where_each_worker_stands() {
+    let mut cfg = default_with(&[
+        "runtime=\"wall\"",
+        "workers=3",
+        "iterations=50",
+        "guard.stall_s=1.5",
+    ]);
+    cfg.stragglers =
+        vec![toml::from_str("pattern = \"round-robin-sleep\"\ndelay_s = 3600.0").unwrap()];
+    let started = std::time::Instant::now();
+    let err = match run(&cfg) {
+        Err(e @ EngineError::Stalled(_)) => e,
+        Err(e) => panic!("expected a stall, got {e}"),
+        Ok(r) => panic!("expected a stall, the run completed {} rows", r.rows.len()),
+    };
+    let took = started.elapsed().as_secs_f64();
+    assert!((1.5..60.0).contains(&took), "stopped after {took} s");
+    let text = err.to_string();
+    assert!(
+        text.contains("no worker closed an iteration for 1.5 s (guard.stall_s)"),
+        "{text}"
+    );
+    assert!(text.contains("worker 0 at iteration 0 of 50"), "{text}");
+    assert!(text.contains("raise guard.stall_s"), "{text}");
+}
+
+/// The watchdog only watches: a `wall` run whose iterations keep closing within `stall_s`
+/// completes.
+#[test]
+fn a_wall_run_that_progresses_is_not_stopped_by_the_watchdog() {
+    let cfg = default_with(&[
+        "runtime=\"wall\"",
+        "workers=2",
+        "iterations=20",
+        "guard.stall_s=5",
+    ]);
+    let r = run(&cfg).unwrap();
+    assert_eq!(r.rows.len(), 20);
 }

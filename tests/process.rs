@@ -468,6 +468,52 @@ fn a_killed_worker_process_ends_the_run_with_a_named_error_and_no_run_folder() {
     assert!(!out.exists(), "a failed run left its folder behind");
 }
 
+/// A process job in which no worker can close an iteration (worker 0 sleeps for an hour in its
+/// first) ends after `guard.stall_s` instead of hanging: every process exits non-zero, the
+/// error says the run stalled and where the workers stand, and no run folder is left.
+#[test]
+fn a_stalled_process_job_ends_after_stall_s_with_a_named_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        2,
+        2,
+        "strategies = [\"bsp\"]",
+        "[guard]\nstall_s = 2.0\n[[stragglers]]\npattern = \"round-robin-sleep\"\ndelay_s = 3600.0\n",
+    );
+    let out = dir.path().join("run");
+    let started = Instant::now();
+    let result = concord()
+        .args([
+            "launch",
+            "--nproc",
+            "2",
+            "--grace-s",
+            "30",
+            "train",
+            "--quiet",
+        ])
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("runs concord launch");
+    assert!(
+        !result.status.success(),
+        "a stalled job exited 0\n{}",
+        text(&result)
+    );
+    assert!(started.elapsed() < Duration::from_secs(120));
+    let said = text(&result);
+    assert!(
+        said.contains("the run stalled: no worker closed an iteration for 2 s (guard.stall_s)")
+            && said.contains("worker 0 at iteration 0 of 12"),
+        "{said}"
+    );
+    assert!(!out.exists(), "a failed run left its folder behind");
+}
+
 /// A process job that loses a process after cutting checkpoints keeps its folder with the last
 /// checkpoint (and says so), and `--resume` under processes continues from it to the parameters
 /// one `sim` run of all the iterations ends with: what checkpoints are for.

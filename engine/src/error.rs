@@ -63,6 +63,9 @@ pub enum EngineError {
     /// so the caller can still write the run folder.
     #[error("{0}")]
     Stopped(Box<crate::run::StoppedRun>),
+    /// A real-time run in which no worker closed an iteration for `guard.stall_s` seconds.
+    #[error("the run stalled: {0}")]
+    Stalled(crate::stall::Stall),
     /// `--runtime process`: the processes could not meet, or one of them failed or vanished.
     #[error("process runtime (rank {rank}): {reason}")]
     Process {

@@ -35,7 +35,16 @@ pub struct GuardConfig {
     /// Consecutive checks (one every `eval_every` clocks) a worker's loss must stay above the
     /// ratio before the run is stopped.
     pub patience: u32,
+    /// In the real-time runtimes (`wall`, `process`), seconds of real time in which some worker
+    /// must close an iteration: a run that goes longer without one (a role waiting for a
+    /// message that never comes) ends with an error naming where every worker stands instead
+    /// of hanging (see [`crate::stall`]). The default is PyTorch's process-group timeout;
+    /// raise it for iterations longer than that. `sim` has `time_limit_s` instead.
+    pub stall_s: f64,
 }
+
+/// `guard.stall_s` by default: 30 minutes, PyTorch's default process-group timeout.
+pub const DEFAULT_STALL_S: f64 = 1800.0;
 
 impl Default for GuardConfig {
     fn default() -> Self {
@@ -43,6 +52,7 @@ impl Default for GuardConfig {
             enabled: true,
             loss_ratio: 10.0,
             patience: 3,
+            stall_s: DEFAULT_STALL_S,
         }
     }
 }
@@ -55,6 +65,13 @@ impl GuardConfig {
                 "guard.loss_ratio",
                 self.loss_ratio,
                 "must be a finite number above 1",
+            ));
+        }
+        if !(self.stall_s.is_finite() && self.stall_s > 0.0) {
+            return Err(EngineError::config(
+                "guard.stall_s",
+                self.stall_s,
+                "must be a positive number of seconds",
             ));
         }
         if self.patience == 0 {
@@ -292,6 +309,19 @@ impl RunGuard {
         self.lock().records.clone()
     }
 
+    /// How many iterations each of `workers` has closed here, and the clock of its last.
+    pub fn progress(&self, workers: &[WorkerId]) -> Vec<(usize, Option<u64>)> {
+        let st = self.lock();
+        workers
+            .iter()
+            .map(|&w| {
+                st.records
+                    .get(w as usize)
+                    .map_or((0, None), |r| (r.len(), r.last().map(|rec| rec.clock)))
+            })
+            .collect()
+    }
+
     /// The records `worker` closed so far (none for a worker it has not seen).
     pub fn records_of(&self, worker: WorkerId) -> Vec<IterRecord> {
         self.lock()
@@ -409,6 +439,20 @@ mod tests {
                     ..GuardConfig::default()
                 },
                 "guard.patience",
+            ),
+            (
+                GuardConfig {
+                    stall_s: 0.0,
+                    ..GuardConfig::default()
+                },
+                "guard.stall_s",
+            ),
+            (
+                GuardConfig {
+                    stall_s: f64::INFINITY,
+                    ..GuardConfig::default()
+                },
+                "guard.stall_s",
             ),
         ] {
             let err = cfg.validate().unwrap_err().to_string();

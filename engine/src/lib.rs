@@ -43,6 +43,7 @@ pub mod registry;
 pub mod resume;
 pub mod run;
 pub mod serve;
+pub mod stall;
 pub mod submodel;
 pub use concord_stragglers as stragglers;
 pub mod time;

@@ -8,12 +8,13 @@ pub(super) use super::members::{self, gated, Gated, Presence};
 use crate::context::{straggler_identity, RoleContext, RoleStats, RuntimeKind};
 use crate::contract::{Coordinator, CoordinatorReport, Server, ServerReport, Worker, WorkerReport};
 use crate::error::{EngineError, Result};
-use crate::ids::RoleId;
+use crate::ids::{RoleId, WorkerId};
 use crate::job::Job;
 use crate::memory::DeviceMemory;
 use crate::message::Message;
 use crate::metrics::TraceEvent;
 use crate::resume::NetworkState;
+use crate::stall;
 use crate::stragglers::{Probe, RoleKind, StragglerSet};
 use crate::time::TimeBase;
 use crate::trace::{Sampling, TracePlan};
@@ -22,6 +23,7 @@ use crate::transport::{BandwidthShaper, Inbox, LinkTraffic, Network, Transport};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::task::JoinSet;
 
 /// What one role's task returned: its result, its compute totals and its timeline.
@@ -271,6 +273,13 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
         Ok::<_, EngineError>((w_out, s_out, c_out))
     };
     let limit = cfg.time_limit_s;
+    let every_worker: Vec<WorkerId> = (0..cfg.workers).collect();
+    let stall = stall::watch(
+        &job.guard,
+        &every_worker,
+        Duration::from_secs_f64(cfg.guard.stall_s),
+        cfg.iterations,
+    );
     // A tripped divergence guard ends the run at once, whatever the roles are waiting for.
     let outcome = tokio::select! {
         biased;
@@ -279,6 +288,7 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
             "stopped by the divergence guard",
         )),
         r = body => r,
+        s = stall, if cfg.runtime != RuntimeKind::Sim => Err(EngineError::Stalled(s)),
         _ = time.sleep(limit) => Err(EngineError::protocol(
             RoleId::Coordinator,
             format!("the run did not finish within time_limit_s = {limit} s of run time: a role is waiting for a message that never comes (deadlock) or the run is far longer than expected"),

@@ -27,7 +27,7 @@ use crate::config::{RunConfig, RuntimeKind};
 use crate::contract::Assembly;
 use crate::error::{EngineError, Result};
 use crate::gpu::ProcessHost;
-use crate::ids::RoleId;
+use crate::ids::{RoleId, WorkerId};
 use crate::job::{Job, ProgressFn, Segment};
 use crate::message::Message;
 use crate::process::mesh::{Mesh, Peers};
@@ -35,6 +35,7 @@ use crate::process::net::{Mailboxes, MeshTransport, Postbox};
 use crate::process::wire::{Frame, JobIdentity, ProcessOutputs};
 use crate::process::World;
 use crate::resume::ResumePoint;
+use crate::stall;
 use crate::time::TimeBase;
 use crate::transport::Envelope;
 use outputs::{gather, remote, write_timelines};
@@ -43,6 +44,7 @@ use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -388,6 +390,7 @@ async fn run_segment(
     // also tells the coordinator.
     let presence = launch::Presence::new(&job.membership, job.cluster.machines.len());
     let gate_of = |role: RoleId| presence.gate(job.cluster.machine_of(role));
+    let local_ids: Vec<WorkerId> = workers.iter().map(|(w, _)| *w).collect();
     let mut worker_set = JoinSet::new();
     for (w, worker) in workers {
         let role = RoleId::Worker(w);
@@ -488,10 +491,22 @@ async fn run_segment(
         };
         Ok::<_, EngineError>((w_out, s_out, c_out))
     };
+    // Each process watches its own workers: where they stop, the run has stopped (a process
+    // without workers learns it from the others).
+    let stall = stall::watch(
+        &job.guard,
+        &local_ids,
+        Duration::from_secs_f64(config.guard.stall_s),
+        config.iterations,
+    );
     let outcome = tokio::select! {
         biased;
         _ = job.guard.tripped() => Err(EngineError::protocol(RoleId::Coordinator, "stopped by the divergence guard")),
         r = body => r,
+        s = stall, if !local_ids.is_empty() => Err(EngineError::Process {
+            rank,
+            reason: format!("the run stalled: {s}"),
+        }),
         _ = time.sleep(limit) => Err(EngineError::Process {
             rank,
             reason: format!("the run did not finish within time_limit_s = {limit} s"),
