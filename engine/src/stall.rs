@@ -30,13 +30,10 @@ pub struct Stall {
 /// At most this many worker ids are listed per group in a stall's message.
 const LISTED: usize = 8;
 
-impl fmt::Display for Stall {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "no worker closed an iteration for {} s (guard.stall_s): ",
-            self.seconds
-        )?;
+impl Stall {
+    /// Where the workers stand, grouped by the iterations they closed: `worker 0 at iteration 3
+    /// of 50; workers 1, 2 at iteration 4 of 50`.
+    pub fn standing(&self) -> String {
         let mut by_count: BTreeMap<u64, Vec<WorkerId>> = BTreeMap::new();
         for &(w, n) in &self.closed {
             by_count.entry(n).or_default().push(w);
@@ -61,7 +58,18 @@ impl fmt::Display for Stall {
                 )
             })
             .collect();
-        f.write_str(&groups.join("; "))?;
+        groups.join("; ")
+    }
+}
+
+impl fmt::Display for Stall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "no worker closed an iteration for {} s (guard.stall_s): {}",
+            self.seconds,
+            self.standing()
+        )?;
         if self.closed.iter().all(|&(_, n)| n >= self.iterations) {
             f.write_str(
                 ": every worker has done its iterations, but the servers or the coordinator did not finish",
@@ -74,36 +82,56 @@ impl fmt::Display for Stall {
     }
 }
 
+/// How long without a closed iteration before the watchdog warns (once, until the next one
+/// closes), as Horovod's stall inspector does; half of `guard.stall_s` when that is shorter.
+pub const WARN_AFTER: Duration = Duration::from_secs(60);
+
 /// Completes once none of `workers` has closed an iteration in `guard` for `limit` of real time,
-/// with where they stand; never completes while they make progress. `iterations`: what the run
-/// is to do, for the message.
+/// with where they stand; never completes while they make progress. After [`WARN_AFTER`] (or
+/// half the limit) without one, `warn` is told where they stand, once until the next closes.
+/// `iterations`: what the run is to do, for the messages.
 pub async fn watch(
     guard: &RunGuard,
     workers: &[WorkerId],
     limit: Duration,
     iterations: u64,
+    warn: impl Fn(&Stall),
 ) -> Stall {
     let tick = (limit / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let warn_after = WARN_AFTER.min(limit / 2);
     let count = || -> usize { guard.progress(workers).iter().map(|(n, _)| n).sum() };
-    let (mut seen, mut since) = (count(), Instant::now());
+    let standing = |seconds: f64| Stall {
+        seconds,
+        iterations,
+        closed: workers
+            .iter()
+            .zip(guard.progress(workers))
+            .map(|(&w, (_, last))| (w, last.map_or(0, |c| c + 1)))
+            .collect(),
+    };
+    let (mut seen, mut since, mut warned) = (count(), Instant::now(), false);
     loop {
         tokio::time::sleep(tick).await;
         let now = count();
         if now != seen {
-            (seen, since) = (now, Instant::now());
+            (seen, since, warned) = (now, Instant::now(), false);
         } else if since.elapsed() >= limit {
-            let closed = workers
-                .iter()
-                .zip(guard.progress(workers))
-                .map(|(&w, (_, last))| (w, last.map_or(0, |c| c + 1)))
-                .collect();
-            return Stall {
-                seconds: limit.as_secs_f64(),
-                iterations,
-                closed,
-            };
+            return standing(limit.as_secs_f64());
+        } else if !warned && since.elapsed() >= warn_after {
+            warned = true;
+            warn(&standing(since.elapsed().as_secs_f64().round()));
         }
     }
+}
+
+/// The warning [`watch`] gives before it stops a run, for the log.
+pub fn warning(stall: &Stall, limit: Duration) -> String {
+    format!(
+        "no worker has closed an iteration for {} s: {}; the run stops after guard.stall_s = {} s without one",
+        stall.seconds,
+        stall.standing(),
+        limit.as_secs_f64()
+    )
 }
 
 #[cfg(test)]
@@ -143,11 +171,27 @@ mod tests {
         g.record(0, &rec(1));
         g.record(2, &rec(0));
         let started = tokio::time::Instant::now();
-        let stall = watch(&g, &[0, 1, 2], Duration::from_secs(60), 10).await;
-        assert!(started.elapsed() >= Duration::from_secs(60));
+        let warned = std::sync::Mutex::new(Vec::new());
+        let stall = watch(&g, &[0, 1, 2], Duration::from_secs(600), 10, |s| {
+            warned
+                .lock()
+                .unwrap()
+                .push((tokio::time::Instant::now() - started, s.clone()))
+        })
+        .await;
+        let warned = warned.into_inner().unwrap();
+        assert_eq!(warned.len(), 1, "one warning before the stop");
+        assert!(warned[0].0 >= WARN_AFTER && warned[0].0 < Duration::from_secs(62));
+        let text = warning(&warned[0].1, Duration::from_secs(600));
+        assert!(
+            text.contains("for 60 s: worker 1 at iteration 0 of 10"),
+            "{text}"
+        );
+        assert!(text.contains("guard.stall_s = 600 s"), "{text}");
+        assert!(started.elapsed() >= Duration::from_secs(600));
         assert_eq!(stall.closed, vec![(0, 2), (1, 0), (2, 1)]);
         let text = stall.to_string();
-        assert!(text.contains("60 s (guard.stall_s)"), "{text}");
+        assert!(text.contains("600 s (guard.stall_s)"), "{text}");
         assert!(text.contains("worker 1 at iteration 0 of 10"), "{text}");
         assert!(text.contains("worker 0 at iteration 2 of 10"), "{text}");
         assert!(text.contains("raise guard.stall_s"), "{text}");
@@ -166,7 +210,14 @@ mod tests {
             })
         };
         let started = tokio::time::Instant::now();
-        let stall = watch(&g, &[0], Duration::from_secs(60), 5).await;
+        let warnings = std::sync::atomic::AtomicUsize::new(0);
+        let stall = watch(&g, &[0], Duration::from_secs(60), 5, |_| {
+            warnings.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        })
+        .await;
+        // Half the limit (30 s) without an iteration: once in each 50 s gap before an iteration
+        // closes, and once after the last.
+        assert_eq!(warnings.into_inner(), 6);
         feeder.await.unwrap();
         // The last iteration closes at 250 s; a minute later the run counts as stalled.
         assert!(

@@ -274,11 +274,13 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
     };
     let limit = cfg.time_limit_s;
     let every_worker: Vec<WorkerId> = (0..cfg.workers).collect();
+    let stall_limit = Duration::from_secs_f64(cfg.guard.stall_s);
     let stall = stall::watch(
         &job.guard,
         &every_worker,
-        Duration::from_secs_f64(cfg.guard.stall_s),
+        stall_limit,
         cfg.iterations,
+        |s| tracing::warn!("{}", stall::warning(s, stall_limit)),
     );
     // A tripped divergence guard ends the run at once, whatever the roles are waiting for.
     let outcome = tokio::select! {

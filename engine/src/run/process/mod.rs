@@ -493,11 +493,13 @@ async fn run_segment(
     };
     // Each process watches its own workers: where they stop, the run has stopped (a process
     // without workers learns it from the others).
+    let stall_limit = Duration::from_secs_f64(config.guard.stall_s);
     let stall = stall::watch(
         &job.guard,
         &local_ids,
-        Duration::from_secs_f64(config.guard.stall_s),
+        stall_limit,
         config.iterations,
+        |s| tracing::warn!("rank {rank}: {}", stall::warning(s, stall_limit)),
     );
     let outcome = tokio::select! {
         biased;
