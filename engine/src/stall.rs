@@ -11,6 +11,7 @@
 
 use crate::guard::RunGuard;
 use crate::ids::WorkerId;
+use crate::job::Job;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -122,6 +123,17 @@ pub async fn watch(
             warn(&standing(since.elapsed().as_secs_f64().round()));
         }
     }
+}
+
+/// [`watch`] over `workers` of `job`, with its `guard.stall_s` and iterations, warning through the
+/// log (each line led by `who`, e.g. `rank 1: `, to say which process warns).
+pub async fn watch_job(job: &Job, workers: &[WorkerId], who: &str) -> Stall {
+    let limit = Duration::from_secs_f64(job.config.guard.stall_s);
+    let iterations = job.config.iterations;
+    watch(&job.guard, workers, limit, iterations, |s| {
+        tracing::warn!("{who}{}", warning(s, limit))
+    })
+    .await
 }
 
 /// The warning [`watch`] gives before it stops a run, for the log.

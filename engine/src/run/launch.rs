@@ -23,7 +23,6 @@ use crate::transport::{BandwidthShaper, Inbox, LinkTraffic, Network, Transport};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::task::JoinSet;
 
 /// What one role's task returned: its result, its compute totals and its timeline.
@@ -274,14 +273,7 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
     };
     let limit = cfg.time_limit_s;
     let every_worker: Vec<WorkerId> = (0..cfg.workers).collect();
-    let stall_limit = Duration::from_secs_f64(cfg.guard.stall_s);
-    let stall = stall::watch(
-        &job.guard,
-        &every_worker,
-        stall_limit,
-        cfg.iterations,
-        |s| tracing::warn!("{}", stall::warning(s, stall_limit)),
-    );
+    let stall = stall::watch_job(&job, &every_worker, "");
     // A tripped divergence guard ends the run at once, whatever the roles are waiting for.
     let outcome = tokio::select! {
         biased;

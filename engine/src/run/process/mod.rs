@@ -44,7 +44,6 @@ use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -493,14 +492,8 @@ async fn run_segment(
     };
     // Each process watches its own workers: where they stop, the run has stopped (a process
     // without workers learns it from the others).
-    let stall_limit = Duration::from_secs_f64(config.guard.stall_s);
-    let stall = stall::watch(
-        &job.guard,
-        &local_ids,
-        stall_limit,
-        config.iterations,
-        |s| tracing::warn!("rank {rank}: {}", stall::warning(s, stall_limit)),
-    );
+    let who = format!("rank {rank}: ");
+    let stall = stall::watch_job(&job, &local_ids, &who);
     let outcome = tokio::select! {
         biased;
         _ = job.guard.tripped() => Err(EngineError::protocol(RoleId::Coordinator, "stopped by the divergence guard")),
