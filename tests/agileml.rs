@@ -246,6 +246,69 @@ fn machines_that_join_take_work_and_the_stage_follows_the_ratio() {
     assert_eq!(figure(&joined, "ledger_clocks"), ITERATIONS as f64);
 }
 
+/// More machines join than there are workers to split with: the newcomers split their halves on
+/// with the later ones (a newcomer's partner may be a newcomer whose own half has not arrived
+/// yet), so once the splits are done every worker of the eight works on an eighth of the batch.
+#[test]
+fn newcomers_hand_work_on_to_later_newcomers_until_every_worker_has_a_share() {
+    let base = cluster(2, 6, "data_gb = 0.0001");
+    let reference = run(&base);
+    let mut cfg = base.clone();
+    cfg.membership = vec![event(
+        time_of(&reference, 3),
+        EventKind::Add,
+        &[2, 3, 4, 5, 6, 7],
+    )];
+    let joined = run(&cfg);
+    assert_eq!(joined.rows.len(), ITERATIONS as usize);
+    let last = ITERATIONS - 1;
+    let shares: Vec<u64> = (0..8)
+        .map(|w| {
+            joined.worker_records[w]
+                .iter()
+                .find(|r| r.clock == last)
+                .map_or(0, |r| r.samples)
+        })
+        .collect();
+    let batch = cfg.batch * u64::from(cfg.workers);
+    assert!(
+        shares.iter().all(|&s| s == batch / 8),
+        "every worker's share of the last clock should be an eighth of {batch}: {shares:?}"
+    );
+    assert_eq!(figure(&joined, "ledger_clocks"), ITERATIONS as f64);
+}
+
+/// A warned eviction with time to hand everything over sends no update twice: the servers the
+/// partitions leave forward what reaches them, and workers send updates again only when servers
+/// are lost with updates possibly on their way. The parameters are the undisturbed run's.
+#[test]
+fn a_warned_eviction_with_time_to_spare_sends_no_update_twice() {
+    let base = cluster(2, 6, "data_gb = 0.0001");
+    let reference = run(&base);
+    let clock_s = time_of(&reference, 2) - time_of(&reference, 1);
+    let at = time_of(&reference, 8);
+    let mut cfg = base.clone();
+    cfg.membership = vec![warn(at, at + 10.0 * clock_s, &[2, 3, 4, 5, 6, 7])];
+    let warned = run(&cfg);
+    assert_eq!(bits(&warned), bits(&reference));
+    assert_eq!(figure(&warned, "departures"), 6.0);
+    // What the workers sent: the same updates as in the undisturbed run, by other routes, and a
+    // few more read requests (a read out when the route changed asks the new servers again).
+    let by_workers = |r: &RunResult| -> u64 {
+        r.summary
+            .bytes_sent_by_role
+            .iter()
+            .filter(|(role, _)| role.starts_with("worker"))
+            .map(|(_, &b)| b)
+            .sum()
+    };
+    let (sent, undisturbed) = (by_workers(&warned), by_workers(&reference));
+    assert!(
+        sent as f64 <= undisturbed as f64 * 1.01,
+        "the workers sent {sent} bytes against {undisturbed} undisturbed"
+    );
+}
+
 #[test]
 fn start_up_errors_name_the_cause() {
     let mut cfg = cluster(2, 2, "");

@@ -512,7 +512,9 @@ impl Controller {
         }
         self.retirees_gone(ctx, &set)?;
         self.handers_gone(ctx, &set)?;
-        self.machines_gone(ctx, &set)?;
+        if !self.machines_gone(ctx, &set)? {
+            self.servers_lost(ctx, &set)?;
+        }
         Ok(())
     }
 
@@ -524,7 +526,28 @@ impl Controller {
         self.retirees_gone(ctx, &set)?;
         self.handers_gone(ctx, &set)?;
         if !self.machines_gone(ctx, &set)? {
+            self.servers_lost(ctx, &set)?;
             self.restage(ctx)?;
+        }
+        Ok(())
+    }
+
+    /// Tells every worker still running that the servers of `gone` machines are gone, where no
+    /// roll-back followed (their partitions had all moved on): updates that reached them after
+    /// their hand-overs and were not forwarded are lost with them, and the workers send again
+    /// what they sent them (see [`super::sent`]). A roll-back needs none: the workers redo the
+    /// clocks from the committed one.
+    fn servers_lost(&mut self, ctx: &mut RoleContext, gone: &BTreeSet<MachineId>) -> Result<()> {
+        let servers: Vec<ServerId> = gone.iter().map(|&m| self.plan.server_of(m)).collect();
+        let order = Order::Lost { servers };
+        let running: Vec<WorkerId> = self
+            .present
+            .keys()
+            .flat_map(|&m| self.plan.workers_of[m as usize].iter().copied())
+            .filter(|w| !self.stopped.contains(w))
+            .collect();
+        for w in running {
+            ctx.send(RoleId::Worker(w), Message::strategy(&order)?);
         }
         Ok(())
     }

@@ -279,6 +279,13 @@ pub enum Order {
         /// The earliest clock that may lack their updates (where an idle taker starts).
         clock: Clock,
     },
+    /// Servers gone (evicted, or failed without a roll-back) after their partitions moved on:
+    /// an update that reached one after the hand-over and before it went is lost with it, so
+    /// the worker sends again, by its route, what it sent them of its latest clocks.
+    Lost {
+        /// The servers gone.
+        servers: Vec<ServerId>,
+    },
     /// Roll back: drop the current clock and work again from `from` in `epoch`.
     Restart {
         /// The new epoch.

@@ -1,14 +1,20 @@
-//! What a worker sent for its latest clocks, kept so that it can send it again where the route
-//! moves a partition: a warned server forwards the updates that reach it, but one that reaches it
-//! after its eviction is lost, and a worker may have sent its clock's updates by the route it had
-//! before it handled the newer one (it learns of a route change only between clocks). The new
-//! server keeps one copy of a sum that arrives twice and drops one of a clock it already applied,
-//! so sending again is always safe.
+//! What a worker sent for its latest clocks, kept so that it can send it again where a server
+//! it went to is gone: a warned server forwards the updates that reach it after it handed its
+//! partitions on, but one that reaches it after its eviction (or its failure) is lost, and a
+//! worker may have sent its clock's updates by the route it had before it handled the newer one
+//! (it learns of a route change only between clocks). The new server keeps one copy of a sum
+//! that arrives twice and drops one of a clock it already applied, so sending again is always
+//! safe. It is done when servers are lost, not at every route change: while the servers of a
+//! partition's way are there, each forwards what reaches it, and sending a clock's updates again
+//! to every partition a warning moves would flood the servers that take them.
+//!
+//! Two clocks are enough: a worker reads a clock's parameters only once every update of the
+//! clock before is applied, so an update of two clocks back has arrived wherever it went.
 
 use super::ids::{Clock, NodeId, PartitionId};
 use super::protocol::{Items, Update};
 use concord_engine::prelude::*;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// How many of its latest clocks a worker keeps what it sent for: the clock whose updates left
 /// by an older route, and the one before it (two route changes a clock apart).
@@ -60,21 +66,26 @@ impl SentUpdates {
         );
     }
 
-    /// Sends every recorded item whose partition `servers` (the new route: the server of each
-    /// partition) places on another server than the one it went to, to that server, as worker
-    /// `worker`'s updates; remembers where each went.
+    /// Sends every recorded item whose partition `route` (the server of each partition) no
+    /// longer places where the item went, to the partition's server now, as worker `worker`'s
+    /// updates, and remembers where each went: called when servers are lost (`gone`), since an
+    /// item sent to a server the partition has since left may have been on its way through a
+    /// lost one (forwarded to it, or waiting there). An item whose partition the route still
+    /// places on a gone server stays as it is: that partition is lost with it, and the
+    /// roll-back that follows recomputes its clocks.
     pub fn resend_moved(
         &mut self,
         ctx: &mut RoleContext,
         worker: WorkerId,
-        servers: &[ServerId],
+        gone: &BTreeSet<ServerId>,
+        route: &[ServerId],
     ) -> Result<()> {
         let mut by_server: BTreeMap<(ServerId, u64, Clock), Items> = BTreeMap::new();
         for item in &mut self.items {
-            let Some(&now) = servers.get(item.part as usize) else {
+            let Some(&now) = route.get(item.part as usize) else {
                 continue;
             };
-            if now == item.server {
+            if now == item.server || gone.contains(&now) {
                 continue;
             }
             item.server = now;

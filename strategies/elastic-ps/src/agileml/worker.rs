@@ -106,14 +106,11 @@ impl AgileWorker {
         self.tree = tree;
     }
 
-    /// Takes `route` unless this worker has a newer one, and sends again to their new servers
-    /// the update items it sent of partitions the route moves (see [`super::sent`]).
-    fn set_route(&mut self, ctx: &mut RoleContext, route: Route) -> Result<()> {
+    /// Takes `route` unless this worker has a newer one.
+    fn set_route(&mut self, route: Route) {
         if route.version >= self.route.version {
             self.route = route;
-            self.sent.resend_moved(ctx, self.id, &self.route.servers)?;
         }
-        Ok(())
     }
 
     /// Handles one message that is not a value reply; returns an interrupt where it ends the
@@ -123,7 +120,7 @@ impl AgileWorker {
             return self.order(ctx, order).await;
         }
         if let Some(route) = env.msg.decode::<Route>()? {
-            self.set_route(ctx, route)?;
+            self.set_route(route);
             return Ok(None);
         }
         if let Some(begin) = env.msg.decode::<Begin>()? {
@@ -164,7 +161,7 @@ impl AgileWorker {
                 // Loads the partner's range in the background of the job, then says so.
                 self.epoch = epoch;
                 self.set_tree(tree);
-                self.set_route(ctx, route)?;
+                self.set_route(route);
                 let load_s = self.plan.load_seconds(items);
                 let t0 = ctx.now();
                 ctx.sleep(load_s).await;
@@ -188,10 +185,25 @@ impl AgileWorker {
                 clock,
             } => {
                 self.set_tree(tree);
+                // A hand-over the controller undid stays here: its tree no longer gives the
+                // node's leaves to the taker (gone before it took them). The others still go,
+                // such as a newcomer's onward hand-over of part of a leaf it now takes.
+                let tree = &self.tree;
+                self.giving.retain(|&(node, to)| {
+                    leaves_under(tree, node)
+                        .iter()
+                        .any(|&leaf| tree.node(leaf).and_then(|n| n.holder) == Some(to))
+                });
                 if self.holdings.is_empty() {
                     self.clock = clock;
                 }
                 self.take(ctx, &leaves, clock).await?;
+                Ok(None)
+            }
+            Order::Lost { servers } => {
+                let gone: BTreeSet<ServerId> = servers.into_iter().collect();
+                self.sent
+                    .resend_moved(ctx, self.id, &gone, &self.route.servers)?;
                 Ok(None)
             }
             Order::Restart { epoch, from } => {
@@ -217,13 +229,6 @@ impl AgileWorker {
             .flat_map(|&n| leaves_under(&self.tree, n))
             .collect();
         self.holdings.extend(leaves.iter().copied());
-        // A leaf it was to hand over stays here: its taker has gone (the controller gave it back).
-        let tree = &self.tree;
-        self.giving.retain(|&(node, _)| {
-            !leaves_under(tree, node)
-                .iter()
-                .any(|leaf| leaves.contains(leaf))
-        });
         // The clocks from `from` this worker has passed owe the leaves' shares; the last one it
         // sent is computed now, with the parameters it read for it, the others after reading
         // theirs.
