@@ -63,8 +63,11 @@ pub struct AgileWorker {
     clock: Clock,
     /// The first clock of its epoch (where the last roll-back restarted it).
     epoch_start: Clock,
-    /// What it sent for its latest clocks, sent again where the route moves a partition.
+    /// What it sent for its latest clocks, sent again when servers are lost (see [`super::sent`]).
     sent: SentUpdates,
+    /// How many times the controller has said servers were lost (`Order::Lost`): a read out
+    /// then asks again for what it still misses.
+    losses: u64,
     /// Leaves taken from a clock this worker had passed, per clock it owes their share of.
     owed: BTreeMap<Clock, BTreeSet<NodeId>>,
 }
@@ -91,6 +94,7 @@ impl AgileWorker {
             clock: 0,
             epoch_start: 0,
             sent: SentUpdates::default(),
+            losses: 0,
             owed: BTreeMap::new(),
         })
     }
@@ -201,6 +205,7 @@ impl AgileWorker {
                 Ok(None)
             }
             Order::Lost { servers } => {
+                self.losses += 1;
                 let gone: BTreeSet<ServerId> = servers.into_iter().collect();
                 self.sent
                     .resend_moved(ctx, self.id, &gone, &self.route.servers)?;
@@ -373,10 +378,12 @@ impl AgileWorker {
     /// Reads every partition for `clock`; `Err(interrupt)` when a control message ends the read
     /// first (with `owed_first`, also when it leaves shares of an earlier clock owed).
     ///
-    /// Where the route changes while the read is out, the partitions still missing are asked of
-    /// their new servers too: a warned server forwards what reaches it, but a read that reaches
-    /// it after its eviction is lost (a joining worker that loaded its data meanwhile reads with
-    /// the route it was given before the warning).
+    /// Where servers are lost while the read is out, the partitions still missing are asked of
+    /// their servers by the current route: a warned server forwards what reaches it, but a read
+    /// that reaches it after its eviction is lost (a joining worker that loaded its data
+    /// meanwhile reads with the route it was given before the warning). A route change alone
+    /// asks nothing again: the servers a read went to forward it, and asking the new ones too
+    /// would bring the values twice.
     async fn read_at(
         &mut self,
         ctx: &mut RoleContext,
@@ -385,7 +392,7 @@ impl AgileWorker {
     ) -> Result<std::result::Result<ReadState, Interrupt>> {
         let epoch = self.epoch;
         self.send_reads(ctx, epoch, clock, |_| true)?;
-        let mut asked = self.route.version;
+        let mut asked = self.losses;
         let np = self.plan.np();
         let mut values = BTreeMap::new();
         while values.len() < np {
@@ -414,8 +421,8 @@ impl AgileWorker {
                     if owed_first && !self.owed.is_empty() {
                         return Ok(Err(Interrupt::CatchUp));
                     }
-                    if self.route.version != asked {
-                        asked = self.route.version;
+                    if self.losses != asked {
+                        asked = self.losses;
                         self.send_reads(ctx, epoch, clock, |p| !values.contains_key(&p))?;
                     }
                 }
