@@ -500,7 +500,7 @@ async fn run_segment(
         r = body => r,
         s = stall, if !local_ids.is_empty() => Err(EngineError::Process {
             rank,
-            reason: format!("the run stalled: {s}"),
+            reason: EngineError::Stalled(s).to_string(),
         }),
         _ = time.sleep(limit) => Err(EngineError::Process {
             rank,

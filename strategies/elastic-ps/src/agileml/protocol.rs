@@ -281,7 +281,8 @@ pub enum Order {
     },
     /// Servers gone (evicted, or failed without a roll-back) after their partitions moved on:
     /// an update that reached one after the hand-over and before it went is lost with it, so
-    /// the worker sends again, by its route, what it sent them of its latest clocks.
+    /// the worker sends again, by its route, what it sent of its latest clocks whose partitions
+    /// have moved since, and asks again for the partitions a read still misses.
     Lost {
         /// The servers gone.
         servers: Vec<ServerId>,

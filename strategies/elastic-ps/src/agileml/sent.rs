@@ -16,8 +16,8 @@ use super::protocol::{Items, Update};
 use concord_engine::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// How many of its latest clocks a worker keeps what it sent for: the clock whose updates left
-/// by an older route, and the one before it (two route changes a clock apart).
+/// How many of its latest clocks a worker keeps what it sent for: the clock whose updates may
+/// still be on their way, and the one before it (see the module docs for why two suffice).
 const CLOCKS_KEPT: u64 = 2;
 
 /// One update item as sent: a partition's slice of a node's sum, and the server it went to.
