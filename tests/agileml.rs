@@ -207,10 +207,12 @@ fn membership_events_within_a_clock_of_each_other_lose_nothing() {
         vec![warned(0.1, 0.5, &[4, 5]), add(0.3, &[6]), fail(0.5, &[6])],
         vec![fail(0.3, &[5, 6]), add(2.0, &[7]), warned(4.0, 0.1, &[4])],
     ];
+    let mut duplicates = Vec::new();
     for (i, membership) in cases.into_iter().enumerate() {
         let mut cfg = base.clone();
         cfg.membership = membership;
         let r = run(&cfg);
+        duplicates.push(figure(&r, "duplicate_sums"));
         assert_eq!(r.rows.len(), ITERATIONS as usize, "case {i}");
         assert_eq!(figure(&r, "ledger_clocks"), ITERATIONS as f64, "case {i}");
         let diff = common::max_diff(
@@ -219,6 +221,12 @@ fn membership_events_within_a_clock_of_each_other_lose_nothing() {
         );
         assert!(diff < 1e-3, "case {i}: {diff}");
     }
+    // Updates sent again after servers were lost reached servers that had summed them already,
+    // and were dropped there: the servers' count of such sums says so.
+    assert!(
+        duplicates.iter().any(|&d| d > 0.0),
+        "no server dropped a sum twice: {duplicates:?}"
+    );
 }
 
 /// Machines that join mid-run take half of a worker's data after loading it and speed the
@@ -292,6 +300,7 @@ fn a_warned_eviction_with_time_to_spare_sends_no_update_twice() {
     let warned = run(&cfg);
     assert_eq!(bits(&warned), bits(&reference));
     assert_eq!(figure(&warned, "departures"), 6.0);
+    assert_eq!(figure(&warned, "duplicate_sums"), 0.0);
     // What the workers sent: the same updates as in the undisturbed run, by other routes, and a
     // few more read requests (a read out when the route changed asks the new servers again).
     let by_workers = |r: &RunResult| -> u64 {

@@ -206,7 +206,7 @@ pub struct RoleStats {
     #[serde(default)]
     pub memory: BTreeMap<String, f64>,
     /// A strategy's own figures of this role (`RoleContext::set_figure`): the summary reports
-    /// each one's mean over the workers that set it.
+    /// each one's mean over the roles (workers and servers) that set it.
     #[serde(default)]
     pub figures: BTreeMap<String, f64>,
 }
@@ -704,7 +704,7 @@ impl RoleContext {
         delay
     }
 
-    /// Sets one of this role's figures for the run summary (a worker's: averaged over the workers
+    /// Sets one of this role's figures for the run summary (averaged over the workers and servers
     /// that set it), e.g. a strategy's measured hit rate or stage time. The last value set counts.
     pub fn set_figure(&mut self, name: impl Into<String>, value: f64) {
         self.stats.figures.insert(name.into(), value);

@@ -43,14 +43,10 @@ pub(super) fn finish(
     let mut capacity = history.capacity;
     capacity.resize(job.config.workers as usize, (0.0, 0.0));
     let mut worker_parts = Vec::new();
-    let mut worker_figures: BTreeMap<String, (f64, u32)> = BTreeMap::new();
+    let mut role_figures = FigureMeans::default();
     for (w, out) in workers.into_iter().enumerate() {
         let report = out.result?;
-        for (name, v) in out.stats.memory.iter().chain(&out.stats.figures) {
-            let e = worker_figures.entry(name.clone()).or_default();
-            e.0 += v;
-            e.1 += 1;
-        }
+        role_figures.add(out.stats.memory.iter().chain(&out.stats.figures));
         let peak = peak_memory.entry(out.role.label()).or_default();
         *peak = (*peak).max(out.peak_memory);
         capacity[w].0 += out.stats.flops;
@@ -79,6 +75,7 @@ pub(super) fn finish(
     let mut reads = Vec::with_capacity(read_count);
     for out in servers {
         let report = out.result?;
+        role_figures.add(out.stats.memory.iter().chain(&out.stats.figures));
         let peak = peak_memory.entry(out.role.label()).or_default();
         *peak = (*peak).max(report.model.bytes());
         reads.extend(report.reads);
@@ -147,10 +144,7 @@ pub(super) fn finish(
             capacity: &capacity,
             traffic: &traffic,
             coordinator: &coordinator_report,
-            memory: &worker_figures
-                .into_iter()
-                .map(|(k, (sum, n))| (k, sum / f64::from(n)))
-                .collect(),
+            figures: &role_figures.means(),
         },
         peak_memory,
         final_eval.as_ref().map(|e| (e.accuracy, e.loss, e.auc)),
@@ -178,6 +172,29 @@ pub(super) fn finish(
         model,
         resume,
     })
+}
+
+/// The roles' figures, each summed with the number of roles that reported it.
+#[derive(Default)]
+struct FigureMeans(BTreeMap<String, (f64, u32)>);
+
+impl FigureMeans {
+    /// Adds one role's figures.
+    fn add<'a>(&mut self, figures: impl Iterator<Item = (&'a String, &'a f64)>) {
+        for (name, v) in figures {
+            let e = self.0.entry(name.clone()).or_default();
+            e.0 += v;
+            e.1 += 1;
+        }
+    }
+
+    /// Each figure's mean over the roles that reported it.
+    fn means(&self) -> BTreeMap<String, f64> {
+        self.0
+            .iter()
+            .map(|(k, &(sum, n))| (k.clone(), sum / f64::from(n)))
+            .collect()
+    }
 }
 
 /// Rows before a checkpoint keep the evaluations made then (`before`: the checkpoint's rows).
@@ -218,8 +235,9 @@ struct Totals<'a> {
     capacity: &'a [(f64, f64)],
     traffic: &'a BTreeMap<(RoleId, RoleId), LinkTraffic>,
     coordinator: &'a CoordinatorReport,
-    /// The workers' figures (memory policy, strategy), each averaged over the workers that report it.
-    memory: &'a BTreeMap<String, f64>,
+    /// The workers' and servers' figures (memory policy, strategy), each averaged over the roles
+    /// that report it.
+    figures: &'a BTreeMap<String, f64>,
 }
 
 /// The run's summary. Wait share and the ideal bound count the active workers only: those with at
@@ -292,7 +310,7 @@ fn summarise(
             .figures
             .iter()
             .cloned()
-            .chain(t.memory.iter().map(|(k, v)| (k.clone(), *v)))
+            .chain(t.figures.iter().map(|(k, v)| (k.clone(), *v)))
             .collect(),
         stopped: None,
     }
@@ -330,7 +348,7 @@ pub(super) fn stopped(
             capacity: &capacity,
             traffic: &traffic,
             coordinator: &coordinator,
-            memory: &BTreeMap::new(),
+            figures: &BTreeMap::new(),
         },
         BTreeMap::new(),
         None,
