@@ -64,6 +64,7 @@ pub fn concord_binary() -> anyhow::Result<PathBuf> {
         "{} not found: build it first (cargo build --release -p concord)",
         bin.display()
     );
+    crate::freshness::check(&bin, "cargo build --release -p concord")?;
     Ok(bin)
 }
 

@@ -24,6 +24,7 @@ mod bench_scale;
 mod calibration;
 mod cuda;
 mod fidelity;
+mod freshness;
 
 use clap::{Parser, Subcommand};
 use std::process::{Command, ExitCode};
@@ -74,6 +75,12 @@ enum Task {
 
 fn main() -> ExitCode {
     let xtask = Xtask::parse();
+    if measures(&xtask.task) {
+        if let Err(e) = freshness::check_self("cargo build --release -p xtask") {
+            eprintln!("xtask: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     match xtask.task {
         Task::Train { args } => {
             let mut argv = vec!["concord".into(), "train".into()];
@@ -118,6 +125,19 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// Whether `task` measures the code and files its numbers under the tree's version, so that a
+/// binary built from older sources must not run it.
+fn measures(task: &Task) -> bool {
+    matches!(
+        task,
+        Task::Bench(_)
+            | Task::BenchEngine
+            | Task::BenchScale(_)
+            | Task::BenchProcess(_)
+            | Task::Calibration(_)
+    )
 }
 
 /// The exit code of a task, with its error printed.
