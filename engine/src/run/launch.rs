@@ -4,6 +4,7 @@
 //! returned.
 
 use super::build::Built;
+use super::failure::FirstFailure;
 pub(super) use super::members::{self, gated, Gated, Presence};
 use crate::context::{straggler_identity, RoleContext, RoleStats, RuntimeKind};
 use crate::contract::{Coordinator, CoordinatorReport, Server, ServerReport, Worker, WorkerReport};
@@ -198,15 +199,17 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
             with_departed_records(&job, out)
         });
     }
+    let failure = FirstFailure::default();
     let mut server_set = JoinSet::new();
     for (s, server) in servers {
         let role = RoleId::Server(s);
-        server_set.spawn(run_server(
-            server,
-            ctx_for(role)?,
-            start_of(role),
-            gate_of(role),
-        ));
+        let ran = run_server(server, ctx_for(role)?, start_of(role), gate_of(role));
+        let failure = failure.clone();
+        server_set.spawn(async move {
+            let out = ran.await;
+            failure.note(&out, "a server failed");
+            out
+        });
     }
     let driver = (!job.membership.is_static()).then(|| {
         let net = net.clone();
@@ -226,11 +229,19 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
             .count()
     };
     let total_workers = job.config.workers as usize;
-    let coord = tokio::spawn(run_coordinator(
-        coordinator,
-        ctx_for(RoleId::Coordinator)?,
-        start_of(RoleId::Coordinator),
-    ));
+    let coord = {
+        let ran = run_coordinator(
+            coordinator,
+            ctx_for(RoleId::Coordinator)?,
+            start_of(RoleId::Coordinator),
+        );
+        let failure = failure.clone();
+        tokio::spawn(async move {
+            let out = ran.await;
+            failure.note(&out, "the coordinator failed");
+            out
+        })
+    };
 
     let body = async {
         let mut w_out = Vec::new();
@@ -282,6 +293,8 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
             "stopped by the divergence guard",
         )),
         r = body => r,
+        // A server or the coordinator failed mid-run: the workers would wait for it forever.
+        what = failure.first() => Err(EngineError::protocol(RoleId::Coordinator, what)),
         s = stall, if cfg.runtime != RuntimeKind::Sim => Err(EngineError::Stalled(s)),
         _ = time.sleep(limit) => Err(EngineError::protocol(
             RoleId::Coordinator,

@@ -12,6 +12,7 @@
 
 mod build;
 mod evaluate;
+mod failure;
 mod finish;
 mod launch;
 mod members;

@@ -45,11 +45,15 @@ impl TokenServerRole {
         iterations: u64,
         lock_hold_s: f64,
     ) -> Result<TokenServerRole> {
+        let feasible = |weights: &[u32]| {
+            TokenPlan::new(opts.total_batch, workers, opts.threshold, weights, "").is_ok()
+        };
         let tuner = Tuner::new(
             opts.submodels.len(),
             workers,
             opts.tune_iters,
             opts.fixed.clone(),
+            feasible,
         );
         let case = tuner.current();
         let server = build_server(&opts, workers, &case, lock_hold_s)?;

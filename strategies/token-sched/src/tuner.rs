@@ -27,13 +27,21 @@ enum Phase {
 }
 
 impl Tuner {
-    /// A tuner over the cases of `levels` sub-models on `workers` workers, `iters_per_case`
-    /// iterations each; with `fixed`, no tuning: that case throughout.
-    pub fn new(levels: usize, workers: u32, iters_per_case: u64, fixed: Option<Case>) -> Tuner {
+    /// A tuner over the cases of `levels` sub-models on `workers` workers that `feasible` admits
+    /// (a weight vector must divide the job's level-1 tokens), `iters_per_case` iterations each;
+    /// with `fixed`, no tuning: that case throughout.
+    pub fn new(
+        levels: usize,
+        workers: u32,
+        iters_per_case: u64,
+        fixed: Option<Case>,
+        feasible: impl Fn(&[u32]) -> bool,
+    ) -> Tuner {
         let queue = match &fixed {
             Some(_) => VecDeque::new(),
             None => weight_cases(levels, workers)
                 .into_iter()
+                .filter(|weights| feasible(weights))
                 .map(|weights| Case {
                     weights,
                     subset: workers,
@@ -143,7 +151,7 @@ mod tests {
 
     #[test]
     fn phase_two_keeps_the_best_weights_and_the_winner_stays() {
-        let mut t = Tuner::new(3, 8, 2, None);
+        let mut t = Tuner::new(3, 8, 2, None, |_| true);
         // Phase 1: ten weight cases; case {1, 1, 4} (index 2) is the fastest.
         for k in 0..10 {
             let c = t.current();
@@ -173,5 +181,17 @@ mod tests {
             }
         );
         assert_eq!(t.results().len(), 13);
+    }
+
+    #[test]
+    fn only_feasible_weights_are_tried() {
+        // Five workers with five level-1 tokens: weights 2 and 4 do not divide them, so only
+        // {1, 1, 1} is tried; no CTD subset follows (N/2 = 2 does not divide 5 workers).
+        let mut t = Tuner::new(3, 5, 1, None, |w| w.iter().all(|&x| 5 % x == 0));
+        assert_eq!(t.current().weights, vec![1, 1, 1]);
+        t.record(1.0);
+        assert!(!t.tuning());
+        assert_eq!(t.current().weights, vec![1, 1, 1]);
+        assert_eq!(t.results().len(), 1);
     }
 }

@@ -86,6 +86,26 @@ fn tuning_tries_every_case_and_keeps_sgd() {
 }
 
 #[test]
+fn tuning_skips_weights_that_do_not_divide_the_tokens() {
+    // 6 workers, X = 12 samples, threshold 4: n_1 = max(12 / 4, 6) = 6 level-1 tokens. Weight 4
+    // does not divide them, so of the six weight cases only {1, 1, 1}, {1, 1, 2} and {1, 2, 2}
+    // run; then the best weights with CTD subsets of 3 and 1 workers: five cases.
+    let base = base(6, 2, 12);
+    let dp = run(&base);
+    let r = run(&fela(base, &format!("{SPLIT}tune_iters = 2")));
+    let d = max_diff(dp.params.as_ref().unwrap(), r.params.as_ref().unwrap());
+    assert!(d < 1e-5, "max |Δ| = {d}");
+    let cases: Vec<&String> = r
+        .summary
+        .figures
+        .keys()
+        .filter(|k| k.starts_with("fela.case."))
+        .collect();
+    assert!(cases.iter().all(|k| !k.contains("-4")), "{cases:?}");
+    assert_eq!(cases.len(), 5, "{cases:?}");
+}
+
+#[test]
 fn a_slow_worker_takes_fewer_tokens() {
     // Compute-bound cores, so token times dwarf the messages' latency.
     let mut cfg = base(4, 64, 3);

@@ -19,6 +19,7 @@ mod outputs;
 mod ranks;
 
 use super::build::{self, Built};
+use super::failure::FirstFailure;
 use super::finish;
 use super::launch;
 use super::{RunOptions, RunResult};
@@ -401,16 +402,17 @@ async fn run_segment(
             gate_of(role),
         ));
     }
+    let failure = FirstFailure::default();
     let mut server_set = JoinSet::new();
     for (s, server) in servers {
         let role = RoleId::Server(s);
-        let ctx = ctx_for(role)?;
-        server_set.spawn(launch::run_server(
-            server,
-            ctx,
-            start_of(role),
-            gate_of(role),
-        ));
+        let ran = launch::run_server(server, ctx_for(role)?, start_of(role), gate_of(role));
+        let failure = failure.clone();
+        server_set.spawn(async move {
+            let out = ran.await;
+            failure.note(&out, &format!("{} failed", role.label()));
+            out
+        });
     }
     let driver = presence.is_dynamic().then(|| {
         let (postbox, coordinator_here) = (postbox.clone(), here(RoleId::Coordinator));
@@ -441,7 +443,13 @@ async fn run_segment(
     let coord = here(RoleId::Coordinator).then(|| {
         ctx_for(RoleId::Coordinator).map(|ctx| {
             let start = start_of(RoleId::Coordinator);
-            tokio::spawn(launch::run_coordinator(coordinator, ctx, start))
+            let ran = launch::run_coordinator(coordinator, ctx, start);
+            let failure = failure.clone();
+            tokio::spawn(async move {
+                let out = ran.await;
+                failure.note(&out, "the coordinator failed");
+                out
+            })
         })
     });
     let coord = coord.transpose()?;
@@ -498,6 +506,8 @@ async fn run_segment(
         biased;
         _ = job.guard.tripped() => Err(EngineError::protocol(RoleId::Coordinator, "stopped by the divergence guard")),
         r = body => r,
+        // A server or the coordinator of this process failed mid-run.
+        reason = failure.first() => Err(EngineError::Process { rank, reason }),
         s = stall, if !local_ids.is_empty() => Err(EngineError::Process {
             rank,
             reason: EngineError::Stalled(s).to_string(),

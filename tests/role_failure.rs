@@ -1,0 +1,219 @@
+//! A server or coordinator that fails mid-run ends the run at once with its own error, in every
+//! runtime; the workers waiting for it do not hold the run until the time limit (`sim`, which
+//! would report a deadlock instead) or the stall watchdog (real time).
+
+use concord::engine::collective::NoServer;
+use concord::engine::config::{RunConfig, RuntimeKind};
+use concord::engine::prelude::*;
+use concord::engine::run::RunOptions;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The clock at which the probe's server or coordinator gives up.
+const FAILS_AT: u64 = 2;
+
+/// Which role of the probe fails.
+#[derive(Clone, Copy)]
+enum Failing {
+    Server,
+    Coordinator,
+}
+
+impl Failing {
+    fn role(self) -> RoleId {
+        match self {
+            Failing::Server => RoleId::Server(0),
+            Failing::Coordinator => RoleId::Coordinator,
+        }
+    }
+}
+
+/// Sends the failing role a note each clock and waits for its answer before the next.
+struct AskingWorker {
+    job: Arc<Job>,
+    ask: RoleId,
+}
+
+#[async_trait]
+impl Worker for AskingWorker {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
+        let mut iterations = Vec::new();
+        for clock in self.job.clocks() {
+            let start = ctx.now();
+            ctx.sleep(0.01).await;
+            ctx.send(self.ask, Message::custom("probe.ask", &clock)?);
+            ctx.recv_matching(|e| e.from == self.ask).await?;
+            let tally = ClockTally {
+                samples: 1,
+                compute_s: 0.01,
+                wait_s: 0.0,
+                comm_s: 0.0,
+                loss: f64::NAN,
+                version_read: 0,
+                bytes_sent: 0,
+            };
+            iterations.push(close_clock(ctx, &self.job, clock, start, tally));
+        }
+        Ok(WorkerReport {
+            iterations,
+            ..WorkerReport::default()
+        })
+    }
+}
+
+/// Answers every note until one of clock `FAILS_AT` comes, then fails.
+async fn answer_until_failing(ctx: &mut RoleContext) -> Result<()> {
+    loop {
+        let env = ctx.recv().await?;
+        if matches!(env.msg, Message::Shutdown) {
+            return Ok(());
+        }
+        let Some(clock) = env.msg.decode_custom::<u64>("probe.ask")? else {
+            continue;
+        };
+        if clock >= FAILS_AT {
+            return Err(EngineError::protocol(
+                ctx.id(),
+                format!("the probe gives up at clock {clock}"),
+            ));
+        }
+        ctx.send(env.from, Message::custom("probe.answer", &clock)?);
+    }
+}
+
+struct FailingServer;
+
+#[async_trait]
+impl Server for FailingServer {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<ServerReport> {
+        answer_until_failing(ctx).await?;
+        Ok(ServerReport::default())
+    }
+}
+
+struct FailingCoordinator;
+
+#[async_trait]
+impl Coordinator for FailingCoordinator {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
+        answer_until_failing(ctx).await?;
+        Ok(CoordinatorReport::default())
+    }
+}
+
+/// Workers that ask `failing`'s role each clock, and that role, which fails at `FAILS_AT`.
+struct FailureProbe(Failing);
+
+impl Strategy for FailureProbe {
+    fn name(&self) -> &'static str {
+        "failure-probe"
+    }
+    fn summary(&self) -> &'static str {
+        "test: workers waiting on a server or coordinator that fails mid-run"
+    }
+    fn slots(&self) -> &'static [Slot] {
+        &[
+            Slot::Worker,
+            Slot::Server,
+            Slot::Coordinator,
+            Slot::Consistency,
+        ]
+    }
+    fn install(&self, _: Option<&toml::Value>, _: &RunConfig, asm: &mut Assembly) -> Result<()> {
+        let ask = self.0.role();
+        asm.consistency = Some(Arc::new(NoServer));
+        asm.set_worker(move |job, _| Ok(AskingWorker { job, ask }));
+        match self.0 {
+            Failing::Server => {
+                asm.set_server(|_, _| Ok(FailingServer));
+                asm.set_coordinator(|_| Ok(Idle));
+            }
+            Failing::Coordinator => {
+                asm.set_server(|_, _| Ok(IdleServer));
+                asm.set_coordinator(|_| Ok(FailingCoordinator));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A coordinator with nothing to do until shutdown.
+struct Idle;
+
+#[async_trait]
+impl Coordinator for Idle {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
+        ctx.recv_matching(|e| matches!(e.msg, Message::Shutdown))
+            .await?;
+        Ok(CoordinatorReport::default())
+    }
+}
+
+/// A server with nothing to do until shutdown.
+struct IdleServer;
+
+#[async_trait]
+impl Server for IdleServer {
+    async fn run(&mut self, ctx: &mut RoleContext) -> Result<ServerReport> {
+        ctx.recv_matching(|e| matches!(e.msg, Message::Shutdown))
+            .await?;
+        Ok(ServerReport::default())
+    }
+}
+
+/// Runs the probe with `failing` under `runtime`; the error and how long the run took.
+fn run(failing: Failing, runtime: &str) -> (String, f64) {
+    let mut registry = concord::registry();
+    registry
+        .register(Arc::new(FailureProbe(failing)))
+        .expect("register");
+    let mut cfg = RunConfig {
+        workers: 3,
+        servers: 1,
+        iterations: 10,
+        eval_every: 10,
+        strategies: vec!["failure-probe".into()],
+        ..RunConfig::default()
+    };
+    cfg.model = toml::from_str("kind = \"profile\"\nname = \"resnet-32\"").expect("model");
+    cfg.runtime = match runtime {
+        "sim" => RuntimeKind::Sim,
+        _ => RuntimeKind::Wall,
+    };
+    // Long enough that a run waiting for it would not pass the time checks below.
+    cfg.guard.stall_s = 120.0;
+    let asm = registry.compose(&cfg).expect("composes");
+    let started = Instant::now();
+    let err = match concord::engine::run(&cfg, &asm, RunOptions::default()) {
+        Err(e) => e.to_string(),
+        Ok(r) => panic!("the run completed {} rows", r.rows.len()),
+    };
+    (err, started.elapsed().as_secs_f64())
+}
+
+#[test]
+fn a_failing_coordinator_ends_the_run_with_its_error() {
+    for runtime in ["sim", "wall"] {
+        let (err, took) = run(Failing::Coordinator, runtime);
+        assert!(err.contains("the coordinator failed"), "{runtime}: {err}");
+        assert!(
+            err.contains("the probe gives up at clock 2"),
+            "{runtime}: {err}"
+        );
+        assert!(!err.contains("time_limit_s"), "{runtime}: {err}");
+        assert!(took < 60.0, "{runtime}: the run took {took} s to stop");
+    }
+}
+
+#[test]
+fn a_failing_server_ends_the_run_with_its_error() {
+    for runtime in ["sim", "wall"] {
+        let (err, took) = run(Failing::Server, runtime);
+        assert!(err.contains("a server failed"), "{runtime}: {err}");
+        assert!(
+            err.contains("the probe gives up at clock 2"),
+            "{runtime}: {err}"
+        );
+        assert!(took < 60.0, "{runtime}: the run took {took} s to stop");
+    }
+}
