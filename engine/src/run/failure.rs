@@ -6,6 +6,7 @@
 //! watchdog (real time), with a deadlock message in place of the role's own error.
 
 use super::launch::RoleOutput;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
@@ -23,6 +24,20 @@ impl FirstFailure {
             }
             drop(first);
             self.0 .1.notify_one();
+        }
+    }
+
+    /// `ran`, noting its failure as `"<what>: <error>"` when it ends (see [`FirstFailure::note`]).
+    pub(super) fn watching<T>(
+        &self,
+        ran: impl Future<Output = RoleOutput<T>>,
+        what: String,
+    ) -> impl Future<Output = RoleOutput<T>> {
+        let failure = self.clone();
+        async move {
+            let out = ran.await;
+            failure.note(&out, &what);
+            out
         }
     }
 

@@ -204,12 +204,7 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
     for (s, server) in servers {
         let role = RoleId::Server(s);
         let ran = run_server(server, ctx_for(role)?, start_of(role), gate_of(role));
-        let failure = failure.clone();
-        server_set.spawn(async move {
-            let out = ran.await;
-            failure.note(&out, "a server failed");
-            out
-        });
+        server_set.spawn(failure.watching(ran, "a server failed".into()));
     }
     let driver = (!job.membership.is_static()).then(|| {
         let net = net.clone();
@@ -229,19 +224,14 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
             .count()
     };
     let total_workers = job.config.workers as usize;
-    let coord = {
-        let ran = run_coordinator(
+    let coord = tokio::spawn(failure.watching(
+        run_coordinator(
             coordinator,
             ctx_for(RoleId::Coordinator)?,
             start_of(RoleId::Coordinator),
-        );
-        let failure = failure.clone();
-        tokio::spawn(async move {
-            let out = ran.await;
-            failure.note(&out, "the coordinator failed");
-            out
-        })
-    };
+        ),
+        "the coordinator failed".into(),
+    ));
 
     let body = async {
         let mut w_out = Vec::new();

@@ -407,12 +407,7 @@ async fn run_segment(
     for (s, server) in servers {
         let role = RoleId::Server(s);
         let ran = launch::run_server(server, ctx_for(role)?, start_of(role), gate_of(role));
-        let failure = failure.clone();
-        server_set.spawn(async move {
-            let out = ran.await;
-            failure.note(&out, &format!("{} failed", role.label()));
-            out
-        });
+        server_set.spawn(failure.watching(ran, format!("{} failed", role.label())));
     }
     let driver = presence.is_dynamic().then(|| {
         let (postbox, coordinator_here) = (postbox.clone(), here(RoleId::Coordinator));
@@ -444,12 +439,7 @@ async fn run_segment(
         ctx_for(RoleId::Coordinator).map(|ctx| {
             let start = start_of(RoleId::Coordinator);
             let ran = launch::run_coordinator(coordinator, ctx, start);
-            let failure = failure.clone();
-            tokio::spawn(async move {
-                let out = ran.await;
-                failure.note(&out, "the coordinator failed");
-                out
-            })
+            tokio::spawn(failure.watching(ran, "the coordinator failed".into()))
         })
     });
     let coord = coord.transpose()?;
