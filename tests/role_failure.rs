@@ -64,7 +64,8 @@ impl Worker for AskingWorker {
     }
 }
 
-/// Answers every note until one of clock `FAILS_AT` comes, then fails.
+/// Answers every note until one of clock `FAILS_AT` comes, then fails; a role the workers never
+/// ask waits for the shutdown.
 async fn answer_until_failing(ctx: &mut RoleContext) -> Result<()> {
     loop {
         let env = ctx.recv().await?;
@@ -84,27 +85,28 @@ async fn answer_until_failing(ctx: &mut RoleContext) -> Result<()> {
     }
 }
 
-struct FailingServer;
+struct ProbeServer;
 
 #[async_trait]
-impl Server for FailingServer {
+impl Server for ProbeServer {
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<ServerReport> {
         answer_until_failing(ctx).await?;
         Ok(ServerReport::default())
     }
 }
 
-struct FailingCoordinator;
+struct ProbeCoordinator;
 
 #[async_trait]
-impl Coordinator for FailingCoordinator {
+impl Coordinator for ProbeCoordinator {
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
         answer_until_failing(ctx).await?;
         Ok(CoordinatorReport::default())
     }
 }
 
-/// Workers that ask `failing`'s role each clock, and that role, which fails at `FAILS_AT`.
+/// Workers that ask `failing`'s role each clock, and a server and coordinator that answer until
+/// `FAILS_AT` (the one not asked idles).
 struct FailureProbe(Failing);
 
 impl Strategy for FailureProbe {
@@ -126,41 +128,9 @@ impl Strategy for FailureProbe {
         let ask = self.0.role();
         asm.consistency = Some(Arc::new(NoServer));
         asm.set_worker(move |job, _| Ok(AskingWorker { job, ask }));
-        match self.0 {
-            Failing::Server => {
-                asm.set_server(|_, _| Ok(FailingServer));
-                asm.set_coordinator(|_| Ok(Idle));
-            }
-            Failing::Coordinator => {
-                asm.set_server(|_, _| Ok(IdleServer));
-                asm.set_coordinator(|_| Ok(FailingCoordinator));
-            }
-        }
+        asm.set_server(|_, _| Ok(ProbeServer));
+        asm.set_coordinator(|_| Ok(ProbeCoordinator));
         Ok(())
-    }
-}
-
-/// A coordinator with nothing to do until shutdown.
-struct Idle;
-
-#[async_trait]
-impl Coordinator for Idle {
-    async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
-        ctx.recv_matching(|e| matches!(e.msg, Message::Shutdown))
-            .await?;
-        Ok(CoordinatorReport::default())
-    }
-}
-
-/// A server with nothing to do until shutdown.
-struct IdleServer;
-
-#[async_trait]
-impl Server for IdleServer {
-    async fn run(&mut self, ctx: &mut RoleContext) -> Result<ServerReport> {
-        ctx.recv_matching(|e| matches!(e.msg, Message::Shutdown))
-            .await?;
-        Ok(ServerReport::default())
     }
 }
 

@@ -68,6 +68,15 @@ fn one_worker_equals_single_process_sgd() {
     assert!(d < 1e-5, "max |Δ| = {d}");
 }
 
+/// The tuning cases a run measured (`fela.case.<k>.w<weights>.s<subset>_s` figures).
+fn tuning_cases(r: &concord_engine::RunResult) -> Vec<&String> {
+    r.summary
+        .figures
+        .keys()
+        .filter(|k| k.starts_with("fela.case."))
+        .collect()
+}
+
 #[test]
 fn tuning_tries_every_case_and_keeps_sgd() {
     // 4 workers, 3 sub-models: six weight cases, then subsets 2 and 1: 8 cases.
@@ -76,13 +85,7 @@ fn tuning_tries_every_case_and_keeps_sgd() {
     let r = run(&fela(base, &format!("{SPLIT}tune_iters = 2")));
     let d = max_diff(dp.params.as_ref().unwrap(), r.params.as_ref().unwrap());
     assert!(d < 1e-5, "max |Δ| = {d}");
-    let cases = r
-        .summary
-        .figures
-        .keys()
-        .filter(|k| k.starts_with("fela.case."))
-        .count();
-    assert_eq!(cases, 8, "{:?}", r.summary.figures);
+    assert_eq!(tuning_cases(&r).len(), 8, "{:?}", r.summary.figures);
 }
 
 #[test]
@@ -95,12 +98,7 @@ fn tuning_skips_weights_that_do_not_divide_the_tokens() {
     let r = run(&fela(base, &format!("{SPLIT}tune_iters = 2")));
     let d = max_diff(dp.params.as_ref().unwrap(), r.params.as_ref().unwrap());
     assert!(d < 1e-5, "max |Δ| = {d}");
-    let cases: Vec<&String> = r
-        .summary
-        .figures
-        .keys()
-        .filter(|k| k.starts_with("fela.case."))
-        .collect();
+    let cases = tuning_cases(&r);
     assert!(cases.iter().all(|k| !k.contains("-4")), "{cases:?}");
     assert_eq!(cases.len(), 5, "{cases:?}");
 }
