@@ -216,6 +216,14 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
     let asm = crate::registry()
         .compose(&sourced.config)
         .map_err(|e| sourced.attribute(e))?;
+    for name in asm.unused_options() {
+        tracing::warn!(
+            "`strategy.{name}` (set by {}) is not used: `{name}` is not among the composed \
+             strategies {:?}",
+            sourced.layer_of(&format!("strategy.{name}")),
+            asm.strategies()
+        );
+    }
     let cfg = sourced.config;
     // A process job's rank comes from its launcher; only rank 0 writes the run folder.
     let world = if cfg.runtime == RuntimeKind::Process {

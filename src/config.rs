@@ -100,6 +100,12 @@ impl Sourced {
     pub fn attribute(&self, error: concord_engine::EngineError) -> ConfigError {
         self.origins.attribute(error)
     }
+
+    /// The layer that set `key` (a dotted path such as `strategy.ssp`), in the words errors use:
+    /// "the file …", "--set", "the environment variable …" or the defaults.
+    pub fn layer_of(&self, key: &str) -> String {
+        self.origins.of(key)
+    }
 }
 
 /// Builds the layered configuration and validates it.

@@ -150,9 +150,12 @@ fn conflicting_strategies_name_both() {
 }
 
 #[test]
-fn options_for_a_strategy_not_composed_are_an_error() {
-    let e = train(&["--set", "strategy.ssp.slack=2"]);
-    assert!(e.contains("strategy.ssp"), "{e}");
+fn options_for_a_strategy_no_one_registered_are_an_error() {
+    let e = train(&["--set", "strategy.sspp.slack=2"]);
+    assert!(
+        e.contains("strategy.sspp") && e.contains("no strategy has that name"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -300,4 +303,29 @@ fn a_vgg16_throughput_job_runs_from_set_over_the_default_file() {
             "{model:?}: {summary}"
         );
     }
+}
+
+#[test]
+fn options_of_a_strategy_the_run_does_not_compose_are_named_as_unused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("run");
+    let out = concord(
+        &[
+            "train",
+            "--quiet",
+            "--set",
+            "iterations=2",
+            "--set",
+            "strategy.ssp.slack=3",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("`strategy.ssp` (set by --set) is not used"),
+        "{stderr}"
+    );
 }

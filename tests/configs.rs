@@ -5,31 +5,60 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+/// Every run config under `configs/`, in every folder but `market/` (spot price traces for
+/// `concord market`, not run configs) and `gpu/` (they need a build with the `cuda` feature).
 fn shipped_configs() -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for dir in [
-        "configs",
-        "configs/stragglers",
-        "configs/psld",
-        "configs/flexrr",
-    ] {
+    fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "toml") {
+            if path.is_dir() {
+                if !path.ends_with("market") && !path.ends_with("gpu") {
+                    walk(&path, files);
+                }
+            } else if path.extension().is_some_and(|e| e == "toml") {
                 files.push(path);
             }
         }
     }
+    let mut files = Vec::new();
+    walk(Path::new("configs"), &mut files);
     files.sort();
     files
+}
+
+/// The `--set` arguments written in `file`'s comments (the variants and baselines it documents),
+/// each as the shell passes it on: `--set 'a=["b"]'` gives `a=["b"]`.
+fn documented_sets(file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap();
+    let mut sets = Vec::new();
+    for comment in text
+        .lines()
+        .filter_map(|l| l.split_once('#').map(|(_, c)| c))
+    {
+        let mut rest = comment;
+        while let Some(at) = rest.find("--set ") {
+            rest = rest[at + "--set ".len()..].trim_start();
+            let (arg, tail) = match rest.strip_prefix('\'') {
+                Some(quoted) => quoted.split_once('\'').unwrap_or((quoted, "")),
+                // An unquoted argument may end the comment's sentence.
+                None => {
+                    let (arg, tail) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+                    (arg.trim_end_matches(['.', ',', ';']), tail)
+                }
+            };
+            sets.push(arg.replace('\'', ""));
+            rest = tail;
+        }
+    }
+    sets
 }
 
 #[test]
 fn every_shipped_config_runs() {
     let files = shipped_configs();
     assert!(
-        files.len() >= 14,
-        "default + one per straggler pattern, found {files:?}"
+        files.len() >= 30,
+        "default + one per straggler pattern + the strategies', found {files:?}"
     );
     for file in files {
         let cfg = concord::config::load(Some(&file), &["iterations=3".into()])
@@ -37,6 +66,49 @@ fn every_shipped_config_runs() {
         let r = common::run(&cfg);
         assert_eq!(r.summary.iterations, 3, "{}", file.display());
     }
+}
+
+#[test]
+fn every_variant_a_shipped_config_documents_composes() {
+    let mut tried = 0;
+    for file in shipped_configs() {
+        for set in documented_sets(&file) {
+            let sourced = concord::config::load_sourced(Some(&file), std::slice::from_ref(&set))
+                .unwrap_or_else(|e| panic!("{} --set {set}: {e}", file.display()));
+            concord::registry()
+                .compose(&sourced.config)
+                .unwrap_or_else(|e| panic!("{} --set {set}: {e}", file.display()));
+            tried += 1;
+        }
+    }
+    // pipedream.toml's three baselines, sven.toml's, rna.toml's, dymem.toml's, agileml's stages.
+    assert!(tried >= 7, "found {tried} documented variants");
+}
+
+#[test]
+fn a_file_may_keep_options_of_a_strategy_it_does_not_compose() {
+    let file = Path::new("configs/pipedream.toml");
+    let sets = ["strategies=[\"gpipe\"]".to_string()];
+    let sourced = concord::config::load_sourced(Some(file), &sets).unwrap();
+    let asm = concord::registry().compose(&sourced.config).unwrap();
+    assert_eq!(asm.unused_options(), ["pipedream".to_string()]);
+    let layer = sourced.layer_of("strategy.pipedream");
+    assert!(
+        layer.starts_with("the file ") && layer.ends_with("configs/pipedream.toml"),
+        "{layer}"
+    );
+    // Options under a name no strategy has are a typo, refused naming the key.
+    let sets = ["strategy.pipedreem.stash=true".to_string()];
+    let sourced = concord::config::load_sourced(Some(file), &sets).unwrap();
+    let e = concord::registry()
+        .compose(&sourced.config)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("strategy.pipedreem") && e.contains("no strategy has that name"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -363,6 +363,8 @@ pub struct Assembly {
     pub(crate) names: Vec<String>,
     /// Strategies of the run that cannot resume, with the reason (see [`Strategy::resumes`]).
     pub(crate) not_resumable: Vec<(String, String)>,
+    /// Strategies the registry knows that have a `[strategy.<name>]` table but were not composed.
+    pub(crate) unused_options: Vec<String>,
 }
 
 impl Assembly {
@@ -386,6 +388,13 @@ impl Assembly {
                 reason: reason.clone(),
             }),
         }
+    }
+
+    /// Strategies with options in the config (`[strategy.<name>]`) that this run does not
+    /// compose: a file may keep the options of the strategies one switches between with
+    /// `--set strategies=…`, and the caller tells the user those options go unused.
+    pub fn unused_options(&self) -> &[String] {
+        &self.unused_options
     }
 
     /// Whether `slot` was filled by a strategy (rather than left to the engine's default).

@@ -71,16 +71,18 @@ impl Registry {
             EngineError::config(
                 key,
                 format!("\"{name}\""),
-                format!(
-                    "unknown strategy; known: {}",
-                    self.strategies
-                        .keys()
-                        .copied()
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
+                format!("unknown strategy; known: {}", self.known()),
             )
         })
+    }
+
+    /// The names of every registered strategy, for errors that list them.
+    fn known(&self) -> String {
+        self.strategies
+            .keys()
+            .copied()
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     fn install(&self, s: &Arc<dyn Strategy>, config: &RunConfig, asm: &mut Assembly) -> Result<()> {
@@ -134,17 +136,23 @@ impl Registry {
             self.install(s, config, &mut asm)?;
             installed.push(s.clone());
         }
+        // Options of a known strategy that is not composed are kept for a later switch (reported
+        // through `Assembly::unused_options`); options under a name no strategy has are a typo.
         for key in config.strategy.keys() {
-            if !installed.iter().any(|s| s.name() == key) {
+            if installed.iter().any(|s| s.name() == key) {
+                continue;
+            }
+            if !self.strategies.contains_key(key.as_str()) {
                 return Err(EngineError::config(
                     format!("strategy.{key}"),
                     "(table)",
                     format!(
-                        "options for `{key}`, which is not among the composed strategies {:?}",
-                        asm.names
+                        "options for `{key}`, but no strategy has that name; known: {}",
+                        self.known()
                     ),
                 ));
             }
+            asm.unused_options.push(key.clone());
         }
         for (&slot, &name) in &self.defaults {
             if !asm.owners.contains_key(&slot) {
