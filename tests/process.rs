@@ -168,6 +168,33 @@ fn flexrr_runs_under_processes_and_its_ledger_verifies() {
     );
 }
 
+/// Cut by checkpoints, FlexRR's processes hand their state on at each cut: the exactly-once check
+/// covers every clock of the run, and the run folder's checkpoint can be resumed from.
+#[test]
+fn flexrr_under_processes_resumes_across_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let straggler =
+        "[[stragglers]]\npattern = \"persistent\"\nspread = { min = 0.25, max = 1.0 }\n\
+                     [strategy.flexrr]\nunits = 8\n";
+    let cfg = config(dir.path(), 2, 4, "strategies = [\"flexrr\"]", straggler);
+    let out = dir.path().join("run");
+    launch(2, &cfg, &out, &["--set", "checkpoint_every=5"]);
+    let s = summary(&out);
+    // 12 clocks of 4 workers × 8 units, those before the cuts at 5 and 10 included.
+    assert_eq!(s["figures"]["flexrr.units_verified"], 384.0);
+    let resumed = concord()
+        .args(["launch", "--nproc", "2", "train", "--quiet", "--resume"])
+        .arg(&out)
+        .args(["--set", "iterations=16"])
+        .output()
+        .expect("runs concord launch");
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    let s = summary(&out);
+    assert_eq!(s["figures"]["flexrr.units_verified"], 512.0);
+    let rows = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    assert_eq!(rows.lines().count(), 16, "one row per iteration");
+}
+
 #[test]
 fn elastic_ps_runs_under_processes() {
     runs_under_processes("[\"elastic-ps\"]", "");

@@ -1,13 +1,14 @@
 //! Checkpoint and resume: a run stopped at a checkpoint and resumed from the file continues
 //! exactly where it stopped — 100 iterations in one run equal 50 and a resume of 50, bit for bit
-//! (parameters, optimizer state, metrics rows, reads), for BSP, SSP, allreduce, LB-BSP and the
-//! pipelines (PipeDream, GPipe, model parallelism); and what cannot resume says so.
+//! (parameters, optimizer state, metrics rows, reads), for BSP, SSP, allreduce, LB-BSP, FlexRR
+//! and the pipelines (PipeDream, GPipe, model parallelism); and what cannot resume says so.
 
 mod common;
 
 use common::*;
 use concord::engine::checkpoint;
 use concord::engine::config::RunConfig;
+use concord::engine::ids::RoleId;
 use concord::engine::optim::OptimizerConfig;
 use concord::engine::output::write_run_folder;
 use concord::engine::run::{RunOptions, RunResult};
@@ -32,7 +33,8 @@ fn config(strategies: &[&str], iterations: u64) -> RunConfig {
     cfg
 }
 
-/// FlexRR, whose workers keep state a checkpoint does not capture.
+/// FlexRR (SSP with slack 1 and reassignment, additive SGD servers), with stragglers slow enough
+/// that work moves between the workers.
 fn flexrr(iterations: u64) -> RunConfig {
     let mut cfg = config(&["flexrr"], iterations);
     cfg.optimizer = OptimizerConfig::Sgd {
@@ -42,7 +44,7 @@ fn flexrr(iterations: u64) -> RunConfig {
     };
     cfg.strategy.insert(
         "flexrr".into(),
-        toml::from_str("units = 4\ngroup_size = 2").unwrap(),
+        toml::from_str("units = 8\ngroup_size = 2").unwrap(),
     );
     cfg
 }
@@ -217,6 +219,52 @@ fn model_parallelism_resumes_bit_for_bit() {
 
 /// LB-BSP's NARX predictors trained before the checkpoint (weights, Adam moments, history, a
 /// model still being trained in the background) continue exactly after it.
+/// [`flexrr`] with slack 0: BSP with RapidReassignment.
+fn flexrr_bsp_rr(iterations: u64) -> RunConfig {
+    let mut cfg = flexrr(iterations);
+    cfg.strategy.insert(
+        "flexrr".into(),
+        toml::from_str("units = 8\ngroup_size = 2\nslack = 0").unwrap(),
+    );
+    cfg
+}
+
+#[test]
+fn flexrr_resumes_bit_for_bit() {
+    for make in [flexrr, flexrr_bsp_rr] {
+        let one = resumed_equals_one_run(make);
+        // Work moved between the workers, and the exactly-once check covered every unit of the
+        // 100 clocks (4 workers × 8 units), those before the cut included.
+        let moved = figure_of(&one, "flexrr.reassigned_share");
+        assert!(moved > 0.01, "{moved} of the work reassigned");
+        assert_eq!(figure_of(&one, "flexrr.units_verified"), 3200.0);
+    }
+}
+
+/// Under BSP RR each clock reads the values of the last, so cuts leave the parameters' path
+/// unchanged (the timings move: restarted roles wait for each other at the cut).
+#[test]
+fn checkpoints_do_not_change_the_parameters_of_a_flexrr_bsp_rr_run() {
+    let cfg = flexrr_bsp_rr(100);
+    let plain = run_opts(&cfg, RunOptions::default()).unwrap();
+    let mut cut = cfg;
+    cut.checkpoint_every = Some(25);
+    let cut = run_opts(&cut, RunOptions::default()).unwrap();
+    let path = |r: &RunResult| -> Vec<String> {
+        let mut lines: Vec<String> = fingerprint(r)
+            .into_iter()
+            .filter(|l| l.starts_with("param"))
+            .collect();
+        lines.extend(
+            r.rows
+                .iter()
+                .map(|row| format!("loss {}", row.loss.to_bits())),
+        );
+        lines
+    };
+    assert_same(&path(&plain), &path(&cut));
+}
+
 #[test]
 fn lb_bsp_narx_resumes_bit_for_bit() {
     let narx = |iterations: u64| {
@@ -362,14 +410,25 @@ fn mid_run_checkpoints_are_written() {
     );
 }
 
+/// RNA, whose workers keep state a checkpoint does not capture.
+fn rna(iterations: u64) -> RunConfig {
+    let mut cfg = config(&["rna"], iterations);
+    cfg.optimizer = OptimizerConfig::Sgd {
+        lr: 0.05,
+        momentum: 0.0,
+        weight_decay: 0.0,
+    };
+    cfg
+}
+
 #[test]
 fn a_strategy_that_cannot_resume_says_so() {
-    let mut cfg = flexrr(20);
+    let mut cfg = rna(20);
     cfg.checkpoint_every = Some(10);
     let err = run_opts(&cfg, RunOptions::default()).unwrap_err();
     let text = err.to_string();
     assert!(
-        text.contains("flexrr") && text.contains("cannot resume"),
+        text.contains("rna") && text.contains("cannot resume"),
         "{text}"
     );
 }
@@ -391,7 +450,7 @@ fn resuming_a_finished_run_asks_for_more_iterations() {
 #[test]
 fn a_model_only_checkpoint_is_not_resumable() {
     let dir = tempfile::tempdir().unwrap();
-    let first = run_opts(&flexrr(10), RunOptions::default()).unwrap();
+    let first = run_opts(&rna(10), RunOptions::default()).unwrap();
     write_run_folder(dir.path(), &first).unwrap();
     let err = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).unwrap_err();
     assert!(err.to_string().contains("model only"), "{err}");
@@ -413,4 +472,30 @@ fn a_truncated_checkpoint_is_named_as_such() {
         err.contains(&path.display().to_string()) && err.contains("truncated or corrupt"),
         "{err}"
     );
+}
+
+/// A FlexRR worker continues from the state it saved (its timing estimates, the helpers' last
+/// reports, its offer counter, its cached parameters): given another worker's, its run differs.
+#[test]
+fn a_flexrr_worker_continues_from_its_own_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = run_opts(&flexrr(50), RunOptions::default()).unwrap();
+    write_run_folder(dir.path(), &first).unwrap();
+    let cp = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).unwrap();
+    let resume = |point: concord::engine::resume::ResumePoint| {
+        let options = RunOptions {
+            resume: Some(Arc::new(point)),
+            ..RunOptions::default()
+        };
+        fingerprint(&run_opts(&flexrr(100), options).unwrap())
+    };
+    let own = resume(cp.point.clone());
+    let mut swapped = cp.point;
+    let (w0, w1) = (RoleId::Worker(0), RoleId::Worker(1));
+    let s0 = swapped.roles[&w0].state.clone();
+    let s1 = swapped.roles[&w1].state.clone();
+    assert_ne!(s0, s1, "the workers' states differ");
+    swapped.roles.get_mut(&w0).unwrap().state = s1;
+    swapped.roles.get_mut(&w1).unwrap().state = s0;
+    assert_ne!(own, resume(swapped), "the swapped states changed nothing");
 }

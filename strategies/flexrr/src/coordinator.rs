@@ -5,7 +5,9 @@
 
 use crate::protocol::{Processed, RrMsg, WorkerStats};
 use concord_engine::prelude::*;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 /// How many times each unit of each (owner, clock) was processed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -25,12 +27,13 @@ impl Ledger {
         }
     }
 
-    /// Checks that every unit of `units[w]` units of every clock `< clocks` was processed exactly
-    /// once; returns the number of units checked, or what went wrong, naming the unit.
-    pub fn verify(&self, units: &[u32], clocks: u64) -> std::result::Result<u64, String> {
+    /// Checks that every unit of `units[w]` units of every clock in `clocks` was processed
+    /// exactly once, and nothing else; returns the number of units checked, or what went wrong,
+    /// naming the unit.
+    pub fn verify(&self, units: &[u32], clocks: Range<u64>) -> std::result::Result<u64, String> {
         let mut checked = 0;
         for (w, &n) in units.iter().enumerate() {
-            for c in 0..clocks {
+            for c in clocks.clone() {
                 let row = self.counts.get(&(w as u32, c));
                 for u in 0..n {
                     match row.and_then(|r| r.get(u as usize)).copied().unwrap_or(0) {
@@ -50,7 +53,7 @@ impl Ledger {
             }
         }
         if let Some(((w, c), _)) = self.counts.iter().find(|((w, c), row)| {
-            *c >= clocks || row.len() > units.get(*w as usize).copied().unwrap_or(0) as usize
+            !clocks.contains(c) || row.len() > units.get(*w as usize).copied().unwrap_or(0) as usize
         }) {
             return Err(format!("worker {w}'s clock {c} has units beyond its work"));
         }
@@ -58,16 +61,49 @@ impl Ledger {
     }
 }
 
+/// What the workers did over the clocks run so far: carried across checkpoints, so the figures
+/// of a resumed run cover all of it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Totals {
+    /// Units processed by a worker other than their owner.
+    helped: u64,
+    /// Units processed.
+    total: u64,
+    /// Units the exactly-once check verified.
+    checked: u64,
+    /// The workers' counters, summed (their ranges are checked per stretch, not kept).
+    sum: WorkerStats,
+}
+
 /// The coordinator of a FlexRR run.
 pub struct FlexCoordinator {
     units: Vec<u32>,
-    clocks: u64,
+    clocks: Range<u64>,
+    totals: Totals,
 }
 
 impl FlexCoordinator {
-    /// For workers with `units[w]` units per clock, running `clocks` clocks.
-    pub fn new(units: Vec<u32>, clocks: u64) -> FlexCoordinator {
-        FlexCoordinator { units, clocks }
+    /// For workers with `units[w]` units per clock, running `clocks` (those before them counted
+    /// in `job`'s checkpoint when it resumes).
+    pub fn new(units: Vec<u32>, clocks: Range<u64>, job: &Job) -> Result<FlexCoordinator> {
+        let totals = match job.resumed(RoleId::Coordinator) {
+            Some(cp) => cp
+                .state
+                .as_ref()
+                .ok_or_else(|| {
+                    EngineError::protocol(
+                        RoleId::Coordinator,
+                        "its checkpoint holds no FlexRR totals",
+                    )
+                })?
+                .decode()?,
+            None => Totals::default(),
+        };
+        Ok(FlexCoordinator {
+            units,
+            clocks,
+            totals,
+        })
     }
 }
 
@@ -102,40 +138,40 @@ impl Coordinator for FlexCoordinator {
             }
         }
         let mut ledger = Ledger::default();
-        let (mut helped, mut total) = (0u64, 0u64);
-        let mut sum = WorkerStats::default();
+        let t = &mut self.totals;
         for (&w, s) in &stats {
             for p in &s.processed {
                 ledger.record(p);
                 let n = u64::from(p.end - p.start);
-                total += n;
+                t.total += n;
                 if p.owner != w {
-                    helped += n;
+                    t.helped += n;
                 }
             }
-            sum.offers += s.offers;
-            sum.follow_ups += s.follow_ups;
-            sum.accepted += s.accepted;
-            sum.cancelled += s.cancelled;
-            sum.discarded += s.discarded;
-            sum.polls += s.polls;
-            sum.checks += s.checks;
-            sum.rr_messages += s.rr_messages;
-            sum.rr_bytes += s.rr_bytes;
+            t.sum.offers += s.offers;
+            t.sum.follow_ups += s.follow_ups;
+            t.sum.accepted += s.accepted;
+            t.sum.cancelled += s.cancelled;
+            t.sum.discarded += s.discarded;
+            t.sum.polls += s.polls;
+            t.sum.checks += s.checks;
+            t.sum.rr_messages += s.rr_messages;
+            t.sum.rr_bytes += s.rr_bytes;
         }
-        let checked = if stats.len() as u32 == workers {
-            ledger.verify(&self.units, self.clocks).map_err(|e| {
-                EngineError::protocol(ctx.id(), format!("exactly-once violated: {e}"))
-            })?
-        } else {
-            0
-        };
+        if stats.len() as u32 == workers {
+            t.checked += ledger
+                .verify(&self.units, self.clocks.clone())
+                .map_err(|e| {
+                    EngineError::protocol(ctx.id(), format!("exactly-once violated: {e}"))
+                })?;
+        }
+        let (helped, total, checked, sum) = (t.helped, t.total, t.checked, t.sum.clone());
         let share = if total > 0 {
             helped as f64 / total as f64
         } else {
             0.0
         };
-        let iters = (self.clocks.max(1) * u64::from(workers.max(1))) as f64;
+        let iters = (self.clocks.end.max(1) * u64::from(workers.max(1))) as f64;
         // Traffic per unit that moved; none moved, none to share out.
         let per_helped = |x: u64| {
             if helped > 0 {
@@ -145,7 +181,7 @@ impl Coordinator for FlexCoordinator {
             }
         };
         Ok(CoordinatorReport {
-            state: None,
+            state: Some(RoleState::encode(&self.totals)?),
             reports: Vec::new(),
             figures: vec![
                 ("flexrr.reassigned_share".into(), share),
@@ -201,7 +237,7 @@ mod tests {
             l.record(&p(0, c, 7, 10));
             l.record(&p(1, c, 0, 5));
         }
-        assert_eq!(l.verify(&[10, 5], 2), Ok(30));
+        assert_eq!(l.verify(&[10, 5], 0..2), Ok(30));
     }
 
     #[test]
@@ -209,7 +245,7 @@ mod tests {
         let mut l = Ledger::default();
         l.record(&p(0, 0, 0, 6));
         l.record(&p(0, 0, 5, 10));
-        let e = l.verify(&[10], 1).unwrap_err();
+        let e = l.verify(&[10], 0..1).unwrap_err();
         assert!(
             e.contains("unit 5 of worker 0's clock 0 was processed 2 times"),
             "{e}"
@@ -218,12 +254,12 @@ mod tests {
         let mut l = Ledger::default();
         l.record(&p(0, 0, 0, 4));
         l.record(&p(0, 0, 5, 10));
-        let e = l.verify(&[10], 1).unwrap_err();
+        let e = l.verify(&[10], 0..1).unwrap_err();
         assert!(e.contains("unit 4") && e.contains("never"), "{e}");
 
         let mut l = Ledger::default();
         l.record(&p(0, 0, 0, 10));
         l.record(&p(0, 1, 0, 1));
-        assert!(l.verify(&[10], 1).unwrap_err().contains("beyond"));
+        assert!(l.verify(&[10], 0..1).unwrap_err().contains("beyond"));
     }
 }

@@ -100,13 +100,13 @@ impl Strategy for Flexrr {
         let r = resolved.clone();
         asm.set_worker(move |job, id| FlexWorker::new(job, id, r.clone()));
         let eager = resolved.options.slack > 0;
-        asm.set_server(move |job, id| Ok(FlexServer::new(&job, id, eager)));
+        asm.set_server(move |job, id| FlexServer::new(&job, id, eager));
         asm.set_coordinator(move |job| {
-            Ok(FlexCoordinator::new(
-                resolved.units.clone(),
-                job.config.iterations,
-            ))
+            FlexCoordinator::new(resolved.units.clone(), job.clocks(), &job)
         });
+        Ok(())
+    }
+    fn resumes(&self) -> std::result::Result<(), String> {
         Ok(())
     }
 }

@@ -24,6 +24,14 @@ struct ClockDeltas {
     done: BTreeSet<WorkerId>,
 }
 
+/// What a shard keeps beside its blocks, for a checkpoint. At a checkpoint every clock before it
+/// is complete, so no deltas wait.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct FlexServerState {
+    version: i64,
+    arrivals: u64,
+}
+
 /// One shard of FlexRR's parameter server.
 pub struct FlexServer {
     id: ServerId,
@@ -41,9 +49,18 @@ pub struct FlexServer {
 }
 
 impl FlexServer {
-    /// Shard `id` of `job`, holding its blocks at their initial values; `eager` adds deltas as
-    /// they arrive (SSP) instead of per complete clock.
-    pub fn new(job: &Arc<Job>, id: ServerId, eager: bool) -> FlexServer {
+    /// Shard `id` of `job`, holding its blocks at their initial values (or, when the job resumes,
+    /// at its checkpoint's); `eager` adds deltas as they arrive (SSP) instead of per complete
+    /// clock.
+    pub fn new(job: &Arc<Job>, id: ServerId, eager: bool) -> Result<FlexServer> {
+        let mut server = FlexServer::fresh(job, id, eager);
+        if let Some(cp) = job.resumed(RoleId::Server(id)) {
+            server.restore(&cp)?;
+        }
+        Ok(server)
+    }
+
+    fn fresh(job: &Arc<Job>, id: ServerId, eager: bool) -> FlexServer {
         let values = job
             .layout
             .slice_for(id, job.init.as_deref())
@@ -63,6 +80,40 @@ impl FlexServer {
             reads: ReadGate::new(),
             report: ServerReport::default(),
         }
+    }
+
+    /// Continues from checkpoint `cp`: its blocks' values, version and arrival count.
+    fn restore(&mut self, cp: &RoleCheckpoint) -> Result<()> {
+        let bad = |reason: String| EngineError::protocol(RoleId::Server(self.id), reason);
+        let state: FlexServerState = cp
+            .state
+            .as_ref()
+            .ok_or_else(|| bad("its checkpoint holds no FlexRR server state".into()))?
+            .decode()?;
+        let model = cp
+            .model
+            .as_ref()
+            .ok_or_else(|| bad("its checkpoint holds no blocks".into()))?;
+        if model.blocks.len() != self.values.len() {
+            return Err(bad(format!(
+                "its checkpoint holds {} blocks, the layout gives it {}",
+                model.blocks.len(),
+                self.values.len()
+            )));
+        }
+        for bp in &model.blocks {
+            let value = self
+                .values
+                .get_mut(&bp.block)
+                .ok_or_else(|| bad(format!("block {} is not this server's", bp.block)))?;
+            if bp.data.elems() != value.elems() {
+                return Err(bad(format!("block {} changed size", bp.block)));
+            }
+            *value = bp.data.clone();
+        }
+        self.version = state.version;
+        self.arrivals = state.arrivals;
+        Ok(())
     }
 
     /// This shard's index.
@@ -223,6 +274,10 @@ impl ServerHandler for FlexServer {
         report.model.blocks = self.blocks();
         report.model.timed = self.timed.report();
         report.version = self.version;
+        report.state = Some(RoleState::encode(&FlexServerState {
+            version: self.version,
+            arrivals: self.arrivals,
+        })?);
         Ok(report)
     }
 }

@@ -99,11 +99,26 @@ pub struct FlexWorker {
     bytes_sent: u64,
 }
 
+/// What a FlexRR worker carries from one clock to the next, for a checkpoint: its cached
+/// parameters with the own writes the servers may not show yet, its timing estimates (the
+/// offers it makes depend on them), the last progress report of each helper and cancel of each
+/// helpee, and its offer counter.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct FlexWorkerState {
+    params: Vec<Vec<f32>>,
+    writes: Vec<(Clock, Vec<Vec<f32>>)>,
+    avg_iter_s: Option<f64>,
+    last_compute_s: Option<f64>,
+    last_cancel: BTreeMap<WorkerId, f64>,
+    reports: BTreeMap<WorkerId, ReportSeen>,
+    next_id: u64,
+}
+
 impl FlexWorker {
-    /// Worker `id` of `job`.
+    /// Worker `id` of `job` (continuing from its checkpoint when the job resumes).
     pub fn new(job: Arc<Job>, id: WorkerId, r: Arc<Resolved>) -> Result<FlexWorker> {
         let params = job.init.clone().unwrap_or_default();
-        Ok(FlexWorker {
+        let mut worker = FlexWorker {
             id,
             replica: job.replica(RoleId::Worker(id))?,
             params,
@@ -124,7 +139,45 @@ impl FlexWorker {
             bytes_sent: 0,
             job,
             r,
-        })
+        };
+        if let Some(cp) = worker.job.resumed(RoleId::Worker(id)) {
+            let state: FlexWorkerState = cp
+                .state
+                .as_ref()
+                .ok_or_else(|| {
+                    EngineError::protocol(
+                        RoleId::Worker(id),
+                        "its checkpoint holds no FlexRR worker state",
+                    )
+                })?
+                .decode()?;
+            worker.restore(state);
+        }
+        Ok(worker)
+    }
+
+    /// This worker's state between clocks, for a checkpoint.
+    fn state(&self) -> FlexWorkerState {
+        FlexWorkerState {
+            params: self.params.clone(),
+            writes: self.writes.clone(),
+            avg_iter_s: self.avg_iter_s,
+            last_compute_s: self.last_compute_s,
+            last_cancel: self.last_cancel.clone(),
+            reports: self.reports.clone(),
+            next_id: self.next_id,
+        }
+    }
+
+    /// Continues from `state`, saved at a checkpoint by [`FlexWorker::state`].
+    fn restore(&mut self, state: FlexWorkerState) {
+        self.params = state.params;
+        self.writes = state.writes;
+        self.avg_iter_s = state.avg_iter_s;
+        self.last_compute_s = state.last_compute_s;
+        self.last_cancel = state.last_cancel;
+        self.reports = state.reports;
+        self.next_id = state.next_id;
     }
 
     /// Whether the model computes real values (not throughput mode).
@@ -181,14 +234,14 @@ impl Worker for FlexWorker {
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<WorkerReport> {
         let job = self.job.clone();
         hold_replica(ctx, &job).await?;
-        let iterations = self.job.config.iterations;
-        let mut records = Vec::with_capacity(iterations as usize);
-        for clock in 0..iterations {
+        let clocks = self.job.clocks();
+        let mut records = Vec::with_capacity((clocks.end - clocks.start) as usize);
+        for clock in clocks.clone() {
             let record = self.run_clock(ctx, clock).await?;
             records.push(record);
         }
         // Done: keep serving peers until everyone is.
-        self.clock = iterations;
+        self.clock = clocks.end;
         self.it.own_done = true;
         self.send_rr(ctx, RoleId::Coordinator, &RrMsg::Finished)?;
         while !self.released {
@@ -198,7 +251,7 @@ impl Worker for FlexWorker {
         self.send_rr(ctx, RoleId::Coordinator, &RrMsg::Stats(stats))?;
         ctx.send(RoleId::Coordinator, Message::WorkerDone);
         Ok(WorkerReport {
-            state: None,
+            state: Some(RoleState::encode(&self.state())?),
             iterations: records,
             model: None,
         })

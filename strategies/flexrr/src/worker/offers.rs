@@ -38,7 +38,7 @@ pub(super) struct Offer {
 }
 
 /// A helper's latest progress report.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub(super) struct ReportSeen {
     pub(super) iter: u64,
     pub(super) frac: f64,
