@@ -172,16 +172,28 @@ fn flexrr_runs_under_processes_and_its_ledger_verifies() {
 /// covers every clock of the run, and the run folder's checkpoint can be resumed from.
 #[test]
 fn flexrr_under_processes_resumes_across_checkpoints() {
+    let tables = "[[stragglers]]\npattern = \"persistent\"\nspread = { min = 0.25, max = 1.0 }\n\
+                  [strategy.flexrr]\nunits = 8\n";
+    // 12 clocks of 4 workers × 8 units, those before the cuts at 5 and 10 included; then 16.
+    resumes_under_processes("flexrr", tables, "flexrr.units_verified", [384.0, 512.0]);
+}
+
+/// RNA's processes hand on their buffers, in-flight steps and the controller's sampler at each
+/// cut: the replicas agree after every round of the run, those before the cuts included.
+#[test]
+fn rna_under_processes_resumes_across_checkpoints() {
+    resumes_under_processes("rna", "", "rna.checked_rounds", [12.0, 16.0]);
+}
+
+/// `strategy` as 2 processes of 2 workers, 12 iterations cut every 5, then resumed to 16:
+/// `figure` covers the whole run each time (`expected`), and every iteration has its row.
+fn resumes_under_processes(strategy: &str, tables: &str, figure: &str, expected: [f64; 2]) {
     let dir = tempfile::tempdir().unwrap();
-    let straggler =
-        "[[stragglers]]\npattern = \"persistent\"\nspread = { min = 0.25, max = 1.0 }\n\
-                     [strategy.flexrr]\nunits = 8\n";
-    let cfg = config(dir.path(), 2, 4, "strategies = [\"flexrr\"]", straggler);
+    let top = format!("strategies = [\"{strategy}\"]");
+    let cfg = config(dir.path(), 2, 4, &top, tables);
     let out = dir.path().join("run");
     launch(2, &cfg, &out, &["--set", "checkpoint_every=5"]);
-    let s = summary(&out);
-    // 12 clocks of 4 workers × 8 units, those before the cuts at 5 and 10 included.
-    assert_eq!(s["figures"]["flexrr.units_verified"], 384.0);
+    assert_eq!(summary(&out)["figures"][figure], expected[0]);
     let resumed = concord()
         .args(["launch", "--nproc", "2", "train", "--quiet", "--resume"])
         .arg(&out)
@@ -189,8 +201,7 @@ fn flexrr_under_processes_resumes_across_checkpoints() {
         .output()
         .expect("runs concord launch");
     assert!(resumed.status.success(), "{}", text(&resumed));
-    let s = summary(&out);
-    assert_eq!(s["figures"]["flexrr.units_verified"], 512.0);
+    assert_eq!(summary(&out)["figures"][figure], expected[1]);
     let rows = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     assert_eq!(rows.lines().count(), 16, "one row per iteration");
 }

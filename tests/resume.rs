@@ -219,6 +219,34 @@ fn model_parallelism_resumes_bit_for_bit() {
 
 /// LB-BSP's NARX predictors trained before the checkpoint (weights, Adam moments, history, a
 /// model still being trained in the background) continue exactly after it.
+/// RNA (two probes per round, the compute side never waiting for a round), plain SGD.
+fn rna(iterations: u64) -> RunConfig {
+    let mut cfg = config(&["rna"], iterations);
+    cfg.optimizer = OptimizerConfig::Sgd {
+        lr: 0.05,
+        momentum: 0.0,
+        weight_decay: 0.0,
+    };
+    cfg
+}
+
+#[test]
+fn rna_resumes_bit_for_bit() {
+    let one = resumed_equals_one_run(rna);
+    // Every round's replicas agreed, those before the cut included.
+    assert_eq!(figure_of(&one, "rna.checked_rounds"), 100.0);
+    assert_eq!(figure_of(&one, "rna.replica_mismatch_rounds"), 0.0);
+}
+
+#[test]
+fn eager_sgd_resumes_bit_for_bit() {
+    resumed_equals_one_run(|iterations| {
+        let mut cfg = rna(iterations);
+        cfg.strategies = vec!["eager-sgd".into()];
+        cfg
+    });
+}
+
 /// [`flexrr`] with slack 0: BSP with RapidReassignment.
 fn flexrr_bsp_rr(iterations: u64) -> RunConfig {
     let mut cfg = flexrr(iterations);
@@ -410,26 +438,38 @@ fn mid_run_checkpoints_are_written() {
     );
 }
 
-/// RNA, whose workers keep state a checkpoint does not capture.
-fn rna(iterations: u64) -> RunConfig {
-    let mut cfg = config(&["rna"], iterations);
-    cfg.optimizer = OptimizerConfig::Sgd {
-        lr: 0.05,
-        momentum: 0.0,
-        weight_decay: 0.0,
-    };
-    cfg
+/// AD-PSGD, whose workers keep state a checkpoint does not capture.
+fn ad_psgd(iterations: u64) -> RunConfig {
+    config(&["ad-psgd"], iterations)
 }
 
 #[test]
 fn a_strategy_that_cannot_resume_says_so() {
-    let mut cfg = rna(20);
+    let mut cfg = ad_psgd(20);
     cfg.checkpoint_every = Some(10);
     let err = run_opts(&cfg, RunOptions::default()).unwrap_err();
     let text = err.to_string();
     assert!(
-        text.contains("rna") && text.contains("cannot resume"),
+        text.contains("ad-psgd") && text.contains("cannot resume"),
         "{text}"
+    );
+}
+
+/// RNA resumes, but not in its hierarchical mode: the options decide, and the refusal says why.
+#[test]
+fn rna_h_cannot_resume_and_says_so() {
+    let mut cfg = rna(20);
+    cfg.strategy.insert(
+        "rna".into(),
+        toml::from_str("hierarchy = true\ngroups = [[0, 1], [2, 3]]").unwrap(),
+    );
+    cfg.checkpoint_every = Some(10);
+    let err = run_opts(&cfg, RunOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`rna` cannot resume") && err.contains("RNA-H"),
+        "{err}"
     );
 }
 
@@ -450,7 +490,7 @@ fn resuming_a_finished_run_asks_for_more_iterations() {
 #[test]
 fn a_model_only_checkpoint_is_not_resumable() {
     let dir = tempfile::tempdir().unwrap();
-    let first = run_opts(&rna(10), RunOptions::default()).unwrap();
+    let first = run_opts(&ad_psgd(10), RunOptions::default()).unwrap();
     write_run_folder(dir.path(), &first).unwrap();
     let err = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).unwrap_err();
     assert!(err.to_string().contains("model only"), "{err}");
@@ -474,12 +514,25 @@ fn a_truncated_checkpoint_is_named_as_such() {
     );
 }
 
+/// An RNA worker continues from the state it saved (the gradients in its buffer, the step in
+/// flight, its step counter): given another worker's, its run differs.
+#[test]
+fn an_rna_worker_continues_from_its_own_state() {
+    assert_worker_state_steers(rna);
+}
+
 /// A FlexRR worker continues from the state it saved (its timing estimates, the helpers' last
 /// reports, its offer counter, its cached parameters): given another worker's, its run differs.
 #[test]
 fn a_flexrr_worker_continues_from_its_own_state() {
+    assert_worker_state_steers(flexrr);
+}
+
+/// Resumes the run `make` gives from its checkpoint at 50 twice, once with workers 0 and 1's
+/// states swapped: the two continuations differ.
+fn assert_worker_state_steers(make: fn(u64) -> RunConfig) {
     let dir = tempfile::tempdir().unwrap();
-    let first = run_opts(&flexrr(50), RunOptions::default()).unwrap();
+    let first = run_opts(&make(50), RunOptions::default()).unwrap();
     write_run_folder(dir.path(), &first).unwrap();
     let cp = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).unwrap();
     let resume = |point: concord::engine::resume::ResumePoint| {
@@ -487,7 +540,7 @@ fn a_flexrr_worker_continues_from_its_own_state() {
             resume: Some(Arc::new(point)),
             ..RunOptions::default()
         };
-        fingerprint(&run_opts(&flexrr(100), options).unwrap())
+        fingerprint(&run_opts(&make(100), options).unwrap())
     };
     let own = resume(cp.point.clone());
     let mut swapped = cp.point;

@@ -390,6 +390,14 @@ impl Assembly {
         }
     }
 
+    /// Marks `strategy` as unable to resume in this run, for `reason`: for a strategy that resumes
+    /// under some of its options only ([`Strategy::resumes`] says it does), called from its
+    /// `install` for the others.
+    pub fn refuse_resume(&mut self, strategy: &str, reason: impl Into<String>) {
+        self.not_resumable
+            .push((strategy.to_string(), reason.into()));
+    }
+
     /// Strategies with options in the config (`[strategy.<name>]`) that this run does not
     /// compose: a file may keep the options of the strategies one switches between with
     /// `--set strategies=…`, and the caller tells the user those options go unused.

@@ -4,7 +4,7 @@
 use crate::options::Accumulate;
 
 /// One gradient the compute thread wrote.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Entry {
     /// Per-tensor gradient (`None` in throughput mode).
     pub grads: Option<Vec<Vec<f32>>>,
@@ -34,7 +34,7 @@ pub struct Contribution {
 }
 
 /// The gradients written since the last round.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct GradBuffer {
     entries: Vec<Entry>,
 }

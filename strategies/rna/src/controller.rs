@@ -6,6 +6,9 @@ use concord_engine::data::mix_seed;
 use concord_engine::prelude::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::ops::Range;
 
 /// Picks `q` distinct ranks of `0..p` uniformly at random (the probes of one round).
 pub fn sample_probes(p: usize, q: usize, rng: &mut ChaCha8Rng) -> Vec<usize> {
@@ -63,21 +66,75 @@ impl ProbeRound {
 /// The controller of a flat RNA group (all workers).
 pub struct RnaController {
     workers: u32,
-    rounds: u64,
+    rounds: Range<u64>,
     seed: u64,
     opts: Resolved,
+    /// The rounds before `rounds` (from a checkpoint when the job resumes).
+    before: ControllerState,
+}
+
+/// What the controller carries across a checkpoint: where its probe sampling stands, and what
+/// the rounds so far measured, so a resumed run's figures cover every round.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct ControllerState {
+    /// The probe sampler's position in its ChaCha stream.
+    rng_word_pos: u128,
+    /// Probe-to-trigger latency of every round.
+    latencies: Vec<f64>,
+    /// Σw of every round.
+    weights: Vec<f64>,
+    /// Each worker's statistics over the rounds so far.
+    stats: BTreeMap<u32, WorkerStats>,
 }
 
 impl RnaController {
-    /// A controller for `workers` workers running `rounds` rounds.
-    pub fn new(workers: u32, rounds: u64, seed: u64, opts: Resolved) -> RnaController {
-        RnaController {
+    /// A controller for `workers` workers running `rounds` (continuing from `job`'s checkpoint
+    /// when it resumes).
+    pub fn new(
+        workers: u32,
+        rounds: Range<u64>,
+        seed: u64,
+        opts: Resolved,
+        job: &Job,
+    ) -> Result<RnaController> {
+        let before = match job.resumed(RoleId::Coordinator) {
+            Some(cp) => cp
+                .state
+                .as_ref()
+                .ok_or_else(|| {
+                    EngineError::protocol(
+                        RoleId::Coordinator,
+                        "its checkpoint holds no RNA controller state",
+                    )
+                })?
+                .decode()?,
+            None => ControllerState::default(),
+        };
+        Ok(RnaController {
             workers,
             rounds,
             seed,
             opts,
-        }
+            before,
+        })
     }
+}
+
+/// Adds a worker's statistics over later rounds to those over the rounds before them.
+fn merge_stats(before: &mut WorkerStats, later: WorkerStats) {
+    if before.staleness.len() < later.staleness.len() {
+        before.staleness.resize(later.staleness.len(), 0);
+    }
+    for (b, l) in before.staleness.iter_mut().zip(&later.staleness) {
+        *b += l;
+    }
+    before.dropped += later.dropped;
+    before.digests.extend(later.digests);
+    // The step time is the worker's mean over all its steps; the rest is who it is.
+    before.mean_step_s = later.mean_step_s;
+    before.group = later.group;
+    before.worker = later.worker;
+    before.evaluated = later.evaluated;
 }
 
 /// Takes workers' end-of-run statistics until the engine's shutdown (unless it came already).
@@ -157,13 +214,14 @@ fn median(v: &mut [f64]) -> f64 {
 impl Coordinator for RnaController {
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
         let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(self.seed, 0x524e_4121));
+        rng.set_word_pos(self.before.rng_word_pos);
         let p = self.workers as usize;
-        let mut latencies = Vec::new();
-        let mut weights = Vec::new();
+        let mut latencies = std::mem::take(&mut self.before.latencies);
+        let mut weights = std::mem::take(&mut self.before.weights);
         let mut stats: Vec<WorkerStats> = Vec::new();
         let mut report = CoordinatorReport::default();
         let mut shutdown = false;
-        'rounds: for k in 0..self.rounds {
+        'rounds: for k in self.rounds.clone() {
             let probes = if self.opts.wait_for_all {
                 (0..p).collect()
             } else {
@@ -230,6 +288,11 @@ impl Coordinator for RnaController {
         }
         // After the last round, gather the workers' end-of-run statistics until shut down.
         gather_until_shutdown(ctx, shutdown, &mut stats).await?;
+        let mut merged = std::mem::take(&mut self.before.stats);
+        for s in stats {
+            merge_stats(merged.entry(s.worker).or_default(), s);
+        }
+        let stats: Vec<WorkerStats> = merged.values().cloned().collect();
         let figures = &mut report.figures;
         figures.extend(trigger_figures(&mut latencies));
         figures.push((
@@ -246,6 +309,12 @@ impl Coordinator for RnaController {
             mismatched_rounds(&all) as f64,
         ));
         figures.push(("rna.checked_rounds".into(), rounds as f64));
+        report.state = Some(RoleState::encode(&ControllerState {
+            rng_word_pos: rng.get_word_pos(),
+            latencies,
+            weights,
+            stats: merged,
+        })?);
         Ok(report)
     }
 }

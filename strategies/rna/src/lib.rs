@@ -81,6 +81,10 @@ fn install_rna(name: &str, o: RnaOptions, config: &RunConfig, asm: &mut Assembly
     let r = resolved.clone();
     asm.set_worker(move |job, id| RnaWorker::new(job, id, r.clone()));
     if let Some(h) = &resolved.hierarchy {
+        asm.refuse_resume(
+            name,
+            "RNA-H's groups and its averaging server keep state that checkpoints do not capture yet",
+        );
         let merge = h.merge;
         asm.set_server(move |_job, _id| Ok(AveragingServer::new(merge)));
         asm.set_coordinator(move |job| {
@@ -94,12 +98,13 @@ fn install_rna(name: &str, o: RnaOptions, config: &RunConfig, asm: &mut Assembly
         return Ok(());
     }
     asm.set_coordinator(move |job| {
-        Ok(RnaController::new(
+        RnaController::new(
             job.config.workers,
-            job.config.iterations,
+            job.clocks(),
             job.config.seed,
             resolved.clone(),
-        ))
+            &job,
+        )
     });
     Ok(())
 }
@@ -130,6 +135,10 @@ impl Strategy for Rna {
             config,
             asm,
         )
+    }
+    /// Flat RNA resumes; RNA-H refuses at install.
+    fn resumes(&self) -> std::result::Result<(), String> {
+        Ok(())
     }
 }
 
@@ -186,6 +195,9 @@ impl Strategy for EagerSgd {
             ..RnaOptions::default()
         };
         install_rna(self.name(), o, config, asm)
+    }
+    fn resumes(&self) -> std::result::Result<(), String> {
+        Ok(())
     }
 }
 

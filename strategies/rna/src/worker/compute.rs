@@ -10,6 +10,7 @@ use crate::protocol::{self, Profile};
 use concord_engine::prelude::*;
 
 /// A gradient being computed: ready at `ready_at`.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub(super) struct InFlight {
     pub(super) ready_at: f64,
     started_at: f64,

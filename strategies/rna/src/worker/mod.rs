@@ -27,6 +27,23 @@ use round::{ActiveRound, Finished};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+/// What a flat RNA worker carries from one round to the next beside its replica, for a
+/// checkpoint: the gradients waiting in its buffer, the step its compute side is running (it
+/// never waits for a round, so a cut finds one in flight), its step counter (the sample stream's
+/// position) and the times and charges its next record starts from.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RnaWorkerState {
+    updates: u64,
+    buffer: GradBuffer,
+    computing: Option<InFlight>,
+    local_steps: u64,
+    last_version: Option<u64>,
+    round_start: f64,
+    compute_since_round: f64,
+    step_time_total: f64,
+    apply_debt: f64,
+}
+
 /// One RNA worker (also eager-SGD's, with one probe per round; RNA-H's with `hierarchy`).
 pub struct RnaWorker {
     id: WorkerId,
@@ -120,6 +137,9 @@ impl RnaWorker {
             sync_bytes: 0,
             group_base: None,
         };
+        if let Some(cp) = worker.job.resumed(RoleId::Worker(id)) {
+            worker.restore(&cp)?;
+        }
         // The parameters stay in the replica's tensors, on its device, between steps.
         if let Some(replica) = &worker.replica {
             worker.model.keep_on(replica)?;
@@ -128,6 +148,47 @@ impl RnaWorker {
             worker.group_base = worker.delta_base()?;
         }
         Ok(worker)
+    }
+
+    /// Continues from checkpoint `cp`: the replica (worker 0's: flat RNA's replicas are the same
+    /// after every round) and this worker's own state.
+    fn restore(&mut self, cp: &RoleCheckpoint) -> Result<()> {
+        let bad = |reason: &str| EngineError::protocol(RoleId::Worker(self.id), reason.to_string());
+        let state: RnaWorkerState = cp
+            .state
+            .as_ref()
+            .ok_or_else(|| bad("its checkpoint holds no RNA worker state"))?
+            .decode()?;
+        let held = self
+            .job
+            .resumed(RoleId::Worker(0))
+            .and_then(|c| c.model)
+            .ok_or_else(|| bad("the checkpoint holds no replica (worker 0's)"))?;
+        self.model.restore(&self.job.layout, &held, state.updates)?;
+        self.buffer = state.buffer;
+        self.computing = state.computing;
+        self.local_steps = state.local_steps;
+        self.last_version = state.last_version;
+        self.round_start = state.round_start;
+        self.compute_since_round = state.compute_since_round;
+        self.step_time_total = state.step_time_total;
+        self.apply_debt = state.apply_debt;
+        Ok(())
+    }
+
+    /// This worker's state after its last round, for a checkpoint.
+    fn state(&mut self) -> RnaWorkerState {
+        RnaWorkerState {
+            updates: self.model.updates(),
+            buffer: std::mem::take(&mut self.buffer),
+            computing: self.computing.take(),
+            local_steps: self.local_steps,
+            last_version: self.last_version,
+            round_start: self.round_start,
+            compute_since_round: self.compute_since_round,
+            step_time_total: self.step_time_total,
+            apply_debt: self.apply_debt,
+        }
     }
 
     /// P of the learning-rate rule γ_k = (Σw / P) · lr. Flat RNA: every worker. RNA-H merging by
@@ -196,7 +257,8 @@ impl Worker for RnaWorker {
         let job = self.job.clone();
         hold_replica(ctx, &job).await?;
         hold_optimizer_state(ctx, &job).await?;
-        let rounds = self.job.config.iterations;
+        let clocks = self.job.clocks();
+        let rounds = clocks.end - clocks.start;
         while (self.records.len() as u64) < rounds {
             if self.apply_debt > 0.0 {
                 let (t, debt) = (ctx.now(), std::mem::take(&mut self.apply_debt));
@@ -247,8 +309,13 @@ impl Worker for RnaWorker {
             RoleId::Coordinator,
             Message::custom(protocol::WORKER_STATS, &self.stats)?,
         );
+        // RNA-H's groups and averaging are not captured (the strategy refuses to resume them).
+        let state = match self.opts.hierarchy {
+            None => Some(RoleState::encode(&self.state())?),
+            Some(_) => None,
+        };
         Ok(WorkerReport {
-            state: None,
+            state,
             iterations: std::mem::take(&mut self.records),
             model: self
                 .reports_model()
