@@ -131,7 +131,7 @@ fn resume_of_a_strategy_that_cannot_resume_names_it() {
         "train",
         "--quiet",
         "--set",
-        "strategies=[\"ad-psgd\"]",
+        "strategies=[\"elastic-ps\"]",
         "--set",
         "workers=4",
         "--set",
@@ -141,7 +141,7 @@ fn resume_of_a_strategy_that_cannot_resume_names_it() {
     ];
     ok(&concord(&first, dir.path()));
     let err = resume_refused(run_s, &["--set", "iterations=6"], dir.path());
-    assert!(err.contains("`ad-psgd` cannot resume"), "{err}");
+    assert!(err.contains("`elastic-ps` cannot resume"), "{err}");
 }
 
 /// Runs `concord train` in `dir` with `args` (its output captured) and sends it `signal` once

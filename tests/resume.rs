@@ -1,7 +1,8 @@
 //! Checkpoint and resume: a run stopped at a checkpoint and resumed from the file continues
 //! exactly where it stopped — 100 iterations in one run equal 50 and a resume of 50, bit for bit
-//! (parameters, optimizer state, metrics rows, reads), for BSP, SSP, allreduce, LB-BSP, FlexRR
-//! and the pipelines (PipeDream, GPipe, model parallelism); and what cannot resume says so.
+//! (parameters, optimizer state, metrics rows, reads), for BSP, SSP, allreduce, LB-BSP, FlexRR,
+//! RNA, eager-SGD, AD-PSGD and the pipelines (PipeDream, GPipe, model parallelism); and what
+//! cannot resume says so.
 
 mod common;
 
@@ -239,6 +240,25 @@ fn rna_resumes_bit_for_bit() {
 }
 
 #[test]
+fn ad_psgd_resumes_bit_for_bit() {
+    resumed_equals_one_run(|iterations| {
+        let mut cfg = rna(iterations);
+        cfg.strategies = vec!["ad-psgd".into()];
+        cfg
+    });
+}
+
+/// An AD-PSGD worker continues from its own replica and peer sampler: swapped, the runs differ.
+#[test]
+fn an_ad_psgd_worker_continues_from_its_own_state() {
+    assert_worker_state_steers(|iterations| {
+        let mut cfg = rna(iterations);
+        cfg.strategies = vec!["ad-psgd".into()];
+        cfg
+    });
+}
+
+#[test]
 fn eager_sgd_resumes_bit_for_bit() {
     resumed_equals_one_run(|iterations| {
         let mut cfg = rna(iterations);
@@ -438,19 +458,19 @@ fn mid_run_checkpoints_are_written() {
     );
 }
 
-/// AD-PSGD, whose workers keep state a checkpoint does not capture.
-fn ad_psgd(iterations: u64) -> RunConfig {
-    config(&["ad-psgd"], iterations)
+/// PSLD, whose scheduler and servers keep state a checkpoint does not capture.
+fn elastic_ps(iterations: u64) -> RunConfig {
+    config(&["elastic-ps"], iterations)
 }
 
 #[test]
 fn a_strategy_that_cannot_resume_says_so() {
-    let mut cfg = ad_psgd(20);
+    let mut cfg = elastic_ps(20);
     cfg.checkpoint_every = Some(10);
     let err = run_opts(&cfg, RunOptions::default()).unwrap_err();
     let text = err.to_string();
     assert!(
-        text.contains("ad-psgd") && text.contains("cannot resume"),
+        text.contains("elastic-ps") && text.contains("cannot resume"),
         "{text}"
     );
 }
@@ -490,7 +510,7 @@ fn resuming_a_finished_run_asks_for_more_iterations() {
 #[test]
 fn a_model_only_checkpoint_is_not_resumable() {
     let dir = tempfile::tempdir().unwrap();
-    let first = run_opts(&ad_psgd(10), RunOptions::default()).unwrap();
+    let first = run_opts(&elastic_ps(10), RunOptions::default()).unwrap();
     write_run_folder(dir.path(), &first).unwrap();
     let err = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).unwrap_err();
     assert!(err.to_string().contains("model only"), "{err}");

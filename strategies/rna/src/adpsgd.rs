@@ -28,6 +28,15 @@ pub const STOP: &str = "ad-psgd.stop";
 /// Marks AD-PSGD's averaging operations among collective op ids.
 const OP_TAG: u64 = 0xAD << 56;
 
+/// What an AD-PSGD worker carries across a checkpoint: its own replica (replicas differ until
+/// averaged), with its optimizer state and update count, and where its peer sampler stands.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct AdPsgdState {
+    model: ModelState,
+    updates: u64,
+    rng_word_pos: u128,
+}
+
 /// An AD-PSGD worker.
 pub struct AdPsgdWorker {
     id: WorkerId,
@@ -37,14 +46,31 @@ pub struct AdPsgdWorker {
     elems: u64,
     /// Element count of each parameter tensor (unflattening a peer's model).
     sizes: Vec<usize>,
+    /// The peer sampler's position in its ChaCha stream when the worker starts.
+    rng_word_pos: u128,
 }
 
 impl AdPsgdWorker {
-    /// Worker `id` of `job`.
+    /// Worker `id` of `job` (continuing from its checkpoint when the job resumes).
     pub fn new(job: Arc<Job>, id: WorkerId) -> Result<AdPsgdWorker> {
         let sizes: Vec<usize> = job.layout.params().iter().map(|p| p.elems()).collect();
         let replica = job.replica(RoleId::Worker(id))?;
         let mut model = LocalModel::new(&job);
+        let mut rng_word_pos = 0;
+        if let Some(cp) = job.resumed(RoleId::Worker(id)) {
+            let state: AdPsgdState = cp
+                .state
+                .as_ref()
+                .ok_or_else(|| {
+                    EngineError::protocol(
+                        RoleId::Worker(id),
+                        "its checkpoint holds no AD-PSGD worker state",
+                    )
+                })?
+                .decode()?;
+            model.restore(&job.layout, &state.model, state.updates)?;
+            rng_word_pos = state.rng_word_pos;
+        }
         // The parameters stay in the replica's tensors, on its device, between steps.
         if let Some(replica) = &replica {
             model.keep_on(replica)?;
@@ -56,6 +82,7 @@ impl AdPsgdWorker {
             job,
             elems: sizes.iter().map(|&n| n as u64).sum(),
             sizes,
+            rng_word_pos,
         })
     }
 
@@ -193,8 +220,9 @@ impl Worker for AdPsgdWorker {
         let (n, b) = (job.config.workers as u64, job.config.batch);
         let apply_flops = job.config.optimizer.flops_per_elem() * self.elems as f64;
         let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(job.config.seed, 0xAD00 + self.id as u64));
+        rng.set_word_pos(self.rng_word_pos);
         let mut records = Vec::new();
-        for step in 0..job.config.iterations {
+        for step in job.clocks() {
             ctx.set_iter(step);
             let start = ctx.now();
             let work = Work::training_step(job.model.training_flops_per_sample(), b as f64);
@@ -255,12 +283,20 @@ impl Worker for AdPsgdWorker {
             }
             self.serve(ctx, env)?;
         }
+        let model = self.model.report(&job.layout)?;
+        let state = RoleState::encode(&AdPsgdState {
+            model: ModelState {
+                blocks: model.blocks.clone(),
+                opt_state: model.opt_state.clone(),
+                ..ModelState::default()
+            },
+            updates: self.model.updates(),
+            rng_word_pos: rng.get_word_pos(),
+        })?;
         Ok(WorkerReport {
-            state: None,
+            state: Some(state),
             iterations: records,
-            model: (self.id == 0)
-                .then(|| self.model.report(&job.layout))
-                .transpose()?,
+            model: (self.id == 0).then_some(model),
         })
     }
 }

@@ -239,6 +239,9 @@ impl Strategy for AdPsgd {
         asm.set_coordinator(|job| Ok(AdPsgdCoordinator::new(job.config.workers)));
         Ok(())
     }
+    fn resumes(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Registers `rna`, `eager-sgd` and `ad-psgd`.
