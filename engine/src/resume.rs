@@ -66,6 +66,17 @@ pub struct RoleCheckpoint {
     pub stragglers: Vec<Option<serde_json::Value>>,
 }
 
+impl RoleCheckpoint {
+    /// The strategy state `role` saved ([`RoleState::encode`]), decoded; `what` names it in the
+    /// error when the checkpoint holds none (a checkpoint of a strategy that did not save it).
+    pub fn decode_state<T: DeserializeOwned>(&self, role: RoleId, what: &str) -> Result<T> {
+        self.state
+            .as_ref()
+            .ok_or_else(|| EngineError::protocol(role, format!("its checkpoint holds no {what}")))?
+            .decode()
+    }
+}
+
 /// The network's queues at a checkpoint: when each machine's NIC and each role's bus port is free
 /// again, and how many transfers each role has made (the wire's slowdown patterns count them).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

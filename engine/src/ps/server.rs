@@ -100,11 +100,7 @@ impl ParamServer {
     /// version and its count of arrivals.
     pub fn restore(&mut self, cp: &RoleCheckpoint) -> Result<()> {
         let bad = |reason: String| EngineError::protocol(RoleId::Server(self.id), reason);
-        let state: ParamServerState = cp
-            .state
-            .as_ref()
-            .ok_or_else(|| bad("its checkpoint holds no server state".into()))?
-            .decode()?;
+        let state: ParamServerState = cp.decode_state(RoleId::Server(self.id), "server state")?;
         let model = cp
             .model
             .as_ref()

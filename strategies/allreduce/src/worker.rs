@@ -95,11 +95,7 @@ struct AllreduceState {
 /// every worker restores it from there.
 fn restore(job: &Job, id: WorkerId, cp: &RoleCheckpoint, model: &mut LocalModel) -> Result<()> {
     let bad = |reason: &str| EngineError::protocol(RoleId::Worker(id), reason.to_string());
-    let state: AllreduceState = cp
-        .state
-        .as_ref()
-        .ok_or_else(|| bad("its checkpoint holds no allreduce state"))?
-        .decode()?;
+    let state: AllreduceState = cp.decode_state(RoleId::Worker(id), "allreduce state")?;
     let held = job
         .resumed(RoleId::Worker(0))
         .and_then(|c| c.model)

@@ -87,16 +87,7 @@ impl FlexCoordinator {
     /// in `job`'s checkpoint when it resumes).
     pub fn new(units: Vec<u32>, clocks: Range<u64>, job: &Job) -> Result<FlexCoordinator> {
         let totals = match job.resumed(RoleId::Coordinator) {
-            Some(cp) => cp
-                .state
-                .as_ref()
-                .ok_or_else(|| {
-                    EngineError::protocol(
-                        RoleId::Coordinator,
-                        "its checkpoint holds no FlexRR totals",
-                    )
-                })?
-                .decode()?,
+            Some(cp) => cp.decode_state(RoleId::Coordinator, "FlexRR totals")?,
             None => Totals::default(),
         };
         Ok(FlexCoordinator {

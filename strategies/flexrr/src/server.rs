@@ -85,11 +85,8 @@ impl FlexServer {
     /// Continues from checkpoint `cp`: its blocks' values, version and arrival count.
     fn restore(&mut self, cp: &RoleCheckpoint) -> Result<()> {
         let bad = |reason: String| EngineError::protocol(RoleId::Server(self.id), reason);
-        let state: FlexServerState = cp
-            .state
-            .as_ref()
-            .ok_or_else(|| bad("its checkpoint holds no FlexRR server state".into()))?
-            .decode()?;
+        let state: FlexServerState =
+            cp.decode_state(RoleId::Server(self.id), "FlexRR server state")?;
         let model = cp
             .model
             .as_ref()

@@ -529,11 +529,7 @@ fn restore(
     held: &mut Held,
 ) -> Result<u64> {
     let bad = |reason: String| EngineError::protocol(RoleId::Worker(id), reason);
-    let state: StageState = cp
-        .state
-        .as_ref()
-        .ok_or_else(|| bad("its checkpoint holds no pipeline stage state".into()))?
-        .decode()?;
+    let state: StageState = cp.decode_state(RoleId::Worker(id), "pipeline stage state")?;
     let first = RoleId::Worker(layout.worker(at.stage, 0));
     let part = job.resumed(first).and_then(|c| c.model).ok_or_else(|| {
         bad(format!(

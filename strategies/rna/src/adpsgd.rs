@@ -58,16 +58,7 @@ impl AdPsgdWorker {
         let mut model = LocalModel::new(&job);
         let mut rng_word_pos = 0;
         if let Some(cp) = job.resumed(RoleId::Worker(id)) {
-            let state: AdPsgdState = cp
-                .state
-                .as_ref()
-                .ok_or_else(|| {
-                    EngineError::protocol(
-                        RoleId::Worker(id),
-                        "its checkpoint holds no AD-PSGD worker state",
-                    )
-                })?
-                .decode()?;
+            let state: AdPsgdState = cp.decode_state(RoleId::Worker(id), "AD-PSGD worker state")?;
             model.restore(&job.layout, &state.model, state.updates)?;
             rng_word_pos = state.rng_word_pos;
         }

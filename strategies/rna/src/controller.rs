@@ -98,16 +98,7 @@ impl RnaController {
         job: &Job,
     ) -> Result<RnaController> {
         let before = match job.resumed(RoleId::Coordinator) {
-            Some(cp) => cp
-                .state
-                .as_ref()
-                .ok_or_else(|| {
-                    EngineError::protocol(
-                        RoleId::Coordinator,
-                        "its checkpoint holds no RNA controller state",
-                    )
-                })?
-                .decode()?,
+            Some(cp) => cp.decode_state(RoleId::Coordinator, "RNA controller state")?,
             None => ControllerState::default(),
         };
         Ok(RnaController {

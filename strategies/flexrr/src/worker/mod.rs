@@ -141,16 +141,8 @@ impl FlexWorker {
             r,
         };
         if let Some(cp) = worker.job.resumed(RoleId::Worker(id)) {
-            let state: FlexWorkerState = cp
-                .state
-                .as_ref()
-                .ok_or_else(|| {
-                    EngineError::protocol(
-                        RoleId::Worker(id),
-                        "its checkpoint holds no FlexRR worker state",
-                    )
-                })?
-                .decode()?;
+            let state: FlexWorkerState =
+                cp.decode_state(RoleId::Worker(id), "FlexRR worker state")?;
             worker.restore(state);
         }
         Ok(worker)

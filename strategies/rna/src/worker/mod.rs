@@ -154,11 +154,7 @@ impl RnaWorker {
     /// after every round) and this worker's own state.
     fn restore(&mut self, cp: &RoleCheckpoint) -> Result<()> {
         let bad = |reason: &str| EngineError::protocol(RoleId::Worker(self.id), reason.to_string());
-        let state: RnaWorkerState = cp
-            .state
-            .as_ref()
-            .ok_or_else(|| bad("its checkpoint holds no RNA worker state"))?
-            .decode()?;
+        let state: RnaWorkerState = cp.decode_state(RoleId::Worker(self.id), "RNA worker state")?;
         let held = self
             .job
             .resumed(RoleId::Worker(0))
