@@ -1,8 +1,8 @@
 //! Checkpoint and resume: a run stopped at a checkpoint and resumed from the file continues
 //! exactly where it stopped — 100 iterations in one run equal 50 and a resume of 50, bit for bit
 //! (parameters, optimizer state, metrics rows, reads), for BSP, SSP, allreduce, LB-BSP, FlexRR,
-//! RNA, eager-SGD, AD-PSGD and the pipelines (PipeDream, GPipe, model parallelism); and what
-//! cannot resume says so.
+//! RNA, eager-SGD, AD-PSGD, Fela and the pipelines (PipeDream, GPipe, model parallelism); and
+//! what cannot resume says so.
 
 mod common;
 
@@ -104,30 +104,33 @@ fn resumed_run_equals_one_run(strategies: &[&str]) {
 /// [`resumed_run_equals_one_run`] for the config `make` gives for a number of iterations;
 /// returns the run cut by a checkpoint.
 fn resumed_equals_one_run(make: impl Fn(u64) -> RunConfig) -> RunResult {
-    let mut whole = make(100);
-    whole.checkpoint_every = Some(50);
+    resumed_at_equals_one_run(make, RESUMED_AT)
+}
+
+/// [`resumed_equals_one_run`] with the cut at clock `at` (of `2 · at`).
+fn resumed_at_equals_one_run(make: impl Fn(u64) -> RunConfig, at: u64) -> RunResult {
+    let mut whole = make(2 * at);
+    whole.checkpoint_every = Some(at);
     let one = run_opts(&whole, RunOptions::default()).expect("runs");
 
     let dir = tempfile::tempdir().unwrap();
-    let first = run_opts(&make(50), RunOptions::default()).expect("runs");
+    let first = run_opts(&make(at), RunOptions::default()).expect("runs");
     write_run_folder(dir.path(), &first).unwrap();
     let cp = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).expect("reads");
-    assert_eq!(cp.point.clock, 50);
+    assert_eq!(cp.point.clock, at);
     let options = RunOptions {
         resume: Some(Arc::new(cp.point)),
         ..RunOptions::default()
     };
-    let resumed = run_opts(&make(100), options).expect("resumes");
+    let resumed = run_opts(&make(2 * at), options).expect("resumes");
 
-    assert_eq!(resumed.rows.len(), 100);
-    assert!(
-        resumed.rows[59].test_accuracy.is_some(),
-        "evaluated after the resume"
-    );
-    assert!(
-        resumed.rows[29].test_accuracy.is_some(),
-        "evaluations before it kept"
-    );
+    assert_eq!(resumed.rows.len() as u64, 2 * at);
+    let evaluated = |rows: &[concord::engine::metrics::IterationRow]| {
+        rows.iter().any(|r| r.test_accuracy.is_some())
+    };
+    let (before, after) = resumed.rows.split_at(at as usize);
+    assert!(evaluated(after), "evaluated after the resume");
+    assert!(evaluated(before), "evaluations before it kept");
     assert_same(&fingerprint(&one), &fingerprint(&resumed));
     assert_eq!(
         format!("{:?}", one.summary.figures),
@@ -265,6 +268,77 @@ fn eager_sgd_resumes_bit_for_bit() {
         cfg.strategies = vec!["eager-sgd".into()];
         cfg
     });
+}
+
+/// Fela over three sub-models of a deeper MLP with `options`.
+fn fela_with(iterations: u64, options: &str) -> RunConfig {
+    let mut cfg = rna(iterations);
+    cfg.strategies = vec!["fela".into()];
+    cfg.model = toml::from_str("kind = \"mlp\"\nhidden = [32, 16]").unwrap();
+    let table = format!("boundaries = [1, 2]\nthreshold_batch = 4\n{options}");
+    cfg.strategy
+        .insert("fela".into(), toml::from_str(&table).unwrap());
+    cfg
+}
+
+/// Fela tuning its configuration across the cut: each case runs 8 iterations (the weights,
+/// then the CTD subsets, then the best for the rest).
+fn fela(iterations: u64) -> RunConfig {
+    fela_with(iterations, "tune_iters = 8")
+}
+
+#[test]
+fn fela_resumes_bit_for_bit() {
+    let one = resumed_equals_one_run(fela);
+    // The tuning went on across the cut where it stood: the cases tried, in order, are those of
+    // a run without it (their times differ: the cut moves them).
+    let cases = |r: &RunResult| -> Vec<String> {
+        let names = r.summary.figures.keys();
+        names
+            .filter(|k| k.starts_with("fela.case."))
+            .cloned()
+            .collect()
+    };
+    let plain = run_opts(&fela(100), RunOptions::default()).unwrap();
+    assert!(cases(&plain).len() > 50 / 8, "{:?}", cases(&plain));
+    assert_eq!(cases(&one), cases(&plain));
+}
+
+/// A cut right after the last tuning case, the smallest CTD subset: the resumed token server
+/// moves to the best case at once, and the workers rejoining the subset get its sub-model from
+/// a member, as at any case change.
+#[test]
+fn fela_resumes_at_a_case_change() {
+    // Cases of 4 iterations: six weight vectors, then CTD subsets of 2 and 1 worker (24..32).
+    let make = |iterations| fela_with(iterations, "tune_iters = 4");
+    let one = resumed_at_equals_one_run(make, 32);
+    assert!(figure_of(&one, "fela.case.7.w1-1-1.s1_s") > 0.0);
+    assert!(
+        figure_of(&one, "fela.ctd_size") > 1.0,
+        "the best case shares the sub-model"
+    );
+    // Every iteration ran the case it would have without the cut: the sub-models' rings moved
+    // the same bytes.
+    let plain = run_opts(&make(64), RunOptions::default()).unwrap();
+    assert_eq!(
+        figure_of(&one, "fela.sync_bytes"),
+        figure_of(&plain, "fela.sync_bytes")
+    );
+}
+
+/// Fela's iterations are SGD steps over the global batch, whoever trains which token: a run cut
+/// by checkpoints (its workers' replicas restored at each cut) trains as one without, to float
+/// rounding (the tokens' split between workers follows their timing, which a cut moves).
+#[test]
+fn checkpoints_do_not_change_what_a_fela_run_learns() {
+    let cfg = fela_with(60, "weights = [1, 2, 4]");
+    let plain = run_opts(&cfg, RunOptions::default()).unwrap();
+    let mut cut = cfg;
+    cut.checkpoint_every = Some(20);
+    let cut = run_opts(&cut, RunOptions::default()).unwrap();
+    let (a, b) = (plain.params.unwrap(), cut.params.unwrap());
+    let diff = max_diff(&a, &b);
+    assert!(diff < 1e-5, "parameters differ by {diff}");
 }
 
 /// [`flexrr`] with slack 0: BSP with RapidReassignment.

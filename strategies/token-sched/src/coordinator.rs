@@ -11,13 +11,30 @@ use crate::protocol::{
 use crate::server::{Counters, Ctd, Policies, TokenServer};
 use crate::tuner::Tuner;
 use concord_engine::prelude::*;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
+
+/// What the token server carries across a checkpoint: the tuner where it stands, the case the
+/// last iteration ran, and what the iterations so far counted and measured.
+#[derive(Serialize, Deserialize)]
+struct TokenServerState {
+    tuner: Tuner,
+    case: Case,
+    past: Counters,
+    iter_times: Vec<f64>,
+    stats: WorkerStats,
+}
 
 /// The token server role.
 pub struct TokenServerRole {
     opts: Resolved,
     workers: u32,
+    /// The iteration after the last this role runs.
     iterations: u64,
+    /// The case the iteration before the first ran, when the job resumes (the first may need
+    /// to move to the tuner's next).
+    resumed_case: Option<Case>,
     tuner: Tuner,
     server: TokenServer,
     case: Case,
@@ -38,12 +55,14 @@ pub struct TokenServerRole {
 }
 
 impl TokenServerRole {
-    /// The token server of a job with `workers` workers and `iterations` iterations.
+    /// The token server of a job with `workers` workers running `iterations` (continuing from
+    /// `job`'s checkpoint when it resumes).
     pub fn new(
         opts: Resolved,
         workers: u32,
-        iterations: u64,
+        iterations: Range<u64>,
         lock_hold_s: f64,
+        job: &Job,
     ) -> Result<TokenServerRole> {
         let feasible = |weights: &[u32]| {
             TokenPlan::new(opts.total_batch, workers, opts.threshold, weights, "").is_ok()
@@ -57,15 +76,16 @@ impl TokenServerRole {
         );
         let case = tuner.current();
         let server = build_server(&opts, workers, &case, lock_hold_s)?;
-        Ok(TokenServerRole {
+        let mut role = TokenServerRole {
             opts,
             workers,
-            iterations,
+            iterations: iterations.end,
+            resumed_case: None,
             tuner,
             server,
             case,
             past: Counters::default(),
-            iter: 0,
+            iter: iterations.start,
             iter_start: 0.0,
             synced: 0,
             parked: VecDeque::new(),
@@ -74,7 +94,32 @@ impl TokenServerRole {
             stats: WorkerStats::default(),
             iter_times: Vec::new(),
             lock_hold_s,
-        })
+        };
+        if let Some(cp) = job.resumed(RoleId::Coordinator) {
+            let state: TokenServerState =
+                cp.decode_state(RoleId::Coordinator, "Fela token server state")?;
+            role.server = build_server(&role.opts, workers, &state.case, lock_hold_s)?;
+            role.tuner = state.tuner;
+            role.resumed_case = Some(state.case.clone());
+            role.case = state.case;
+            role.past = state.past;
+            role.iter_times = state.iter_times;
+            role.stats = state.stats;
+        }
+        Ok(role)
+    }
+
+    /// This role's state after its last iteration, for a checkpoint.
+    fn state(&self) -> TokenServerState {
+        let mut past = self.past.clone();
+        merge(&mut past, self.server.counters());
+        TokenServerState {
+            tuner: self.tuner.clone(),
+            case: self.case.clone(),
+            past,
+            iter_times: self.iter_times.clone(),
+            stats: self.stats.clone(),
+        }
     }
 
     fn members(&self, level: usize) -> Vec<WorkerId> {
@@ -340,6 +385,14 @@ fn build_server(
 #[async_trait]
 impl Coordinator for TokenServerRole {
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
+        // Resumed after the last iteration of a case: the move to the next happens now, as it
+        // would have at that iteration's end.
+        if let Some(last) = self.resumed_case.take() {
+            let next = self.tuner.current();
+            if next != last {
+                self.change_case(ctx, next)?;
+            }
+        }
         self.start_iteration(ctx)?;
         loop {
             let env = ctx.recv().await?;
@@ -347,6 +400,7 @@ impl Coordinator for TokenServerRole {
                 if matches!(env.msg, Message::Shutdown) {
                     return Ok(CoordinatorReport {
                         figures: self.figures(),
+                        state: Some(RoleState::encode(&self.state())?),
                         ..CoordinatorReport::default()
                     });
                 }

@@ -101,8 +101,11 @@ impl Strategy for Fela {
         asm.set_coordinator(move |job| {
             let r = resolve(&o, &job)?;
             let lat = job.cluster.device_of(RoleId::Worker(0)).latency_us * 1e-6;
-            TokenServerRole::new(r, job.config.workers, job.config.iterations, 2.0 * lat)
+            TokenServerRole::new(r, job.config.workers, job.clocks(), 2.0 * lat, &job)
         });
+        Ok(())
+    }
+    fn resumes(&self) -> std::result::Result<(), String> {
         Ok(())
     }
 }

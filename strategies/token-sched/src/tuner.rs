@@ -7,8 +7,9 @@ use crate::options::Case;
 use crate::plan::{subset_sizes, weight_cases};
 use std::collections::VecDeque;
 
-/// Which configuration each iteration runs, and what each case measured.
-#[derive(Clone, Debug)]
+/// Which configuration each iteration runs, and what each case measured (kept in a checkpoint:
+/// a resumed run goes on tuning where it stopped).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Tuner {
     workers: u32,
     iters_per_case: u64,
@@ -19,7 +20,7 @@ pub struct Tuner {
     fixed: Option<Case>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Phase {
     Weights,
     Subsets,

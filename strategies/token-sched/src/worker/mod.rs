@@ -33,6 +33,18 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use trainer::{InFlight, Saved, Task};
 
+/// What a Fela worker carries across a checkpoint: its own replica (under CTD the sub-model a
+/// worker does not train keeps its older values), with optimizer state and update count, the
+/// sub-models whose values it is still waiting for, and when its trainer is free of a late start.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct FelaWorkerState {
+    model: ModelState,
+    updates: u64,
+    stale: BTreeSet<usize>,
+    early_params: BTreeSet<usize>,
+    trainer_free_at: f64,
+}
+
 /// One Fela worker.
 pub struct FelaWorker {
     id: WorkerId,
@@ -71,17 +83,26 @@ pub struct FelaWorker {
 }
 
 impl FelaWorker {
-    /// Worker `id` of `job`.
+    /// Worker `id` of `job` (continuing from its checkpoint when the job resumes).
     pub fn new(job: Arc<Job>, id: WorkerId, opts: Resolved) -> Result<FelaWorker> {
         let levels = opts.submodels.len();
         let replica = job.replica(RoleId::Worker(id))?;
         let mut model = LocalModel::new(&job);
+        let state = match job.resumed(RoleId::Worker(id)) {
+            Some(cp) => {
+                let state: FelaWorkerState =
+                    cp.decode_state(RoleId::Worker(id), "Fela worker state")?;
+                model.restore(&job.layout, &state.model, state.updates)?;
+                Some(state)
+            }
+            None => None,
+        };
         // The parameters stay in the replica's tensors, on its device: the passes read them in
         // place and the iteration's update runs there.
         if let Some(replica) = &replica {
             model.keep_on(replica)?;
         }
-        Ok(FelaWorker {
+        let mut worker = FelaWorker {
             id,
             replica,
             model,
@@ -108,7 +129,13 @@ impl FelaWorker {
             stats: WorkerStats::default(),
             in_flight: None,
             trainer_free_at: 0.0,
-        })
+        };
+        if let Some(s) = state {
+            worker.stale = s.stale;
+            worker.early_params = s.early_params;
+            worker.trainer_free_at = s.trainer_free_at;
+        }
+        Ok(worker)
     }
 
     fn levels(&self) -> usize {
@@ -395,12 +422,22 @@ impl Worker for FelaWorker {
         }
         ctx.send(RoleId::Coordinator, Message::strategy(&self.stats)?);
         ctx.send(RoleId::Coordinator, Message::WorkerDone);
+        let model = self.model.report(&job.layout)?;
+        let state = RoleState::encode(&FelaWorkerState {
+            model: ModelState {
+                blocks: model.blocks.clone(),
+                opt_state: model.opt_state.clone(),
+                ..ModelState::default()
+            },
+            updates: self.model.updates(),
+            stale: self.stale.clone(),
+            early_params: self.early_params.clone(),
+            trainer_free_at: self.trainer_free_at,
+        })?;
         Ok(WorkerReport {
             iterations: records,
-            model: (self.id == 0)
-                .then(|| self.model.report(&job.layout))
-                .transpose()?,
-            state: None,
+            model: (self.id == 0).then_some(model),
+            state: Some(state),
         })
     }
 }
