@@ -1,8 +1,8 @@
 //! Checkpoint and resume: a run stopped at a checkpoint and resumed from the file continues
 //! exactly where it stopped — 100 iterations in one run equal 50 and a resume of 50, bit for bit
 //! (parameters, optimizer state, metrics rows, reads), for BSP, SSP, allreduce, LB-BSP, FlexRR,
-//! RNA, eager-SGD, AD-PSGD, Fela and the pipelines (PipeDream, GPipe, model parallelism); and
-//! what cannot resume says so.
+//! RNA, eager-SGD, AD-PSGD, Fela (and its baselines) and the pipelines (PipeDream, GPipe, model
+//! parallelism); and what cannot resume says so.
 
 mod common;
 
@@ -324,6 +324,43 @@ fn fela_resumes_at_a_case_change() {
         figure_of(&one, "fela.sync_bytes"),
         figure_of(&plain, "fela.sync_bytes")
     );
+}
+
+/// Fela's baselines over a four-stage MLP: `strategy` with `options`.
+fn fela_baseline(strategy: &str, options: &str, iterations: u64) -> RunConfig {
+    let mut cfg = rna(iterations);
+    cfg.strategies = vec![strategy.into()];
+    cfg.model = toml::from_str("kind = \"mlp\"\nhidden = [32, 16, 16]").unwrap();
+    cfg.strategy
+        .insert(strategy.into(), toml::from_str(options).unwrap());
+    cfg
+}
+
+#[test]
+fn fela_mp_and_fela_hp_resume_bit_for_bit() {
+    for (strategy, options) in [("fela-mp", "micro_batch = 4"), ("fela-hp", "fc_from = 1")] {
+        let one = resumed_equals_one_run(|n| fela_baseline(strategy, options, n));
+        // The busy shares cover the whole run: the same as without the cut (both are
+        // synchronous, so a cut moves nothing).
+        let plain = run_opts(
+            &fela_baseline(strategy, options, 100),
+            RunOptions::default(),
+        );
+        let bubble = format!("{strategy}.bubble_share");
+        assert_eq!(
+            figure_of(&one, &bubble),
+            figure_of(&plain.unwrap(), &bubble)
+        );
+    }
+}
+
+/// Both baselines are BSP with a fixed schedule: cuts leave their trajectory unchanged, which
+/// needs every worker's part restored at each cut.
+#[test]
+fn checkpoints_do_not_change_fela_mp_or_fela_hp_runs() {
+    for (strategy, options) in [("fela-mp", "micro_batch = 4"), ("fela-hp", "fc_from = 1")] {
+        checkpoints_do_not_change_config(fela_baseline(strategy, options, 100));
+    }
 }
 
 /// Fela's iterations are SGD steps over the global batch, whoever trains which token: a run cut

@@ -16,13 +16,18 @@ pub struct FiguresCoordinator {
 }
 
 impl FiguresCoordinator {
-    /// The coordinator of strategy `name`, reporting `fixed` beside the busy figures.
-    pub fn new(name: &'static str, fixed: Vec<(String, f64)>) -> FiguresCoordinator {
-        FiguresCoordinator {
-            name,
-            fixed,
-            busy: BTreeMap::new(),
-        }
+    /// The coordinator of strategy `name`, reporting `fixed` beside the busy figures (those of
+    /// the iterations before `job`'s checkpoint included when it resumes).
+    pub fn new(
+        name: &'static str,
+        fixed: Vec<(String, f64)>,
+        job: &Job,
+    ) -> Result<FiguresCoordinator> {
+        let busy = match job.resumed(RoleId::Coordinator) {
+            Some(cp) => cp.decode_state(RoleId::Coordinator, "busy times")?,
+            None => BTreeMap::new(),
+        };
+        Ok(FiguresCoordinator { name, fixed, busy })
     }
 
     fn figures(&self) -> Vec<(String, f64)> {
@@ -54,12 +59,18 @@ impl Coordinator for FiguresCoordinator {
             match env.from {
                 RoleId::Worker(w) => {
                     if let Some(b) = env.msg.decode::<Busy>()? {
-                        self.busy.insert(w, b);
+                        let total = self.busy.entry(w).or_insert(Busy {
+                            busy_s: 0.0,
+                            span_s: 0.0,
+                        });
+                        total.busy_s += b.busy_s;
+                        total.span_s += b.span_s;
                     }
                 }
                 _ if matches!(env.msg, Message::Shutdown) => {
                     return Ok(CoordinatorReport {
                         figures: self.figures(),
+                        state: Some(RoleState::encode(&self.busy)?),
                         ..CoordinatorReport::default()
                     })
                 }

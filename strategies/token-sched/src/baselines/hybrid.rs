@@ -66,7 +66,10 @@ impl HybridWorker {
     /// Worker `id` of `job`: the FC worker if it is the last, else a conv worker.
     pub fn new(job: Arc<Job>, id: WorkerId, plan: Arc<HpPlan>) -> Result<HybridWorker> {
         let part = if id == plan.fc_worker() { FC } else { CONV };
-        let held = Held::new(&job, plan.submodels.params(part))?;
+        let mut held = Held::new(&job, plan.submodels.params(part))?;
+        // The conv workers' parts are the same: worker 0 reports it.
+        let holder = if part == FC { id } else { 0 };
+        super::resume_held(&job, id, holder, &mut held)?;
         Ok(HybridWorker {
             id,
             replica: job.part_replica(RoleId::Worker(id), plan.submodels.stages(part))?,

@@ -43,9 +43,29 @@ pub use pipeline::PipelineWorker;
 
 use concord_engine::collective::NoServer;
 use concord_engine::prelude::*;
+use concord_engine::submodel::Held;
 use std::sync::Arc;
 
 const SLOTS: &[Slot] = &[Slot::Worker, Slot::Coordinator, Slot::Consistency];
+
+/// When the job resumes, restores worker `id`'s `held` part from the one `holder` reported at
+/// the checkpoint (its own, or a replica's twin): both baselines update each part once per
+/// iteration, so the update count is the checkpoint's clock.
+fn resume_held(job: &Job, id: WorkerId, holder: WorkerId, held: &mut Held) -> Result<()> {
+    if job.resumed(RoleId::Worker(id)).is_none() {
+        return Ok(());
+    }
+    let part = job
+        .resumed(RoleId::Worker(holder))
+        .and_then(|cp| cp.model)
+        .ok_or_else(|| {
+            EngineError::protocol(
+                RoleId::Worker(id),
+                format!("the checkpoint holds no model part of worker {holder}"),
+            )
+        })?;
+    held.restore(&job.layout, &part, job.clocks().start)
+}
 
 /// The `fela-mp` strategy.
 #[derive(Debug, Default)]
@@ -84,8 +104,11 @@ impl Strategy for FelaMp {
             for (k, b) in plan.boundaries.iter().enumerate() {
                 fixed.push((format!("fela-mp.boundary.{}", k + 1), *b as f64));
             }
-            Ok(FiguresCoordinator::new("fela-mp", fixed))
+            FiguresCoordinator::new("fela-mp", fixed, &job)
         });
+        Ok(())
+    }
+    fn resumes(&self) -> std::result::Result<(), String> {
         Ok(())
     }
 }
@@ -121,8 +144,11 @@ impl Strategy for FelaHp {
         asm.set_coordinator(move |job| {
             let plan = o.resolve(&job)?;
             let fixed = vec![("fela-hp.fc_from".to_string(), plan.fc_from as f64)];
-            Ok(FiguresCoordinator::new("fela-hp", fixed))
+            FiguresCoordinator::new("fela-hp", fixed, &job)
         });
+        Ok(())
+    }
+    fn resumes(&self) -> std::result::Result<(), String> {
         Ok(())
     }
 }

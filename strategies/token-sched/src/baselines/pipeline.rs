@@ -59,7 +59,8 @@ pub struct PipelineWorker {
 impl PipelineWorker {
     /// Worker `id` of `job`: pipeline stage `id` of `plan`.
     pub fn new(job: Arc<Job>, id: WorkerId, plan: Arc<MpPlan>) -> Result<PipelineWorker> {
-        let held = Held::new(&job, plan.submodels.params(id as usize))?;
+        let mut held = Held::new(&job, plan.submodels.params(id as usize))?;
+        super::resume_held(&job, id, id, &mut held)?;
         Ok(PipelineWorker {
             id,
             replica: job.part_replica(RoleId::Worker(id), plan.submodels.stages(id as usize))?,
