@@ -30,8 +30,11 @@ use std::collections::BTreeMap;
 /// A role's own state at a checkpoint, beyond the model part it holds: what it needs to continue
 /// exactly (a predictor's weights, a counter, a pending directive). The role encodes and decodes
 /// its own type; the engine only stores the bytes.
+///
+/// Stored as a byte string (one byte per byte in a checkpoint, where a sequence of integers took
+/// up to two); checkpoints written as a sequence still read.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct RoleState(Vec<u8>);
+pub struct RoleState(#[serde(with = "serde_bytes")] Vec<u8>);
 
 impl RoleState {
     /// Encodes `value` (MessagePack: exact for every float, NaN and infinities included).
@@ -139,5 +142,29 @@ impl ResumePoint {
             .map(|r| r.at_s)
             .fold(f64::INFINITY, f64::min)
             .min(self.time_s())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A role state's bytes are one byte string in a checkpoint (2048 bytes take 2048 and a
+    /// header, where a sequence of integers took up to twice that), and a checkpoint written
+    /// with the sequence still reads.
+    #[test]
+    fn role_state_is_stored_as_bytes_and_reads_the_older_sequence() {
+        let state = RoleState(vec![0xFF; 2048]);
+        let written = rmp_serde::to_vec_named(&state).unwrap();
+        assert!(written.len() <= 2048 + 8, "{} bytes", written.len());
+        let back: RoleState = rmp_serde::from_slice(&written).unwrap();
+        assert_eq!(back, state);
+
+        #[derive(Serialize)]
+        struct Older(Vec<u8>);
+        let older = rmp_serde::to_vec_named(&Older(state.0.clone())).unwrap();
+        assert!(older.len() >= 2 * 2048, "{} bytes", older.len());
+        let read: RoleState = rmp_serde::from_slice(&older).unwrap();
+        assert_eq!(read, state);
     }
 }

@@ -100,13 +100,13 @@ pub struct FlexWorker {
 }
 
 /// What a FlexRR worker carries from one clock to the next, for a checkpoint: its cached
-/// parameters with the own writes the servers may not show yet, its timing estimates (the
-/// offers it makes depend on them), the last progress report of each helper and cancel of each
-/// helpee, and its offer counter.
+/// parameters (it helps a peer with them while its own first read is still on its way), its
+/// timing estimates (the offers it makes depend on them), the last progress report of each
+/// helper and cancel of each helpee, and its offer counter. Not its own writes: at a cut every
+/// clock before it is complete at the servers, so the first read shows them all and drops them.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct FlexWorkerState {
     params: Vec<Vec<f32>>,
-    writes: Vec<(Clock, Vec<Vec<f32>>)>,
     avg_iter_s: Option<f64>,
     last_compute_s: Option<f64>,
     last_cancel: BTreeMap<WorkerId, f64>,
@@ -152,7 +152,6 @@ impl FlexWorker {
     fn state(&self) -> FlexWorkerState {
         FlexWorkerState {
             params: self.params.clone(),
-            writes: self.writes.clone(),
             avg_iter_s: self.avg_iter_s,
             last_compute_s: self.last_compute_s,
             last_cancel: self.last_cancel.clone(),
@@ -164,7 +163,6 @@ impl FlexWorker {
     /// Continues from `state`, saved at a checkpoint by [`FlexWorker::state`].
     fn restore(&mut self, state: FlexWorkerState) {
         self.params = state.params;
-        self.writes = state.writes;
         self.avg_iter_s = state.avg_iter_s;
         self.last_compute_s = state.last_compute_s;
         self.last_cancel = state.last_cancel;
