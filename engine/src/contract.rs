@@ -233,6 +233,17 @@ pub struct ModelState {
 }
 
 impl ModelState {
+    /// The values and optimizer state alone, without the snapshots taken along the way: what a
+    /// checkpoint keeps of a model part.
+    pub fn values_only(&self) -> ModelState {
+        ModelState {
+            blocks: self.blocks.clone(),
+            opt_state: self.opt_state.clone(),
+            snapshots: Vec::new(),
+            timed: None,
+        }
+    }
+
     /// Bytes held: values plus optimizer state.
     pub fn bytes(&self) -> u64 {
         self.blocks.iter().map(|b| b.data.bytes()).sum::<u64>()

@@ -216,12 +216,7 @@ fn role_checkpoint(
 ) -> RoleCheckpoint {
     RoleCheckpoint {
         at_s,
-        model: model.map(|m| ModelState {
-            blocks: m.blocks.clone(),
-            opt_state: m.opt_state.clone(),
-            snapshots: Vec::new(),
-            timed: None,
-        }),
+        model: model.map(ModelState::values_only),
         state,
         stragglers,
     }

@@ -276,11 +276,7 @@ impl Worker for AdPsgdWorker {
         }
         let model = self.model.report(&job.layout)?;
         let state = RoleState::encode(&AdPsgdState {
-            model: ModelState {
-                blocks: model.blocks.clone(),
-                opt_state: model.opt_state.clone(),
-                ..ModelState::default()
-            },
+            model: model.values_only(),
             updates: self.model.updates(),
             rng_word_pos: rng.get_word_pos(),
         })?;

@@ -424,11 +424,7 @@ impl Worker for FelaWorker {
         ctx.send(RoleId::Coordinator, Message::WorkerDone);
         let model = self.model.report(&job.layout)?;
         let state = RoleState::encode(&FelaWorkerState {
-            model: ModelState {
-                blocks: model.blocks.clone(),
-                opt_state: model.opt_state.clone(),
-                ..ModelState::default()
-            },
+            model: model.values_only(),
             updates: self.model.updates(),
             stale: self.stale.clone(),
             early_params: self.early_params.clone(),
