@@ -285,7 +285,8 @@ impl Coordinator for RnaController {
         }
         let stats: Vec<WorkerStats> = merged.values().cloned().collect();
         let figures = &mut report.figures;
-        figures.extend(trigger_figures(&mut latencies));
+        // On a copy: the figures sort it, and the state keeps the rounds in order.
+        figures.extend(trigger_figures(&mut latencies.clone()));
         figures.push((
             "rna.contributors_share".into(),
             weights.iter().sum::<f64>() / (weights.len().max(1) as f64 * p as f64),
