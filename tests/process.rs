@@ -175,24 +175,68 @@ fn flexrr_under_processes_resumes_across_checkpoints() {
     let tables = "[[stragglers]]\npattern = \"persistent\"\nspread = { min = 0.25, max = 1.0 }\n\
                   [strategy.flexrr]\nunits = 8\n";
     // 12 clocks of 4 workers × 8 units, those before the cuts at 5 and 10 included; then 16.
-    resumes_under_processes("flexrr", tables, "flexrr.units_verified", [384.0, 512.0]);
+    resumes_under_processes(
+        "flexrr",
+        tables,
+        &[],
+        "flexrr.units_verified",
+        [384.0, 512.0],
+    );
 }
 
 /// RNA's processes hand on their buffers, in-flight steps and the controller's sampler at each
 /// cut: the replicas agree after every round of the run, those before the cuts included.
 #[test]
 fn rna_under_processes_resumes_across_checkpoints() {
-    resumes_under_processes("rna", "", "rna.checked_rounds", [12.0, 16.0]);
+    resumes_under_processes("rna", "", &[], "rna.checked_rounds", [12.0, 16.0]);
 }
 
-/// `strategy` as 2 processes of 2 workers, 12 iterations cut every 5, then resumed to 16:
-/// `figure` covers the whole run each time (`expected`), and every iteration has its row.
-fn resumes_under_processes(strategy: &str, tables: &str, figure: &str, expected: [f64; 2]) {
+/// Fela's token server hands its tuner on at each cut: the weight vectors tried over the 12 and
+/// then 16 iterations (six of them, three iterations each, in a fixed order; the resume at 12 is
+/// a change of case) are those of the same job run in `sim` without cuts, so the tokens handed
+/// out add up to theirs.
+#[test]
+fn fela_under_processes_resumes_across_checkpoints() {
+    let tables = "[strategy.fela]\nboundaries = [1, 2]\nthreshold_batch = 4\ntune_iters = 3\n";
+    let model = ["--set", "model.hidden=[32, 16]"];
+    let uncut = |iterations: u32| {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), 2, 4, "strategies = [\"fela\"]", tables);
+        let out = dir.path().join("sim");
+        let iterations = format!("iterations={iterations}");
+        let done = concord()
+            .args(["train", "--quiet", "--runtime", "sim", "--config"])
+            .arg(&cfg)
+            .args(["--set", &iterations])
+            .args(model)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(done.status.success(), "sim failed\n{}", text(&done));
+        summary(&out)["figures"]["fela.tokens"].as_f64().unwrap()
+    };
+    let expected = [uncut(12), uncut(16)];
+    resumes_under_processes("fela", tables, &model, "fela.tokens", expected);
+}
+
+/// `strategy` as 2 processes of 2 workers (the config with `tables` appended, and `sets`), 12
+/// iterations cut every 5, then resumed to 16: `figure` covers the whole run each time
+/// (`expected`), and every iteration has its row.
+fn resumes_under_processes(
+    strategy: &str,
+    tables: &str,
+    sets: &[&str],
+    figure: &str,
+    expected: [f64; 2],
+) {
     let dir = tempfile::tempdir().unwrap();
     let top = format!("strategies = [\"{strategy}\"]");
     let cfg = config(dir.path(), 2, 4, &top, tables);
     let out = dir.path().join("run");
-    launch(2, &cfg, &out, &["--set", "checkpoint_every=5"]);
+    let mut args = vec!["--set", "checkpoint_every=5"];
+    args.extend_from_slice(sets);
+    launch(2, &cfg, &out, &args);
     assert_eq!(summary(&out)["figures"][figure], expected[0]);
     let resumed = concord()
         .args(["launch", "--nproc", "2", "train", "--quiet", "--resume"])
