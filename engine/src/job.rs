@@ -104,6 +104,20 @@ impl Job {
         segment.from.as_ref()?.roles.get(&role).cloned()
     }
 
+    /// The state `role` saved at the checkpoint the roles continue from
+    /// ([`RoleCheckpoint::decode_state`], `what` naming it when missing); `T::default()` on a
+    /// fresh start.
+    pub fn resumed_state<T: serde::de::DeserializeOwned + Default>(
+        &self,
+        role: RoleId,
+        what: &str,
+    ) -> Result<T> {
+        match self.resumed(role) {
+            Some(cp) => cp.decode_state(role, what),
+            None => Ok(T::default()),
+        }
+    }
+
     /// The checkpoint the roles continue from, if any.
     pub(crate) fn segment_start(&self) -> Option<Arc<ResumePoint>> {
         self.segment.read().ok()?.from.clone()

@@ -22,6 +22,7 @@ use crate::contract::ModelState;
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
 use crate::metrics::{IterRecord, IterationRow, TimedEvaluation};
+use crate::payload::BlockId;
 use crate::transport::{LinkTraffic, RoleQueues};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -77,6 +78,38 @@ impl RoleCheckpoint {
             .as_ref()
             .ok_or_else(|| EngineError::protocol(role, format!("its checkpoint holds no {what}")))?
             .decode()
+    }
+
+    /// The model part `role` held at the checkpoint, checked against what it holds now: as many
+    /// blocks (`count`), each one it holds with as many elements (`elems` of a block id: `None`
+    /// for a block it does not hold). A parameter server restores its blocks from it.
+    pub fn checked_blocks(
+        &self,
+        role: RoleId,
+        count: usize,
+        elems: impl Fn(BlockId) -> Option<u64>,
+    ) -> Result<&ModelState> {
+        let bad = |reason: String| EngineError::protocol(role, reason);
+        let model = self
+            .model
+            .as_ref()
+            .ok_or_else(|| bad("its checkpoint holds no blocks".into()))?;
+        if model.blocks.len() != count {
+            return Err(bad(format!(
+                "its checkpoint holds {} blocks, the layout gives it {count}",
+                model.blocks.len()
+            )));
+        }
+        for bp in &model.blocks {
+            match elems(bp.block) {
+                None => return Err(bad(format!("block {} is not this server's", bp.block))),
+                Some(n) if n != bp.data.elems() => {
+                    return Err(bad(format!("block {} changed size", bp.block)))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(model)
     }
 }
 

@@ -99,29 +99,16 @@ impl ParamServer {
     /// Continues from `cp`, this server's checkpoint: its blocks with their optimizer state, its
     /// version and its count of arrivals.
     pub fn restore(&mut self, cp: &RoleCheckpoint) -> Result<()> {
-        let bad = |reason: String| EngineError::protocol(RoleId::Server(self.id), reason);
-        let state: ParamServerState = cp.decode_state(RoleId::Server(self.id), "server state")?;
-        let model = cp
-            .model
-            .as_ref()
-            .ok_or_else(|| bad("its checkpoint holds no blocks".into()))?;
-        if model.blocks.len() != self.blocks.len() {
-            return Err(bad(format!(
-                "its checkpoint holds {} blocks, the layout gives it {}",
-                model.blocks.len(),
-                self.blocks.len()
-            )));
-        }
+        let role = RoleId::Server(self.id);
+        let state: ParamServerState = cp.decode_state(role, "server state")?;
+        let model = cp.checked_blocks(role, self.blocks.len(), |b| {
+            self.blocks.get(&b).map(|st| st.value.elems())
+        })?;
         for bp in &model.blocks {
-            let st = self
-                .blocks
-                .get_mut(&bp.block)
-                .ok_or_else(|| bad(format!("block {} is not this server's", bp.block)))?;
-            if bp.data.elems() != st.value.elems() {
-                return Err(bad(format!("block {} changed size", bp.block)));
+            if let Some(st) = self.blocks.get_mut(&bp.block) {
+                st.value = bp.data.clone();
+                st.opt = model.opt_state.get(&bp.block).cloned().unwrap_or_default();
             }
-            st.value = bp.data.clone();
-            st.opt = model.opt_state.get(&bp.block).cloned().unwrap_or_default();
         }
         self.version = state.version;
         self.arrivals = state.arrivals;

@@ -86,10 +86,7 @@ impl FlexCoordinator {
     /// For workers with `units[w]` units per clock, running `clocks` (those before them counted
     /// in `job`'s checkpoint when it resumes).
     pub fn new(units: Vec<u32>, clocks: Range<u64>, job: &Job) -> Result<FlexCoordinator> {
-        let totals = match job.resumed(RoleId::Coordinator) {
-            Some(cp) => cp.decode_state(RoleId::Coordinator, "FlexRR totals")?,
-            None => Totals::default(),
-        };
+        let totals = job.resumed_state(RoleId::Coordinator, "FlexRR totals")?;
         Ok(FlexCoordinator {
             units,
             clocks,

@@ -84,29 +84,13 @@ impl FlexServer {
 
     /// Continues from checkpoint `cp`: its blocks' values, version and arrival count.
     fn restore(&mut self, cp: &RoleCheckpoint) -> Result<()> {
-        let bad = |reason: String| EngineError::protocol(RoleId::Server(self.id), reason);
-        let state: FlexServerState =
-            cp.decode_state(RoleId::Server(self.id), "FlexRR server state")?;
-        let model = cp
-            .model
-            .as_ref()
-            .ok_or_else(|| bad("its checkpoint holds no blocks".into()))?;
-        if model.blocks.len() != self.values.len() {
-            return Err(bad(format!(
-                "its checkpoint holds {} blocks, the layout gives it {}",
-                model.blocks.len(),
-                self.values.len()
-            )));
-        }
+        let role = RoleId::Server(self.id);
+        let state: FlexServerState = cp.decode_state(role, "FlexRR server state")?;
+        let model = cp.checked_blocks(role, self.values.len(), |b| {
+            self.values.get(&b).map(Payload::elems)
+        })?;
         for bp in &model.blocks {
-            let value = self
-                .values
-                .get_mut(&bp.block)
-                .ok_or_else(|| bad(format!("block {} is not this server's", bp.block)))?;
-            if bp.data.elems() != value.elems() {
-                return Err(bad(format!("block {} changed size", bp.block)));
-            }
-            *value = bp.data.clone();
+            self.values.insert(bp.block, bp.data.clone());
         }
         self.version = state.version;
         self.arrivals = state.arrivals;

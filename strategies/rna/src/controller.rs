@@ -97,10 +97,7 @@ impl RnaController {
         opts: Resolved,
         job: &Job,
     ) -> Result<RnaController> {
-        let before = match job.resumed(RoleId::Coordinator) {
-            Some(cp) => cp.decode_state(RoleId::Coordinator, "RNA controller state")?,
-            None => ControllerState::default(),
-        };
+        let before = job.resumed_state(RoleId::Coordinator, "RNA controller state")?;
         Ok(RnaController {
             workers,
             rounds,

@@ -32,9 +32,6 @@ pub struct TokenServerRole {
     workers: u32,
     /// The iteration after the last this role runs.
     iterations: u64,
-    /// The case the iteration before the first ran, when the job resumes (the first may need
-    /// to move to the tuner's next).
-    resumed_case: Option<Case>,
     tuner: Tuner,
     server: TokenServer,
     case: Case,
@@ -67,46 +64,44 @@ impl TokenServerRole {
         let feasible = |weights: &[u32]| {
             TokenPlan::new(opts.total_batch, workers, opts.threshold, weights, "").is_ok()
         };
-        let tuner = Tuner::new(
-            opts.submodels.len(),
-            workers,
-            opts.tune_iters,
-            opts.fixed.clone(),
-            feasible,
-        );
-        let case = tuner.current();
-        let server = build_server(&opts, workers, &case, lock_hold_s)?;
-        let mut role = TokenServerRole {
+        let state = match job.resumed(RoleId::Coordinator) {
+            Some(cp) => cp.decode_state(RoleId::Coordinator, "Fela token server state")?,
+            None => {
+                let tuner = Tuner::new(
+                    opts.submodels.len(),
+                    workers,
+                    opts.tune_iters,
+                    opts.fixed.clone(),
+                    feasible,
+                );
+                TokenServerState {
+                    case: tuner.current(),
+                    tuner,
+                    past: Counters::default(),
+                    iter_times: Vec::new(),
+                    stats: WorkerStats::default(),
+                }
+            }
+        };
+        let server = build_server(&opts, workers, &state.case, lock_hold_s)?;
+        Ok(TokenServerRole {
             opts,
             workers,
             iterations: iterations.end,
-            resumed_case: None,
-            tuner,
+            tuner: state.tuner,
             server,
-            case,
-            past: Counters::default(),
+            case: state.case,
+            past: state.past,
             iter: iterations.start,
             iter_start: 0.0,
             synced: 0,
             parked: VecDeque::new(),
             early: Vec::new(),
             loss_sum: 0.0,
-            stats: WorkerStats::default(),
-            iter_times: Vec::new(),
+            stats: state.stats,
+            iter_times: state.iter_times,
             lock_hold_s,
-        };
-        if let Some(cp) = job.resumed(RoleId::Coordinator) {
-            let state: TokenServerState =
-                cp.decode_state(RoleId::Coordinator, "Fela token server state")?;
-            role.server = build_server(&role.opts, workers, &state.case, lock_hold_s)?;
-            role.tuner = state.tuner;
-            role.resumed_case = Some(state.case.clone());
-            role.case = state.case;
-            role.past = state.past;
-            role.iter_times = state.iter_times;
-            role.stats = state.stats;
-        }
-        Ok(role)
+        })
     }
 
     /// This role's state after its last iteration, for a checkpoint.
@@ -385,13 +380,11 @@ fn build_server(
 #[async_trait]
 impl Coordinator for TokenServerRole {
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
-        // Resumed after the last iteration of a case: the move to the next happens now, as it
-        // would have at that iteration's end.
-        if let Some(last) = self.resumed_case.take() {
-            let next = self.tuner.current();
-            if next != last {
-                self.change_case(ctx, next)?;
-            }
+        // Resumed after the last iteration of a case, the move to the next happens now, as it
+        // would have at that iteration's end (on a fresh start the tuner's case is the one built).
+        let next = self.tuner.current();
+        if next != self.case {
+            self.change_case(ctx, next)?;
         }
         self.start_iteration(ctx)?;
         loop {

@@ -23,10 +23,7 @@ impl FiguresCoordinator {
         fixed: Vec<(String, f64)>,
         job: &Job,
     ) -> Result<FiguresCoordinator> {
-        let busy = match job.resumed(RoleId::Coordinator) {
-            Some(cp) => cp.decode_state(RoleId::Coordinator, "busy times")?,
-            None => BTreeMap::new(),
-        };
+        let busy = job.resumed_state(RoleId::Coordinator, "busy times")?;
         Ok(FiguresCoordinator { name, fixed, busy })
     }
 
