@@ -68,14 +68,42 @@ fn launch(n: u32, cfg: &Path, out: &Path, extra: &[&str]) -> Output {
 
 /// The same job in `sim`, in-process through the CLI.
 fn sim(cfg: &Path, out: &Path) {
+    sim_with(cfg, out, &[]);
+}
+
+/// [`sim`] with more arguments (`--set` overrides).
+fn sim_with(cfg: &Path, out: &Path, extra: &[&str]) {
     let done = concord()
         .args(["train", "--quiet", "--runtime", "sim", "--config"])
         .arg(cfg)
+        .args(extra)
         .arg("--out")
         .arg(out)
         .output()
         .unwrap();
     assert!(done.status.success(), "sim failed\n{}", text(&done));
+}
+
+/// `concord launch --nproc n train --resume run --set iterations=…`, expecting success.
+fn resume_launch(n: u32, run: &Path, iterations: u64) {
+    let resumed = concord()
+        .args([
+            "launch",
+            "--nproc",
+            &n.to_string(),
+            "train",
+            "--quiet",
+            "--resume",
+        ])
+        .arg(run)
+        .args(["--set", &format!("iterations={iterations}")])
+        .output()
+        .expect("runs concord launch");
+    assert!(
+        resumed.status.success(),
+        "resume failed\n{}",
+        text(&resumed)
+    );
 }
 
 /// The model tensors of a run folder's checkpoint, by name.
@@ -204,16 +232,7 @@ fn fela_under_processes_resumes_across_checkpoints() {
         let cfg = config(dir.path(), 2, 4, "strategies = [\"fela\"]", tables);
         let out = dir.path().join("sim");
         let iterations = format!("iterations={iterations}");
-        let done = concord()
-            .args(["train", "--quiet", "--runtime", "sim", "--config"])
-            .arg(&cfg)
-            .args(["--set", &iterations])
-            .args(model)
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(done.status.success(), "sim failed\n{}", text(&done));
+        sim_with(&cfg, &out, &["--set", &iterations, model[0], model[1]]);
         summary(&out)["figures"]["fela.tokens"].as_f64().unwrap()
     };
     let expected = [uncut(12), uncut(16)];
@@ -238,13 +257,7 @@ fn resumes_under_processes(
     args.extend_from_slice(sets);
     launch(2, &cfg, &out, &args);
     assert_eq!(summary(&out)["figures"][figure], expected[0]);
-    let resumed = concord()
-        .args(["launch", "--nproc", "2", "train", "--quiet", "--resume"])
-        .arg(&out)
-        .args(["--set", "iterations=16"])
-        .output()
-        .expect("runs concord launch");
-    assert!(resumed.status.success(), "{}", text(&resumed));
+    resume_launch(2, &out, 16);
     assert_eq!(summary(&out)["figures"][figure], expected[1]);
     let rows = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     assert_eq!(rows.lines().count(), 16, "one row per iteration");
@@ -403,17 +416,7 @@ fn a_process_job_resumes_from_its_checkpoint() {
     for strategy in ["bsp", "ssp"] {
         let (_dir, cfg, a, b) = with_sim_reference(strategy, 3, 6);
         launch(3, &cfg, &b, &["--set", "iterations=7"]);
-        let resumed = concord()
-            .args(["launch", "--nproc", "3", "train", "--quiet", "--resume"])
-            .arg(&b)
-            .args(["--set", "iterations=12"])
-            .output()
-            .expect("runs concord launch");
-        assert!(
-            resumed.status.success(),
-            "resume failed\n{}",
-            text(&resumed)
-        );
+        resume_launch(3, &b, 12);
         let s = summary(&b);
         assert_eq!(s["runtime"], "process");
         let rows = std::fs::read_to_string(b.join("metrics.jsonl")).unwrap();
@@ -640,27 +643,9 @@ fn a_job_killed_after_a_checkpoint_resumes_from_it() {
     );
 
     let total = clock + 6;
-    let iterations = format!("iterations={total}");
-    let resumed = concord()
-        .args(["launch", "--nproc", "3", "train", "--quiet", "--resume"])
-        .arg(&out)
-        .args(["--set", &iterations])
-        .output()
-        .unwrap();
-    assert!(
-        resumed.status.success(),
-        "resume failed\n{}",
-        text(&resumed)
-    );
+    resume_launch(3, &out, total);
     let reference = dir.path().join("sim");
-    let done = concord()
-        .args(["train", "--quiet", "--runtime", "sim", "--config"])
-        .arg(&cfg)
-        .args(["--set", &iterations, "--out"])
-        .arg(&reference)
-        .output()
-        .unwrap();
-    assert!(done.status.success(), "sim failed\n{}", text(&done));
+    sim_with(&cfg, &reference, &["--set", &format!("iterations={total}")]);
     assert_same_model(&reference, &out, "bsp resumed after a kill");
     let rows = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     assert_eq!(rows.lines().count() as u64, total);

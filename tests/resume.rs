@@ -242,31 +242,30 @@ fn rna_resumes_bit_for_bit() {
     assert_eq!(figure_of(&one, "rna.replica_mismatch_rounds"), 0.0);
 }
 
+/// [`rna`]'s job under AD-PSGD.
+fn ad_psgd(iterations: u64) -> RunConfig {
+    RunConfig {
+        strategies: vec!["ad-psgd".into()],
+        ..rna(iterations)
+    }
+}
+
 #[test]
 fn ad_psgd_resumes_bit_for_bit() {
-    resumed_equals_one_run(|iterations| {
-        let mut cfg = rna(iterations);
-        cfg.strategies = vec!["ad-psgd".into()];
-        cfg
-    });
+    resumed_equals_one_run(ad_psgd);
 }
 
 /// An AD-PSGD worker continues from its own replica and peer sampler: swapped, the runs differ.
 #[test]
 fn an_ad_psgd_worker_continues_from_its_own_state() {
-    assert_worker_state_steers(|iterations| {
-        let mut cfg = rna(iterations);
-        cfg.strategies = vec!["ad-psgd".into()];
-        cfg
-    });
+    assert_worker_state_steers(ad_psgd);
 }
 
 #[test]
 fn eager_sgd_resumes_bit_for_bit() {
-    resumed_equals_one_run(|iterations| {
-        let mut cfg = rna(iterations);
-        cfg.strategies = vec!["eager-sgd".into()];
-        cfg
+    resumed_equals_one_run(|iterations| RunConfig {
+        strategies: vec!["eager-sgd".into()],
+        ..rna(iterations)
     });
 }
 
@@ -404,24 +403,7 @@ fn flexrr_resumes_bit_for_bit() {
 /// unchanged (the timings move: restarted roles wait for each other at the cut).
 #[test]
 fn checkpoints_do_not_change_the_parameters_of_a_flexrr_bsp_rr_run() {
-    let cfg = flexrr_bsp_rr(100);
-    let plain = run_opts(&cfg, RunOptions::default()).unwrap();
-    let mut cut = cfg;
-    cut.checkpoint_every = Some(25);
-    let cut = run_opts(&cut, RunOptions::default()).unwrap();
-    let path = |r: &RunResult| -> Vec<String> {
-        let mut lines: Vec<String> = fingerprint(r)
-            .into_iter()
-            .filter(|l| l.starts_with("param"))
-            .collect();
-        lines.extend(
-            r.rows
-                .iter()
-                .map(|row| format!("loss {}", row.loss.to_bits())),
-        );
-        lines
-    };
-    assert_same(&path(&plain), &path(&cut));
+    checkpoints_do_not_change_config(flexrr_bsp_rr(100));
 }
 
 #[test]
