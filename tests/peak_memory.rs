@@ -231,3 +231,37 @@ fn every_strategy_reports_each_workers_measured_peak_memory() {
         );
     }
 }
+
+#[test]
+fn a_throughput_mode_step_keeps_every_operator_output_but_in_place_relus() {
+    let mut cfg = tiny(&["bsp"], &[]);
+    cfg.workers = 1;
+    cfg.servers = 1;
+    cfg.model = toml::from_str("kind = \"profile\"\nname = \"resnet-32\"").expect("model");
+    let r = run(&cfg);
+    let profile = concord::engine::profiles::builtin("resnet-32").expect("builtin");
+    let graph = &profile.graph;
+    // Every node between the input and the cost-free softmax, counted from the graph alone:
+    // an activation whose input only it reads runs in place.
+    let readers = graph.consumers();
+    let last = graph.nodes.len() - 1;
+    let kept: u64 = (1..last)
+        .filter(|&n| {
+            let node = &graph.nodes[n];
+            let in_place = node.kind == concord::engine::graph::OpKind::Activation
+                && readers[node.inputs[0]] == [n];
+            !in_place
+        })
+        .map(|n| graph.nodes[n].out_bytes(1))
+        .sum();
+    let outputs: u64 = profile.layers.iter().map(|l| l.activation_bytes).sum();
+    assert!(
+        kept > 3 * outputs,
+        "{kept} vs the layers' outputs {outputs}"
+    );
+    // A BSP worker: the replica's parameters and gradients, and one batch's kept activations.
+    assert_eq!(
+        r.summary.peak_memory["worker-0"],
+        2 * profile.param_bytes() + cfg.batch * kept
+    );
+}

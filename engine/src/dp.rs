@@ -260,7 +260,7 @@ async fn activations(
             return Ok(Some(plan));
         }
     }
-    let stages = &job.stage_activation_bytes;
+    let stages = &job.stage_kept_bytes;
     for (stage, per_sample) in stages.iter().enumerate() {
         let bytes = per_sample * batch;
         ctx.memory_event(MemEvent::Forward { stage, bytes }).await?;

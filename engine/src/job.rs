@@ -35,9 +35,13 @@ pub struct Job {
     pub cluster: Arc<Cluster>,
     /// The model.
     pub model: ModelSpec,
-    /// Activation bytes per sample of each stage, in stage order (what a training step reports to
-    /// the memory policy), computed once from the model.
-    pub stage_activation_bytes: Vec<u64>,
+    /// Activation bytes per sample each stage keeps from its forward pass to its backward pass,
+    /// in stage order (what a training step reports to the memory policy), computed once from
+    /// the model ([`StageFacts::kept_bytes`](crate::model::StageFacts)).
+    pub stage_kept_bytes: Vec<u64>,
+    /// Bytes per sample of each stage's output, in stage order: what crosses a stage boundary
+    /// placed after it.
+    pub stage_output_bytes: Vec<u64>,
     /// The model's per-layer cost facts, computed once (what a calibrated device charges a
     /// training step by; empty for a model without them).
     pub cost_sheet: Arc<[LayerCost]>,

@@ -269,6 +269,25 @@ impl OpGraph {
         out
     }
 
+    /// Elements per sample that nodes `nodes` keep from the forward pass to the backward pass:
+    /// their outputs, less those of activations computed in place, that is over an input no
+    /// other node reads (a ReLU after a convolution or a batch-norm overwrites its input, as
+    /// frameworks do: its backward pass needs only its output, and the layer before it needs
+    /// its own input, not its output).
+    pub fn kept_elems(&self, nodes: std::ops::Range<usize>) -> u64 {
+        let readers = self.consumers();
+        self.nodes[nodes.clone()]
+            .iter()
+            .zip(nodes)
+            .filter(|(node, index)| {
+                let in_place = node.kind == OpKind::Activation
+                    && matches!(node.inputs[..], [input] if readers[input] == [*index]);
+                !in_place
+            })
+            .map(|(node, _)| node.out_elems)
+            .sum()
+    }
+
     /// The forward execution order (Dymem's Algorithm 2): depth first from the input, visiting a
     /// node's readers in declaration order, and emitting a join only when the last of its
     /// predecessors has been emitted. Every branch of a fork thus runs to its end (or to a join
@@ -410,6 +429,23 @@ mod tests {
         let l8 = node(&mut g, "l8", OpKind::Conv, &[l7]);
         let l9 = node(&mut g, "l9", OpKind::Concat, &[l5, l2, l6, l8]);
         (g, vec![0, l0, l1, l5, l2, l3, l6, l4, l7, l8, l9])
+    }
+
+    #[test]
+    fn an_activation_runs_in_place_only_over_an_input_it_alone_reads() {
+        let mut g = OpGraph::with_input(10);
+        let conv = node(&mut g, "conv", OpKind::Conv, &[0]);
+        let relu = node(&mut g, "relu", OpKind::Activation, &[conv]);
+        let fork = node(&mut g, "fork", OpKind::Conv, &[relu]);
+        let shared = node(&mut g, "shared-relu", OpKind::Activation, &[fork]);
+        let add = node(&mut g, "add", OpKind::Add, &[shared, fork]);
+        // The first ReLU overwrites the conv's output; the second cannot: the add reads its input.
+        assert_eq!(g.kept_elems(conv..relu + 1), 10);
+        assert_eq!(g.kept_elems(fork..add + 1), 30);
+        assert_eq!(g.kept_elems(1..add + 1), 40);
+        // The input's storage is not the nodes'.
+        assert_eq!(g.kept_elems(0..1), 10);
+        assert_eq!(g.kept_elems(1..1), 0);
     }
 
     #[test]

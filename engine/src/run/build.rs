@@ -219,11 +219,9 @@ pub(super) fn job_on(
     let memory = asm.memory.clone().ok_or_else(|| missing("memory"))?;
     let stream = SampleStream::new(data.as_ref().map_or(0, |d| d.train.len()), config.seed);
     let init = model.init_values(config.seed);
-    let stage_activation_bytes = model
-        .stage_facts()
-        .iter()
-        .map(|s| s.activation_bytes)
-        .collect();
+    let facts = model.stage_facts();
+    let stage_kept_bytes = facts.iter().map(|s| s.kept_bytes).collect();
+    let stage_output_bytes = facts.iter().map(|s| s.activation_bytes).collect();
     let cost_sheet = model.layer_costs().into();
     let op_graph = model.op_graph().map(Arc::new);
     let guard = RunGuard::new(config, data.is_some());
@@ -231,7 +229,8 @@ pub(super) fn job_on(
         config: config.clone(),
         cluster,
         model,
-        stage_activation_bytes,
+        stage_kept_bytes,
+        stage_output_bytes,
         cost_sheet,
         op_graph,
         layout,

@@ -319,7 +319,7 @@ pub async fn activations(
     rows: u64,
     kept: bool,
 ) -> Result<()> {
-    let per_sample = &job.stage_activation_bytes;
+    let per_sample = &job.stage_kept_bytes;
     let mut order: Vec<usize> = stages.collect();
     if !kept {
         order.reverse();

@@ -227,7 +227,8 @@ impl GpuProfile {
     /// `x½` the half-saturation batch), so `m = F/P` and `b = F·x½/P` exactly. Throughput is
     /// `x/(x + x½)` of the saturated one, so the saturation point for fraction `s` is
     /// `x^s = x½·s/(1 − s)` (at least `min_batch`). The out-of-memory point is what the resident
-    /// memory ledger allows: `(budget − parameters − gradients) / Σ activation bytes per sample`.
+    /// memory ledger allows: `(budget − parameters − gradients) / Σ kept activation bytes per
+    /// sample`.
     pub fn from_device(
         device: &DeviceProfile,
         flops_per_sample: f64,
@@ -240,7 +241,7 @@ impl GpuProfile {
         let slope = flops_per_sample / peak;
         let offset = slope * device.half_saturation_batch;
         let sat = device.half_saturation_batch * saturation / (1.0 - saturation);
-        let act: u64 = stages.iter().map(|s| s.activation_bytes).sum();
+        let act: u64 = stages.iter().map(|s| s.kept_bytes).sum();
         let free = device.memory_bytes().saturating_sub(2 * param_bytes);
         let oom = free.checked_div(act).unwrap_or(u64::MAX);
         GpuProfile {

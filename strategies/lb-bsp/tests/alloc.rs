@@ -168,11 +168,13 @@ fn device_profiling_matches_the_engine_cost_model() {
             name: "a".into(),
             forward_flops: 1e6,
             activation_bytes: 1 << 20,
+            kept_bytes: 1 << 20,
         },
         StageFacts {
             name: "b".into(),
             forward_flops: 1e6,
             activation_bytes: 1 << 20,
+            kept_bytes: 1 << 20,
         },
     ];
     let f = 6e6;

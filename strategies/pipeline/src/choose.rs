@@ -56,11 +56,6 @@ pub fn plan(
         p.predicted_s = t.is_finite().then_some(t);
         return Ok(p);
     }
-    if options.straight {
-        let stages = job.config.workers as usize;
-        return planner::straight(profile, topology, stages, sync)
-            .map_err(|e| refuse("straight", "true".into(), e));
-    }
     let search = match options.search.as_str() {
         "hierarchical" => Search::Hierarchical,
         _ => Search::Flat,
@@ -73,6 +68,11 @@ pub fn plan(
         sync,
         optimizer_slots: job.config.optimizer.state_slots() as u32,
     };
+    if options.straight {
+        let stages = job.config.workers as usize;
+        return planner::straight(profile, topology, stages, &planned)
+            .map_err(|e| refuse("straight", "true".into(), e));
+    }
     planner::plan(profile, topology, &planned).map_err(|e| {
         refuse(
             "search",

@@ -240,11 +240,11 @@ impl Layout {
             _ => 0,
         };
         let layers = self.submodels.stages(s);
-        let per_sample: u64 = job.stage_activation_bytes[layers.clone()].iter().sum();
+        let per_sample: u64 = job.stage_kept_bytes[layers.clone()].iter().sum();
         // GPipe keeps only each stage input and recomputes the rest in the backward pass.
         let kept = match self.kind {
             Kind::GPipe => job
-                .stage_activation_bytes
+                .stage_output_bytes
                 .get(layers.start)
                 .copied()
                 .unwrap_or(0),

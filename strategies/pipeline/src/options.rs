@@ -65,7 +65,8 @@ pub struct PipeOptions {
     /// Vertical sync (PipeDream; off by default, as in the thesis).
     pub vertical_sync: bool,
     /// The best straight pipeline instead of the planner's choice: one unreplicated stage per
-    /// worker, compute and boundaries balanced (the thesis's "pipelining alone").
+    /// worker, compute and boundaries balanced among the cuts whose stages fit the workers'
+    /// memory (the thesis's "pipelining alone").
     pub straight: bool,
     /// The planner's search: `"flat"` (one level, every worker) or `"hierarchical"` (level by
     /// level, the thesis's DP as printed).

@@ -450,7 +450,7 @@ impl StageWorker {
             return activations(ctx, &job, layers, rows, forward).await;
         }
         let input = job
-            .stage_activation_bytes
+            .stage_output_bytes
             .get(layers.start)
             .copied()
             .unwrap_or(0)

@@ -65,6 +65,7 @@ fn layer() -> impl Strategy<Value = LayerProfile> {
     (0u32..100, 0u64..50, 0u64..200).prop_map(|(c, a, w)| LayerProfile {
         compute_s: f64::from(c) / 8.0,
         activation_bytes: a,
+        kept_bytes: a,
         weight_bytes: w,
     })
 }
@@ -310,6 +311,7 @@ fn a_plan_that_does_not_fit_memory_names_the_memory_and_the_need() {
             LayerProfile {
                 compute_s: 1.0,
                 activation_bytes: 100,
+                kept_bytes: 100,
                 weight_bytes: 1000,
             };
             3
@@ -356,6 +358,7 @@ fn memory_pushes_the_plan_off_data_parallelism() {
     let l = LayerProfile {
         compute_s: 1.0,
         activation_bytes: 10,
+        kept_bytes: 10,
         weight_bytes: 1000,
     };
     let p = Profile {
@@ -383,6 +386,7 @@ fn idle_workers_where_one_more_only_adds_sync() {
         layers: vec![LayerProfile {
             compute_s: 1.0,
             activation_bytes: 0,
+            kept_bytes: 0,
             weight_bytes: 1000,
         }],
         batch: 1,
@@ -397,6 +401,7 @@ fn idle_workers_where_one_more_only_adds_sync() {
     let l = |c: f64, w: u64| LayerProfile {
         compute_s: c,
         activation_bytes: 1,
+        kept_bytes: 1,
         weight_bytes: w,
     };
     let p = Profile {
@@ -456,6 +461,7 @@ fn the_hierarchical_prediction_is_for_its_machine_replicated_layout() {
     let l = |a: u64| LayerProfile {
         compute_s: 4.0,
         activation_bytes: a,
+        kept_bytes: a,
         weight_bytes: 3,
     };
     let p = Profile {

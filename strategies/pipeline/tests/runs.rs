@@ -470,8 +470,7 @@ fn a_stages_measured_peak_is_the_memory_the_planner_counts() {
         // 1F1B's warm-up: as many minibatches in flight as stages from this one to the end.
         let in_flight = 3 - s as u64;
         let copies = if in_flight > 1 { in_flight } else { 0 };
-        let want =
-            weights * (2 + slots + copies) + job.stage_activation_bytes[s] * cfg.batch * in_flight;
+        let want = weights * (2 + slots + copies) + job.stage_kept_bytes[s] * cfg.batch * in_flight;
         assert_eq!(
             r.summary.peak_memory[&format!("worker-{s}")],
             want,

@@ -64,6 +64,7 @@ impl MfSpec {
             name: "mf".into(),
             forward_flops: (6 * self.rank + 2) as f64,
             activation_bytes: 4,
+            kept_bytes: 4,
         }]
     }
 

@@ -284,8 +284,13 @@ pub struct StageFacts {
     pub name: String,
     /// Forward FLOPs per sample.
     pub forward_flops: f64,
-    /// Output activation bytes per sample.
+    /// Output activation bytes per sample: what crosses a stage boundary placed after this
+    /// stage (and the gradient that comes back across it).
     pub activation_bytes: u64,
+    /// Activation bytes per sample that training keeps from this stage's forward pass to its
+    /// backward pass: every operator output inside the stage (a convolution's, its batch-norm's
+    /// and its ReLU's), not only the last. What a memory ledger holds for a minibatch in flight.
+    pub kept_bytes: u64,
 }
 
 /// A model resolved against its input: real (trainable) or a throughput-mode profile.
@@ -585,6 +590,7 @@ impl ModelSpec {
                     name: format!("s{i:02}"),
                     forward_flops: s.forward_flops(),
                     activation_bytes: s.out_elems() as u64 * 4,
+                    kept_bytes: s.kept_elems() as u64 * 4,
                 })
                 .collect(),
             ModelSpec::Mf(m) => m.stage_facts(),
@@ -598,6 +604,7 @@ impl ModelSpec {
                     name: l.name.clone(),
                     forward_flops: l.forward_flops,
                     activation_bytes: l.activation_bytes,
+                    kept_bytes: l.kept_bytes,
                 }))
                 .collect(),
         }

@@ -225,6 +225,25 @@ impl StageSpec {
     pub fn out_elems(&self) -> usize {
         self.output_shape().iter().product()
     }
+
+    /// Elements per sample the stage keeps for its backward pass: every tensor its forward
+    /// pass ([`StagedModel::forward_stage`]) creates, which candle's autograd graph holds until
+    /// the backward pass (its ReLU is not computed in place): a dense layer's product, the bias
+    /// sum and the ReLU's output; a convolution's output, the bias sum, the ReLU's and the
+    /// pool's.
+    pub fn kept_elems(&self) -> usize {
+        match *self {
+            StageSpec::Dense { outputs, relu, .. } => outputs * (2 + usize::from(relu)),
+            StageSpec::Conv {
+                input,
+                channels,
+                pool,
+            } => {
+                let conv = channels * input[1] * input[2];
+                3 * conv + if pool { self.out_elems() } else { 0 }
+            }
+        }
+    }
 }
 
 /// A staged candle network: each stage's parameters are `Var`s so gradients can be taken per stage.
@@ -672,6 +691,26 @@ mod tests {
     }
 
     /// Stage parameter ranges partition the parameter list, in order, and name each stage's own.
+    #[test]
+    fn a_stage_keeps_every_tensor_its_forward_pass_creates() {
+        let dense = |relu| StageSpec::Dense {
+            inputs: 32,
+            outputs: 64,
+            relu,
+        };
+        // The product and the bias sum, and the ReLU's output.
+        assert_eq!(dense(true).kept_elems(), 3 * 64);
+        assert_eq!(dense(false).kept_elems(), 2 * 64);
+        let conv = |pool| StageSpec::Conv {
+            input: [3, 8, 8],
+            channels: 4,
+            pool,
+        };
+        // The convolution, the bias sum and the ReLU at 8 × 8, and the pool's 4 × 4.
+        assert_eq!(conv(false).kept_elems(), 3 * 4 * 64);
+        assert_eq!(conv(true).kept_elems(), 3 * 4 * 64 + 4 * 16);
+    }
+
     #[test]
     fn stage_param_ranges_partition_the_parameters() {
         for spec in [mlp(), cnn()] {

@@ -466,6 +466,8 @@ pub(crate) struct Net {
     shape: Shape,
     conv_bias: bool,
     layers: Vec<LayerProfile>,
+    /// The graph nodes each layer added, in layer order.
+    layer_nodes: Vec<std::ops::Range<usize>>,
     graph: OpGraph,
 }
 
@@ -479,6 +481,7 @@ impl Net {
             shape: input_shape.at_node(0),
             conv_bias,
             layers: Vec::new(),
+            layer_nodes: Vec::new(),
             graph: OpGraph::with_input(input_shape.elems()),
         }
     }
@@ -494,14 +497,19 @@ impl Net {
             graph: std::mem::take(&mut self.graph),
             unnamed: HashMap::new(),
         };
+        let first_node = layer.graph.nodes.len();
         let out = body(&mut layer, self.shape);
         self.graph = layer.graph;
+        self.layer_nodes.push(first_node..self.graph.nodes.len());
         self.shape = out;
         self.layers.push(LayerProfile {
             name: name.to_owned(),
             tensors: layer.tensors,
             forward_flops: layer.cost.forward_flops(),
             activation_bytes: out.elems() * F32,
+            // Known once the graph is complete (who reads a node decides whether an
+            // activation after it runs in place): set by `finish`.
+            kept_bytes: 0,
             cost: layer.cost,
         });
     }
@@ -517,6 +525,9 @@ impl Net {
             0,
             LayerCost::default(),
         );
+        for (layer, nodes) in self.layers.iter_mut().zip(self.layer_nodes) {
+            layer.kept_bytes = self.graph.kept_elems(nodes) * F32;
+        }
         ModelProfile {
             name: self.name,
             input: self.input,
@@ -570,6 +581,10 @@ mod tests {
         );
         assert_eq!(m.total_params(), 4 * 27 + 4 + 8 + 256 * 10 + 10);
         assert_eq!(m.layers[0].activation_bytes, 4 * 64 * 4);
+        // Kept for the backward pass: the ReLU's output (computed in place over the conv's,
+        // which nothing else reads) and the batch-norm's; the fc's ReLU runs in place too.
+        assert_eq!(m.layers[0].kept_bytes, 2 * 4 * 64 * 4);
+        assert_eq!(m.layers[1].kept_bytes, 10 * 4);
         assert_eq!(m.layers[0].forward_flops, 2.0 * (64 * 4 * 27) as f64);
         assert_eq!(m.layers[1].forward_flops, 2.0 * 2560.0);
 
@@ -637,6 +652,9 @@ mod tests {
         // The add and its ReLU are the two element-wise passes of the residual join.
         assert_eq!(add.cost.activation_bytes, 4.0 * 3.0 * 256.0);
         assert_eq!(g.nodes[relu].cost.activation_bytes, 4.0 * 2.0 * 256.0);
+        // Kept: the conv's output (its ReLU in place), the pool's, the concatenation's, the
+        // 1×1 conv's (its ReLU in place) and the sum's (its ReLU in place).
+        assert_eq!(m.layers[0].kept_bytes, (4 + 4 + 12 + 4 + 4) * 64 * 4);
     }
 
     #[test]

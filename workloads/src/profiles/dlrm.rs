@@ -172,6 +172,7 @@ fn linear(name: &str, i: usize, o: usize, relu: bool) -> LayerProfile {
         ],
         forward_flops: 2.0 * (i * o) as f64,
         activation_bytes: o * F32_BYTES,
+        kept_bytes: o * F32_BYTES * (1 + u64::from(relu)),
         cost,
     }
 }
@@ -189,17 +190,19 @@ fn interaction(spec: &DlrmSpec) -> LayerProfile {
     // The concatenation reads h and the rows' embedding columns and writes x0.
     cost.elementwise(dim + k * dim, w);
     let mut tensors = Vec::new();
-    let (flops, out) = match spec.interaction {
+    // What the backward pass reads: x0 and the partial logit, or x0 and every cross layer's
+    // output.
+    let (flops, out, kept) = match spec.interaction {
         Interaction::WideDeep => {
             // Σ_k s_k: reads the K wide scalars, writes one partial logit.
             cost.elementwise(k, 1);
-            (k, w + 1)
+            (k, w + 1, w + 1)
         }
         Interaction::DeepFm => {
             cost.elementwise(k, 1);
             // ½ Σ_d ((Σ_i v_i)_d² − Σ_i v_id²): reads x0, writes one value.
             cost.elementwise(w, 1);
-            (k + 4 * w, w + 1)
+            (k + 4 * w, w + 1, w + 1)
         }
         Interaction::Dcn => {
             for l in 0..spec.cross_layers {
@@ -213,7 +216,7 @@ fn interaction(spec: &DlrmSpec) -> LayerProfile {
                 // x_{l+1} = x0 ⊙ (x_l·w_l) + b_l + x_l: reads x0 and x_l, writes x_{l+1}.
                 cost.elementwise(2 * w, w);
             }
-            (5 * w * layers, 2 * w)
+            (5 * w * layers, 2 * w, w * (1 + layers))
         }
     };
     cost.matmul_flops += flops as f64;
@@ -222,6 +225,7 @@ fn interaction(spec: &DlrmSpec) -> LayerProfile {
         tensors,
         forward_flops: flops as f64,
         activation_bytes: out * F32_BYTES,
+        kept_bytes: kept * F32_BYTES,
         cost,
     }
 }

@@ -88,6 +88,49 @@ fn every_graph_is_well_formed_and_adds_up_to_its_layers() {
 }
 
 #[test]
+fn layers_keep_what_their_graph_nodes_output() {
+    for m in all() {
+        // Every node between the input and the cost-free softmax belongs to one layer, so the
+        // layers keep what those nodes keep; at most every output, at least all but the
+        // activations'.
+        let last = m.graph.nodes.len() - 1;
+        let kept: u64 = m.layers.iter().map(|l| l.kept_bytes).sum();
+        assert_eq!(kept, 4 * m.graph.kept_elems(1..last), "{}", m.name);
+        let nodes = &m.graph.nodes[1..last];
+        let every: u64 = nodes.iter().map(|n| n.out_bytes(1)).sum();
+        let activations: u64 = nodes
+            .iter()
+            .filter(|n| n.kind == OpKind::Activation)
+            .map(|n| n.out_bytes(1))
+            .sum();
+        assert!(kept <= every && kept >= every - activations, "{}", m.name);
+        for l in &m.layers {
+            assert!(
+                l.kept_bytes >= l.activation_bytes,
+                "{}/{}: keeps less than its output",
+                m.name,
+                l.name
+            );
+        }
+    }
+    // ResNet-50's first (pre-activation) bottleneck unit at 56 × 56: the batch-norm over its
+    // 64-channel input, conv1, bn2, conv2 and bn3 (64 channels each), conv3, the shortcut's
+    // conv and the sum (256 each); every ReLU in place.
+    let resnet = builtin("resnet-50").expect("builtin");
+    let block = resnet
+        .layers
+        .iter()
+        .find(|l| l.activation_bytes == 256 * 56 * 56 * 4)
+        .expect("a block at 56 x 56");
+    assert_eq!(
+        block.kept_bytes,
+        (5 * 64 + 3 * 256) * 56 * 56 * 4,
+        "{}",
+        block.name
+    );
+}
+
+#[test]
 fn every_conv_and_fc_is_followed_by_its_relu() {
     for m in all() {
         let g = &m.graph;

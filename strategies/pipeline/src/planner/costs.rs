@@ -12,7 +12,7 @@ pub(crate) struct Costs {
     compute: Vec<f64>,
     /// Σ weight bytes of layers `i..j`.
     weights: Vec<f64>,
-    /// Σ activation bytes of layers `i..j`.
+    /// Σ kept activation bytes of layers `i..j` (what a minibatch in flight holds).
     activations: Vec<f64>,
     /// Activation bytes of each layer's output (what a boundary after it carries).
     outputs: Vec<f64>,
@@ -57,7 +57,7 @@ impl Costs {
             for (j, l) in profile.layers.iter().enumerate().skip(i) {
                 t += l.compute_s;
                 w += l.weight_bytes as f64;
-                a += l.activation_bytes as f64;
+                a += l.kept_bytes as f64;
                 let at = i * (n + 1) + j + 1;
                 c.compute[at] = t;
                 c.weights[at] = w;
@@ -297,7 +297,7 @@ pub fn stage_memory_bytes(
                 weight_bytes: layers.iter().map(|l| l.weight_bytes).sum(),
                 optimizer_slots: u64::from(optimizer_slots),
                 weight_copies: stashing_copies(k),
-                kept_bytes: layers.iter().map(|l| l.activation_bytes).sum(),
+                kept_bytes: layers.iter().map(|l| l.kept_bytes).sum(),
                 in_flight: k,
                 working_bytes: 0,
             })
@@ -314,6 +314,7 @@ mod tests {
         let l = |c, a, w| LayerProfile {
             compute_s: c,
             activation_bytes: a,
+            kept_bytes: a,
             weight_bytes: w,
         };
         Profile {

@@ -35,8 +35,11 @@ pub struct LayerProfile {
     /// Forward plus backward compute time of the layer on one minibatch, seconds.
     pub compute_s: f64,
     /// Bytes of the layer's output activations for one minibatch (also the bytes of the
-    /// gradient that comes back in the backward pass).
+    /// gradient that comes back in the backward pass): what a stage boundary after it sends.
     pub activation_bytes: u64,
+    /// Bytes the layer keeps from its forward pass to its backward pass for one minibatch
+    /// (every operator output inside it): what a minibatch in flight holds in memory.
+    pub kept_bytes: u64,
     /// Bytes of the layer's weights.
     pub weight_bytes: u64,
 }

@@ -52,6 +52,7 @@ impl Profile {
                 LayerProfile {
                     compute_s: work.seconds_on(device, sheet),
                     activation_bytes: facts.activation_bytes * batch,
+                    kept_bytes: facts.kept_bytes * batch,
                     weight_bytes,
                 }
             })

@@ -196,6 +196,7 @@ mod tests {
         LayerProfile {
             compute_s,
             activation_bytes: 0,
+            kept_bytes: 0,
             weight_bytes: 0,
         }
     }
@@ -226,6 +227,7 @@ mod tests {
                 LayerProfile {
                     compute_s: 3.0,
                     activation_bytes: 2,
+                    kept_bytes: 2,
                     weight_bytes: 10,
                 },
                 layer(1.5),

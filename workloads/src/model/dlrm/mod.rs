@@ -271,10 +271,12 @@ impl DlrmSpec {
     /// The `embedding` stage: the gathers, no FLOPs, its output the `K` looked-up rows (fp32).
     /// A DLRM profile's first stage too, before its dense layers.
     pub fn embedding_stage(&self) -> StageFacts {
+        let rows = (self.num_tables() * self.width() * 4) as u64;
         StageFacts {
             name: "embedding".into(),
             forward_flops: 0.0,
-            activation_bytes: (self.num_tables() * self.width() * 4) as u64,
+            activation_bytes: rows,
+            kept_bytes: rows,
         }
     }
 
@@ -287,6 +289,11 @@ impl DlrmSpec {
                 name: "dense".into(),
                 forward_flops: self.dense_forward_flops(),
                 activation_bytes: 4,
+                kept_bytes: crate::profiles::dlrm_profile("dense", self.clone())
+                    .layers
+                    .iter()
+                    .map(|l| l.kept_bytes)
+                    .sum(),
             },
         ]
     }

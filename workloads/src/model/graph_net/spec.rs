@@ -251,6 +251,7 @@ impl GraphNetSpec {
                 name: self.nodes[i].name.clone(),
                 forward_flops: self.node_cost(i).forward_flops(),
                 activation_bytes: self.nodes[i].out_elems() as u64 * 4,
+                kept_bytes: self.nodes[i].out_elems() as u64 * 4,
             })
             .collect()
     }
