@@ -9,7 +9,7 @@
 //! `batch` samples each (one minibatch for an unreplicated output stage; plain data
 //! parallelism's global batch when the whole model is one stage on every worker).
 
-use crate::options::{Depth, Kind, PipeOptions, MAX_FIT_DEPTH};
+use crate::options::{Depth, Kind, PipeOptions, FIT_RUN_SHARE, MAX_FIT_DEPTH};
 use crate::planner::{stage_need, stashing_copies, PipelinePlan, StageNeed, StagePlan};
 use crate::schedule::{self, Op};
 use crate::versions::Weights;
@@ -136,10 +136,13 @@ impl Layout {
     }
 
     /// Puts as many minibatches in flight as every stage's memory holds (at least the depth
-    /// it has, at most [`MAX_FIT_DEPTH`]): `depth = "fit"`.
+    /// it has, at most [`MAX_FIT_DEPTH`] and a [`FIT_RUN_SHARE`] of the run's minibatches):
+    /// `depth = "fit"`.
     fn fit_depth(&mut self, job: &Job) {
         let replicas: Vec<u32> = self.stages.iter().map(|s| s.replicas).collect();
-        while self.depth < MAX_FIT_DEPTH {
+        let run = u32::try_from(job.config.iterations / FIT_RUN_SHARE).unwrap_or(u32::MAX);
+        let most = MAX_FIT_DEPTH.min(run);
+        while self.depth < most {
             self.depth += 1;
             self.warmup = schedule::warmups(&replicas, self.depth);
             if self.check_memory(job).is_err() {
@@ -243,11 +246,7 @@ impl Layout {
         let per_sample: u64 = job.stage_kept_bytes[layers.clone()].iter().sum();
         // GPipe keeps only each stage input and recomputes the rest in the backward pass.
         let kept = match self.kind {
-            Kind::GPipe => job
-                .stage_output_bytes
-                .get(layers.start)
-                .copied()
-                .unwrap_or(0),
+            Kind::GPipe => stage_input_bytes(job, layers.start),
             _ => per_sample,
         };
         // GPipe's recomputed backward pass holds one minibatch's activations of the stage.
@@ -328,4 +327,15 @@ pub fn given(options: &PipeOptions, job: &Job) -> Option<PipelinePlan> {
         stages,
         predicted_s: None,
     })
+}
+/// Bytes per sample of the input of a stage whose first layer is `first_layer`: the output of
+/// the layer before it, what GPipe keeps of each micro-batch to recompute the stage from. The
+/// first stage's input is the minibatch's samples, which the worker holds as data in any case
+/// and no strategy counts as activations.
+pub(crate) fn stage_input_bytes(job: &Job, first_layer: usize) -> u64 {
+    first_layer
+        .checked_sub(1)
+        .and_then(|l| job.stage_output_bytes.get(l))
+        .copied()
+        .unwrap_or(0)
 }

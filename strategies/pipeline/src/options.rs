@@ -47,6 +47,13 @@ pub enum Depth {
 /// flush's bubble or a warm-up still costs anything.
 pub const MAX_FIT_DEPTH: u32 = 1024;
 
+/// `depth = "fit"` puts at most the run's minibatches over this in flight, so that a run times
+/// at least this many GPipe flushes (a depth past the run would time none), or a PipeDream
+/// steady state this many times its warm-up. Under recomputation a GPipe stage keeps only its
+/// input for each minibatch in flight, which for a recurrent model is a small tensor: memory
+/// alone would allow thousands.
+pub const FIT_RUN_SHARE: u64 = 4;
+
 /// What users write under `[strategy.<name>]`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]

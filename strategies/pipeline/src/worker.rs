@@ -449,12 +449,7 @@ impl StageWorker {
         if self.layout.kind != Kind::GPipe {
             return activations(ctx, &job, layers, rows, forward).await;
         }
-        let input = job
-            .stage_output_bytes
-            .get(layers.start)
-            .copied()
-            .unwrap_or(0)
-            * rows;
+        let input = crate::layout::stage_input_bytes(&job, layers.start) * rows;
         if forward {
             let what = "a minibatch's stage input (recomputed from in the backward pass)";
             ctx.memory_event(MemEvent::Allocate {

@@ -450,6 +450,27 @@ fn a_plan_that_does_not_fit_memory_is_refused() {
     );
 }
 
+/// The job `cfg` prepares, and its run.
+fn job_and_run(cfg: &RunConfig) -> (concord_engine::job::Job, concord_engine::run::RunResult) {
+    let asm = reg().compose(cfg).expect("composes");
+    let job = concord_engine::run::prepare(cfg, &asm).expect("job");
+    (job, run(cfg))
+}
+
+/// Bytes of each model stage's weights (fp32).
+fn stage_weight_bytes(job: &concord_engine::job::Job) -> Vec<u64> {
+    job.model
+        .stage_param_ranges()
+        .into_iter()
+        .map(|params| {
+            job.layout.params()[params]
+                .iter()
+                .map(|p| 4 * p.elems() as u64)
+                .sum()
+        })
+        .collect()
+}
+
 /// What a stage's worker holds at its peak is what the planner and the start-up check count for
 /// it: its weights, their gradients and optimizer state, a copy per stashed version and the
 /// latest's while a stashed one is loaded for a backward pass, and the kept activations of its
@@ -457,20 +478,43 @@ fn a_plan_that_does_not_fit_memory_is_refused() {
 #[test]
 fn a_stages_measured_peak_is_the_memory_the_planner_counts() {
     let cfg = with(mlp(3, 8, 12), "pipedream", "boundaries = [1, 2]");
-    let asm = reg().compose(&cfg).expect("composes");
-    let job = concord_engine::run::prepare(&cfg, &asm).expect("job");
-    let r = run(&cfg);
+    let (job, r) = job_and_run(&cfg);
     let slots = cfg.optimizer.state_slots() as u64;
-    let ranges = job.model.stage_param_ranges();
-    for (s, params) in ranges.iter().enumerate() {
-        let weights: u64 = job.layout.params()[params.clone()]
-            .iter()
-            .map(|p| 4 * p.elems() as u64)
-            .sum();
+    for (s, weights) in stage_weight_bytes(&job).into_iter().enumerate() {
         // 1F1B's warm-up: as many minibatches in flight as stages from this one to the end.
         let in_flight = 3 - s as u64;
         let copies = if in_flight > 1 { in_flight } else { 0 };
         let want = weights * (2 + slots + copies) + job.stage_kept_bytes[s] * cfg.batch * in_flight;
+        assert_eq!(
+            r.summary.peak_memory[&format!("worker-{s}")],
+            want,
+            "stage {s}"
+        );
+    }
+}
+
+/// A GPipe stage keeps, of each minibatch of a flush, only its input (the previous stage's
+/// output; the first stage's input is the data) and rebuilds one minibatch's activations at a
+/// time in the backward pass: its peak is the weights, their gradients and optimizer state,
+/// `depth` inputs and one minibatch's kept activations.
+#[test]
+fn a_gpipe_stages_measured_peak_keeps_only_its_inputs() {
+    let depth = 3;
+    let cfg = with(
+        mlp(3, 8, 12),
+        "gpipe",
+        &format!("boundaries = [1, 2]\ndepth = {depth}"),
+    );
+    let (job, r) = job_and_run(&cfg);
+    let slots = cfg.optimizer.state_slots() as u64;
+    for (s, weights) in stage_weight_bytes(&job).into_iter().enumerate() {
+        let input = if s == 0 {
+            0
+        } else {
+            job.stage_output_bytes[s - 1]
+        };
+        let want =
+            weights * (2 + slots) + input * cfg.batch * depth + job.stage_kept_bytes[s] * cfg.batch;
         assert_eq!(
             r.summary.peak_memory[&format!("worker-{s}")],
             want,
@@ -510,21 +554,30 @@ fn the_planners_choice_always_passes_the_start_up_memory_check() {
 /// starts at that depth, and one more is refused at start-up.
 #[test]
 fn depth_fit_is_the_most_minibatches_memory_holds() {
-    for strategy in ["gpipe", "pipedream"] {
+    // GPipe keeps only stage inputs (a few hundred bytes here): a smaller device binds it.
+    for (strategy, gib) in [("gpipe", 4e-5), ("pipedream", 2e-4)] {
         let on = |depth: &str| {
             let cfg = with(
-                mlp(3, 8, 4),
+                mlp(3, 8, 400),
                 strategy,
                 &format!("boundaries = [1, 2]\ndepth = {depth}"),
             );
-            concord_test_support::on_device(cfg, "small", concord_test_support::slow_device(2e-4))
+            concord_test_support::on_device(cfg, "small", concord_test_support::slow_device(gib))
         };
         let fit = figure(&run(&on("\"fit\"")), &format!("{strategy}.depth")) as u32;
-        assert!(fit > 3, "{strategy}: depth {fit}");
+        // Memory binds, not the run's length (a quarter of its 400 minibatches).
+        assert!(fit > 3 && fit < 100, "{strategy}: depth {fit}");
         run(&on(&fit.to_string()));
         let e = compose_err(&on(&(fit + 1).to_string()));
         assert!(e.contains("needs"), "{strategy} at depth {}: {e}", fit + 1);
     }
+    // Where memory would hold more, a run puts at most a quarter of its minibatches in flight.
+    let roomy = with(
+        mlp(3, 8, 40),
+        "gpipe",
+        "boundaries = [1, 2]\ndepth = \"fit\"",
+    );
+    assert_eq!(figure(&run(&roomy), "gpipe.depth"), 10.0);
     let e = compose_err(&with(mlp(3, 8, 2), "gpipe", "depth = \"deep\""));
     assert!(
         e.contains("strategy.gpipe.depth") && e.contains("fit"),
