@@ -8,8 +8,11 @@ use super::{noam, PipelinePlan, PlanError, PlanOptions, Profile, StagePlan, Topo
 
 /// The straight pipeline of `stages` stages (at most the profile's layers and the topology's
 /// workers) with the smallest predicted time per minibatch whose every stage fits
-/// `options.memory_bytes` (stage `k` keeping its 1F1B warm-up depth of minibatches in flight,
-/// as the run does); `options.sync` prices it. [`PlanError::DoesNotFit`] when no cut fits.
+/// `options.memory_bytes` under PipeDream (stage `k` keeping its 1F1B warm-up depth of
+/// minibatches in flight and their stashed weights, as the run does; model parallelism, which
+/// runs the same cut, keeps less, and GPipe's own need is checked when its run starts);
+/// `options.sync` prices it.
+/// [`PlanError::DoesNotFit`] when no cut fits.
 pub fn straight(
     profile: &Profile,
     topology: &Topology,
