@@ -273,7 +273,8 @@ impl OpGraph {
     /// their outputs, less those of activations computed in place, that is over an input no
     /// other node reads (a ReLU after a convolution or a batch-norm overwrites its input, as
     /// frameworks do: its backward pass needs only its output, and the layer before it needs
-    /// its own input, not its output).
+    /// its own input, not its output). Panics when `nodes` reaches past the graph, as slicing
+    /// does.
     pub fn kept_elems(&self, nodes: std::ops::Range<usize>) -> u64 {
         let readers = self.consumers();
         self.nodes[nodes.clone()]
