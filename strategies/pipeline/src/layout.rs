@@ -328,6 +328,7 @@ pub fn given(options: &PipeOptions, job: &Job) -> Option<PipelinePlan> {
         predicted_s: None,
     })
 }
+
 /// Bytes per sample of the input of a stage whose first layer is `first_layer`: the output of
 /// the layer before it, what GPipe keeps of each micro-batch to recompute the stage from. The
 /// first stage's input is the minibatch's samples, which the worker holds as data in any case

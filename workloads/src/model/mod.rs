@@ -288,8 +288,9 @@ pub struct StageFacts {
     /// stage (and the gradient that comes back across it).
     pub activation_bytes: u64,
     /// Activation bytes per sample that training keeps from this stage's forward pass to its
-    /// backward pass: every operator output inside the stage (a convolution's, its batch-norm's
-    /// and its ReLU's), not only the last. What a memory ledger holds for a minibatch in flight.
+    /// backward pass: the operator outputs inside the stage (a convolution's and its
+    /// batch-norm's, a ReLU's where it is not computed in place), not only the last. What a
+    /// memory ledger holds for a minibatch in flight.
     pub kept_bytes: u64,
 }
 

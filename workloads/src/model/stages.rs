@@ -690,7 +690,6 @@ mod tests {
         assert!(!logits.is_variable());
     }
 
-    /// Stage parameter ranges partition the parameter list, in order, and name each stage's own.
     #[test]
     fn a_stage_keeps_every_tensor_its_forward_pass_creates() {
         let dense = |relu| StageSpec::Dense {
@@ -711,6 +710,7 @@ mod tests {
         assert_eq!(conv(true).kept_elems(), 3 * 4 * 64 + 4 * 16);
     }
 
+    /// Stage parameter ranges partition the parameter list, in order, and name each stage's own.
     #[test]
     fn stage_param_ranges_partition_the_parameters() {
         for spec in [mlp(), cnn()] {

@@ -106,9 +106,10 @@ pub struct LayerProfile {
     /// boundary placed after this layer.
     pub activation_bytes: u64,
     /// Bytes per sample (fp32) the layer keeps from its forward pass to its backward pass:
-    /// the outputs of every operator of its [`ModelProfile::graph`] (a residual block's
-    /// convolutions, batch-norms, ReLUs and sum), which is what training holds in memory for
-    /// a minibatch in flight. At least [`LayerProfile::activation_bytes`].
+    /// the outputs of its operators in [`ModelProfile::graph`] (a residual block's
+    /// convolutions, batch-norms and sum), less ReLUs computed in place
+    /// ([`OpGraph::kept_elems`](crate::graph::OpGraph::kept_elems)): what training holds in
+    /// memory for a minibatch in flight. At least [`LayerProfile::activation_bytes`].
     pub kept_bytes: u64,
     /// What a calibrated device's per-layer cost model charges the layer by (FLOPs per kind,
     /// bytes moved, kernels), derived from the architecture like the rest of the profile.

@@ -13,7 +13,7 @@ pub(crate) struct Costs {
     /// Σ weight bytes of layers `i..j`.
     weights: Vec<f64>,
     /// Σ kept activation bytes of layers `i..j` (what a minibatch in flight holds).
-    activations: Vec<f64>,
+    kept: Vec<f64>,
     /// Activation bytes of each layer's output (what a boundary after it carries).
     outputs: Vec<f64>,
     /// How a replicated stage's weight sync is charged.
@@ -43,7 +43,7 @@ impl Costs {
             n,
             compute: vec![0.0; (n + 1) * (n + 1)],
             weights: vec![0.0; (n + 1) * (n + 1)],
-            activations: vec![0.0; (n + 1) * (n + 1)],
+            kept: vec![0.0; (n + 1) * (n + 1)],
             outputs: profile
                 .layers
                 .iter()
@@ -61,7 +61,7 @@ impl Costs {
                 let at = i * (n + 1) + j + 1;
                 c.compute[at] = t;
                 c.weights[at] = w;
-                c.activations[at] = a;
+                c.kept[at] = a;
             }
         }
         Ok(c)
@@ -118,7 +118,7 @@ impl Costs {
             weight_bytes: self.weights[at] as u64,
             optimizer_slots: self.optimizer_slots,
             weight_copies: stashing_copies(k),
-            kept_bytes: self.activations[at] as u64,
+            kept_bytes: self.kept[at] as u64,
             in_flight: k,
             working_bytes: 0,
         }) as f64

@@ -38,7 +38,7 @@ pub struct LayerProfile {
     /// gradient that comes back in the backward pass): what a stage boundary after it sends.
     pub activation_bytes: u64,
     /// Bytes the layer keeps from its forward pass to its backward pass for one minibatch
-    /// (every operator output inside it): what a minibatch in flight holds in memory.
+    /// (its operators' outputs, not only its own): what a minibatch in flight holds in memory.
     pub kept_bytes: u64,
     /// Bytes of the layer's weights.
     pub weight_bytes: u64,

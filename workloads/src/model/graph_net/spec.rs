@@ -247,11 +247,15 @@ impl GraphNetSpec {
     /// stages refuse graph networks.
     pub fn stage_facts(&self) -> Vec<StageFacts> {
         (1..self.nodes.len())
-            .map(|i| StageFacts {
-                name: self.nodes[i].name.clone(),
-                forward_flops: self.node_cost(i).forward_flops(),
-                activation_bytes: self.nodes[i].out_elems() as u64 * 4,
-                kept_bytes: self.nodes[i].out_elems() as u64 * 4,
+            .map(|i| {
+                // A stage is one node: its output is what it keeps.
+                let out = self.nodes[i].out_elems() as u64 * 4;
+                StageFacts {
+                    name: self.nodes[i].name.clone(),
+                    forward_flops: self.node_cost(i).forward_flops(),
+                    activation_bytes: out,
+                    kept_bytes: out,
+                }
             })
             .collect()
     }
