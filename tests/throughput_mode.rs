@@ -2,7 +2,7 @@
 
 mod common;
 
-use concord::engine::config::RunConfig;
+use concord::engine::config::{RunConfig, RuntimeKind};
 use concord::engine::ids::RoleId;
 use concord::engine::message::HEADER_BYTES;
 use concord::engine::model::ModelConfig;
@@ -60,4 +60,48 @@ fn a_model_that_does_not_fit_is_a_clear_out_of_memory_error() {
         e.contains("out of memory") && e.contains("k40c") && e.contains("activations"),
         "{e}"
     );
+}
+
+/// A profile has no math to time, so a real-time run charges its compute by the cost model, as
+/// `sim` does: every worker's compute in every clock lasts at least what `sim` charges for it (a
+/// sleep of that length), the ideal time is `sim`'s, and the run lasts at least the compute it
+/// slept. (Before, such a run's steps cost nothing in `wall` or
+/// `--runtime process`.)
+#[test]
+fn a_real_time_run_of_a_profile_sleeps_its_modeled_compute() {
+    let sim_cfg = RunConfig {
+        workers: 2,
+        servers: 1,
+        iterations: 4,
+        eval_every: 4,
+        model: ModelConfig::Profile {
+            name: "resnet-32".into(),
+        },
+        ..RunConfig::default()
+    };
+    let wall_cfg = RunConfig {
+        runtime: RuntimeKind::Wall,
+        ..sim_cfg.clone()
+    };
+    let sim = common::run(&sim_cfg);
+    let wall = common::run(&wall_cfg);
+    let compute = |r: &concord::engine::run::RunResult| -> Vec<Vec<f64>> {
+        r.rows.iter().map(|row| row.compute_s.clone()).collect()
+    };
+    for (clock, (w, s)) in compute(&wall).iter().zip(compute(&sim)).enumerate() {
+        for (worker, (w, s)) in w.iter().zip(s).enumerate() {
+            assert!(
+                *w >= s,
+                "clock {clock}, worker {worker}: {w} s, sim charges {s} s"
+            );
+        }
+    }
+    let slept: f64 = sim.rows.iter().map(|row| row.compute_s[0]).sum();
+    assert!(slept > 0.01, "each step is modeled to take time: {slept} s");
+    assert!(
+        wall.summary.run_time_s >= slept,
+        "the run took {} s, its worker 0 computed {slept} s",
+        wall.summary.run_time_s
+    );
+    assert_eq!(wall.summary.ideal_time_s, sim.summary.ideal_time_s);
 }

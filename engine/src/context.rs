@@ -229,6 +229,9 @@ pub struct RoleContext {
     memory: DeviceMemory,
     /// The job's per-layer cost facts, what a calibrated device charges training steps by.
     cost_sheet: Arc<[LayerCost]>,
+    /// Whether compute is charged by the cost model in every runtime: the job runs no math
+    /// (throughput mode), so a real-time runtime has nothing to time and emulates the work.
+    modeled_compute: bool,
     /// When the role last started waiting before the engine's shutdown reached it: the end of
     /// its last work, where a resumed run restarts it.
     stopped_at: Option<f64>,
@@ -281,6 +284,7 @@ impl RoleContext {
             trace: Recorder::default(),
             memory,
             cost_sheet: Arc::from(Vec::new()),
+            modeled_compute: kind == RuntimeKind::Sim,
             stopped_at: None,
         }
     }
@@ -290,6 +294,20 @@ impl RoleContext {
     pub fn with_cost_sheet(mut self, sheet: Arc<[LayerCost]>) -> RoleContext {
         self.cost_sheet = sheet;
         self
+    }
+
+    /// The same context charging compute by the cost model in real time too when `modeled`: for a
+    /// job that runs no math (throughput mode), whose steps a real-time runtime cannot time, so
+    /// it sleeps what the device profile says they cost, as `sim` charges them.
+    pub fn with_modeled_compute(mut self, modeled: bool) -> RoleContext {
+        self.modeled_compute = self.kind == RuntimeKind::Sim || modeled;
+        self
+    }
+
+    /// Whether this role's compute is charged by the cost model (`sim`, and throughput mode in
+    /// every runtime) rather than timed as its math runs.
+    pub fn compute_is_modeled(&self) -> bool {
+        self.modeled_compute
     }
 
     /// Undelayed seconds `work` costs on this role's device by the cost model (what `sim`
@@ -476,19 +494,17 @@ impl RoleContext {
         self.stragglers.signals(&probe)
     }
 
-    /// Runs `math`; returns its result and the nominal seconds of `work`: the cost model's in
-    /// `sim` (the math itself takes no virtual time), the measured time in `wall`.
+    /// Runs `math`; returns its result and the nominal seconds of `work`: the cost model's where
+    /// compute is modeled (`sim`, where the math itself takes no virtual time, and throughput
+    /// mode, which has no math to time), the measured time otherwise.
     fn run_math<T>(&self, work: Work, math: impl FnOnce() -> T) -> (T, f64) {
-        match self.kind {
-            RuntimeKind::Sim => {
-                let out = math();
-                (out, self.nominal_seconds(work))
-            }
-            RuntimeKind::Wall | RuntimeKind::Process => {
-                let started = std::time::Instant::now();
-                let out = tokio::task::block_in_place(math);
-                (out, started.elapsed().as_secs_f64())
-            }
+        if self.modeled_compute {
+            let out = math();
+            (out, self.nominal_seconds(work))
+        } else {
+            let started = std::time::Instant::now();
+            let out = tokio::task::block_in_place(math);
+            (out, started.elapsed().as_secs_f64())
         }
     }
 
@@ -496,8 +512,9 @@ impl RoleContext {
     ///
     /// The work is split into `progress_points` equal parts and the injector is probed at the start
     /// of each, so patterns that strike mid-iteration (FlexRR's Slow Worker) act where they should.
-    /// In `sim` the math takes no virtual time and the modeled cost is slept; in `wall` the math
-    /// takes what it takes and slowdowns are slept on top. Returns the math's result.
+    /// In `sim` the math takes no virtual time and the modeled cost is slept; in the real-time
+    /// runtimes the math takes what it takes and slowdowns are slept on top (throughput mode,
+    /// which has no math, sleeps the modeled cost there too). Returns the math's result.
     pub async fn compute<T>(&mut self, label: &str, work: Work, math: impl FnOnce() -> T) -> T {
         let t0 = self.now();
         let (out, nominal) = self.run_math(work, math);
@@ -540,11 +557,10 @@ impl RoleContext {
             } else {
                 0.0
             };
-            sleep += match self.kind {
-                RuntimeKind::Sim => seconds * effect.compute_factor,
-                RuntimeKind::Wall | RuntimeKind::Process => {
-                    seconds * (effect.compute_factor - 1.0).max(0.0)
-                }
+            sleep += if self.modeled_compute {
+                seconds * effect.compute_factor
+            } else {
+                seconds * (effect.compute_factor - 1.0).max(0.0)
             };
             charged += sleep;
             self.net.time().sleep(sleep).await;
@@ -553,9 +569,10 @@ impl RoleContext {
         self.stats.flops += work.flops();
         self.stats.nominal_compute_s += nominal;
         // Account what the model charged, not the clock's reading: the clock has a finite tick.
-        self.stats.compute_s += match self.kind {
-            RuntimeKind::Sim => charged,
-            RuntimeKind::Wall | RuntimeKind::Process => t1 - t0,
+        self.stats.compute_s += if self.modeled_compute {
+            charged
+        } else {
+            t1 - t0
         };
         self.trace_span(label, "compute", t0, t1);
     }
@@ -619,11 +636,10 @@ impl RoleContext {
                 self.stragglers.effect(&probe)
             };
             let mut cost = if i == 0 { effect.extra_delay_s } else { 0.0 };
-            cost += match self.kind {
-                RuntimeKind::Sim => part * effect.compute_factor,
-                RuntimeKind::Wall | RuntimeKind::Process => {
-                    part * (effect.compute_factor - 1.0).max(0.0)
-                }
+            cost += if self.modeled_compute {
+                part * effect.compute_factor
+            } else {
+                part * (effect.compute_factor - 1.0).max(0.0)
             };
             charged += cost;
         }
@@ -635,11 +651,11 @@ impl RoleContext {
         (out, done)
     }
 
-    /// Charges `seconds` of modeled work whose math has already run: slept in `sim` (where the
-    /// math took no virtual time), nothing in the real-time runtimes (where it took its real
-    /// time as it ran).
+    /// Charges `seconds` of modeled work whose math has already run: slept where compute is
+    /// modeled (`sim`, where the math took no virtual time; throughput mode, where there was
+    /// none), nothing otherwise (the math took its real time as it ran).
     pub async fn charge_modeled(&mut self, seconds: f64) {
-        if self.kind == RuntimeKind::Sim {
+        if self.modeled_compute {
             self.net.time().sleep(seconds).await;
         }
     }
@@ -663,23 +679,22 @@ impl RoleContext {
     async fn charge_service(&mut self, label: &str, flops: f64, began: Option<f64>) {
         let nominal = self.device.work_seconds(flops);
         let probe = self.probe(0.0, nominal);
-        let t0 = match (self.kind, began) {
-            (RuntimeKind::Wall | RuntimeKind::Process, Some(began)) => began.min(probe.now),
+        let t0 = match began {
+            Some(began) if !self.modeled_compute => began.min(probe.now),
             _ => probe.now,
         };
         let effect = self.stragglers.effect(&probe);
-        let cost = match self.kind {
-            RuntimeKind::Sim => nominal * effect.compute_factor + effect.per_request_s,
-            RuntimeKind::Wall | RuntimeKind::Process => {
-                nominal * (effect.compute_factor - 1.0).max(0.0) + effect.per_request_s
-            }
+        let cost = if self.modeled_compute {
+            nominal * effect.compute_factor + effect.per_request_s
+        } else {
+            nominal * (effect.compute_factor - 1.0).max(0.0) + effect.per_request_s
         };
         self.net.time().sleep(cost).await;
         let t1 = self.now();
         self.stats.flops += flops;
         self.stats.nominal_compute_s += nominal;
         self.stats.compute_s += t1 - t0;
-        if cost > 0.0 || (self.kind != RuntimeKind::Sim && t1 > t0) {
+        if cost > 0.0 || (!self.modeled_compute && t1 > t0) {
             self.trace_span(label, "serve", t0, t1);
         }
     }

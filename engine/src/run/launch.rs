@@ -384,6 +384,7 @@ pub(super) fn context_for(
         memory,
     )
     .with_cost_sheet(job.cost_sheet.clone())
+    .with_modeled_compute(!job.model.is_real())
     .with_trace(traces.recorder(role)?))
 }
 
