@@ -324,9 +324,30 @@ fn start_up_errors_name_the_cause() {
     cfg.servers = 2;
     let e = concord_test_support::compose_err(&concord::registry(), &cfg);
     assert!(
-        e.contains("servers") && e.contains("one server role per machine"),
+        e.contains("`servers` = 2")
+            && e.contains("one server role per machine")
+            && e.contains("set servers = 4"),
         "{e}"
     );
+    // Four servers on four machines, but two workers leave machines 2 and 3 without one.
+    let mut cfg = cluster(2, 2, "");
+    cfg.workers = 2;
+    let e = concord_test_support::compose_err(&concord::registry(), &cfg);
+    assert!(
+        e.contains("`workers` = 2") && e.contains("machines 2, 3 hold none"),
+        "{e}"
+    );
+    let mut cfg = cluster(2, 2, "");
+    cfg.cluster.dedicated_servers = true;
+    let e = concord_test_support::compose_err(&concord::registry(), &cfg);
+    assert!(
+        e.contains("cluster.dedicated_servers") && !e.contains("set servers"),
+        "{e}"
+    );
+    let mut cfg = cluster(2, 2, "");
+    cfg.cluster.server_machines = Some(vec![1, 0, 2, 3]);
+    let e = concord_test_support::compose_err(&concord::registry(), &cfg);
+    assert!(e.contains("cluster.server_machines"), "{e}");
     let mut cfg = cluster(2, 2, "");
     cfg.cluster.machines.reverse();
     let e = concord_test_support::compose_err(&concord::registry(), &cfg);

@@ -63,15 +63,7 @@ impl Plan {
                 .enumerate()
                 .all(|(s, &m)| s as MachineId == m);
         if !one_per_machine {
-            return Err(EngineError::config(
-                "servers",
-                cluster.server_machine.len(),
-                format!(
-                    "agileml runs one server role per machine (it serves, backs up or stands by as \
-                     the stage needs): set servers = {machines} with every machine holding at \
-                     least one worker slot, and no dedicated server machines"
-                ),
-            ));
+            return Err(not_one_server_per_machine(cluster));
         }
         let transient: Vec<bool> = cluster
             .machines
@@ -258,6 +250,51 @@ fn cut_partitions(lens: &[usize], n: usize) -> Vec<PartSpec> {
         start = end;
     }
     parts
+}
+
+/// The error for a cluster whose server roles are not one per machine, server `m` on machine
+/// `m`: it names what breaks that (dedicated server machines, the server count, machines no
+/// worker fills, or an explicit server placement).
+fn not_one_server_per_machine(cluster: &concord_engine::cluster::Cluster) -> EngineError {
+    const WHY: &str = "agileml runs one server role per machine (it serves, backs up or stands by \
+                       as the stage needs)";
+    let machines = cluster.machines.len();
+    let servers = cluster.server_machine.len();
+    let with_workers: std::collections::BTreeSet<MachineId> =
+        cluster.worker_machine.iter().copied().collect();
+    let idle: Vec<String> = (0..machines as MachineId)
+        .filter(|m| !with_workers.contains(m))
+        .map(|m| m.to_string())
+        .collect();
+    if cluster.machines.iter().any(|m| m.slots == 0) {
+        EngineError::config(
+            "cluster.dedicated_servers",
+            true,
+            format!("{WHY} on the workers' machines: no dedicated server machines"),
+        )
+    } else if servers != machines {
+        EngineError::config(
+            "servers",
+            servers,
+            format!("{WHY}: set servers = {machines}, one for each of the cluster's machines"),
+        )
+    } else if !idle.is_empty() {
+        EngineError::config(
+            "workers",
+            cluster.worker_machine.len(),
+            format!(
+                "{WHY}, and each machine needs a worker: machines {} hold none (fill every \
+                 machine's slots, or list fewer machines in `cluster.machines`)",
+                idle.join(", ")
+            ),
+        )
+    } else {
+        EngineError::config(
+            "servers",
+            servers,
+            format!("{WHY}: server `m` runs on machine `m` (leave out `cluster.server_machines`)"),
+        )
+    }
 }
 
 #[cfg(test)]
