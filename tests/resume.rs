@@ -1,7 +1,7 @@
 //! Checkpoint and resume: a run stopped at a checkpoint and resumed from the file continues
 //! exactly where it stopped — 100 iterations in one run equal 50 and a resume of 50, bit for bit
 //! (parameters, optimizer state, metrics rows, reads), for BSP, SSP, allreduce, LB-BSP, FlexRR,
-//! RNA, eager-SGD, AD-PSGD, Fela (and its baselines) and the pipelines (PipeDream, GPipe, model
+//! RNA (flat and RNA-H), eager-SGD, AD-PSGD, Fela (and its baselines) and the pipelines (PipeDream, GPipe, model
 //! parallelism); and what cannot resume says so.
 
 mod common;
@@ -568,22 +568,43 @@ fn a_strategy_that_cannot_resume_says_so() {
     );
 }
 
-/// RNA resumes, but not in its hierarchical mode: the options decide, and the refusal says why.
+/// [`rna`]'s job under RNA-H with `options`.
+fn rna_h(options: &str) -> impl Fn(u64) -> RunConfig + '_ {
+    move |iterations| {
+        let mut cfg = rna(iterations);
+        let text = format!("hierarchy = true\n{options}");
+        cfg.strategy
+            .insert("rna".into(), toml::from_str(&text).expect("options"));
+        cfg
+    }
+}
+
+/// RNA-H with given groups: each group's model (kept by its first member, or reported as the
+/// run's), the averaging server's latest models and the groups' probe streams continue exactly.
 #[test]
-fn rna_h_cannot_resume_and_says_so() {
-    let mut cfg = rna(20);
-    cfg.strategy.insert(
-        "rna".into(),
-        toml::from_str("hierarchy = true\ngroups = [[0, 1], [2, 3]]").unwrap(),
-    );
-    cfg.checkpoint_every = Some(10);
-    let err = run_opts(&cfg, RunOptions::default())
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("`rna` cannot resume") && err.contains("RNA-H"),
-        "{err}"
-    );
+fn rna_h_with_given_groups_resumes_bit_for_bit() {
+    let one = resumed_equals_one_run(rna_h("groups = [[0, 1], [2, 3]]"));
+    assert_eq!(figure_of(&one, "rna.groups"), 2.0);
+    assert_eq!(figure_of(&one, "rna.replica_mismatch_rounds"), 0.0);
+    resumed_equals_one_run(rna_h(
+        "groups = [[2, 3], [0, 1]]\nmerge = \"delta\"\nsync_period = 3",
+    ));
+}
+
+/// RNA-H forming its groups from profiles: before the cut (at rounds 11 here), at it (round 50:
+/// every profile was in when the checkpoint cut the warm-up) and after it (round 63).
+#[test]
+fn rna_h_with_profiled_groups_resumes_bit_for_bit() {
+    for profile_steps in [10, 48, 60] {
+        let options = format!("split_ratio = 0.02\nprofile_steps = {profile_steps}");
+        let one = resumed_equals_one_run(rna_h(&options));
+        let formed_at = figure_of(&one, "rna.warmup_rounds");
+        assert!(
+            figure_of(&one, "rna.groups") > 1.0 && formed_at > 0.0,
+            "profile_steps = {profile_steps}: the groups formed at round {formed_at}"
+        );
+        assert_eq!(figure_of(&one, "rna.replica_mismatch_rounds"), 0.0);
+    }
 }
 
 #[test]
@@ -644,6 +665,12 @@ fn a_flexrr_worker_continues_from_its_own_state() {
 /// Resumes the run `make` gives from its checkpoint at 50 twice, once with workers 0 and 1's
 /// states swapped: the two continuations differ.
 fn assert_worker_state_steers(make: fn(u64) -> RunConfig) {
+    assert_state_steers(make, RoleId::Worker(0), RoleId::Worker(1));
+}
+
+/// Resumes the run `make` gives from its checkpoint at 50 twice, once with roles `a` and `b`'s
+/// states swapped: the two continuations differ.
+fn assert_state_steers(make: impl Fn(u64) -> RunConfig, a: RoleId, b: RoleId) {
     let dir = tempfile::tempdir().unwrap();
     let first = run_opts(&make(50), RunOptions::default()).unwrap();
     write_run_folder(dir.path(), &first).unwrap();
@@ -657,11 +684,32 @@ fn assert_worker_state_steers(make: fn(u64) -> RunConfig) {
     };
     let own = resume(cp.point.clone());
     let mut swapped = cp.point;
-    let (w0, w1) = (RoleId::Worker(0), RoleId::Worker(1));
-    let s0 = swapped.roles[&w0].state.clone();
-    let s1 = swapped.roles[&w1].state.clone();
-    assert_ne!(s0, s1, "the workers' states differ");
-    swapped.roles.get_mut(&w0).unwrap().state = s1;
-    swapped.roles.get_mut(&w1).unwrap().state = s0;
+    let sa = swapped.roles[&a].state.clone();
+    let sb = swapped.roles[&b].state.clone();
+    assert_ne!(sa, sb, "the states of {a} and {b} differ");
+    swapped.roles.get_mut(&a).unwrap().state = sb;
+    swapped.roles.get_mut(&b).unwrap().state = sa;
     assert_ne!(own, resume(swapped), "the swapped states changed nothing");
+}
+
+/// RNA-H's averaging server continues from the groups' models it kept: given server 1's (idle,
+/// empty) state instead, the continuation differs.
+#[test]
+fn an_rna_h_averaging_server_continues_from_its_models() {
+    let make = |iterations| RunConfig {
+        servers: 2,
+        ..rna_h("groups = [[0, 1], [2, 3]]")(iterations)
+    };
+    assert_state_steers(make, RoleId::Server(0), RoleId::Server(1));
+}
+
+/// RNA-H groups that each round wait for all their members and never average (the sync period
+/// is past the run) train two models independently, so a cut, which holds the faster group back,
+/// changes neither: each group continues from its own model. Group 0 is workers 2 and 3, whose
+/// model the run reports; group 1's comes back from worker 0's state.
+#[test]
+fn checkpoints_do_not_change_rna_h_groups_that_do_not_average() {
+    let mut cfg = rna_h("groups = [[2, 3], [0, 1]]\nwait_for_all = true\nsync_period = 200")(100);
+    cfg.stragglers.clear();
+    checkpoints_do_not_change_config(cfg);
 }

@@ -137,7 +137,9 @@ pub enum EngineError {
         reason: String,
     },
     /// A strategy of the run cannot stop at a checkpoint and continue exactly.
-    #[error("strategy `{strategy}` cannot resume from a checkpoint: {reason}")]
+    #[error(
+        "strategy `{strategy}` cannot resume from a checkpoint (`checkpoint_every`, `--resume`): {reason}"
+    )]
     NotResumable {
         /// The strategy.
         strategy: String,

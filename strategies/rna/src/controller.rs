@@ -109,7 +109,7 @@ impl RnaController {
 }
 
 /// Adds a worker's statistics over later rounds to those over the rounds before them.
-fn merge_stats(before: &mut WorkerStats, later: WorkerStats) {
+pub(crate) fn merge_stats(before: &mut WorkerStats, later: WorkerStats) {
     if before.staleness.len() < later.staleness.len() {
         before.staleness.resize(later.staleness.len(), 0);
     }

@@ -81,19 +81,16 @@ fn install_rna(name: &str, o: RnaOptions, config: &RunConfig, asm: &mut Assembly
     let r = resolved.clone();
     asm.set_worker(move |job, id| RnaWorker::new(job, id, r.clone()));
     if let Some(h) = &resolved.hierarchy {
-        asm.refuse_resume(
-            name,
-            "RNA-H's groups and its averaging server keep state that checkpoints do not capture yet",
-        );
         let merge = h.merge;
-        asm.set_server(move |_job, _id| Ok(AveragingServer::new(merge)));
+        asm.set_server(move |job, id| AveragingServer::for_job(merge, &job, id));
         asm.set_coordinator(move |job| {
-            Ok(HierController::new(
+            HierController::new(
                 job.config.workers,
-                job.config.iterations,
+                job.clocks(),
                 job.config.seed,
                 resolved.clone(),
-            ))
+                &job,
+            )
         });
         return Ok(());
     }
@@ -136,7 +133,7 @@ impl Strategy for Rna {
             asm,
         )
     }
-    /// Flat RNA resumes; RNA-H refuses at install.
+    /// Flat RNA and RNA-H resume (RNA-H's groups, profiles and averaging server included).
     fn resumes(&self) -> std::result::Result<(), String> {
         Ok(())
     }

@@ -4,8 +4,8 @@
 
 use super::groups::form_groups;
 use crate::controller::{
-    evaluated_worker_figure, gather_until_shutdown, mismatched_rounds, sample_probes,
-    staleness_figures, trigger_figures, ProbeRound, ReplyOutcome,
+    evaluated_worker_figure, merge_stats, mismatched_rounds, sample_probes, staleness_figures,
+    trigger_figures, ProbeRound, ReplyOutcome,
 };
 use crate::options::{GroupSource, Resolved};
 use crate::protocol::{self, Activate, Groups, Profile, Round, RoundDone, WorkerStats};
@@ -13,6 +13,12 @@ use concord_engine::data::mix_seed;
 use concord_engine::prelude::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// Groups just formed from the profiles, with their probe states.
+type Formed = (Vec<Vec<u32>>, Vec<GroupState>);
 
 /// One group's probe state on the controller.
 struct GroupState {
@@ -29,20 +35,55 @@ struct GroupState {
 /// group, multiplexed on the coordinator role (groups never wait for each other).
 pub struct HierController {
     workers: u32,
-    rounds: u64,
+    /// The rounds every group runs in this stretch of the job (all of them, unless it is cut by
+    /// checkpoints).
+    rounds: Range<u64>,
     seed: u64,
     opts: Resolved,
+    /// Where the groups stood at the checkpoint this stretch continues from (the start of the
+    /// job otherwise).
+    before: HierState,
+}
+
+/// What RNA-H's controller carries across a checkpoint: the groups (or the warm-up still
+/// profiling, with the profiles in so far), where each group's probe sampling stands, and what
+/// the rounds so far measured, so a resumed run's figures cover every round.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct HierState {
+    /// The groups, once formed (or given); `None` while the warm-up runs as flat RNA.
+    groups: Option<Vec<Vec<u32>>>,
+    /// Each worker's profiled mean step time, once reported.
+    times: Vec<Option<f64>>,
+    /// The round the groups took over at.
+    warmup_rounds: u64,
+    /// Each group's probe sampler's position in its ChaCha stream.
+    rng_word_pos: Vec<u128>,
+    /// Probe-to-trigger latency of every round.
+    latencies: Vec<f64>,
+    /// Each round's share of its group that contributed.
+    shares: Vec<f64>,
+    /// Each worker's statistics over the rounds so far.
+    stats: BTreeMap<u32, WorkerStats>,
 }
 
 impl HierController {
-    /// A controller for `workers` workers, `rounds` rounds per group.
-    pub fn new(workers: u32, rounds: u64, seed: u64, opts: Resolved) -> HierController {
-        HierController {
+    /// A controller for `workers` workers running `rounds` rounds per group, continuing from
+    /// `job`'s checkpoint when it resumes.
+    pub fn new(
+        workers: u32,
+        rounds: Range<u64>,
+        seed: u64,
+        opts: Resolved,
+        job: &Job,
+    ) -> Result<HierController> {
+        let before = job.resumed_state(RoleId::Coordinator, "RNA-H controller state")?;
+        Ok(HierController {
             workers,
             rounds,
             seed,
             opts,
-        }
+            before,
+        })
     }
 
     /// Probe states of `groups`, all at round `round`; `epoch` picks the random streams (0 for
@@ -61,9 +102,37 @@ impl HierController {
                 probe: ProbeRound::new(round, 1),
                 probed_at: 0.0,
                 running: false,
-                done: round >= self.rounds,
+                done: round >= self.rounds.end,
             })
             .collect()
+    }
+
+    /// Forms the groups from the profiles once every worker has reported, tells the workers
+    /// they take over at round `next`, and gives their fresh probe states; `None` while a
+    /// profile is missing.
+    fn form(
+        &self,
+        ctx: &mut RoleContext,
+        split_ratio: f64,
+        times: &[Option<f64>],
+        next: u64,
+    ) -> Result<Option<Formed>> {
+        let Some(t) = times.iter().copied().collect::<Option<Vec<f64>>>() else {
+            return Ok(None);
+        };
+        let groups = form_groups(&t, split_ratio);
+        let msg = Message::custom(
+            protocol::GROUPS,
+            &Groups {
+                groups: groups.clone(),
+                start_round: next,
+            },
+        )?;
+        for w in 0..self.workers {
+            ctx.send(RoleId::Worker(w), msg.clone());
+        }
+        let states = self.states(&groups, next, 1);
+        Ok(Some((groups, states)))
     }
 
     /// Probes the members of group `gid` for its current round (all of them with
@@ -110,36 +179,48 @@ impl Coordinator for HierController {
                     "hierarchical controller without hierarchy options",
                 )
             })?;
+        let profiled = matches!(source, GroupSource::Profiled { .. });
+        let before = std::mem::take(&mut self.before);
+        let mut times = before.times;
+        times.resize(self.workers as usize, None);
+        let mut warmup_rounds = before.warmup_rounds;
+        let mut latencies = before.latencies;
+        let mut shares = before.shares;
         // Profiled groups: flat RNA (one group of every worker) until every worker has reported
         // its profile, then the groups take over at the next round.
-        let (mut groups, mut warmup) = match source {
-            GroupSource::Explicit(g) => (g, None),
-            GroupSource::Profiled { split_ratio, .. } => {
+        let (mut groups, mut warmup) = match (before.groups, source) {
+            (Some(g), _) | (None, GroupSource::Explicit(g)) => (g, None),
+            (None, GroupSource::Profiled { split_ratio, .. }) => {
                 (vec![(0..self.workers).collect()], Some(split_ratio))
             }
         };
-        let mut times: Vec<Option<f64>> = vec![None; self.workers as usize];
-        let mut warmup_rounds = 0;
-        // Group 0 draws the flat controller's stream: one group probes as flat RNA.
-        let mut states = self.states(&groups, 0, 0);
+        // Group 0 of the warm-up (or of given groups) draws the flat controller's stream: one
+        // group probes as flat RNA; groups formed from profiles draw streams of their own.
+        let epoch = u64::from(profiled && warmup.is_none());
+        let mut states = self.states(&groups, self.rounds.start, epoch);
+        for (g, &pos) in states.iter_mut().zip(&before.rng_word_pos) {
+            g.rng.set_word_pos(pos);
+        }
+        // A stretch after a checkpoint that cut the warm-up once every profile was in: the
+        // groups take over at its first round.
+        if let Some(ratio) = warmup {
+            if let Some(formed) = self.form(ctx, ratio, &times, self.rounds.start)? {
+                (groups, states) = formed;
+                warmup = None;
+                warmup_rounds = self.rounds.start;
+            }
+        }
         for (i, g) in states.iter_mut().enumerate() {
             if !g.done {
                 self.probe(ctx, i as u32, g)?;
             }
         }
-        let mut latencies = Vec::new();
-        let mut shares = Vec::new();
         while !shutdown && states.iter().any(|g| !g.done) {
             let env = ctx.recv().await?;
             if matches!(env.msg, Message::Shutdown) {
                 shutdown = true;
-            } else if let (Some(p), RoleId::Worker(w)) = (
-                env.msg.decode_custom::<Profile>(protocol::PROFILE)?,
-                env.from,
-            ) {
-                if let Some(t) = times.get_mut(w as usize) {
-                    *t = Some(p.mean_step_s);
-                }
+            } else if record_profile(&env, &mut times)? {
+                // Kept for the groups' formation.
             } else if let (Some(r), RoleId::Worker(w)) = (
                 env.msg.decode_custom::<Round>(protocol::PROBE_REPLY)?,
                 env.from,
@@ -179,30 +260,20 @@ impl Coordinator for HierController {
                 g.round += 1;
                 g.running = false;
                 let next = g.round;
-                if next >= self.rounds {
+                if next >= self.rounds.end {
                     g.done = true;
                     continue;
                 }
-                if let (Some(ratio), true) = (warmup, times.iter().all(Option::is_some)) {
-                    let t: Vec<f64> = times.iter().map(|t| t.unwrap_or(0.0)).collect();
-                    groups = form_groups(&t, ratio);
-                    let msg = Message::custom(
-                        protocol::GROUPS,
-                        &Groups {
-                            groups: groups.clone(),
-                            start_round: next,
-                        },
-                    )?;
-                    for w in 0..self.workers {
-                        ctx.send(RoleId::Worker(w), msg.clone());
+                if let Some(ratio) = warmup {
+                    if let Some(formed) = self.form(ctx, ratio, &times, next)? {
+                        (groups, states) = formed;
+                        warmup = None;
+                        warmup_rounds = next;
+                        for (i, g) in states.iter_mut().enumerate() {
+                            self.probe(ctx, i as u32, g)?;
+                        }
+                        continue;
                     }
-                    warmup = None;
-                    warmup_rounds = next;
-                    states = self.states(&groups, next, 1);
-                    for (i, g) in states.iter_mut().enumerate() {
-                        self.probe(ctx, i as u32, g)?;
-                    }
-                    continue;
                 }
                 self.probe(ctx, gid, g)?;
             } else if let Some(s) = env
@@ -212,9 +283,28 @@ impl Coordinator for HierController {
                 stats.push(s);
             }
         }
-        gather_until_shutdown(ctx, shutdown, &mut stats).await?;
+        // After the last round: the workers' statistics, and profiles still on their way (a
+        // stretch cut by a checkpoint may end before every worker's reached the controller).
+        while !shutdown {
+            let env = ctx.recv().await?;
+            shutdown = matches!(env.msg, Message::Shutdown);
+            if record_profile(&env, &mut times)? {
+                // Kept for the groups' formation in the next stretch.
+            } else if let Some(s) = env
+                .msg
+                .decode_custom::<WorkerStats>(protocol::WORKER_STATS)?
+            {
+                stats.push(s);
+            }
+        }
+        let mut merged = before.stats;
+        for s in stats {
+            merge_stats(merged.entry(s.worker).or_default(), s);
+        }
+        let stats: Vec<WorkerStats> = merged.values().cloned().collect();
         let figures = &mut report.figures;
-        figures.extend(trigger_figures(&mut latencies));
+        // On a copy: the figures sort it, and the state keeps the rounds in order.
+        figures.extend(trigger_figures(&mut latencies.clone()));
         figures.push((
             "rna.contributors_share".into(),
             shares.iter().sum::<f64>() / shares.len().max(1) as f64,
@@ -235,6 +325,29 @@ impl Coordinator for HierController {
             })
             .sum();
         figures.push(("rna.replica_mismatch_rounds".into(), mismatched as f64));
+        report.state = Some(RoleState::encode(&HierState {
+            groups: warmup.is_none().then_some(groups),
+            times,
+            warmup_rounds,
+            rng_word_pos: states.iter().map(|g| g.rng.get_word_pos()).collect(),
+            latencies,
+            shares,
+            stats: merged,
+        })?);
         Ok(report)
     }
+}
+
+/// Records a worker's profile if `env` is one; whether it was.
+fn record_profile(env: &Envelope, times: &mut [Option<f64>]) -> Result<bool> {
+    let (Some(p), RoleId::Worker(w)) = (
+        env.msg.decode_custom::<Profile>(protocol::PROFILE)?,
+        env.from,
+    ) else {
+        return Ok(false);
+    };
+    if let Some(t) = times.get_mut(w as usize) {
+        *t = Some(p.mean_step_s);
+    }
+    Ok(true)
 }

@@ -5,6 +5,7 @@
 use super::ops::{is_sync_op, sync_group, PUSH_WITH_BASE};
 use crate::options::Merge;
 use concord_engine::prelude::*;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The mean of the groups' latest models, in group-id order (deterministic). One group gives its
@@ -56,6 +57,12 @@ pub fn add_delta(global: &[f32], pushed: &[f32], base: &[f32]) -> Vec<f32> {
 #[derive(Debug, Default)]
 pub struct AveragingServer {
     merge: Merge,
+    models: GroupModels,
+}
+
+/// The groups' models the averaging server keeps: all it carries across a checkpoint.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct GroupModels {
     /// Each group's latest pushed parameters ([`Merge::Average`]).
     latest: BTreeMap<u32, Payload>,
     /// The global model ([`Merge::Delta`]).
@@ -69,8 +76,17 @@ impl AveragingServer {
     pub fn new(merge: Merge) -> AveragingServer {
         AveragingServer {
             merge,
-            ..AveragingServer::default()
+            models: GroupModels::default(),
         }
+    }
+
+    /// Server `id` of `job`, merging pushes by `merge`: with the groups' models it kept at the
+    /// checkpoint when the job resumes from one, else with none.
+    pub fn for_job(merge: Merge, job: &Job, id: ServerId) -> Result<AveragingServer> {
+        Ok(AveragingServer {
+            merge,
+            models: job.resumed_state(RoleId::Server(id), "RNA-H averaging server state")?,
+        })
     }
 
     /// The model to answer group `group`'s push `data` (`part` as sent) with; a malformed push is
@@ -83,8 +99,8 @@ impl AveragingServer {
     ) -> std::result::Result<Payload, String> {
         match self.merge {
             Merge::Average => {
-                self.latest.insert(group, data);
-                average(&self.latest).map_err(|e| e.to_string())
+                self.models.latest.insert(group, data);
+                average(&self.models.latest).map_err(|e| e.to_string())
             }
             Merge::Delta => {
                 let Payload::Real(values) = data else {
@@ -94,12 +110,12 @@ impl AveragingServer {
                     let n = values.len() / 2;
                     (values[..n].to_vec(), values[n..].to_vec())
                 } else {
-                    let base = self.answered.get(&group).cloned().ok_or_else(|| {
+                    let base = self.models.answered.get(&group).cloned().ok_or_else(|| {
                         format!("group {group}'s first push came without its base model")
                     })?;
                     (values, base)
                 };
-                let size = self.global.as_ref().map_or(base.len(), Vec::len);
+                let size = self.models.global.as_ref().map_or(base.len(), Vec::len);
                 if pushed.len() != base.len() || base.len() != size {
                     return Err(format!(
                         "group {group} pushed a model of {} elements with a base of {} (model: {size})",
@@ -107,10 +123,10 @@ impl AveragingServer {
                         base.len()
                     ));
                 }
-                let global = self.global.get_or_insert_with(|| base.clone());
+                let global = self.models.global.get_or_insert_with(|| base.clone());
                 let next = add_delta(global, &pushed, &base);
                 *global = next.clone();
-                self.answered.insert(group, next.clone());
+                self.models.answered.insert(group, next.clone());
                 Ok(Payload::Real(next))
             }
         }
@@ -129,7 +145,7 @@ impl ServerHandler for AveragingServer {
                 // Summation only: one add per element per group (averaging), or two (subtract
                 // the base, add to the global model).
                 let adds = match self.merge {
-                    Merge::Average => self.latest.len() as f64,
+                    Merge::Average => self.models.latest.len() as f64,
                     Merge::Delta => 2.0,
                 };
                 let secs = ctx.device().work_seconds(elems * adds);
@@ -151,7 +167,10 @@ impl ServerHandler for AveragingServer {
     }
 
     fn finish(&mut self, _ctx: &mut RoleContext) -> Result<ServerReport> {
-        Ok(ServerReport::default())
+        Ok(ServerReport {
+            state: Some(RoleState::encode(&self.models)?),
+            ..ServerReport::default()
+        })
     }
 }
 

@@ -42,6 +42,26 @@ struct RnaWorkerState {
     compute_since_round: f64,
     step_time_total: f64,
     apply_debt: f64,
+    /// RNA-H: where the worker's group stands (absent in flat RNA).
+    #[serde(default)]
+    hier: Option<HierWorkerState>,
+}
+
+/// What an RNA-H worker carries across a checkpoint beside flat RNA's state: its group, its
+/// profile so far, the base of its group's next change, and, for the first member of a group
+/// whose model the run does not report, that group's model (groups train models of their own,
+/// and the members of one hold the same).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct HierWorkerState {
+    group_id: u32,
+    members: Vec<u32>,
+    averaging: bool,
+    pending_groups: Option<(u32, Vec<u32>)>,
+    profiled_steps: u64,
+    profiled_s: f64,
+    group_base: Option<Vec<f32>>,
+    sync_bytes: u64,
+    group_model: Option<ModelState>,
 }
 
 /// One RNA worker (also eager-SGD's, with one probe per round; RNA-H's with `hierarchy`).
@@ -137,29 +157,39 @@ impl RnaWorker {
             sync_bytes: 0,
             group_base: None,
         };
-        if let Some(cp) = worker.job.resumed(RoleId::Worker(id)) {
-            worker.restore(&cp)?;
+        let resumed = worker.job.resumed(RoleId::Worker(id));
+        if let Some(cp) = &resumed {
+            worker.restore(cp)?;
         }
         // The parameters stay in the replica's tensors, on its device, between steps.
         if let Some(replica) = &worker.replica {
             worker.model.keep_on(replica)?;
         }
-        if worker.averaging {
+        if worker.averaging && resumed.is_none() {
             worker.group_base = worker.delta_base()?;
         }
         Ok(worker)
     }
 
-    /// Continues from checkpoint `cp`: the replica (worker 0's: flat RNA's replicas are the same
-    /// after every round) and this worker's own state.
+    /// Continues from checkpoint `cp`: this worker's own state, its group (RNA-H), and the
+    /// replica of its group's first member (the members of a group hold the same after every
+    /// round; flat RNA's group is every worker, its first member worker 0).
     fn restore(&mut self, cp: &RoleCheckpoint) -> Result<()> {
-        let bad = |reason: &str| EngineError::protocol(RoleId::Worker(self.id), reason.to_string());
         let state: RnaWorkerState = cp.decode_state(RoleId::Worker(self.id), "RNA worker state")?;
-        let held = self
-            .job
-            .resumed(RoleId::Worker(0))
-            .and_then(|c| c.model)
-            .ok_or_else(|| bad("the checkpoint holds no replica (worker 0's)"))?;
+        if let Some(h) = &state.hier {
+            self.group_id = h.group_id;
+            self.group = group_of(&h.members)?;
+            self.averaging = h.averaging;
+            self.pending_groups = match &h.pending_groups {
+                Some((gid, members)) => Some((*gid, group_of(members)?)),
+                None => None,
+            };
+            self.profiled_steps = h.profiled_steps;
+            self.profiled_s = h.profiled_s;
+            self.group_base = h.group_base.clone();
+            self.sync_bytes = h.sync_bytes;
+        }
+        let held = self.group_model_at_checkpoint()?;
         self.model.restore(&self.job.layout, &held, state.updates)?;
         self.buffer = state.buffer;
         self.computing = state.computing;
@@ -172,9 +202,39 @@ impl RnaWorker {
         Ok(())
     }
 
+    /// The model this worker's group held at the checkpoint: its first member's, which that
+    /// member reported as the run's model or kept in its state.
+    fn group_model_at_checkpoint(&self) -> Result<ModelState> {
+        let RoleId::Worker(first) = self.group.member(0) else {
+            return Err(EngineError::protocol(
+                RoleId::Worker(self.id),
+                "a group member that is not a worker",
+            ));
+        };
+        let missing = || {
+            EngineError::protocol(
+                RoleId::Worker(self.id),
+                format!("the checkpoint holds no replica of its group (worker {first}'s)"),
+            )
+        };
+        let cp = self
+            .job
+            .resumed(RoleId::Worker(first))
+            .ok_or_else(missing)?;
+        if let Some(model) = cp.model {
+            return Ok(model);
+        }
+        let state: RnaWorkerState = cp.decode_state(RoleId::Worker(first), "RNA worker state")?;
+        state.hier.and_then(|h| h.group_model).ok_or_else(missing)
+    }
+
     /// This worker's state after its last round, for a checkpoint.
-    fn state(&mut self) -> RnaWorkerState {
-        RnaWorkerState {
+    fn state(&mut self) -> Result<RnaWorkerState> {
+        let hier = match self.opts.hierarchy {
+            None => None,
+            Some(_) => Some(self.hier_state()?),
+        };
+        Ok(RnaWorkerState {
             updates: self.model.updates(),
             buffer: std::mem::take(&mut self.buffer),
             computing: self.computing.take(),
@@ -184,7 +244,33 @@ impl RnaWorker {
             compute_since_round: self.compute_since_round,
             step_time_total: self.step_time_total,
             apply_debt: self.apply_debt,
-        }
+            hier,
+        })
+    }
+
+    /// RNA-H's part of this worker's state: the group's model only where this worker is its
+    /// group's first member and the run does not report it.
+    fn hier_state(&mut self) -> Result<HierWorkerState> {
+        let keeps_model = self.group.member(0) == RoleId::Worker(self.id) && !self.reports_model();
+        let group_model = if keeps_model {
+            Some(self.model.report(&self.job.layout)?.values_only())
+        } else {
+            None
+        };
+        Ok(HierWorkerState {
+            group_id: self.group_id,
+            members: worker_ids(&self.group),
+            averaging: self.averaging,
+            pending_groups: self
+                .pending_groups
+                .as_ref()
+                .map(|(gid, g)| (*gid, worker_ids(g))),
+            profiled_steps: self.profiled_steps,
+            profiled_s: self.profiled_s,
+            group_base: self.group_base.clone(),
+            sync_bytes: self.sync_bytes,
+            group_model,
+        })
     }
 
     /// P of the learning-rate rule γ_k = (Σw / P) · lr. Flat RNA: every worker. RNA-H merging by
@@ -305,13 +391,9 @@ impl Worker for RnaWorker {
             RoleId::Coordinator,
             Message::custom(protocol::WORKER_STATS, &self.stats)?,
         );
-        // RNA-H's groups and averaging are not captured (the strategy refuses to resume them).
-        let state = match self.opts.hierarchy {
-            None => Some(RoleState::encode(&self.state())?),
-            Some(_) => None,
-        };
+        let state = RoleState::encode(&self.state()?)?;
         Ok(WorkerReport {
-            state,
+            state: Some(state),
             iterations: std::mem::take(&mut self.records),
             model: self
                 .reports_model()
@@ -319,6 +401,23 @@ impl Worker for RnaWorker {
                 .transpose()?,
         })
     }
+}
+
+/// Workers `members` as a collective group.
+fn group_of(members: &[u32]) -> Result<Group> {
+    Group::new(members.iter().map(|&w| RoleId::Worker(w)).collect())
+}
+
+/// The worker ids of `group`'s members, in rank order.
+fn worker_ids(group: &Group) -> Vec<u32> {
+    group
+        .members()
+        .iter()
+        .filter_map(|m| match m {
+            RoleId::Worker(w) => Some(*w),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The group holding worker `id`: its index and its members as a collective group.
@@ -330,6 +429,5 @@ fn own_group(groups: &[Vec<u32>], id: WorkerId) -> Result<(u32, Group)> {
         .ok_or_else(|| {
             EngineError::protocol(RoleId::Worker(id), "is in none of the RNA-H groups")
         })?;
-    let group = Group::new(members.iter().map(|&w| RoleId::Worker(w)).collect())?;
-    Ok((gid as u32, group))
+    Ok((gid as u32, group_of(members)?))
 }
