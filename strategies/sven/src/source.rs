@@ -32,6 +32,23 @@ impl SampleSource {
         })
     }
 
+    /// Where the sampler's draws stand (`None` for the job's data, read by stream position):
+    /// what a role saves at a checkpoint to continue its draws.
+    pub fn position(&self) -> Option<u128> {
+        match self {
+            SampleSource::Data => None,
+            SampleSource::Zipf(z) => Some(z.draw_position()),
+        }
+    }
+
+    /// Continues the sampler's draws from `position` ([`SampleSource::position`]); nothing for
+    /// the job's data.
+    pub fn set_position(&mut self, position: Option<u128>) {
+        if let (SampleSource::Zipf(z), Some(p)) = (self, position) {
+            z.set_draw_position(p);
+        }
+    }
+
     /// `count` samples of `fields` ids each: those at stream positions `start..` of the job's
     /// data, or the sampler's next draws. `strategy` and `role` name who asks, for errors.
     pub fn take(

@@ -168,6 +168,18 @@ impl ZipfIds {
         }
     }
 
+    /// Where the draw stream stands (its position in its ChaCha stream): with
+    /// [`ZipfIds::set_draw_position`], a sampler saved at a checkpoint continues its draws
+    /// exactly.
+    pub fn draw_position(&self) -> u128 {
+        self.rng.get_word_pos()
+    }
+
+    /// Moves the draw stream to `position` (from [`ZipfIds::draw_position`]).
+    pub fn set_draw_position(&mut self, position: u128) {
+        self.rng.set_word_pos(position);
+    }
+
     /// Number of fields `K`.
     pub fn fields(&self) -> usize {
         self.fields.len()

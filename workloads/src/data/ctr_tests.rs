@@ -83,6 +83,22 @@ fn zipf_head_share_matches_the_law() {
 }
 
 /// Out-of-range values are rejected, naming the key.
+/// A sampler moved to where another stood continues that one's draws exactly.
+#[test]
+fn a_zipf_sampler_continues_from_its_draw_position() {
+    let mut a = ZipfIds::new(&[50, 7, 300], 1.1, 3).unwrap();
+    let mut skipped = Vec::new();
+    a.fill_batch(13, &mut skipped);
+    let position = a.draw_position();
+    let (mut next_a, mut next_b) = (Vec::new(), Vec::new());
+    a.fill_batch(20, &mut next_a);
+    let mut b = ZipfIds::new(&[50, 7, 300], 1.1, 3).unwrap();
+    b.set_draw_position(position);
+    b.fill_batch(20, &mut next_b);
+    assert_eq!(next_a, next_b);
+    assert_ne!(next_a[..skipped.len()], skipped[..]);
+}
+
 #[test]
 fn ctr_config_errors_name_their_key() {
     for (text, key) in [

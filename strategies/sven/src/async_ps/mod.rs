@@ -72,6 +72,11 @@ impl Strategy for DlrmAsyncPs {
         asm.set_server(move |job, id| AsyncPsServer::new(&job, id, &opts));
         Ok(())
     }
+    /// Its servers save their rows, dense tensors with optimizer state and counts, its workers
+    /// their staleness figures and Zipf draws.
+    fn resumes(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
     fn check(&self, asm: &Assembly, _config: &RunConfig) -> Result<()> {
         if let Some(other) = asm.owners().get(&Slot::Coordinator) {
             return Err(EngineError::Composition(format!(

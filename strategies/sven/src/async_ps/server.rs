@@ -47,6 +47,17 @@ struct PullMark {
     own: u64,
 }
 
+/// What a server carries across a checkpoint beside its values (the run's model): the pushes
+/// it applied, in all and by worker, the staleness it has yet to tell each worker, and its dense
+/// tensors' optimizer state.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct AsyncServerState {
+    applied: u64,
+    applied_by: Vec<u64>,
+    staleness: Vec<Vec<u64>>,
+    dense_opt: BTreeMap<usize, OptState>,
+}
+
 /// One asynchronous parameter server.
 pub struct AsyncPsServer {
     id: ServerId,
@@ -125,7 +136,7 @@ impl AsyncPsServer {
             })
             .collect();
         let workers = job.config.workers;
-        Ok(AsyncPsServer {
+        let mut server = AsyncPsServer {
             id,
             workers,
             width,
@@ -143,7 +154,62 @@ impl AsyncPsServer {
             snapshot_every: job.config.eval_every.max(1) * u64::from(workers.max(1)),
             snapshots: Vec::new(),
             timed: TimedSnapshots::new(job.config.eval_every_s),
-        })
+        };
+        if let Some(cp) = job.resumed(role) {
+            server.restore(&cp)?;
+        }
+        Ok(server)
+    }
+
+    /// Continues from `cp`, this server's checkpoint: its rows and dense values (the blocks it
+    /// reported), their optimizer state and its counts.
+    fn restore(&mut self, cp: &RoleCheckpoint) -> Result<()> {
+        let role = RoleId::Server(self.id);
+        let state: AsyncServerState = cp.decode_state(role, "dlrm-async-ps server state")?;
+        let workers = self.workers as usize;
+        if state.applied_by.len() != workers || state.staleness.len() != workers {
+            return Err(EngineError::protocol(
+                role,
+                format!(
+                    "its checkpoint counts pushes of {} workers, the job has {workers}",
+                    state.applied_by.len()
+                ),
+            ));
+        }
+        let own = self.layout.blocks_of(self.id);
+        let model = cp.checked_blocks(role, own.len(), |id| {
+            own.iter().find(|b| b.id == id).map(|b| b.len as u64)
+        })?;
+        let k = self.tables.len();
+        for bp in &model.blocks {
+            let (Some(b), Some(values)) = (own.iter().find(|b| b.id == bp.block), bp.data.values())
+            else {
+                continue;
+            };
+            if b.param < k {
+                let t = &mut self.tables[b.param];
+                let total = self.table_rows[b.param];
+                let len = t.rows.len();
+                if let Some(v) = t.values.as_mut() {
+                    for (i, &x) in (b.offset..b.offset + b.len).zip(values) {
+                        v[(i / total) * len + (i % total) - t.rows.start] = x;
+                    }
+                }
+            } else if let Some(Payload::Real(v)) =
+                self.dense.get_mut(&b.param).map(|d| &mut d.value)
+            {
+                v[b.offset..b.offset + b.len].copy_from_slice(values);
+            }
+        }
+        for (p, opt) in state.dense_opt {
+            if let Some(d) = self.dense.get_mut(&p) {
+                d.opt = opt;
+            }
+        }
+        self.applied = state.applied;
+        self.applied_by = state.applied_by;
+        self.staleness = state.staleness;
+        Ok(())
     }
 
     /// The ids of a request as local row indices per table, each checked to be this server's.
@@ -386,6 +452,22 @@ impl ServerHandler for AsyncPsServer {
     }
 
     fn finish(&mut self, _ctx: &mut RoleContext) -> Result<ServerReport> {
+        // A checkpoint is a consistent cut: every pull has had its push applied (else there is
+        // no state to continue from, and a resume says so).
+        let state = if self.pulls.is_empty() {
+            Some(RoleState::encode(&AsyncServerState {
+                applied: self.applied,
+                applied_by: self.applied_by.clone(),
+                staleness: self.staleness.clone(),
+                dense_opt: self
+                    .dense
+                    .iter()
+                    .map(|(&p, d)| (p, d.opt.clone()))
+                    .collect(),
+            })?)
+        } else {
+            None
+        };
         let model = ModelState {
             blocks: self.blocks(),
             snapshots: std::mem::take(&mut self.snapshots),
@@ -395,6 +477,7 @@ impl ServerHandler for AsyncPsServer {
         Ok(ServerReport {
             model,
             version: (self.applied / u64::from(self.workers.max(1))) as i64 - 1,
+            state,
             ..ServerReport::default()
         })
     }

@@ -29,11 +29,19 @@ struct Batch {
 }
 
 /// The staleness of this worker's pushes the servers reported.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 struct Staleness {
     sum: u64,
     count: u64,
     max: u64,
+}
+
+/// What a worker carries across a checkpoint: the staleness its pushes met so far (its figures
+/// cover the whole run) and where its Zipf draws stand (throughput mode).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct AsyncWorkerState {
+    staleness: Staleness,
+    draws: Option<u128>,
 }
 
 /// One worker of `dlrm-async-ps`.
@@ -78,7 +86,7 @@ impl AsyncPsWorker {
                 .map_err(|e| EngineError::Composition(e.to_string()))?;
             Ok(z.with_draw_seed(job.config.seed ^ (ZIPF_DRAWS + u64::from(id))))
         })?;
-        Ok(AsyncPsWorker {
+        let mut worker = AsyncPsWorker {
             id,
             per: job.config.batch as usize,
             job,
@@ -88,7 +96,14 @@ impl AsyncPsWorker {
             dense,
             source,
             staleness: Staleness::default(),
-        })
+        };
+        if let Some(cp) = worker.job.resumed(RoleId::Worker(id)) {
+            let state: AsyncWorkerState =
+                cp.decode_state(RoleId::Worker(id), "dlrm-async-ps worker state")?;
+            worker.staleness = state.staleness;
+            worker.source.set_position(state.draws);
+        }
+        Ok(worker)
     }
 
     /// The batch of `clock`: samples `clock·workers·batch + id·batch ..` of the job's stream, or
@@ -384,10 +399,14 @@ impl Worker for AsyncPsWorker {
             ctx.set_figure("async_ps.mean_staleness", 0.0);
         }
         ctx.set_figure("async_ps.max_staleness", st.max as f64);
+        let state = AsyncWorkerState {
+            staleness: std::mem::take(&mut self.staleness),
+            draws: self.source.position(),
+        };
         Ok(WorkerReport {
             iterations: records,
             model: None,
-            state: None,
+            state: Some(RoleState::encode(&state)?),
         })
     }
 }
