@@ -171,7 +171,7 @@ fn with_overrides(mut layers: Vec<Layer>, sets: &[String]) -> Result<Sourced, Co
     let figment = layer::merged(&layers);
     let config: RunConfig = figment
         .extract()
-        .map_err(|e| ConfigError::Invalid(describe(e)))?;
+        .map_err(|e| ConfigError::Invalid(describe(e, &figment)))?;
     let origins = origin::Origins::new(figment, defaults_name);
     match config.validate() {
         Ok(()) => Ok(Sourced { config, origins }),
@@ -180,11 +180,14 @@ fn with_overrides(mut layers: Vec<Layer>, sets: &[String]) -> Result<Sourced, Co
 }
 
 /// One line per problem: what is wrong, at which key, in which layer.
-fn describe(error: figment::Error) -> String {
+fn describe(error: figment::Error, figment: &figment::Figment) -> String {
     let mut lines: Vec<String> = error
         .into_iter()
         .map(|e| {
-            let key = e.path.join(".");
+            let mut key = e.path.join(".");
+            if let Some(field) = kinded_field(&e, figment) {
+                key = format!("{key}.{field}");
+            }
             let origin = e.metadata.as_ref().map_or_else(
                 || "built-in defaults".to_string(),
                 |m| match &m.source {
@@ -203,6 +206,53 @@ fn describe(error: figment::Error) -> String {
         .collect();
     lines.dedup();
     lines.join("; ")
+}
+
+/// The field of a kinded section (`[model]`, `[data]`, `[optimizer]`: tables whose `kind` picks
+/// what the other keys mean) that `error` is about, where the error names only the section:
+/// serde reads such a table whole before it knows its kind, and loses the field's name on the
+/// way (``key `model`: invalid type: found sequence, expected usize``). The field is the one key
+/// without which the section reads (or lacks only that key); `None` when no single key does.
+fn kinded_field(error: &figment::Error, figment: &figment::Figment) -> Option<String> {
+    use concord_engine::data::DataConfig;
+    use concord_engine::model::ModelConfig;
+    use concord_engine::optim::OptimizerConfig;
+    use figment::error::Kind;
+    let [section] = error.path.as_slice() else {
+        return None;
+    };
+    if !matches!(
+        error.kind,
+        Kind::InvalidType(..) | Kind::InvalidValue(..) | Kind::InvalidLength(..) | Kind::Message(_)
+    ) {
+        return None;
+    }
+    let figment::value::Value::Dict(tag, dict) = figment.find_value(section).ok()? else {
+        return None;
+    };
+    // Without the key the section reads, or misses only that key (a required field: serde
+    // checks for missing fields once every present one has read well).
+    let reads_without = |key: &str| {
+        let mut without = dict.clone();
+        without.remove(key);
+        let value = figment::value::Value::Dict(tag, without);
+        let read = match section.as_str() {
+            "model" => value.deserialize::<ModelConfig>().map(drop),
+            "data" => value.deserialize::<DataConfig>().map(drop),
+            "optimizer" => value.deserialize::<OptimizerConfig>().map(drop),
+            _ => return false,
+        };
+        match read {
+            Ok(()) => true,
+            Err(e) => matches!(&e.kind, Kind::MissingField(f) if f == key),
+        }
+    };
+    let mut culprits = dict
+        .keys()
+        .filter(|k| k.as_str() != "kind")
+        .filter(|k| reads_without(k));
+    let field = culprits.next()?;
+    culprits.next().is_none().then(|| field.clone())
 }
 
 /// The keys a resumed run may change: they say how long to run, how often to checkpoint, when to

@@ -271,6 +271,30 @@ fn an_unknown_key_for_the_new_kind_is_still_named_with_its_layer() {
     assert!(e.contains("hiden") && e.contains("c.toml"), "{e}");
 }
 
+/// A value of the wrong type inside a kinded section names its field, not only the section
+/// (serde reads such a table whole and loses the field's name); two bad fields leave the
+/// section named.
+#[test]
+fn a_wrong_type_inside_a_kinded_section_names_its_field() {
+    let load = |sets: &[&str]| {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        concord::config::load(Some(DEFAULT.as_ref()), &sets)
+            .unwrap_err()
+            .to_string()
+    };
+    for (set, key) in [
+        ("model={kind=\"vgg-like\",dense=[16]}", "`model.dense`"),
+        ("model.hidden=[\"a\"]", "`model.hidden`"),
+        ("data={kind=\"blobs\",dim=\"x\"}", "`data.dim`"),
+        ("optimizer={kind=\"adam\",lr=\"fast\"}", "`optimizer.lr`"),
+    ] {
+        let e = load(&[set]);
+        assert!(e.contains(key) && e.contains("--set"), "{set}: {e}");
+    }
+    let e = load(&["model={kind=\"cnn\",image=[1,2],channels=\"a\"}"]);
+    assert!(e.contains("key `model`:"), "{e}");
+}
+
 /// Strategies that cut a model into a chain of stages refuse a graph network or matrix
 /// factorization before any work, naming the configured kind (not the engine's name for it).
 #[test]
