@@ -1100,3 +1100,37 @@ fn agileml_under_processes_ends_without_a_machine_that_never_joined() {
         model(&dir.path().join("sim"))
     );
 }
+
+/// `concord launch` checks a `train` job before it starts any process: a configuration, a
+/// strategy or a process count that is wrong is told once (not by every process), and nothing
+/// is written.
+#[test]
+fn a_launch_checks_the_job_once_before_starting_its_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 2, 2, "", "");
+    let cases: [(&[&str], &str); 3] = [
+        (&["--nproc", "3"], "started 3 (world size)"),
+        (
+            &["--nproc", "2", "--set", "strategies=[\"nope\"]"],
+            "unknown strategy",
+        ),
+        (&["--nproc", "2", "--set", "batch=0"], "`batch` = 0"),
+    ];
+    for (args, said) in cases {
+        let (launch, train) = args.split_at(2);
+        let out = concord()
+            .arg("launch")
+            .args(launch)
+            .args(["train", "--quiet", "--config"])
+            .arg(&cfg)
+            .args(train)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}\n{}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.matches(said).count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("rank 0 failed"), "{args:?}: {err}");
+        common::nothing_written(dir.path(), &["job.toml"]);
+    }
+}

@@ -8,7 +8,7 @@
 mod restart;
 mod signals;
 
-use clap::Args;
+use clap::{Args, Parser};
 use restart::{Continue, Restartable};
 use signals::Caught;
 use std::ffi::OsString;
@@ -69,6 +69,7 @@ pub fn run(args: &LaunchArgs) -> anyhow::Result<()> {
             .map(|d| d.as_millis())
             .unwrap_or(0)
     );
+    check_train(&with_process_runtime(&command), args.nproc)?;
     // Caught before any process starts: a stopped launch stops them all.
     let caught = Caught::install()?;
     let mut attempt = 0;
@@ -176,6 +177,43 @@ fn start_group(
         Duration::from_secs_f64(args.grace_s.max(0.0)),
         caught,
     )
+}
+
+/// Checks what a `train` command would check first, before any process starts: its arguments,
+/// its configuration and strategies, and one machine for each of the `nproc` processes. A
+/// mistake is then told once, not by every process. A resumed run's configuration is in its run
+/// folder, which the processes read.
+fn check_train(command: &[OsString], nproc: u32) -> anyhow::Result<()> {
+    if command.first().is_none_or(|c| c != "train") {
+        return Ok(());
+    }
+    let argv = std::iter::once(OsString::from("concord")).chain(command.iter().cloned());
+    let args = match super::Cli::try_parse_from(argv) {
+        Ok(super::Cli {
+            command: super::Command::Train(args),
+        }) => args,
+        Ok(_) => return Ok(()),
+        Err(e) => {
+            let text = e.render().to_string();
+            anyhow::bail!("{}", text.trim_start_matches("error: ").trim_end())
+        }
+    };
+    if args.resume.is_some() {
+        return Ok(());
+    }
+    let extra: Vec<String> = args
+        .runtime
+        .iter()
+        .map(|r| format!("runtime=\"{r}\""))
+        .collect();
+    let sourced = args.config.load(&extra)?;
+    let asm = crate::registry()
+        .compose(&sourced.config)
+        .map_err(|e| sourced.attribute(e))?;
+    if sourced.config.runtime == concord_engine::context::RuntimeKind::Process {
+        concord_engine::run::process_cluster(&sourced.config, &asm, nproc, "concord launch")?;
+    }
+    Ok(())
 }
 
 /// `command` with `--runtime process` added after `train` when it names no runtime.

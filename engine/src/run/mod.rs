@@ -20,7 +20,7 @@ mod parts;
 mod process;
 
 pub use parts::FinalModel;
-pub use process::{run_process, RankOutcome, TOKEN_VAR};
+pub use process::{process_cluster, run_process, RankOutcome, TOKEN_VAR};
 
 use crate::checkpoint::{self, Resumable};
 use crate::config::RunConfig;

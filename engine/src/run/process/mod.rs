@@ -110,22 +110,32 @@ fn check(
     if config.checkpoint_every.is_some() || options.resume.is_some() {
         asm.resumable()?;
     }
+    process_cluster(config, asm, world.size, world.launcher.name())
+}
+
+/// The cluster of a process job of `config` composed as `asm`, checked to have one machine for
+/// each of the `processes` processes `launcher` starts (or started): a launcher checks it before
+/// it starts any, so that a mismatch is told once rather than by every process.
+pub fn process_cluster(
+    config: &RunConfig,
+    asm: &Assembly,
+    processes: u32,
+    launcher: &str,
+) -> Result<Cluster> {
     let cluster = Cluster::resolve(
         &config.cluster,
         config.workers,
         build::total_servers(config, asm),
     )?;
     let machines = cluster.machines.len() as u32;
-    if machines != world.size {
+    if machines != processes {
         return Err(EngineError::config(
             "cluster",
             format!("{machines} machines"),
             format!(
-                "the process runtime runs one process per machine, but the launcher ({}) started \
-                 {} (world size): start {machines} processes, or describe {} machines",
-                world.launcher.name(),
-                world.size,
-                world.size
+                "the process runtime runs one process per machine, but the launcher ({launcher}) \
+                 started {processes} (world size): start {machines} processes, or describe \
+                 {processes} machines"
             ),
         ));
     }
