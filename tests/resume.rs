@@ -1,7 +1,7 @@
 //! Checkpoint and resume: a run stopped at a checkpoint and resumed from the file continues
 //! exactly where it stopped — 100 iterations in one run equal 50 and a resume of 50, bit for bit
 //! (parameters, optimizer state, metrics rows, reads), for BSP, SSP, allreduce, LB-BSP, FlexRR,
-//! RNA (flat and RNA-H), eager-SGD, the DLRM parameter server, AD-PSGD, Fela (and its baselines) and the pipelines (PipeDream, GPipe, model
+//! RNA (flat and RNA-H), eager-SGD, Sven and its DLRM parameter server, AD-PSGD, Fela (and its baselines) and the pipelines (PipeDream, GPipe, model
 //! parallelism); and what cannot resume says so.
 
 mod common;
@@ -604,6 +604,66 @@ fn checkpoints_do_not_change_a_one_worker_dlrm_async_ps_run() {
     cfg.workers = 1;
     cfg.stragglers.clear();
     checkpoints_do_not_change_config(cfg);
+}
+
+/// `sven` with `options`: a DeepFM on click-through data over four ranks, its input service on a
+/// CPU machine of its own.
+fn sven(options: &str) -> impl Fn(u64) -> RunConfig + '_ {
+    move |iterations| {
+        let mut cfg = dlrm_async_ps(iterations);
+        cfg.strategies = vec!["sven".into()];
+        cfg.servers = 1;
+        cfg.cluster.dedicated_servers = true;
+        cfg.optimizer = toml::from_str("kind = \"sgd\"\nlr = 0.2\nmomentum = 0.9").unwrap();
+        cfg.strategy
+            .insert("sven".into(), toml::from_str(options).expect("options"));
+        cfg
+    }
+}
+
+/// Sven's ranks continue from their shards, the dense part and its momentum, their placement
+/// (the warm-up's counts, cut before the warm-up ends or after it; a device tier's residents
+/// and scores) and their measurements: under the 4-stage pipeline (a cut drains it), the
+/// sequential one, and in throughput mode.
+#[test]
+fn sven_resumes_bit_for_bit() {
+    for options in [
+        "warmup_iters = 5",
+        "warmup_iters = 70",
+        "pipeline = \"sequential\"\nplacement = \"importance\"",
+        "pipeline = \"input-offload\"\nplacement = \"lru\"",
+    ] {
+        let one = resumed_equals_one_run(sven(options));
+        assert!(figure_of(&one, "sven.device_hit_rate") > 0.0, "{options}");
+    }
+    resumed_equals_one_run(|iterations| RunConfig {
+        model: toml::from_str("kind = \"profile\"\nname = \"dlrm-deep-fm\"").unwrap(),
+        ..sven("warmup_iters = 5")(iterations)
+    });
+}
+
+/// Under the sequential schedule (Eq. 6.1) a batch starts after the previous one ends, so a cut
+/// changes nothing: with checkpoints the run is the run without them, and every rank continued
+/// from its own shards and tier.
+#[test]
+fn checkpoints_do_not_change_a_sequential_sven_run() {
+    for placement in ["hot", "importance"] {
+        let options = format!("pipeline = \"sequential\"\nplacement = \"{placement}\"");
+        let mut cfg = sven(&options)(100);
+        cfg.stragglers.clear();
+        checkpoints_do_not_change_config(cfg.clone());
+        // The tiers decide the lookups' time, not their values: the hit rate and the run's
+        // time say the placement continued too.
+        let plain = run_opts(&cfg, RunOptions::default()).unwrap();
+        cfg.checkpoint_every = Some(25);
+        let cut = run_opts(&cfg, RunOptions::default()).unwrap();
+        let hits = |r: &RunResult| figure_of(r, "sven.device_hit_rate");
+        assert_eq!(hits(&plain), hits(&cut), "{placement}");
+        // Within a tick of the simulated clock (0.1 µs) per cut: a resumed role restarts at its
+        // stop time, which the clock reads to its tick.
+        let (a, b) = (plain.summary.run_time_s, cut.summary.run_time_s);
+        assert!((a - b).abs() <= 3e-7, "{placement}: {a} s, cut {b} s");
+    }
 }
 
 /// [`rna`]'s job under RNA-H with `options`.

@@ -25,6 +25,13 @@ impl InputService {
         }
     }
 
+    /// The same service, continuing the count of batches served from `served` (a run resumed
+    /// from a checkpoint).
+    pub fn having_served(mut self, served: u64) -> InputService {
+        self.served = served;
+        self
+    }
+
     /// Chunks a batch travels in.
     pub fn chunks(shard_elems: u64) -> u32 {
         shard_elems.div_ceil(CHUNK_ELEMS).max(1) as u32
@@ -60,6 +67,7 @@ impl ServerHandler for InputService {
     fn finish(&mut self, _ctx: &mut RoleContext) -> Result<ServerReport> {
         Ok(ServerReport {
             version: self.served as i64,
+            state: Some(RoleState::encode(&self.served)?),
             ..ServerReport::default()
         })
     }

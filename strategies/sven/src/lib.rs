@@ -104,7 +104,7 @@ impl Strategy for Sven {
             }
             SvenWorker::new(job, id, opts.clone(), Arc::new(plan))
         });
-        asm.set_server(|job, _id| {
+        asm.set_server(|job, id| {
             let spec = job.model.dlrm().cloned();
             let per = job.config.batch;
             let global = per * u64::from(job.config.workers);
@@ -113,8 +113,14 @@ impl Strategy for Sven {
             let elems = spec.map_or(0, |s| {
                 global * s.num_tables() as u64 * 2 + per * (s.dense_features as u64 + 1)
             });
-            Ok(InputService::new(elems))
+            let served = job.resumed_state(RoleId::Server(id), "Sven input service state")?;
+            Ok(InputService::new(elems).having_served(served))
         });
+        Ok(())
+    }
+    /// Its ranks save their shards, the dense part's optimizer state, their placement's state
+    /// and measurements; a cut drains the pipeline (the run's batches are SGD steps either way).
+    fn resumes(&self) -> std::result::Result<(), String> {
         Ok(())
     }
     fn check(&self, asm: &Assembly, _config: &RunConfig) -> Result<()> {

@@ -44,7 +44,9 @@ impl Mode {
 }
 
 /// What a task does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Kind {
     /// Input re-distribution: an alltoall of value lengths, then one of indices (communication).
     Input,

@@ -37,14 +37,15 @@ pub struct CacheStats {
 }
 
 /// A resident row's place in the resident list and its eviction-order key.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct Resident {
     slot: usize,
     key: ScoreKey,
 }
 
-/// A device tier bounded to `capacity` rows.
-#[derive(Debug, Clone)]
+/// A device tier bounded to `capacity` rows; serializable, so a rank's tier continues exactly
+/// after a checkpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DeviceCache {
     capacity: usize,
     eviction: Eviction,

@@ -5,7 +5,7 @@ use super::PlacementError;
 /// Access counts of every row of every table, recorded over warm-up iterations.
 ///
 /// Memory is one `u32` per row (O(total rows)); counts saturate at `u32::MAX`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AccessCounts {
     /// Row count per table.
     tables_rows: Vec<usize>,

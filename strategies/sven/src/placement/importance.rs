@@ -18,7 +18,7 @@ pub const DEFAULT_K: f64 = 1.0;
 pub const DEFAULT_L: f64 = 0.1;
 
 /// Importance scores of the rows seen so far, over iterations.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Importance {
     beta: f64,
     k: f64,
@@ -47,7 +47,7 @@ impl Default for Importance {
 /// Rows decay by the same factor per iteration, so `ln w − last·ln(1−β)` orders them the same at
 /// every iteration after their updates. With β = 1 a row is worth its score in its own iteration
 /// and nothing later, so (last, w) orders them (rows of older iterations, all worth 0, rank below).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ScoreKey(f64, f64);
 
 impl ScoreKey {

@@ -51,6 +51,21 @@ fn due(now: f64, at: f64) -> bool {
     now + TICK_S >= at
 }
 
+/// What a rank carries across a checkpoint beside the values of its shards and of the dense
+/// part (the blocks it reports): the dense part's optimizer state, how many batches' sparse
+/// updates its tables hold, the warm-up's access counts (hot placement) or its device tier
+/// (caches), its measurements, and where its Zipf draws stand (throughput mode). A cut drains
+/// the pipeline, so no batch is in flight.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SvenWorkerState {
+    opt_states: Vec<OptState>,
+    sparse_applied: u64,
+    counts: Option<AccessCounts>,
+    cache: Option<DeviceCache>,
+    stats: Stats,
+    draws: Option<u128>,
+}
+
 /// One Sven rank (worker).
 pub struct SvenWorker {
     id: WorkerId,
@@ -144,7 +159,7 @@ impl SvenWorker {
             .collect();
         let input_server = (opts.opts.pipeline.offloads_input() && job.config.servers > 0)
             .then(|| RoleId::Server(id % job.config.servers));
-        Ok(SvenWorker {
+        let mut worker = SvenWorker {
             id,
             rank,
             ranks,
@@ -169,21 +184,99 @@ impl SvenWorker {
             spec,
             opts,
             job,
-        })
+        };
+        if let Some(cp) = worker.job.resumed(RoleId::Worker(id)) {
+            worker.restore(&cp)?;
+        }
+        Ok(worker)
+    }
+
+    /// Continues from `cp`, this rank's checkpoint: its shards' values (its reported blocks), the
+    /// dense part's (rank 0's: every rank applies the same dense update) and its own state.
+    fn restore(&mut self, cp: &RoleCheckpoint) -> Result<()> {
+        let role = RoleId::Worker(self.id);
+        let state: SvenWorkerState = cp.decode_state(role, "Sven rank state")?;
+        if let Some(values) = self.values.as_mut() {
+            let missing = |whose: &str| {
+                EngineError::protocol(role, format!("its checkpoint holds no blocks of {whose}"))
+            };
+            let own = cp.model.as_ref().ok_or_else(|| missing("its shards"))?;
+            let first = self
+                .job
+                .resumed(RoleId::Worker(0))
+                .and_then(|c| c.model)
+                .ok_or_else(|| missing("the dense part (rank 0's)"))?;
+            let (k, n) = (self.spec.num_tables(), values.len());
+            self.job.layout.write_part(&own.blocks, 0..k, values);
+            let dense = &mut values[k..];
+            self.job.layout.write_part(&first.blocks, k..n, dense);
+        }
+        if state.opt_states.len() != self.opt_states.len() {
+            return Err(EngineError::protocol(
+                role,
+                format!(
+                    "its checkpoint holds optimizer state of {} dense tensors, the model has {}",
+                    state.opt_states.len(),
+                    self.opt_states.len()
+                ),
+            ));
+        }
+        self.opt_states = state.opt_states;
+        self.sparse_applied = state.sparse_applied;
+        if state.counts.is_some() {
+            self.counts = state.counts;
+        }
+        if let (Residency::Cache(cache), Some(saved)) = (&mut self.residency, state.cache) {
+            **cache = saved;
+        }
+        // Hot placement: the warm-up's top α, once the warm-up is over.
+        let warmup = self.opts.opts.warmup_iters;
+        if let Some(counts) = self.counts.as_ref() {
+            if warmup > 0 && self.job.clocks().start >= warmup {
+                self.residency = Residency::Static(
+                    TierMap::hot_top_alpha(counts, self.opts.alpha)
+                        .map_err(|e| EngineError::protocol(role, e.to_string()))?,
+                );
+            }
+        }
+        self.stats = state.stats;
+        self.source.set_position(state.draws);
+        Ok(())
+    }
+
+    /// This rank's state after the last batch of its stretch, for a checkpoint.
+    fn state(&mut self) -> SvenWorkerState {
+        SvenWorkerState {
+            opt_states: self.opt_states.clone(),
+            sparse_applied: self.sparse_applied,
+            counts: self.counts.clone(),
+            cache: match &self.residency {
+                Residency::Cache(cache) => Some((**cache).clone()),
+                Residency::Static(_) => None,
+            },
+            stats: std::mem::take(&mut self.stats),
+            draws: self.source.position(),
+        }
     }
 
     fn tables(&self) -> usize {
         self.spec.num_tables()
     }
 
-    /// Whether `task` may start: its dependencies done, and for a sparse forward of an
-    /// offloaded input, its shard from the input service arrived.
+    /// Whether `task` may start: its dependencies done (those of batches before this stretch
+    /// of the job were, before its checkpoint), and for a sparse forward of an offloaded input,
+    /// its shard from the input service arrived.
     fn ready(&self, task: Task) -> bool {
         let mode = self.opts.opts.pipeline;
+        let first = self.job.clocks().start;
         let input_ok = task.kind != Kind::Sfp
             || self.input_server.is_none()
             || self.shards_in.contains(&task.batch);
-        input_ok && task.deps(mode).iter().all(|d| self.done.contains(d))
+        input_ok
+            && task
+                .deps(mode)
+                .iter()
+                .all(|d| d.batch < first || self.done.contains(d))
     }
 }
 
@@ -289,10 +382,11 @@ impl Worker for SvenWorker {
             snapshots: std::mem::take(&mut self.snapshots),
             ..ModelState::default()
         };
+        let state = RoleState::encode(&self.state())?;
         Ok(WorkerReport {
             iterations: records,
             model: Some(model),
-            state: None,
+            state: Some(state),
         })
     }
 }

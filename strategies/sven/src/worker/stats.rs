@@ -7,8 +7,8 @@ use crate::schedule::{Kind, Task};
 use concord_engine::prelude::*;
 use std::collections::BTreeMap;
 
-/// A rank's measurements.
-#[derive(Debug, Default)]
+/// A rank's measurements (carried across a checkpoint, so the figures cover the whole run).
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Stats {
     /// Σ seconds and count per task kind, after the warm-up.
     times: BTreeMap<Kind, (f64, u64)>,
