@@ -131,9 +131,11 @@ fn resume_of_a_strategy_that_cannot_resume_names_it() {
         "train",
         "--quiet",
         "--set",
-        "strategies=[\"elastic-ps\"]",
+        "strategies=[\"agileml\"]",
         "--set",
         "workers=4",
+        "--set",
+        "servers=4",
         "--set",
         "iterations=3",
         "--out",
@@ -141,7 +143,7 @@ fn resume_of_a_strategy_that_cannot_resume_names_it() {
     ];
     ok(&concord(&first, dir.path()));
     let err = resume_refused(run_s, &["--set", "iterations=6"], dir.path());
-    assert!(err.contains("`elastic-ps` cannot resume"), "{err}");
+    assert!(err.contains("`agileml` cannot resume"), "{err}");
 }
 
 /// Runs `concord train` in `dir` with `args` (its output captured) and sends it `signal` once

@@ -1,7 +1,7 @@
 //! Checkpoint and resume: a run stopped at a checkpoint and resumed from the file continues
 //! exactly where it stopped — 100 iterations in one run equal 50 and a resume of 50, bit for bit
 //! (parameters, optimizer state, metrics rows, reads), for BSP, SSP, allreduce, LB-BSP, FlexRR,
-//! RNA (flat and RNA-H), eager-SGD, Sven and its DLRM parameter server, AD-PSGD, Fela (and its baselines) and the pipelines (PipeDream, GPipe, model
+//! RNA (flat and RNA-H), eager-SGD, Sven and its DLRM parameter server, PSLD, AD-PSGD, Fela (and its baselines) and the pipelines (PipeDream, GPipe, model
 //! parallelism); and what cannot resume says so.
 
 mod common;
@@ -554,19 +554,22 @@ fn mid_run_checkpoints_are_written() {
     );
 }
 
-/// PSLD, whose scheduler and servers keep state a checkpoint does not capture.
-fn elastic_ps(iterations: u64) -> RunConfig {
-    config(&["elastic-ps"], iterations)
+/// AgileML, whose stages, backups and market events a checkpoint does not capture.
+fn agileml(iterations: u64) -> RunConfig {
+    RunConfig {
+        servers: 4,
+        ..config(&["agileml"], iterations)
+    }
 }
 
 #[test]
 fn a_strategy_that_cannot_resume_says_so() {
-    let mut cfg = elastic_ps(20);
+    let mut cfg = agileml(20);
     cfg.checkpoint_every = Some(10);
     let err = run_opts(&cfg, RunOptions::default()).unwrap_err();
     let text = err.to_string();
     assert!(
-        text.contains("elastic-ps") && text.contains("cannot resume"),
+        text.contains("agileml") && text.contains("cannot resume"),
         "{text}"
     );
 }
@@ -666,6 +669,53 @@ fn checkpoints_do_not_change_a_sequential_sven_run() {
     }
 }
 
+/// PSLD with `options`: four workers, three servers over small blocks (many to move), server 1
+/// with a tenth of the bandwidth.
+fn psld(options: &str) -> impl Fn(u64) -> RunConfig + '_ {
+    move |iterations| {
+        let mut cfg = config(&["elastic-ps"], iterations);
+        cfg.servers = 3;
+        cfg.block_bytes = 256;
+        cfg.stragglers.push(straggler(
+            "pattern = \"slow-server\"\nservers = [1]\nbandwidth_factor = 0.1",
+        ));
+        cfg.strategy.insert(
+            "elastic-ps".into(),
+            toml::from_str(options).expect("options"),
+        );
+        cfg
+    }
+}
+
+/// PSLD's placement (blocks wherever the reassignments moved them, with their optimizer state),
+/// its scheduler's history and exploration stream, and servers launched and removed before the
+/// cut, around it and after it, continue exactly; the parameters are also the engine's BSP's,
+/// as for any placement.
+#[test]
+fn psld_resumes_bit_for_bit() {
+    let cases = [
+        "report_every = 5",
+        "report_every = 2\nforce_reassign_every = 1\nepsilon = 0.5\nadd_server_at = [20]\n\
+         remove_servers = [{ server = 0, at_iteration = 30 }]\nserver_start_s = 0.0",
+        "report_every = 2\nforce_reassign_every = 1\nmigration = \"after-barrier\"\n\
+         add_server_at = [49]\nremove_servers = [{ server = 2, at_iteration = 50 }]\n\
+         server_start_s = 0.05",
+    ];
+    let reference = run_opts(&config(&["bsp"], 100), RunOptions::default()).unwrap();
+    for options in cases {
+        let one = resumed_equals_one_run(psld(options));
+        let bits = |r: &RunResult| -> Vec<Vec<u32>> {
+            let params = r.params.as_ref().expect("real model");
+            params
+                .iter()
+                .map(|(_, v)| v.iter().map(|x| x.to_bits()).collect())
+                .collect()
+        };
+        assert_eq!(bits(&one), bits(&reference), "{options}");
+        assert!(figure_of(&one, "elastic-ps.epochs") > 0.0, "{options}");
+    }
+}
+
 /// [`rna`]'s job under RNA-H with `options`.
 fn rna_h(options: &str) -> impl Fn(u64) -> RunConfig + '_ {
     move |iterations| {
@@ -722,7 +772,7 @@ fn resuming_a_finished_run_asks_for_more_iterations() {
 #[test]
 fn a_model_only_checkpoint_is_not_resumable() {
     let dir = tempfile::tempdir().unwrap();
-    let first = run_opts(&elastic_ps(10), RunOptions::default()).unwrap();
+    let first = run_opts(&agileml(10), RunOptions::default()).unwrap();
     write_run_folder(dir.path(), &first).unwrap();
     let err = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).unwrap_err();
     assert!(err.to_string().contains("model only"), "{err}");

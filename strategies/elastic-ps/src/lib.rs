@@ -113,9 +113,16 @@ impl Strategy for ElasticPs {
         asm.standby_servers = resolved.max_servers - resolved.initial_servers;
         let w = resolved.clone();
         asm.set_worker(move |job, id| ElasticWorker::new(job, id, w.clone()));
-        asm.set_server(move |job, id| Ok(ElasticServer::new(&job, id)));
+        asm.set_server(move |job, id| ElasticServer::for_job(&job, id));
         let c = resolved;
-        asm.set_coordinator(move |job| Ok(Scheduler::new(job, c.clone())));
+        asm.set_coordinator(move |job| Scheduler::for_job(job, c.clone()));
+        Ok(())
+    }
+
+    /// Its roles save the placement, the servers' blocks (wherever they moved) and the
+    /// scheduler's history; a cut holds no reassignment open (one that would switch past it
+    /// waits for the next period, a membership change for the next stretch).
+    fn resumes(&self) -> std::result::Result<(), String> {
         Ok(())
     }
 }

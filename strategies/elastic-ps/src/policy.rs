@@ -29,6 +29,16 @@ pub struct Proposal {
     pub scale_out: bool,
 }
 
+/// What a policy learned and drew so far: all it carries across a checkpoint.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct PolicyState {
+    history: History,
+    pred: Pred,
+    literal: BTreeMap<ServerId, f64>,
+    rng: ChaCha8Rng,
+    periods: u64,
+}
+
 /// A load-distribution policy with its telemetry history.
 pub struct LoadPolicy {
     kind: PolicyKind,
@@ -46,6 +56,26 @@ pub struct LoadPolicy {
 }
 
 impl LoadPolicy {
+    /// What this policy learned and drew so far, for a checkpoint.
+    pub fn state(&self) -> PolicyState {
+        PolicyState {
+            history: self.history.clone(),
+            pred: self.pred.clone(),
+            literal: self.literal.clone(),
+            rng: self.rng.clone(),
+            periods: self.periods,
+        }
+    }
+
+    /// Continues from `state` (from [`LoadPolicy::state`]).
+    pub fn restore(&mut self, state: PolicyState) {
+        self.history = state.history;
+        self.pred = state.pred;
+        self.literal = state.literal;
+        self.rng = state.rng;
+        self.periods = state.periods;
+    }
+
     /// The policy of `opts`, for blocks of the given sizes; `seed` makes exploration reproducible.
     pub fn new(opts: &Resolved, block_bytes: Vec<u64>, seed: u64) -> LoadPolicy {
         LoadPolicy {

@@ -10,12 +10,14 @@
 //! the open epoch to close.
 
 use crate::options::{MigrationMode, Resolved};
+use crate::policy::PolicyState;
 use crate::policy::{LoadPolicy, Proposal};
 use crate::protocol::{
     self, tag, Launch, Leave, Membership, MigrateDone, MigratePlan, PerfReport, Progress,
     ReassignCmd, ReassignReq, Resume, ShutdownOk,
 };
 use concord_engine::prelude::*;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -23,7 +25,7 @@ use std::sync::Arc;
 const ALGO_FLOPS_PER_BLOCK_SERVER: f64 = 50.0;
 
 /// A membership change waiting for the scheduler.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 enum Change {
     Add(ServerId),
     Remove(ServerId),
@@ -43,7 +45,7 @@ struct OpenEpoch {
 }
 
 /// What the scheduler measured, for the run summary.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 struct Tally {
     epochs: u64,
     blocks_moved: u64,
@@ -52,6 +54,33 @@ struct Tally {
     superior_sizes: Vec<usize>,
     scale_outs: u64,
     removals: u64,
+}
+
+/// What the scheduler carries across a checkpoint (a cut holds no epoch open): the placement,
+/// the servers in the job and on their way in or out, the policy's history, the progress it
+/// estimates the iteration time from, and its tally.
+#[derive(Serialize, Deserialize)]
+struct SchedulerState {
+    policy: PolicyState,
+    owners: Vec<ServerId>,
+    active: BTreeSet<ServerId>,
+    next_standby: ServerId,
+    launching: Option<ServerId>,
+    leaving: BTreeSet<ServerId>,
+    deferred: Vec<Change>,
+    since_join: u64,
+    scale_check: Option<(f64, u64)>,
+    scale_out_blocked: bool,
+    reports: BTreeMap<u64, Vec<PerfReport>>,
+    completed: Option<Clock>,
+    completed_at: f64,
+    iteration_s: f64,
+    rtt_s: f64,
+    epoch: u64,
+    queued: VecDeque<Change>,
+    adds: VecDeque<u64>,
+    removals: VecDeque<(u64, ServerId)>,
+    tally: Tally,
 }
 
 /// The PSLD scheduler role.
@@ -64,6 +93,11 @@ pub struct Scheduler {
     active: BTreeSet<ServerId>,
     next_standby: ServerId,
     launching: Option<ServerId>,
+    /// Servers told to leave that have not yet announced it.
+    leaving: BTreeSet<ServerId>,
+    /// Membership changes an epoch could not take before this stretch of the job ended: the
+    /// next stretch (after a checkpoint) takes them first.
+    deferred: Vec<Change>,
     /// Periods of samples seen since the last server joined (no scale-out before one).
     since_join: u64,
     /// Throughput (s/iteration) before the last scale-out, and periods since it.
@@ -105,6 +139,8 @@ impl Scheduler {
             owners,
             block_bytes,
             launching: None,
+            leaving: BTreeSet::new(),
+            deferred: Vec::new(),
             since_join: u64::MAX,
             scale_check: None,
             scale_out_blocked: false,
@@ -119,6 +155,88 @@ impl Scheduler {
             workers_done: 0,
             tally: Tally::default(),
         }
+    }
+
+    /// The scheduler of `job`, continuing from its checkpoint when the job resumes from one.
+    pub fn for_job(job: Arc<Job>, opts: Resolved) -> Result<Scheduler> {
+        let saved = job.resumed(RoleId::Coordinator);
+        let mut scheduler = Scheduler::new(job, opts);
+        if let Some(cp) = saved {
+            let state: SchedulerState =
+                cp.decode_state(RoleId::Coordinator, "PSLD scheduler state")?;
+            scheduler.restore(state);
+        }
+        Ok(scheduler)
+    }
+
+    fn restore(&mut self, st: SchedulerState) {
+        self.policy.restore(st.policy);
+        self.owners = st.owners;
+        self.active = st.active;
+        self.next_standby = st.next_standby;
+        self.launching = st.launching;
+        self.leaving = st.leaving;
+        self.deferred = st.deferred;
+        self.since_join = st.since_join;
+        self.scale_check = st.scale_check;
+        self.scale_out_blocked = st.scale_out_blocked;
+        self.reports = st.reports;
+        self.completed = st.completed;
+        self.completed_at = st.completed_at;
+        self.iteration_s = st.iteration_s;
+        self.rtt_s = st.rtt_s;
+        self.epoch = st.epoch;
+        self.queued = st.queued;
+        self.adds = st.adds;
+        self.removals = st.removals;
+        self.tally = st.tally;
+    }
+
+    /// What to carry across a checkpoint; `None` with an epoch open (a cut holds none: epochs
+    /// end before the stretch they start in does).
+    fn state(&mut self) -> Option<SchedulerState> {
+        if self.open.is_some() {
+            return None;
+        }
+        Some(SchedulerState {
+            policy: self.policy.state(),
+            owners: self.owners.clone(),
+            active: self.active.clone(),
+            next_standby: self.next_standby,
+            launching: self.launching,
+            leaving: self.leaving.clone(),
+            deferred: std::mem::take(&mut self.deferred),
+            since_join: self.since_join,
+            scale_check: self.scale_check,
+            scale_out_blocked: self.scale_out_blocked,
+            reports: self.reports.clone(),
+            completed: self.completed,
+            completed_at: self.completed_at,
+            iteration_s: self.iteration_s,
+            rtt_s: self.rtt_s,
+            epoch: self.epoch,
+            queued: self.queued.clone(),
+            adds: self.adds.clone(),
+            removals: self.removals.clone(),
+            tally: std::mem::take(&mut self.tally),
+        })
+    }
+
+    /// At the start of a stretch after a checkpoint: what the last one left under way goes on.
+    /// A server told to leave is told again (its announcement may have missed the last stretch),
+    /// and membership changes no epoch could take are taken now. (A server starting up registers
+    /// when it is up, in whichever stretch that is.)
+    async fn continue_cut(&mut self, ctx: &mut RoleContext) -> Result<()> {
+        for &server in &self.leaving {
+            ctx.send(
+                RoleId::Server(server),
+                protocol::encode(tag::LEAVE, &Leave)?,
+            );
+        }
+        for change in std::mem::take(&mut self.deferred) {
+            self.on_change(ctx, change).await?;
+        }
+        Ok(())
     }
 
     fn workers(&self) -> u32 {
@@ -157,6 +275,7 @@ impl Scheduler {
         }
         while self.removals.front().is_some_and(|&(at, _)| done + 1 >= at) {
             if let Some((_, server)) = self.removals.pop_front() {
+                self.leaving.insert(server);
                 ctx.send(
                     RoleId::Server(server),
                     protocol::encode(tag::LEAVE, &Leave)?,
@@ -261,8 +380,14 @@ impl Scheduler {
             1
         };
         let switch_after = completed + ahead + margin + 1;
-        if switch_after + 1 >= self.job.config.iterations {
-            // Too close to the end of the run to be worth a switch.
+        let end = self.job.clocks().end;
+        if switch_after + 1 >= end {
+            // Too close to the end of the run to be worth a switch; at the end of a stretch
+            // before a checkpoint (a cut holds no epoch open), the next stretch takes a
+            // membership change first.
+            if let (Some(change), true) = (change, end < self.job.config.iterations) {
+                self.deferred.push(change);
+            }
             return Ok(());
         }
         let mut plans: BTreeMap<ServerId, MigratePlan> = BTreeMap::new();
@@ -505,6 +630,9 @@ impl Scheduler {
 #[async_trait]
 impl Coordinator for Scheduler {
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<CoordinatorReport> {
+        if self.job.clocks().start > 0 {
+            self.continue_cut(ctx).await?;
+        }
         loop {
             let env = ctx.recv().await?;
             let from = env.from;
@@ -551,6 +679,7 @@ impl Coordinator for Scheduler {
                         }
                         (tag::DEL_SERVER, RoleId::Server(_)) => {
                             let m: Membership = protocol::decode(id, &t, &body)?;
+                            self.leaving.remove(&m.server);
                             self.on_change(ctx, Change::Remove(m.server)).await?;
                         }
                         (other, _) => {
@@ -569,10 +698,12 @@ impl Coordinator for Scheduler {
                 }
             }
         }
+        let figures = self.figures();
+        let state = self.state().map(|st| RoleState::encode(&st)).transpose()?;
         Ok(CoordinatorReport {
-            state: None,
+            state,
             reports: Vec::new(),
-            figures: self.figures(),
+            figures,
         })
     }
 }

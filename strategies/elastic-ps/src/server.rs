@@ -49,6 +49,15 @@ struct Plan {
     to_receive: BTreeSet<BlockId>,
 }
 
+/// What a server carries across a checkpoint beside its blocks' values and optimizer state (its
+/// reported model): the clock each block last applied, and the highest.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ServerState {
+    versions: BTreeMap<BlockId, i64>,
+    max_version: i64,
+    starting: Option<f64>,
+}
+
 /// The elastic parameter server role.
 pub struct ElasticServer {
     id: ServerId,
@@ -66,9 +75,48 @@ pub struct ElasticServer {
     timed_departed: Vec<TimedSnapshot>,
     eval_every_s: Option<f64>,
     max_version: i64,
+    /// A launched server starting up: the run time at which it is up and registers.
+    starting: Option<f64>,
 }
 
 impl ElasticServer {
+    /// Server `id` of `job`: with the blocks it held at the checkpoint when the job resumes from
+    /// one (blocks move, so they are whatever the placement had given it), else as [`Self::new`].
+    pub fn for_job(job: &Arc<Job>, id: ServerId) -> Result<ElasticServer> {
+        let mut server = ElasticServer::new(job, id);
+        let role = RoleId::Server(id);
+        let Some(cp) = job.resumed(role) else {
+            return Ok(server);
+        };
+        let state: ServerState = cp.decode_state(role, "PSLD server state")?;
+        let model = cp.model.unwrap_or_default();
+        let blocks = job.layout.blocks();
+        server.blocks.clear();
+        server.timed.clear();
+        for bp in model.blocks {
+            let expected = blocks.get(bp.block as usize).map(|b| b.len as u64);
+            if expected != Some(bp.data.elems()) {
+                return Err(EngineError::protocol(
+                    role,
+                    format!("its checkpoint holds block {} of another size", bp.block),
+                ));
+            }
+            let held = HeldBlock {
+                value: bp.data,
+                opt: model.opt_state.get(&bp.block).cloned().unwrap_or_default(),
+                version: state.versions.get(&bp.block).copied().unwrap_or(-1),
+                pending: BTreeMap::new(),
+            };
+            server
+                .timed
+                .insert(bp.block, TimedSnapshots::new(server.eval_every_s));
+            server.blocks.insert(bp.block, held);
+        }
+        server.max_version = state.max_version;
+        server.starting = state.starting;
+        Ok(server)
+    }
+
     /// Server `id` of `job`; it starts with the blocks the initial assignment gives it (none for a
     /// standby server).
     pub fn new(job: &Arc<Job>, id: ServerId) -> ElasticServer {
@@ -108,6 +156,7 @@ impl ElasticServer {
             early: BTreeMap::new(),
             snapshots: BTreeMap::new(),
             max_version: -1,
+            starting: None,
         }
     }
 
@@ -394,7 +443,7 @@ impl ElasticServer {
         self.maybe_done(ctx)
     }
 
-    fn report(&mut self) -> ServerReport {
+    fn report(&mut self) -> Result<ServerReport> {
         let model = ModelState {
             blocks: self
                 .blocks
@@ -418,12 +467,19 @@ impl ElasticServer {
                 all
             }),
         };
-        ServerReport {
-            state: None,
+        // A checkpoint is a consistent cut: every clock pushed is applied, no block is moving.
+        let settled = self.plan.is_none() && self.blocks.values().all(|h| h.pending.is_empty());
+        let state = ServerState {
+            versions: self.blocks.iter().map(|(&b, h)| (b, h.version)).collect(),
+            max_version: self.max_version,
+            starting: self.starting,
+        };
+        Ok(ServerReport {
+            state: settled.then(|| RoleState::encode(&state)).transpose()?,
             model,
             reads: Vec::new(),
             version: self.max_version,
-        }
+        })
     }
 }
 
@@ -468,12 +524,10 @@ impl ServerHandler for ElasticServer {
                     self.on_ack(ctx, ack)?;
                 }
                 tag::LAUNCH => {
-                    // A launched server starts up, then registers (ADD_SERVER).
+                    // A launched server starts up, then registers (ADD_SERVER, in `run`).
                     let start =
                         crate::protocol::decode::<crate::protocol::Launch>(ctx.id(), &t, &body)?;
-                    ctx.sleep(start.start_s).await;
-                    let msg = protocol::encode(tag::ADD_SERVER, &Membership { server: self.id })?;
-                    ctx.send(RoleId::Coordinator, msg);
+                    self.starting = Some(ctx.now() + start.start_s);
                 }
                 tag::LEAVE => {
                     let msg = protocol::encode(tag::DEL_SERVER, &Membership { server: self.id })?;
@@ -508,13 +562,27 @@ impl ServerHandler for ElasticServer {
     }
 
     fn finish(&mut self, _ctx: &mut RoleContext) -> Result<ServerReport> {
-        Ok(self.report())
+        self.report()
     }
 }
 
 #[async_trait]
 impl Server for ElasticServer {
+    /// [`serve`]'s loop, with a launched server's start-up: it registers once it is up. Nothing
+    /// is sent to it meanwhile (it holds no blocks), and a checkpoint's cut does not wait for it.
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<ServerReport> {
-        serve(self, ctx).await
+        loop {
+            let up_at = self.starting.unwrap_or(f64::INFINITY);
+            let Some(env) = ctx.recv_until(up_at).await? else {
+                self.starting = None;
+                let msg = protocol::encode(tag::ADD_SERVER, &Membership { server: self.id })?;
+                ctx.send(RoleId::Coordinator, msg);
+                continue;
+            };
+            if matches!(env.msg, Message::Shutdown) {
+                return self.finish(ctx);
+            }
+            self.handle(ctx, env).await?;
+        }
     }
 }

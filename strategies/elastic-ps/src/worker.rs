@@ -30,6 +30,17 @@ struct Exchange {
     last_received: f64,
 }
 
+/// What a worker carries across a checkpoint: the assignment it pushes by, and the telemetry of
+/// the period under way. (Its parameters are the servers': every block comes back each clock.)
+#[derive(serde::Serialize, serde::Deserialize)]
+struct WorkerState {
+    owners: Vec<ServerId>,
+    epoch: u64,
+    period: BTreeMap<ServerId, OlsStats>,
+    period_start: f64,
+    cmd: Option<ReassignCmd>,
+}
+
 /// The elastic-ps worker role.
 pub struct ElasticWorker {
     id: WorkerId,
@@ -38,6 +49,8 @@ pub struct ElasticWorker {
     replica: Option<Replica>,
     owners: Vec<ServerId>,
     epoch: u64,
+    /// Where a resumed run's worker continues from (`None` for a fresh run).
+    resumed: Option<WorkerState>,
 }
 
 impl ElasticWorker {
@@ -46,14 +59,52 @@ impl ElasticWorker {
         let owners = (0..job.layout.blocks().len() as u32)
             .map(|b| job.layout.owner(b))
             .collect();
-        Ok(ElasticWorker {
+        let resumed = match job.resumed(RoleId::Worker(id)) {
+            Some(cp) => {
+                Some(cp.decode_state::<WorkerState>(RoleId::Worker(id), "PSLD worker state")?)
+            }
+            None => None,
+        };
+        let mut worker = ElasticWorker {
             id,
             replica: job.replica(RoleId::Worker(id))?,
             job,
             opts,
             owners,
             epoch: 0,
-        })
+            resumed: None,
+        };
+        if let Some(st) = resumed {
+            if st.owners.len() != worker.owners.len() {
+                return Err(EngineError::protocol(
+                    RoleId::Worker(id),
+                    format!(
+                        "its checkpoint assigns {} blocks, the layout has {}",
+                        st.owners.len(),
+                        worker.owners.len()
+                    ),
+                ));
+            }
+            worker.owners = st.owners.clone();
+            worker.epoch = st.epoch;
+            worker.resumed = Some(st);
+        }
+        Ok(worker)
+    }
+
+    /// The model at the checkpoint a resumed run continues from: every server's blocks.
+    fn params_at_checkpoint(&self) -> Vec<Vec<f32>> {
+        let job = &self.job;
+        let mut params = job.init.clone().unwrap_or_default();
+        if params.is_empty() {
+            return params;
+        }
+        for s in 0..job.cluster.server_machine.len() as ServerId {
+            if let Some(model) = job.resumed(RoleId::Server(s)).and_then(|c| c.model) {
+                job.layout.write_into(&model.blocks, &mut params);
+            }
+        }
+        params
     }
 
     /// Takes any reassignment command that has arrived, without waiting.
@@ -120,12 +171,23 @@ impl Worker for ElasticWorker {
         let batch = job.config.batch;
         let n = job.config.workers as u64;
         let flops_per_sample = job.model.training_flops_per_sample();
-        let mut params: Vec<Vec<f32>> = job.init.clone().unwrap_or_default();
-        let mut records = Vec::with_capacity(job.config.iterations as usize);
-        let mut period: BTreeMap<ServerId, OlsStats> = BTreeMap::new();
-        let mut period_start = ctx.now();
-        let mut cmd: Option<ReassignCmd> = None;
-        for clock in 0..job.config.iterations {
+        let clocks = job.clocks();
+        let mut records = Vec::with_capacity((clocks.end - clocks.start) as usize);
+        let (mut params, mut period, mut period_start, mut cmd) = match self.resumed.take() {
+            Some(st) => (
+                self.params_at_checkpoint(),
+                st.period,
+                st.period_start,
+                st.cmd,
+            ),
+            None => (
+                job.init.clone().unwrap_or_default(),
+                BTreeMap::new(),
+                ctx.now(),
+                None,
+            ),
+        };
+        for clock in clocks {
             ctx.set_iter(clock);
             let start = ctx.now();
             let work = Work::training_step(flops_per_sample, batch as f64);
@@ -315,8 +377,15 @@ impl Worker for ElasticWorker {
             }
         }
         ctx.send(RoleId::Coordinator, Message::WorkerDone);
+        let state = WorkerState {
+            owners: self.owners.clone(),
+            epoch: self.epoch,
+            period,
+            period_start,
+            cmd,
+        };
         Ok(WorkerReport {
-            state: None,
+            state: Some(RoleState::encode(&state)?),
             iterations: records,
             model: None,
         })

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, VecDeque};
 /// model and the last literal speed of each server are remembered, so a server that received no
 /// samples in the whole window (it holds no blocks) keeps its stale estimate, as the paper's
 /// scheduler does (§1.4, A9).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct History {
     window: usize,
     periods: VecDeque<BTreeMap<(ServerId, u32), OlsStats>>,

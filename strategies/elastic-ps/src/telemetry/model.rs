@@ -5,7 +5,7 @@ use concord_engine::prelude::*;
 use std::collections::BTreeMap;
 
 /// Variance of a prediction as a quadratic in the size: `Var(s) = a·s² + 2b·s + c`.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(super) struct VarQuad {
     pub(super) a: f64,
     pub(super) b: f64,
@@ -29,7 +29,7 @@ impl VarQuad {
 /// `mean(s) = α·s + β` is the predicted time of exchanging `s` bytes with the server in one
 /// iteration; `sem(s)` is the standard error of that prediction, from which the confidence bounds
 /// of Algorithm 1 are built.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ServerModel {
     pub(super) alpha: f64,
     pub(super) beta: f64,
@@ -101,7 +101,7 @@ pub(super) fn non_negative(x: f64) -> f64 {
 /// The scheduler's profile of every server.
 ///
 /// Servers are kept in id order so every iteration over the profile is deterministic.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Pred {
     pub(super) models: BTreeMap<ServerId, ServerModel>,
 }
