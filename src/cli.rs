@@ -109,6 +109,16 @@ pub struct TrainArgs {
     pub quiet: bool,
 }
 
+impl TrainArgs {
+    /// `--runtime`, as the configuration layer it sets (none when not given).
+    fn runtime_sets(&self) -> Vec<String> {
+        self.runtime
+            .iter()
+            .map(|r| format!("runtime=\"{r}\""))
+            .collect()
+    }
+}
+
 impl ConfigArgs {
     fn load(&self, extra: &[String]) -> Result<config::Sourced, ConfigError> {
         let default = PathBuf::from("configs/default.toml");
@@ -182,11 +192,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
 fn train(args: TrainArgs) -> anyhow::Result<()> {
     // Ctrl-C or SIGTERM ends the run as a failure does, cleaning up its folder (below).
     let interrupts = interrupt::Interrupts::watch()?;
-    let extra: Vec<String> = args
-        .runtime
-        .iter()
-        .map(|r| format!("runtime=\"{r}\""))
-        .collect();
+    let extra = args.runtime_sets();
     // A resumed run continues in a folder: `--resume`'s, or under torchrun's restarts the run
     // folder this job's earlier attempt left a checkpoint in.
     let (sourced, resume, resume_dir) = match &args.resume {

@@ -201,12 +201,7 @@ fn check_train(command: &[OsString], nproc: u32) -> anyhow::Result<()> {
     if args.resume.is_some() {
         return Ok(());
     }
-    let extra: Vec<String> = args
-        .runtime
-        .iter()
-        .map(|r| format!("runtime=\"{r}\""))
-        .collect();
-    let sourced = args.config.load(&extra)?;
+    let sourced = args.config.load(&args.runtime_sets())?;
     let asm = crate::registry()
         .compose(&sourced.config)
         .map_err(|e| sourced.attribute(e))?;

@@ -59,37 +59,10 @@ struct Tally {
 /// What the scheduler carries across a checkpoint (a cut holds no epoch open): the placement,
 /// the servers in the job and on their way in or out, the policy's history, the progress it
 /// estimates the iteration time from, and its tally.
-#[derive(Serialize, Deserialize)]
+#[derive(Default, Serialize, Deserialize)]
 struct SchedulerState {
-    policy: PolicyState,
+    /// Server of each block.
     owners: Vec<ServerId>,
-    active: BTreeSet<ServerId>,
-    next_standby: ServerId,
-    launching: Option<ServerId>,
-    leaving: BTreeSet<ServerId>,
-    deferred: Vec<Change>,
-    since_join: u64,
-    scale_check: Option<(f64, u64)>,
-    scale_out_blocked: bool,
-    reports: BTreeMap<u64, Vec<PerfReport>>,
-    completed: Option<Clock>,
-    completed_at: f64,
-    iteration_s: f64,
-    rtt_s: f64,
-    epoch: u64,
-    queued: VecDeque<Change>,
-    adds: VecDeque<u64>,
-    removals: VecDeque<(u64, ServerId)>,
-    tally: Tally,
-}
-
-/// The PSLD scheduler role.
-pub struct Scheduler {
-    job: Arc<Job>,
-    opts: Resolved,
-    policy: LoadPolicy,
-    owners: Vec<ServerId>,
-    block_bytes: Vec<u64>,
     active: BTreeSet<ServerId>,
     next_standby: ServerId,
     launching: Option<ServerId>,
@@ -109,12 +82,29 @@ pub struct Scheduler {
     iteration_s: f64,
     rtt_s: f64,
     epoch: u64,
-    open: Option<OpenEpoch>,
     queued: VecDeque<Change>,
     adds: VecDeque<u64>,
     removals: VecDeque<(u64, ServerId)>,
-    workers_done: u32,
     tally: Tally,
+}
+
+/// A checkpoint of the scheduler: its own state and its policy's.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    policy: PolicyState,
+    scheduler: SchedulerState,
+}
+
+/// The PSLD scheduler role.
+pub struct Scheduler {
+    job: Arc<Job>,
+    opts: Resolved,
+    policy: LoadPolicy,
+    block_bytes: Vec<u64>,
+    /// What a checkpoint carries.
+    st: SchedulerState,
+    open: Option<OpenEpoch>,
+    workers_done: u32,
 }
 
 impl Scheduler {
@@ -124,7 +114,8 @@ impl Scheduler {
         let owners: Vec<ServerId> = blocks.iter().map(|b| job.layout.owner(b.id)).collect();
         let block_bytes: Vec<u64> = blocks.iter().map(|b| b.bytes()).collect();
         let policy = LoadPolicy::new(&opts, block_bytes.clone(), job.config.seed);
-        Scheduler {
+        let st = SchedulerState {
+            owners,
             active: (0..opts.initial_servers).collect(),
             next_standby: opts.initial_servers,
             adds: opts.add_server_at.iter().copied().collect(),
@@ -133,27 +124,17 @@ impl Scheduler {
                 .iter()
                 .map(|r| (r.at_iteration, r.server))
                 .collect(),
+            since_join: u64::MAX,
+            ..SchedulerState::default()
+        };
+        Scheduler {
             job,
             opts,
             policy,
-            owners,
             block_bytes,
-            launching: None,
-            leaving: BTreeSet::new(),
-            deferred: Vec::new(),
-            since_join: u64::MAX,
-            scale_check: None,
-            scale_out_blocked: false,
-            reports: BTreeMap::new(),
-            completed: None,
-            completed_at: 0.0,
-            iteration_s: 0.0,
-            rtt_s: 0.0,
-            epoch: 0,
+            st,
             open: None,
-            queued: VecDeque::new(),
             workers_done: 0,
-            tally: Tally::default(),
         }
     }
 
@@ -162,63 +143,22 @@ impl Scheduler {
         let saved = job.resumed(RoleId::Coordinator);
         let mut scheduler = Scheduler::new(job, opts);
         if let Some(cp) = saved {
-            let state: SchedulerState =
-                cp.decode_state(RoleId::Coordinator, "PSLD scheduler state")?;
-            scheduler.restore(state);
+            let saved: Saved = cp.decode_state(RoleId::Coordinator, "PSLD scheduler state")?;
+            scheduler.policy.restore(saved.policy);
+            scheduler.st = saved.scheduler;
         }
         Ok(scheduler)
     }
 
-    fn restore(&mut self, st: SchedulerState) {
-        self.policy.restore(st.policy);
-        self.owners = st.owners;
-        self.active = st.active;
-        self.next_standby = st.next_standby;
-        self.launching = st.launching;
-        self.leaving = st.leaving;
-        self.deferred = st.deferred;
-        self.since_join = st.since_join;
-        self.scale_check = st.scale_check;
-        self.scale_out_blocked = st.scale_out_blocked;
-        self.reports = st.reports;
-        self.completed = st.completed;
-        self.completed_at = st.completed_at;
-        self.iteration_s = st.iteration_s;
-        self.rtt_s = st.rtt_s;
-        self.epoch = st.epoch;
-        self.queued = st.queued;
-        self.adds = st.adds;
-        self.removals = st.removals;
-        self.tally = st.tally;
-    }
-
     /// What to carry across a checkpoint; `None` with an epoch open (a cut holds none: epochs
     /// end before the stretch they start in does).
-    fn state(&mut self) -> Option<SchedulerState> {
+    fn saved(&mut self) -> Option<Saved> {
         if self.open.is_some() {
             return None;
         }
-        Some(SchedulerState {
+        Some(Saved {
             policy: self.policy.state(),
-            owners: self.owners.clone(),
-            active: self.active.clone(),
-            next_standby: self.next_standby,
-            launching: self.launching,
-            leaving: self.leaving.clone(),
-            deferred: std::mem::take(&mut self.deferred),
-            since_join: self.since_join,
-            scale_check: self.scale_check,
-            scale_out_blocked: self.scale_out_blocked,
-            reports: self.reports.clone(),
-            completed: self.completed,
-            completed_at: self.completed_at,
-            iteration_s: self.iteration_s,
-            rtt_s: self.rtt_s,
-            epoch: self.epoch,
-            queued: self.queued.clone(),
-            adds: self.adds.clone(),
-            removals: self.removals.clone(),
-            tally: std::mem::take(&mut self.tally),
+            scheduler: std::mem::take(&mut self.st),
         })
     }
 
@@ -227,13 +167,13 @@ impl Scheduler {
     /// and membership changes no epoch could take are taken now. (A server starting up registers
     /// when it is up, in whichever stretch that is.)
     async fn continue_cut(&mut self, ctx: &mut RoleContext) -> Result<()> {
-        for &server in &self.leaving {
+        for &server in &self.st.leaving {
             ctx.send(
                 RoleId::Server(server),
                 protocol::encode(tag::LEAVE, &Leave)?,
             );
         }
-        for change in std::mem::take(&mut self.deferred) {
+        for change in std::mem::take(&mut self.st.deferred) {
             self.on_change(ctx, change).await?;
         }
         Ok(())
@@ -244,38 +184,43 @@ impl Scheduler {
     }
 
     fn servers(&self) -> Vec<ServerId> {
-        self.active.iter().copied().collect()
+        self.st.active.iter().copied().collect()
     }
 
     fn on_progress(&mut self, ctx: &RoleContext, p: Progress) {
         let now = ctx.now();
-        self.rtt_s = self.rtt_s.max(2.0 * (now - p.sent_at));
-        if self.completed.is_none_or(|c| p.completed > c) {
-            if let Some(c) = self.completed {
-                let dt = (now - self.completed_at) / (p.completed - c) as f64;
-                self.iteration_s = if self.iteration_s > 0.0 {
-                    0.8 * self.iteration_s + 0.2 * dt
+        self.st.rtt_s = self.st.rtt_s.max(2.0 * (now - p.sent_at));
+        if self.st.completed.is_none_or(|c| p.completed > c) {
+            if let Some(c) = self.st.completed {
+                let dt = (now - self.st.completed_at) / (p.completed - c) as f64;
+                self.st.iteration_s = if self.st.iteration_s > 0.0 {
+                    0.8 * self.st.iteration_s + 0.2 * dt
                 } else {
                     dt
                 };
             }
-            self.completed = Some(p.completed);
-            self.completed_at = now;
+            self.st.completed = Some(p.completed);
+            self.st.completed_at = now;
         }
     }
 
     /// Scheduled launches and departures due at the current progress.
     fn schedule(&mut self, ctx: &mut RoleContext) -> Result<()> {
-        let Some(done) = self.completed else {
+        let Some(done) = self.st.completed else {
             return Ok(());
         };
-        while self.adds.front().is_some_and(|&at| done + 1 >= at) {
-            self.adds.pop_front();
+        while self.st.adds.front().is_some_and(|&at| done + 1 >= at) {
+            self.st.adds.pop_front();
             self.launch(ctx)?;
         }
-        while self.removals.front().is_some_and(|&(at, _)| done + 1 >= at) {
-            if let Some((_, server)) = self.removals.pop_front() {
-                self.leaving.insert(server);
+        while self
+            .st
+            .removals
+            .front()
+            .is_some_and(|&(at, _)| done + 1 >= at)
+        {
+            if let Some((_, server)) = self.st.removals.pop_front() {
+                self.st.leaving.insert(server);
                 ctx.send(
                     RoleId::Server(server),
                     protocol::encode(tag::LEAVE, &Leave)?,
@@ -287,12 +232,12 @@ impl Scheduler {
 
     /// Starts one standby server; it registers with `ADD_SERVER` once up.
     fn launch(&mut self, ctx: &mut RoleContext) -> Result<bool> {
-        if self.next_standby >= self.opts.max_servers {
+        if self.st.next_standby >= self.opts.max_servers {
             return Ok(false);
         }
-        let id = self.next_standby;
-        self.next_standby += 1;
-        self.launching = Some(id);
+        let id = self.st.next_standby;
+        self.st.next_standby += 1;
+        self.st.launching = Some(id);
         let msg = protocol::encode(
             tag::LAUNCH,
             &Launch {
@@ -305,24 +250,24 @@ impl Scheduler {
 
     async fn on_report(&mut self, ctx: &mut RoleContext, r: PerfReport) -> Result<()> {
         let period = r.period;
-        let list = self.reports.entry(period).or_default();
+        let list = self.st.reports.entry(period).or_default();
         list.push(r);
         if list.len() < self.workers() as usize {
             return Ok(());
         }
-        let reports = self.reports.remove(&period).unwrap_or_default();
+        let reports = self.st.reports.remove(&period).unwrap_or_default();
         let iteration_s = reports.iter().map(|r| r.iteration_s).fold(0.0, f64::max);
         let samples: Vec<_> = reports.into_iter().map(|r| r.samples).collect();
-        self.since_join = self.since_join.saturating_add(1);
+        self.st.since_join = self.st.since_join.saturating_add(1);
         // Did the last scale-out pay off (§1.9: stop scaling out if not ≥ 2% faster)?
-        if let Some((before, periods)) = self.scale_check {
-            if periods + 1 >= 2 && self.launching.is_none() && self.since_join >= 2 {
+        if let Some((before, periods)) = self.st.scale_check {
+            if periods + 1 >= 2 && self.st.launching.is_none() && self.st.since_join >= 2 {
                 if iteration_s > 0.98 * before {
-                    self.scale_out_blocked = true;
+                    self.st.scale_out_blocked = true;
                 }
-                self.scale_check = None;
+                self.st.scale_check = None;
             } else {
-                self.scale_check = Some((before, periods + 1));
+                self.st.scale_check = Some((before, periods + 1));
             }
         }
         let force = self.opts.force_reassign_every > 0
@@ -330,7 +275,7 @@ impl Scheduler {
         let servers = self.servers();
         let proposal = self
             .policy
-            .on_period(&samples, &self.owners, &servers, force);
+            .on_period(&samples, &self.st.owners, &servers, force);
         if self.open.is_some() {
             return Ok(());
         }
@@ -339,13 +284,13 @@ impl Scheduler {
             // its arrival triggers another assignment.
             if p.scale_out
                 && self.opts.scale_out
-                && !self.scale_out_blocked
-                && self.launching.is_none()
-                && self.since_join >= 1
+                && !self.st.scale_out_blocked
+                && self.st.launching.is_none()
+                && self.st.since_join >= 1
                 && self.launch(ctx)?
             {
-                self.tally.scale_outs += 1;
-                self.scale_check = Some((iteration_s, 0));
+                self.st.tally.scale_outs += 1;
+                self.st.scale_check = Some((iteration_s, 0));
             }
             self.begin(ctx, p, None).await?;
         }
@@ -362,20 +307,20 @@ impl Scheduler {
         // Algorithm 3 runs on the scheduler while training goes on.
         let flops = ALGO_FLOPS_PER_BLOCK_SERVER
             * self.block_bytes.len() as f64
-            * self.active.len().max(1) as f64;
+            * self.st.active.len().max(1) as f64;
         ctx.compute("psld.assign", Work::fixed(flops), || ()).await;
-        self.tally.superior_sizes.push(proposal.superior.len());
-        let Some(completed) = self.completed else {
+        self.st.tally.superior_sizes.push(proposal.superior.len());
+        let Some(completed) = self.st.completed else {
             return Ok(());
         };
         // Where every worker is now, and a step far enough ahead for the command to arrive.
-        let ahead = if self.iteration_s > 0.0 {
-            ((ctx.now() - self.completed_at) / self.iteration_s).floor() as u64
+        let ahead = if self.st.iteration_s > 0.0 {
+            ((ctx.now() - self.st.completed_at) / self.st.iteration_s).floor() as u64
         } else {
             0
         };
-        let margin = if self.iteration_s > 0.0 {
-            (self.rtt_s / self.iteration_s).ceil() as u64
+        let margin = if self.st.iteration_s > 0.0 {
+            (self.st.rtt_s / self.st.iteration_s).ceil() as u64
         } else {
             1
         };
@@ -386,16 +331,16 @@ impl Scheduler {
             // before a checkpoint (a cut holds no epoch open), the next stretch takes a
             // membership change first.
             if let (Some(change), true) = (change, end < self.job.config.iterations) {
-                self.deferred.push(change);
+                self.st.deferred.push(change);
             }
             return Ok(());
         }
         let mut plans: BTreeMap<ServerId, MigratePlan> = BTreeMap::new();
         let mut moved = 0u64;
         let mut bytes = 0u64;
-        self.epoch += 1;
-        let epoch = self.epoch;
-        for (b, (&old, &new)) in self.owners.iter().zip(&proposal.owners).enumerate() {
+        self.st.epoch += 1;
+        let epoch = self.st.epoch;
+        for (b, (&old, &new)) in self.st.owners.iter().zip(&proposal.owners).enumerate() {
             if old == new {
                 continue;
             }
@@ -420,12 +365,12 @@ impl Scheduler {
             bytes += self.block_bytes[b];
         }
         if moved == 0 && change.is_none() {
-            self.epoch -= 1;
+            self.st.epoch -= 1;
             return Ok(());
         }
-        self.tally.epochs += 1;
-        self.tally.blocks_moved += moved;
-        self.tally.bytes_migrated += bytes;
+        self.st.tally.epochs += 1;
+        self.st.tally.blocks_moved += moved;
+        self.st.tally.bytes_migrated += bytes;
         let cmd = ReassignCmd {
             epoch,
             switch_after,
@@ -507,19 +452,20 @@ impl Scheduler {
         for w in 0..self.workers() {
             ctx.send(RoleId::Worker(w), protocol::encode(tag::RESUME, &resume)?);
         }
-        self.owners = open.owners;
-        self.tally
+        self.st.owners = open.owners;
+        self.st
+            .tally
             .suspensions
             .push(ctx.now() - open.first_ask.unwrap_or(ctx.now()));
         if let Some(Change::Remove(server)) = open.change {
-            self.active.remove(&server);
-            self.tally.removals += 1;
+            self.st.active.remove(&server);
+            self.st.tally.removals += 1;
             ctx.send(
                 RoleId::Server(server),
                 protocol::encode(tag::SHUTDOWN_OK, &ShutdownOk)?,
             );
         }
-        if let Some(change) = self.queued.pop_front() {
+        if let Some(change) = self.st.queued.pop_front() {
             self.on_change(ctx, change).await?;
         }
         Ok(())
@@ -527,18 +473,18 @@ impl Scheduler {
 
     async fn on_change(&mut self, ctx: &mut RoleContext, change: Change) -> Result<()> {
         if self.open.is_some() {
-            self.queued.push_back(change);
+            self.st.queued.push_back(change);
             return Ok(());
         }
-        let mut servers = self.active.clone();
+        let mut servers = self.st.active.clone();
         match change {
             Change::Add(s) => {
                 servers.insert(s);
-                self.active.insert(s);
-                if self.launching == Some(s) {
-                    self.launching = None;
+                self.st.active.insert(s);
+                if self.st.launching == Some(s) {
+                    self.st.launching = None;
                 }
-                self.since_join = 0;
+                self.st.since_join = 0;
             }
             Change::Remove(s) => {
                 if !servers.remove(&s) {
@@ -561,7 +507,7 @@ impl Scheduler {
     }
 
     fn figures(&self) -> Vec<(String, f64)> {
-        let t = &self.tally;
+        let t = &self.st.tally;
         let mean = |v: &[f64]| {
             if v.is_empty() {
                 0.0
@@ -576,7 +522,7 @@ impl Scheduler {
             2.0 * model_bytes as f64 / self.opts.checkpoint_bytes_per_s + self.opts.restart_cost_s;
         let sup: Vec<f64> = t.superior_sizes.iter().map(|&s| s as f64).collect();
         let mut load = vec![0u64; self.opts.max_servers as usize];
-        for (b, &s) in self.owners.iter().enumerate() {
+        for (b, &s) in self.st.owners.iter().enumerate() {
             if let Some(l) = load.get_mut(s as usize) {
                 *l += self.block_bytes[b];
             }
@@ -593,7 +539,7 @@ impl Scheduler {
             ("elastic-ps.removals".to_string(), t.removals as f64),
             (
                 "elastic-ps.servers_final".to_string(),
-                self.active.len() as f64,
+                self.st.active.len() as f64,
             ),
             (
                 "elastic-ps.servers_used_final".to_string(),
@@ -679,7 +625,7 @@ impl Coordinator for Scheduler {
                         }
                         (tag::DEL_SERVER, RoleId::Server(_)) => {
                             let m: Membership = protocol::decode(id, &t, &body)?;
-                            self.leaving.remove(&m.server);
+                            self.st.leaving.remove(&m.server);
                             self.on_change(ctx, Change::Remove(m.server)).await?;
                         }
                         (other, _) => {
@@ -699,7 +645,7 @@ impl Coordinator for Scheduler {
             }
         }
         let figures = self.figures();
-        let state = self.state().map(|st| RoleState::encode(&st)).transpose()?;
+        let state = self.saved().map(|st| RoleState::encode(&st)).transpose()?;
         Ok(CoordinatorReport {
             state,
             reports: Vec::new(),
