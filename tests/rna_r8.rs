@@ -215,6 +215,21 @@ fn ad_psgd_averages_only_across_the_active_passive_split() {
     }
 }
 
+/// The default of two probes per round comes down to the workers there are: one worker runs
+/// RNA (sequential SGD) without a setting it never made; an explicit `q` above the workers is
+/// still an error naming it.
+#[test]
+fn the_default_probe_count_comes_down_to_one_worker() {
+    let r = run(&config("rna", "", 1, 6));
+    assert_eq!(r.rows.len(), 6);
+    let e = concord::registry()
+        .compose(&config("rna", "q = 2", 1, 6))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("strategy.rna.q") && e.contains("(1)"), "{e}");
+}
+
 #[test]
 fn bad_options_are_start_up_errors_naming_the_key() {
     let registry = concord::registry();

@@ -23,7 +23,7 @@
 //! ```toml
 //! strategies = ["rna"]
 //! [strategy.rna]
-//! q = 2                       # probes per round (1 = eager-SGD's random initiator)
+//! q = 2                       # probes per round, at most the workers (1 = eager-SGD's)
 //! eta = 3                     # staleness bound
 //! accumulate = "weighted-avg" # or "sum"
 //! wait_for_all = false        # true: probe all, trigger when all are ready (= allreduce BSP)
@@ -184,7 +184,7 @@ impl Strategy for EagerSgd {
     ) -> Result<()> {
         let e: EagerOptions = parse_options(self.name(), options)?;
         let o = RnaOptions {
-            q: 1,
+            q: Some(1),
             eta: e.eta,
             accumulate: e.accumulate,
             wait_for_all: false,

@@ -28,12 +28,16 @@ pub enum Merge {
     Delta,
 }
 
+/// Probes per round unless the options say otherwise: the power of two choices (thesis §5.1).
+pub const DEFAULT_Q: i64 = 2;
+
 /// Options of `rna` (and `eager-sgd`, which is RNA with one probe).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RnaOptions {
-    /// Probes per round (power-of-two choices): 2 (thesis); 1 is eager-SGD's random initiator.
-    pub q: i64,
+    /// Probes per round (power-of-two choices): 2 (thesis), or every worker where there are
+    /// fewer; 1 is eager-SGD's random initiator.
+    pub q: Option<i64>,
     /// Staleness bound η: a gradient computed on version t is dropped at round k if k − t > η.
     /// Default 3 (the thesis gives none; Sven's bound).
     pub eta: i64,
@@ -70,7 +74,7 @@ pub struct RnaOptions {
 impl Default for RnaOptions {
     fn default() -> Self {
         RnaOptions {
-            q: 2,
+            q: None,
             eta: 3,
             accumulate: Accumulate::WeightedAvg,
             wait_for_all: false,
@@ -132,10 +136,11 @@ impl RnaOptions {
     pub fn resolve(&self, name: &str, config: &RunConfig) -> Result<Resolved> {
         let key = |k: &str| format!("strategy.{name}.{k}");
         let workers = config.workers as i64;
-        if self.q < 1 || self.q > workers {
+        let q = self.q.unwrap_or(DEFAULT_Q.min(workers));
+        if q < 1 || q > workers {
             return Err(EngineError::config(
                 key("q"),
-                self.q,
+                q,
                 format!("must be between 1 and the number of workers ({workers})"),
             ));
         }
@@ -158,7 +163,7 @@ impl RnaOptions {
             q: if self.wait_for_all {
                 config.workers as usize
             } else {
-                self.q as usize
+                q as usize
             },
             eta: self.eta as u64,
             accumulate: self.accumulate,
