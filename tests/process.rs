@@ -1102,8 +1102,8 @@ fn agileml_under_processes_ends_without_a_machine_that_never_joined() {
 }
 
 /// `concord launch` checks a `train` job before it starts any process: a configuration, a
-/// strategy or a process count that is wrong is told once (not by every process), and nothing
-/// is written.
+/// strategy, a process count or a run folder to resume that is wrong is told once (not by every
+/// process), and nothing is written.
 #[test]
 fn a_launch_checks_the_job_once_before_starting_its_processes() {
     let dir = tempfile::tempdir().unwrap();
@@ -1133,4 +1133,16 @@ fn a_launch_checks_the_job_once_before_starting_its_processes() {
         assert!(!err.contains("rank 0 failed"), "{args:?}: {err}");
         common::nothing_written(dir.path(), &["job.toml"]);
     }
+    // A resumed job's configuration comes from its run folder: one that holds no checkpoint is
+    // told once too.
+    let missing = dir.path().join("no-run");
+    let out = concord()
+        .args(["launch", "--nproc", "2", "train", "--quiet", "--resume"])
+        .arg(&missing)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("no checkpoint.safetensors").count(), 1, "{err}");
 }

@@ -180,9 +180,8 @@ fn start_group(
 }
 
 /// Checks what a `train` command would check first, before any process starts: its arguments,
-/// its configuration and strategies, and one machine for each of the `nproc` processes. A
-/// mistake is then told once, not by every process. A resumed run's configuration is in its run
-/// folder, which the processes read.
+/// its configuration (a resumed run's from its run folder's checkpoint) and strategies, and one
+/// machine for each of the `nproc` processes. A mistake is then told once, not by every process.
 fn check_train(command: &[OsString], nproc: u32) -> anyhow::Result<()> {
     if command.first().is_none_or(|c| c != "train") {
         return Ok(());
@@ -198,10 +197,10 @@ fn check_train(command: &[OsString], nproc: u32) -> anyhow::Result<()> {
             anyhow::bail!("{}", text.trim_start_matches("error: ").trim_end())
         }
     };
-    if args.resume.is_some() {
-        return Ok(());
-    }
-    let sourced = args.config.load(&args.runtime_sets())?;
+    let sourced = match &args.resume {
+        Some(dir) => super::resumed_config(dir, &args.config.sets, &args.runtime_sets())?.0,
+        None => args.config.load(&args.runtime_sets())?,
+    };
     let asm = crate::registry()
         .compose(&sourced.config)
         .map_err(|e| sourced.attribute(e))?;
