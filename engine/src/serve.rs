@@ -44,15 +44,35 @@ pub trait ServerHandler: Send {
     async fn handle(&mut self, ctx: &mut RoleContext, env: Envelope) -> Result<()>;
     /// What the server reports once it is shut down.
     fn finish(&mut self, ctx: &mut RoleContext) -> Result<ServerReport>;
+    /// The run time at which the server acts without a message (a start-up ending, a timer),
+    /// through [`ServerHandler::wake`]; `None`, the default: only messages wake it. The server
+    /// waits for it in [`serve`]'s receive loop, not asleep in a handler: a sleeping role would
+    /// hold a checkpoint's cut, and its peers' restart times, until it woke.
+    fn wake_at(&self) -> Option<f64> {
+        None
+    }
+    /// Acts at the time [`ServerHandler::wake_at`] named.
+    async fn wake(&mut self, _ctx: &mut RoleContext) -> Result<()> {
+        Ok(())
+    }
 }
 
-/// Runs `handler` until the engine's shutdown, then returns its report.
+/// Runs `handler` until the engine's shutdown (waking it when it asks), then returns its report.
 pub async fn serve<H: ServerHandler + ?Sized>(
     handler: &mut H,
     ctx: &mut RoleContext,
 ) -> Result<ServerReport> {
     loop {
-        let env = ctx.recv().await?;
+        let env = match handler.wake_at() {
+            None => ctx.recv().await?,
+            Some(at) => match ctx.recv_until(at).await? {
+                Some(env) => env,
+                None => {
+                    handler.wake(ctx).await?;
+                    continue;
+                }
+            },
+        };
         if matches!(env.msg, Message::Shutdown) {
             return handler.finish(ctx);
         }

@@ -83,18 +83,16 @@ impl ElasticServer {
     /// Server `id` of `job`: with the blocks it held at the checkpoint when the job resumes from
     /// one (blocks move, so they are whatever the placement had given it), else as [`Self::new`].
     pub fn for_job(job: &Arc<Job>, id: ServerId) -> Result<ElasticServer> {
-        let mut server = ElasticServer::new(job, id);
         let role = RoleId::Server(id);
         let Some(cp) = job.resumed(role) else {
-            return Ok(server);
+            return Ok(ElasticServer::new(job, id));
         };
         let state: ServerState = cp.decode_state(role, "PSLD server state")?;
         let model = cp.model.unwrap_or_default();
-        let blocks = job.layout.blocks();
-        server.blocks.clear();
-        server.timed.clear();
+        let layout = job.layout.blocks();
+        let mut blocks = BTreeMap::new();
         for bp in model.blocks {
-            let expected = blocks.get(bp.block as usize).map(|b| b.len as u64);
+            let expected = layout.get(bp.block as usize).map(|b| b.len as u64);
             if expected != Some(bp.data.elems()) {
                 return Err(EngineError::protocol(
                     role,
@@ -107,11 +105,9 @@ impl ElasticServer {
                 version: state.versions.get(&bp.block).copied().unwrap_or(-1),
                 pending: BTreeMap::new(),
             };
-            server
-                .timed
-                .insert(bp.block, TimedSnapshots::new(server.eval_every_s));
-            server.blocks.insert(bp.block, held);
+            blocks.insert(bp.block, held);
         }
+        let mut server = ElasticServer::holding(job, id, blocks);
         server.max_version = state.max_version;
         server.starting = state.starting;
         Ok(server)
@@ -120,7 +116,7 @@ impl ElasticServer {
     /// Server `id` of `job`; it starts with the blocks the initial assignment gives it (none for a
     /// standby server).
     pub fn new(job: &Arc<Job>, id: ServerId) -> ElasticServer {
-        let optimizer = job.config.optimizer.clone();
+        let optimizer = &job.config.optimizer;
         let blocks: BTreeMap<BlockId, HeldBlock> = job
             .layout
             .slice_for(id, job.init.as_deref())
@@ -139,10 +135,15 @@ impl ElasticServer {
                 (bp.block, held)
             })
             .collect();
+        ElasticServer::holding(job, id, blocks)
+    }
+
+    /// Server `id` of `job` holding `blocks`, with nothing else under way.
+    fn holding(job: &Job, id: ServerId, blocks: BTreeMap<BlockId, HeldBlock>) -> ElasticServer {
         let eval_every_s = job.config.eval_every_s;
         ElasticServer {
             id,
-            optimizer,
+            optimizer: job.config.optimizer.clone(),
             workers: job.config.workers,
             snapshot_every: job.config.eval_every.max(1),
             timed: blocks
@@ -524,7 +525,7 @@ impl ServerHandler for ElasticServer {
                     self.on_ack(ctx, ack)?;
                 }
                 tag::LAUNCH => {
-                    // A launched server starts up, then registers (ADD_SERVER, in `run`).
+                    // A launched server starts up, then registers (ADD_SERVER, in `wake`).
                     let start =
                         crate::protocol::decode::<crate::protocol::Launch>(ctx.id(), &t, &body)?;
                     self.starting = Some(ctx.now() + start.start_s);
@@ -564,25 +565,25 @@ impl ServerHandler for ElasticServer {
     fn finish(&mut self, _ctx: &mut RoleContext) -> Result<ServerReport> {
         self.report()
     }
+
+    /// A launched server starting up is up then (nothing is sent to it meanwhile: it holds no
+    /// blocks), and a checkpoint's cut does not wait for it.
+    fn wake_at(&self) -> Option<f64> {
+        self.starting
+    }
+
+    /// Up: registers with the scheduler.
+    async fn wake(&mut self, ctx: &mut RoleContext) -> Result<()> {
+        self.starting = None;
+        let msg = protocol::encode(tag::ADD_SERVER, &Membership { server: self.id })?;
+        ctx.send(RoleId::Coordinator, msg);
+        Ok(())
+    }
 }
 
 #[async_trait]
 impl Server for ElasticServer {
-    /// [`serve`]'s loop, with a launched server's start-up: it registers once it is up. Nothing
-    /// is sent to it meanwhile (it holds no blocks), and a checkpoint's cut does not wait for it.
     async fn run(&mut self, ctx: &mut RoleContext) -> Result<ServerReport> {
-        loop {
-            let up_at = self.starting.unwrap_or(f64::INFINITY);
-            let Some(env) = ctx.recv_until(up_at).await? else {
-                self.starting = None;
-                let msg = protocol::encode(tag::ADD_SERVER, &Membership { server: self.id })?;
-                ctx.send(RoleId::Coordinator, msg);
-                continue;
-            };
-            if matches!(env.msg, Message::Shutdown) {
-                return self.finish(ctx);
-            }
-            self.handle(ctx, env).await?;
-        }
+        serve(self, ctx).await
     }
 }
