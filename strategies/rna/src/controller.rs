@@ -88,28 +88,33 @@ struct ControllerState {
 }
 
 impl RnaController {
-    /// A controller for `workers` workers running `rounds` (continuing from `job`'s checkpoint
-    /// when it resumes).
-    pub fn new(
-        workers: u32,
-        rounds: Range<u64>,
-        seed: u64,
-        opts: Resolved,
-        job: &Job,
-    ) -> Result<RnaController> {
-        let before = job.resumed_state(RoleId::Coordinator, "RNA controller state")?;
+    /// The controller of `job` under `opts`: its workers, the rounds of this stretch of the job
+    /// and its seed (continuing from `job`'s checkpoint when it resumes).
+    pub fn new(opts: Resolved, job: &Job) -> Result<RnaController> {
         Ok(RnaController {
-            workers,
-            rounds,
-            seed,
+            workers: job.config.workers,
+            rounds: job.clocks(),
+            seed: job.config.seed,
             opts,
-            before,
+            before: job.resumed_state(RoleId::Coordinator, "RNA controller state")?,
         })
     }
 }
 
+/// Each worker's statistics over the rounds before (`before`, from a checkpoint) and the later
+/// ones (`later`, as the workers reported them), by worker.
+pub(crate) fn merged_stats(
+    mut before: BTreeMap<u32, WorkerStats>,
+    later: Vec<WorkerStats>,
+) -> BTreeMap<u32, WorkerStats> {
+    for s in later {
+        merge_stats(before.entry(s.worker).or_default(), s);
+    }
+    before
+}
+
 /// Adds a worker's statistics over later rounds to those over the rounds before them.
-pub(crate) fn merge_stats(before: &mut WorkerStats, later: WorkerStats) {
+fn merge_stats(before: &mut WorkerStats, later: WorkerStats) {
     if before.staleness.len() < later.staleness.len() {
         before.staleness.resize(later.staleness.len(), 0);
     }
@@ -125,20 +130,23 @@ pub(crate) fn merge_stats(before: &mut WorkerStats, later: WorkerStats) {
     before.evaluated = later.evaluated;
 }
 
-/// Takes workers' end-of-run statistics until the engine's shutdown (unless it came already).
+/// Takes workers' end-of-run statistics until the engine's shutdown (unless it came already),
+/// handing every other message to `other` (RNA-H's profiles still on their way).
 pub(crate) async fn gather_until_shutdown(
     ctx: &mut RoleContext,
     mut shutdown: bool,
     stats: &mut Vec<WorkerStats>,
+    mut other: impl FnMut(&Envelope) -> Result<()> + Send,
 ) -> Result<()> {
     while !shutdown {
         let env = ctx.recv().await?;
         shutdown = matches!(env.msg, Message::Shutdown);
-        if let Some(s) = env
+        match env
             .msg
             .decode_custom::<WorkerStats>(protocol::WORKER_STATS)?
         {
-            stats.push(s);
+            Some(s) => stats.push(s),
+            None => other(&env)?,
         }
     }
     Ok(())
@@ -275,11 +283,8 @@ impl Coordinator for RnaController {
             }
         }
         // After the last round, gather the workers' end-of-run statistics until shut down.
-        gather_until_shutdown(ctx, shutdown, &mut stats).await?;
-        let mut merged = std::mem::take(&mut self.before.stats);
-        for s in stats {
-            merge_stats(merged.entry(s.worker).or_default(), s);
-        }
+        gather_until_shutdown(ctx, shutdown, &mut stats, |_| Ok(())).await?;
+        let merged = merged_stats(std::mem::take(&mut self.before.stats), stats);
         let stats: Vec<WorkerStats> = merged.values().cloned().collect();
         let figures = &mut report.figures;
         // On a copy: the figures sort it, and the state keeps the rounds in order.

@@ -83,26 +83,10 @@ fn install_rna(name: &str, o: RnaOptions, config: &RunConfig, asm: &mut Assembly
     if let Some(h) = &resolved.hierarchy {
         let merge = h.merge;
         asm.set_server(move |job, id| AveragingServer::for_job(merge, &job, id));
-        asm.set_coordinator(move |job| {
-            HierController::new(
-                job.config.workers,
-                job.clocks(),
-                job.config.seed,
-                resolved.clone(),
-                &job,
-            )
-        });
+        asm.set_coordinator(move |job| HierController::new(resolved.clone(), &job));
         return Ok(());
     }
-    asm.set_coordinator(move |job| {
-        RnaController::new(
-            job.config.workers,
-            job.clocks(),
-            job.config.seed,
-            resolved.clone(),
-            &job,
-        )
-    });
+    asm.set_coordinator(move |job| RnaController::new(resolved.clone(), &job));
     Ok(())
 }
 

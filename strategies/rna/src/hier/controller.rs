@@ -4,8 +4,8 @@
 
 use super::groups::form_groups;
 use crate::controller::{
-    evaluated_worker_figure, merge_stats, mismatched_rounds, sample_probes, staleness_figures,
-    trigger_figures, ProbeRound, ReplyOutcome,
+    evaluated_worker_figure, gather_until_shutdown, merged_stats, mismatched_rounds, sample_probes,
+    staleness_figures, trigger_figures, ProbeRound, ReplyOutcome,
 };
 use crate::options::{GroupSource, Resolved};
 use crate::protocol::{self, Activate, Groups, Profile, Round, RoundDone, WorkerStats};
@@ -67,22 +67,15 @@ struct HierState {
 }
 
 impl HierController {
-    /// A controller for `workers` workers running `rounds` rounds per group, continuing from
-    /// `job`'s checkpoint when it resumes.
-    pub fn new(
-        workers: u32,
-        rounds: Range<u64>,
-        seed: u64,
-        opts: Resolved,
-        job: &Job,
-    ) -> Result<HierController> {
-        let before = job.resumed_state(RoleId::Coordinator, "RNA-H controller state")?;
+    /// The controller of `job` under `opts`: its workers, the rounds every group runs in this
+    /// stretch of the job and its seed (continuing from `job`'s checkpoint when it resumes).
+    pub fn new(opts: Resolved, job: &Job) -> Result<HierController> {
         Ok(HierController {
-            workers,
-            rounds,
-            seed,
+            workers: job.config.workers,
+            rounds: job.clocks(),
+            seed: job.config.seed,
             opts,
-            before,
+            before: job.resumed_state(RoleId::Coordinator, "RNA-H controller state")?,
         })
     }
 
@@ -285,22 +278,11 @@ impl Coordinator for HierController {
         }
         // After the last round: the workers' statistics, and profiles still on their way (a
         // stretch cut by a checkpoint may end before every worker's reached the controller).
-        while !shutdown {
-            let env = ctx.recv().await?;
-            shutdown = matches!(env.msg, Message::Shutdown);
-            if record_profile(&env, &mut times)? {
-                // Kept for the groups' formation in the next stretch.
-            } else if let Some(s) = env
-                .msg
-                .decode_custom::<WorkerStats>(protocol::WORKER_STATS)?
-            {
-                stats.push(s);
-            }
-        }
-        let mut merged = before.stats;
-        for s in stats {
-            merge_stats(merged.entry(s.worker).or_default(), s);
-        }
+        gather_until_shutdown(ctx, shutdown, &mut stats, |env| {
+            record_profile(env, &mut times).map(drop)
+        })
+        .await?;
+        let merged = merged_stats(before.stats, stats);
         let stats: Vec<WorkerStats> = merged.values().cloned().collect();
         let figures = &mut report.figures;
         // On a copy: the figures sort it, and the state keeps the rounds in order.
