@@ -92,6 +92,8 @@ pub struct SvenWorker {
     stats: Stats,
     snapshots: Vec<Snapshot>,
     input_server: Option<RoleId>,
+    /// The first batch of this stretch of the job (0 unless it continues from a checkpoint).
+    first_batch: u64,
 }
 
 impl SvenWorker {
@@ -180,6 +182,7 @@ impl SvenWorker {
             stats: Stats::default().skip(opts.opts.warmup_iters.max(2)),
             snapshots: Vec::new(),
             input_server,
+            first_batch: job.clocks().start,
             plan,
             spec,
             opts,
@@ -232,7 +235,7 @@ impl SvenWorker {
         // Hot placement: the warm-up's top α, once the warm-up is over.
         let warmup = self.opts.opts.warmup_iters;
         if let Some(counts) = self.counts.as_ref() {
-            if warmup > 0 && self.job.clocks().start >= warmup {
+            if warmup > 0 && self.first_batch >= warmup {
                 self.residency = Residency::Static(
                     TierMap::hot_top_alpha(counts, self.opts.alpha)
                         .map_err(|e| EngineError::protocol(role, e.to_string()))?,
@@ -268,7 +271,7 @@ impl SvenWorker {
     /// its shard from the input service arrived.
     fn ready(&self, task: Task) -> bool {
         let mode = self.opts.opts.pipeline;
-        let first = self.job.clocks().start;
+        let first = self.first_batch;
         let input_ok = task.kind != Kind::Sfp
             || self.input_server.is_none()
             || self.shards_in.contains(&task.batch);
