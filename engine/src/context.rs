@@ -304,12 +304,6 @@ impl RoleContext {
         self
     }
 
-    /// Whether this role's compute is charged by the cost model (`sim`, and throughput mode in
-    /// every runtime) rather than timed as its math runs.
-    pub fn compute_is_modeled(&self) -> bool {
-        self.modeled_compute
-    }
-
     /// Undelayed seconds `work` costs on this role's device by the cost model (what `sim`
     /// charges before straggler effects).
     pub fn nominal_seconds(&self, work: Work) -> f64 {
