@@ -132,6 +132,7 @@ fn steps_and_updates_are_measured_for_every_batch_and_parameter() {
         min_runs: 3,
         min_seconds: 0.0,
         max_runs: 3,
+        max_seconds: 60.0,
     };
     let mut sweep = host::CacheSweep::for_this_machine();
     let steps = host::measure_steps(model, &[8, 32], &repeats, &mut sweep, 0).unwrap();
@@ -188,6 +189,7 @@ fn steps_are_timed_with_threads_stepping_beside_them() {
         min_runs: 4,
         min_seconds: 0.0,
         max_runs: 4,
+        max_seconds: 60.0,
     };
     let mut sweep = host::CacheSweep::for_this_machine();
     let steps = host::measure_steps(model, &[16], &repeats, &mut sweep, 2).unwrap();

@@ -1,5 +1,7 @@
 //! Timing a measured operation: a warm-up, then repeats until enough of them and enough time
-//! have passed, and their median (robust to the odd preempted repeat).
+//! have passed, and their median (robust to the odd preempted repeat). A measurement whose
+//! untimed preparation is long (emptying a large last-level cache before every run) stops at
+//! its time budget once it has its minimum of runs.
 
 use std::time::Instant;
 
@@ -14,26 +16,34 @@ pub struct Repeats {
     pub min_seconds: f64,
     /// Timed runs at most.
     pub max_runs: usize,
+    /// Seconds the whole measurement may take, untimed preparation included, once `min_runs`
+    /// are in: a fast operation timed after a sweep of a large cache would otherwise repeat the
+    /// sweep thousands of times to reach `min_seconds` of timed work.
+    pub max_seconds: f64,
 }
 
 impl Repeats {
-    /// The full measurement: 3 warm-up runs, then at least 15 runs and 0.25 s.
+    /// The full measurement: 3 warm-up runs, then at least 15 runs and 0.25 s timed (3 s in all
+    /// at most, once the 15 are in).
     pub fn full() -> Repeats {
         Repeats {
             warmup: 3,
             min_runs: 15,
             min_seconds: 0.25,
             max_runs: 5000,
+            max_seconds: 3.0,
         }
     }
 
-    /// The quick measurement (`--quick`): 1 warm-up run, then at least 5 runs and 0.02 s.
+    /// The quick measurement (`--quick`): 1 warm-up run, then at least 5 runs and 0.02 s timed
+    /// (0.5 s in all at most, once the 5 are in).
     pub fn quick() -> Repeats {
         Repeats {
             warmup: 1,
             min_runs: 5,
             min_seconds: 0.02,
             max_runs: 1000,
+            max_seconds: 0.5,
         }
     }
 
@@ -56,9 +66,15 @@ impl Repeats {
         }
         let mut times = Vec::with_capacity(self.min_runs);
         let mut total = 0.0;
-        while times.len() < self.max_runs.max(1)
-            && (times.len() < self.min_runs.max(1) || total < self.min_seconds)
-        {
+        let started = Instant::now();
+        let more = |times: &[f64], total: f64| {
+            if times.len() >= self.max_runs.max(1) {
+                return false;
+            }
+            times.len() < self.min_runs.max(1)
+                || (total < self.min_seconds && started.elapsed().as_secs_f64() < self.max_seconds)
+        };
+        while more(&times, total) {
             before();
             let t0 = Instant::now();
             op()?;
@@ -102,6 +118,7 @@ mod tests {
             min_runs: 4,
             min_seconds: 0.0,
             max_runs: 10,
+            max_seconds: 60.0,
         };
         let mut calls = 0;
         let (_, runs) = r
@@ -122,6 +139,7 @@ mod tests {
             min_runs: 3,
             min_seconds: 0.0,
             max_runs: 10,
+            max_seconds: 60.0,
         };
         let log = std::cell::RefCell::new(String::new());
         r.median_after(
@@ -133,5 +151,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(log.into_inner(), "bobobobo");
+    }
+
+    #[test]
+    fn a_slow_preparation_stops_the_runs_at_the_budget_once_the_minimum_is_in() {
+        let r = Repeats {
+            warmup: 0,
+            min_runs: 3,
+            min_seconds: 10.0,
+            max_runs: 1000,
+            max_seconds: 0.05,
+        };
+        let (_, runs) = r
+            .median_after(
+                || std::thread::sleep(std::time::Duration::from_millis(10)),
+                || Ok::<(), ()>(()),
+            )
+            .unwrap();
+        // Five preparations take the budget; without it the runs would go on to `max_runs`,
+        // since the operation itself never adds up to `min_seconds`.
+        assert!((3..=5).contains(&runs), "{runs} runs");
     }
 }
