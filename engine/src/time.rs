@@ -47,13 +47,83 @@ impl TimeBase {
 
     /// Waits `s` run seconds.
     pub async fn sleep(&self, s: f64) {
-        if s > 0.0 {
-            tokio::time::sleep(Duration::from_secs_f64(s * self.scale)).await;
+        if s <= 0.0 {
+            return;
+        }
+        let wait = Duration::from_secs_f64(s * self.scale);
+        if self.is_dilated() {
+            tokio::time::sleep(wait).await;
+        } else {
+            wait_until(Instant::now() + wait).await;
         }
     }
 
     /// Waits until run time `s`.
     pub async fn sleep_until(&self, s: f64) {
-        tokio::time::sleep_until(self.instant_at(s)).await;
+        let at = self.instant_at(s);
+        if self.is_dilated() {
+            tokio::time::sleep_until(at).await;
+        } else {
+            wait_until(at).await;
+        }
+    }
+
+    /// Whether this is `sim`'s dilated clock (paused, auto-advancing) rather than real time.
+    fn is_dilated(&self) -> bool {
+        self.scale != 1.0
+    }
+}
+
+/// Waits in real time until `at`, to a tenth of a millisecond or so rather than tokio's
+/// millisecond tick: tokio's timer wakes on ticks, up to one late, which would stretch an
+/// emulated wait of 50 µs (a straggler's slowdown of a small step, a modeled compute in
+/// throughput mode) to a millisecond. It sleeps on the timer to a tick before `at`, then parks a
+/// thread of the blocking pool on the operating system's finer timer for the rest. Nothing
+/// spins: an emulated wait stands for work on the emulated machine, not on this one, and must
+/// not take a processor from the roles that run real math beside it.
+async fn wait_until(at: Instant) {
+    const TICK: Duration = Duration::from_millis(1);
+    if let Some(coarse) = at.checked_sub(TICK) {
+        if coarse > Instant::now() {
+            tokio::time::sleep_until(coarse).await;
+        }
+    }
+    let rest = at.saturating_duration_since(Instant::now());
+    if !rest.is_zero() {
+        // A pool thread that fails to run (the runtime shutting down) ends the wait early: the
+        // run is ending anyway.
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(rest)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A real-time wait, however short or long against tokio's tick, never ends before its time:
+    /// emulated work is charged in full.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_real_time_wait_never_ends_early() {
+        let time = TimeBase::new(false);
+        for s in [0.0, 20e-6, 300e-6, 1.0e-3, 1.5e-3, 2.5e-3] {
+            let from = time.now();
+            time.sleep(s).await;
+            let slept = time.now() - from;
+            assert!(slept >= s - 1e-9, "sleep({s}) took {slept}");
+            let at = time.now() + s;
+            time.sleep_until(at).await;
+            let late = time.now() - at;
+            assert!(late >= -1e-9, "sleep_until ended {late} s early");
+        }
+    }
+
+    /// In `sim` a wait is the paused clock's: it advances virtual time by exactly its length.
+    #[tokio::test(start_paused = true)]
+    async fn a_simulated_wait_advances_virtual_time_exactly() {
+        let time = TimeBase::new(true);
+        time.sleep(0.25e-3).await;
+        assert!((time.now() - 0.25e-3).abs() < 1e-12, "{}", time.now());
+        time.sleep_until(1.0e-3).await;
+        assert!((time.now() - 1.0e-3).abs() < 1e-12, "{}", time.now());
     }
 }
