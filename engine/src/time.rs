@@ -69,7 +69,7 @@ impl TimeBase {
     }
 
     /// Whether this is `sim`'s dilated clock (paused, auto-advancing) rather than real time.
-    fn is_dilated(&self) -> bool {
+    pub(crate) fn is_dilated(&self) -> bool {
         self.scale != 1.0
     }
 }
@@ -82,12 +82,21 @@ impl TimeBase {
 /// spins: an emulated wait stands for work on the emulated machine, not on this one, and must
 /// not take a processor from the roles that run real math beside it.
 async fn wait_until(at: Instant) {
-    const TICK: Duration = Duration::from_millis(1);
-    if let Some(coarse) = at.checked_sub(TICK) {
+    if let Some(coarse) = at.checked_sub(TIMER_TICK) {
         if coarse > Instant::now() {
             tokio::time::sleep_until(coarse).await;
         }
     }
+    park_until(at).await;
+}
+
+/// The granularity of tokio's timer in real time: a timer fires on the first tick at or after
+/// its deadline.
+pub(crate) const TIMER_TICK: Duration = Duration::from_millis(1);
+
+/// Parks a thread of the blocking pool until `at` (meant for the last tick of a wait), on the
+/// operating system's timer, which is finer than tokio's. Returns at once when `at` is past.
+pub(crate) async fn park_until(at: Instant) {
     let rest = at.saturating_duration_since(Instant::now());
     if !rest.is_zero() {
         // A pool thread that fails to run (the runtime shutting down) ends the wait early: the

@@ -30,7 +30,7 @@
 use crate::cluster::{Cluster, Duplex};
 use crate::ids::RoleId;
 use crate::message::Message;
-use crate::time::TimeBase;
+use crate::time::{park_until, TimeBase, TIMER_TICK};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -500,6 +500,7 @@ impl Network {
         // instants, and re-arming a timer costs less than making and dropping one per instant.
         let sleep = tokio::time::sleep_until(Instant::now());
         tokio::pin!(sleep);
+        let precise = !self.time.is_dilated();
         let mut woken = Vec::new();
         loop {
             let notified = self.wake.notified();
@@ -524,9 +525,21 @@ impl Network {
                 next
             };
             match next {
+                // In real time, tokio's timer would hand a message over on the first millisecond
+                // tick after its arrival: the last tick before it is waited on the finer timer
+                // of a parked pool thread instead (one a new first arrival leaves parked for
+                // the rest of that tick at most).
+                Some(t) if precise && t <= Instant::now() + TIMER_TICK => {
+                    tokio::select! {
+                        biased;
+                        _ = &mut notified => {}
+                        _ = park_until(t) => {}
+                    }
+                }
                 Some(t) => {
-                    if sleep.deadline() != t || sleep.is_elapsed() {
-                        sleep.as_mut().reset(t);
+                    let wake_at = if precise { t - TIMER_TICK } else { t };
+                    if sleep.deadline() != wake_at || sleep.is_elapsed() {
+                        sleep.as_mut().reset(wake_at);
                     }
                     tokio::select! {
                         biased;
@@ -630,6 +643,28 @@ mod tests {
                 data: Payload::Virtual { elems },
             }],
         }
+    }
+
+    /// In real time a message is handed over at its arrival, never before, whether its arrival
+    /// is under a timer tick away (a small message: 10 µs and its bytes) or several ticks away
+    /// (a 4 MB one, 4 ms on a 1 GB/s NIC).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_real_time_wire_never_hands_a_message_over_early() {
+        let roles = [RoleId::Worker(0), RoleId::Worker(1)];
+        let (net, mut rx) = Network::new(cluster(), TimeBase::new(false), &roles, None);
+        let pump = tokio::spawn(net.clone().pump());
+        let inbox = rx.get_mut(&RoleId::Worker(1)).unwrap();
+        for elems in [1, 1_000, 1_000_000, 1, 10] {
+            let arrival = net.send(RoleId::Worker(0), RoleId::Worker(1), push(elems));
+            inbox.recv().await.unwrap();
+            let now = net.now();
+            assert!(
+                now >= arrival - 1e-9,
+                "handed over at {now}, due at {arrival}"
+            );
+        }
+        net.close();
+        pump.await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]
