@@ -39,7 +39,7 @@ proptest! {
             // comes up at least once in 2 × workers steps, whatever `order` holds (one that
             // never did would hold its token forever). Mixing the step into `order`'s pick did
             // not ensure it: [85, 158, 5, 128] over 2 workers picked worker 1 every time.
-            let w = if step % 2 == 0 {
+            let w = if step.is_multiple_of(2) {
                 order[(step / 2) % order.len()] % workers
             } else {
                 (step / 2) as u32 % workers
