@@ -10,6 +10,7 @@
 pub mod conv;
 mod dlrm;
 mod graph_net;
+mod linear;
 mod mf;
 mod replica;
 mod stages;

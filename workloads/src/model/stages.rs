@@ -423,7 +423,7 @@ impl StagedModel {
                 } else {
                     x.clone()
                 };
-                let y = x.matmul(&w.t()?)?.broadcast_add(b.as_tensor())?;
+                let y = super::linear::linear(&x, w, b.as_tensor())?;
                 if *relu {
                     y.relu()
                 } else {

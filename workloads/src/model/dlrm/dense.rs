@@ -2,6 +2,7 @@
 
 use super::{DlrmSpec, Interaction};
 use crate::error::{Result, TensorContext, WorkloadError};
+use crate::model::linear::linear;
 use crate::model::load_vars;
 use candle_core::{DType, Device, Tensor, Var, D};
 
@@ -142,11 +143,6 @@ impl DlrmDense {
             .and_then(|p| p.to_vec1::<f32>())
             .ctx("dlrm predict")
     }
-}
-
-/// `x · Wᵀ + b`.
-fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
-    x.matmul(&w.t()?)?.broadcast_add(b)
 }
 
 /// Runs linear layers from `params` (weight, bias pairs, advancing the cursor), ReLU after

@@ -4,6 +4,7 @@
 
 use super::spec::{NetOp, BN_EPS};
 use crate::model::conv::conv2d;
+use crate::model::linear::linear;
 use candle_core::{Result, Tensor};
 
 /// The output of `op` on `inputs` (batched, NCHW or `[batch, features]`) with its parameters
@@ -68,7 +69,7 @@ pub(crate) fn forward(op: &NetOp, inputs: &[&Tensor], params: &[&Tensor]) -> Res
             } else {
                 x.clone()
             };
-            x.matmul(&param(0)?.t()?)?.broadcast_add(param(1)?)
+            linear(&x, param(0)?, param(1)?)
         }
     }
 }
