@@ -181,6 +181,18 @@ mod tests {
         ]
     }
 
+    /// Asserts that each of the three passes ([`passes`]) of `ours` is within 1e-6 of
+    /// `reference`'s, relative to the reference's largest magnitude; `case` names the case.
+    fn assert_passes_agree(ours: &[Vec<f32>; 3], reference: &[Vec<f32>; 3], case: &str) {
+        for (what, (a, b)) in ["output", "input gradient", "kernel gradient"]
+            .iter()
+            .zip(ours.iter().zip(reference))
+        {
+            let diff = relative_diff(a, b);
+            assert!(diff <= 1e-6, "{what}, {case}: {diff}");
+        }
+    }
+
     #[test]
     fn every_cpu_convolution_differentiates_as_candles_op_does() {
         let dev = Device::Cpu;
@@ -203,16 +215,11 @@ mod tests {
                 Var::from_tensor(&Tensor::randn(0f32, 1.0, (3, 4, kh, kw), &dev).unwrap()).unwrap();
             let ours = passes(&x, &w, |x, w| conv2d(x, w, padding, stride));
             let candle = passes(&x, &w, |x, w| x.conv2d(w, padding, stride, 1, 1));
-            for (what, (a, b)) in ["output", "input gradient", "kernel gradient"]
-                .iter()
-                .zip(ours.iter().zip(&candle))
-            {
-                let diff = relative_diff(a, b);
-                assert!(
-                    diff <= 1e-6,
-                    "{what}, kernel {kh}x{kw}, padding {padding}, stride {stride}: {diff}"
-                );
-            }
+            assert_passes_agree(
+                &ours,
+                &candle,
+                &format!("kernel {kh}x{kw}, padding {padding}, stride {stride}"),
+            );
         }
     }
 
@@ -268,16 +275,11 @@ mod tests {
             };
             let ours = passes(&x0, true);
             let reference = passes(&x0.pad_with_zeros(axis, 0, 1).unwrap(), false);
-            for (what, (a, b)) in ["output", "input gradient", "kernel gradient"]
-                .iter()
-                .zip(ours.iter().zip(&reference))
-            {
-                let diff = relative_diff(a, b);
-                assert!(
-                    diff <= 1e-6,
-                    "{what}, padding {padding}, kernel {k}, {h}x{width}: {diff}"
-                );
-            }
+            assert_passes_agree(
+                &ours,
+                &reference,
+                &format!("padding {padding}, kernel {k}, {h}x{width}"),
+            );
         }
     }
 }
