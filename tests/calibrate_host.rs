@@ -95,6 +95,13 @@ fn a_quick_host_profile_runs_the_default_config_in_sim() {
             .unwrap()
             > 0.0
     );
+    // What a message adds to a receiver that waited: one figure per wait, none negative.
+    let wake = &device["wake"];
+    let idle = wake["idle_us"].as_array().unwrap();
+    let extra = wake["extra_us"].as_array().unwrap();
+    assert_eq!(idle.len(), extra.len());
+    assert!(!idle.is_empty());
+    assert!(extra.iter().all(|e| e.as_float().unwrap() >= 0.0), "{wake}");
     // The default config with the profile appended, run on it.
     let default = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/default.toml");
     let combined = std::fs::read_to_string(default).unwrap() + "\n" + &profile;

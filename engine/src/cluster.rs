@@ -8,6 +8,9 @@ use crate::layer_model::{LayerModel, LayerRates, Precision};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod wake;
+pub use wake::WakeCurve;
+
 /// Host-device link bandwidth of a device profile that does not set one, bytes/s (PCIe 3.0 x16).
 const HOST_LINK_BYTES_PER_S: f64 = 12e9;
 /// Fixed cost of one host-device copy, seconds (an asynchronous copy's launch and completion).
@@ -76,6 +79,13 @@ pub struct DeviceProfile {
     /// the two ends. Measured by `concord calibrate --host`. Unset, none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_us: Option<f64>,
+    /// How much longer a message from another machine takes to reach a role of this one that has
+    /// waited long for it (its processor asleep, or halted by a hypervisor), by how long it
+    /// waited: a role's wait is counted from the last message it received. Measured by
+    /// `concord calibrate --host`. Unset, a message takes `latency_us` however long its receiver
+    /// waited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake: Option<WakeCurve>,
     /// Numeric mode of training steps (`fp32`, `tf32`, `bf16`), selecting the `layers` rates it
     /// charges by; default `fp32`. Only meaningful with a `layers` model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -157,6 +167,7 @@ impl DeviceProfile {
             host_link_gbps: None,
             message_copy_gbps: None,
             message_us: None,
+            wake: None,
             backend: Backend::Cpu,
             precision: None,
             layers: None,
@@ -336,6 +347,13 @@ impl DeviceProfile {
         fixed + self.tensor_copy_seconds(payload)
     }
 
+    /// Seconds a message from another machine adds to its latency when its receiver, a role of
+    /// such a machine, has been idle for `idle` seconds ([`DeviceProfile::wake`]); 0 without a
+    /// curve.
+    pub fn wake_seconds(&self, idle: f64) -> f64 {
+        self.wake.as_ref().map_or(0.0, |w| w.extra_seconds(idle))
+    }
+
     /// Seconds a role of such a machine takes to copy `bytes` of tensors in memory at
     /// [`DeviceProfile::message_copy_gbps`]: a message's payload, or gradients fused into one
     /// buffer for a collective. 0 without a copy rate.
@@ -407,6 +425,9 @@ impl DeviceProfile {
                     "must be a number of microseconds, 0 or more",
                 ));
             }
+        }
+        if let Some(wake) = &self.wake {
+            wake.validate(&format!("{key}.wake"))?;
         }
         if !(self.efficiency > 0.0 && self.efficiency <= 1.0) {
             return Err(EngineError::config(
@@ -770,6 +791,7 @@ pub(crate) fn test_cluster_with(
             host_link_gbps: None,
             message_copy_gbps: None,
             message_us: None,
+            wake: None,
             backend: Backend::Cpu,
             precision: None,
             layers: None,

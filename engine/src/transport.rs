@@ -21,7 +21,11 @@
 //! overhead ([`crate::cluster::DeviceProfile::message_us`], messages between machines), its roles
 //! also handle their messages: the sender handles a message and packs its tensors before it
 //! leaves, the receiver after it arrives, each role one message at a time (a role's out and in
-//! queues, store-and-forward around the link). A single delivery pump hands messages over in
+//! queues, store-and-forward around the link). Where the receiving machine's profile has a wake
+//! curve ([`crate::cluster::DeviceProfile::wake`]), a message from another machine also waits for
+//! its receiver to wake, by how long that role had gone without receiving one (its side of the
+//! runtime, which reads the socket and hands the message over, has slept as long).
+//! A single delivery pump hands messages over in
 //! (arrival time, send order), so a simulated run is deterministic.
 //!
 //! The process mesh has no link model: its messages take what the real sockets and memory take,
@@ -81,6 +85,8 @@ struct State {
     /// rate or a per-message overhead only).
     handling_out: PortClocks,
     handling_in: PortClocks,
+    /// Per role, when it last received a message (machines with a wake curve only).
+    received: PortClocks,
     traffic: LinkCounts,
     shaper: Option<BandwidthShaper>,
     closed: bool,
@@ -100,6 +106,9 @@ pub struct RoleQueues {
     /// Per role: when it is done handling the messages it received.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub received_handled: BTreeMap<RoleId, f64>,
+    /// Per role: when it last received a message, where its machine wakes slowly.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub last_received: BTreeMap<RoleId, f64>,
 }
 
 impl RoleQueues {
@@ -110,6 +119,7 @@ impl RoleQueues {
             && self.ingress_free.is_empty()
             && self.sent_handled.is_empty()
             && self.received_handled.is_empty()
+            && self.last_received.is_empty()
     }
 }
 
@@ -209,6 +219,7 @@ impl Network {
                 bus_in: PortClocks::default(),
                 handling_out: PortClocks::default(),
                 handling_in: PortClocks::default(),
+                received: PortClocks::default(),
                 traffic: LinkCounts::new(roles),
                 shaper,
                 closed: false,
@@ -272,6 +283,7 @@ impl Network {
             ingress_free: st.bus_in.to_map(),
             sent_handled: st.handling_out.to_map(),
             received_handled: st.handling_in.to_map(),
+            last_received: st.received.to_map(),
         }
     }
 
@@ -287,6 +299,7 @@ impl Network {
         restore(&mut st.bus_in, &queues.ingress_free);
         restore(&mut st.handling_out, &queues.sent_handled);
         restore(&mut st.handling_in, &queues.received_handled);
+        restore(&mut st.received, &queues.last_received);
     }
 
     /// The run's time base.
@@ -396,7 +409,9 @@ impl Network {
             if d_half {
                 st.egress_free[d] = in_end;
             }
-            in_end + s_dev.latency_us.max(d_dev.latency_us) * 1e-6
+            let reached = in_end + s_dev.latency_us.max(d_dev.latency_us) * 1e-6;
+            // A receiver that has gone long without receiving a message wakes for this one.
+            reached + d_dev.wake_seconds(reached - st.received.free_at(to))
         };
         // The receiver handles it and unpacks its tensors once it is all there, after the
         // messages it handles before.
@@ -406,6 +421,10 @@ impl Network {
             arrive,
             d_dev.message_handling_seconds(payload, src != dst),
         );
+        if d_dev.wake.is_some() {
+            let last = st.received.free_at(to).max(arrive);
+            st.received.busy_until(to, last);
+        }
         st.traffic.add(from, to, bytes);
         let env = Envelope {
             from,
@@ -1014,6 +1033,47 @@ mod tests {
         // Between two roles of one machine there is nothing to handle.
         let local = net.send_timed(w(0), w(1), Message::WorkerDone);
         assert_eq!(local.arrival, 0.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_to_a_role_that_waited_long_waits_for_it_to_wake() {
+        let curve = crate::cluster::WakeCurve {
+            idle_us: vec![100.0, 1000.0],
+            extra_us: vec![10.0, 60.0],
+        };
+        let (net, _rx) = handling(2, |d| d.wake = Some(curve.clone()));
+        let (plain, _plain_rx) = handling(2, |_| {});
+        let wire = HEADER_BYTES_TEST as f64 / 1e9;
+        let lat = 10e-6;
+        for n in [&net, &plain] {
+            // Worker 2 (machine 1) last receives at 0, from a role of its own machine.
+            n.send_timed_at(w(3), w(2), Message::WorkerDone, 0.0);
+        }
+        // Sending does not wake its receiving side.
+        net.send_timed_at(w(2), w(3), Message::WorkerDone, 1.9e-3);
+        // 2 ms later a message from machine 0 finds it idle past the curve's last point.
+        let woken = net.send_timed_at(w(0), w(2), Message::WorkerDone, 2e-3);
+        let reached = 2e-3 + wire + lat;
+        assert!(
+            (woken.arrival - (reached + 60e-6)).abs() < 1e-12,
+            "{woken:?}"
+        );
+        let unchanged = plain.send_timed_at(w(0), w(2), Message::WorkerDone, 2e-3);
+        assert!((unchanged.arrival - reached).abs() < 1e-12, "{unchanged:?}");
+        // The next one, sent as the first arrives, finds it idle only for its own trip: a tenth
+        // of the first point's 10 µs per 10 µs waited.
+        let at = woken.arrival;
+        let next = net.send_timed_at(w(1), w(2), Message::WorkerDone, at);
+        let idle = wire + lat;
+        let expect = at + idle + idle / 100e-6 * 10e-6;
+        assert!((next.arrival - expect).abs() < 1e-12, "{next:?}");
+        // The roles' last messages are kept with the queues, for a resumed run.
+        let queues = net.role_queues();
+        assert!((queues.last_received[&w(2)] - next.arrival).abs() < 1e-12);
+        let (fresh, _fresh_rx) = handling(2, |d| d.wake = Some(curve.clone()));
+        fresh.restore_role_queues(&queues);
+        assert_eq!(fresh.role_queues(), queues);
+        assert!(plain.role_queues().last_received.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

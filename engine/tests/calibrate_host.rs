@@ -3,7 +3,7 @@
 
 use concord_engine::calibrate::host::{self, HostModel, HostProfile, Loopback, Repeats};
 use concord_engine::calibrate::{self, Measurement};
-use concord_engine::cluster::{Cluster, ClusterConfig, DeviceProfile};
+use concord_engine::cluster::{Cluster, ClusterConfig, DeviceProfile, WakeCurve};
 use concord_engine::config::RunConfig;
 use concord_engine::layer_model::{LayerRates, Precision};
 use concord_engine::model::ModelConfig;
@@ -225,6 +225,10 @@ fn profile() -> HostProfile {
         },
         message_copy_gbps: 42.0,
         message_us: 3.5,
+        wake: Some(WakeCurve {
+            idle_us: vec![100.0, 1000.0],
+            extra_us: vec![4.0, 48.5],
+        }),
         memory_gib: 23.6,
     }
 }
@@ -259,6 +263,7 @@ fn the_profile_toml_is_a_device_a_config_accepts() {
     assert_eq!(device.latency_us, 10.4);
     assert_eq!(device.message_copy_bytes_per_s(), Some(42.0e9 / 8.0));
     assert_eq!(device.message_us, Some(3.5));
+    assert_eq!(device.wake, p.wake);
     assert_eq!(device.memory_gib, 23.6);
     assert_eq!(device.half_saturation_batch, 120.0);
     assert!(text.contains("backend = \"cpu\""), "{text}");

@@ -24,7 +24,8 @@ pub struct CalibrateArgs {
     /// (`RAYON_NUM_THREADS`, else 1), a parameter server's update, a role's copies of a
     /// message's tensors (these three with the caches emptied first, as in a job), loopback TCP
     /// and the process runtime's transport over it (latency, bandwidth, a role's handling of
-    /// one message); fit a CPU device profile to them.
+    /// one message, what a message adds when its receiver has waited long for it); fit a CPU
+    /// device profile to them.
     #[arg(long)]
     pub host: bool,
     /// With `--from`: name of the fitted device. A built-in name (h200, h100, a100, v100)

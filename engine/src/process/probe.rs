@@ -5,6 +5,11 @@
 //! cost (encoding, the socket and decoding, not the socket alone), and the time a burst of small
 //! ones adds per message is what handling one costs a role (the LogP model's overhead), to
 //! predict `--runtime process` here.
+//!
+//! A role of a job mostly receives a message it has waited for: a server parked through a
+//! worker's step, a worker through the servers' clock. On a virtual machine a processor left idle
+//! for longer than its hypervisor polls is halted, and waking it adds tens of microseconds to the
+//! message that ends the wait; [`role_latency_parked`] times that case.
 
 use super::mesh::{Limits, Mesh};
 use super::wire::{Frame, JobIdentity, Padding};
@@ -30,6 +35,30 @@ const ATTEMPTS: usize = 3;
 /// a mesh on loopback.
 pub fn role_latency(round_trips: usize) -> Result<f64> {
     probe(round_trips, 0, 1, Pattern::Bounce)
+}
+
+/// The mean seconds one small message takes to reach a role that has waited `parked` for it, as
+/// a job's roles wait a training step or a server's clock for their next message: the sender
+/// keeps its processor busy for `parked` before each of `round_trips` round trips (as a worker's
+/// step does), and the answer comes back to a sender that waited only for it, so the message's
+/// time is the round trip less one message to a role waiting no longer (`latency_s`, one way).
+///
+/// The mean, not the median: `sim` charges every message the same latency, and a job's
+/// throughput is the sum of its messages' times, the slow wake-ups included. The slowest 1 % of
+/// round trips are left out: a hypervisor descheduling the whole machine is its steal, not the
+/// link's.
+pub fn role_latency_parked(round_trips: usize, parked: Duration, latency_s: f64) -> Result<f64> {
+    let mut trips = attempt(|| round_trips_of(round_trips, 0, 1, Pattern::Bounce, parked))?;
+    trips.sort_by(f64::total_cmp);
+    trips.truncate(trips.len() - trips.len() / 100);
+    if trips.is_empty() {
+        return Err(EngineError::Process {
+            rank: 0,
+            reason: "the latency probe timed no round trip".into(),
+        });
+    }
+    let mean = trips.iter().sum::<f64>() / trips.len() as f64;
+    Ok((mean - latency_s).max(latency_s))
 }
 
 /// Bits per second one role moves to a role of another process through the transport: a message
@@ -76,10 +105,24 @@ enum Pattern {
 /// Half the median round trip, in seconds, of `round_trips` bursts of `burst` messages of `bytes`
 /// of tensor values each, answered as `pattern` says.
 fn probe(round_trips: usize, bytes: u64, burst: usize, pattern: Pattern) -> Result<f64> {
+    let mut trips = attempt(|| round_trips_of(round_trips, bytes, burst, pattern, Duration::ZERO))?;
+    trips.sort_by(f64::total_cmp);
+    let median = trips
+        .get(trips.len() / 2)
+        .copied()
+        .ok_or_else(|| EngineError::Process {
+            rank: 0,
+            reason: "the latency probe timed no round trip".into(),
+        })?;
+    Ok(median / 2.0)
+}
+
+/// `probe` up to [`ATTEMPTS`] times, until one attempt succeeds.
+fn attempt<T>(mut probe: impl FnMut() -> Result<T>) -> Result<T> {
     let mut last = None;
     for _ in 0..ATTEMPTS {
-        match probe_once(round_trips, bytes, burst, pattern) {
-            Ok(latency) => return Ok(latency),
+        match probe() {
+            Ok(out) => return Ok(out),
             Err(e) => last = Some(e),
         }
     }
@@ -89,8 +132,16 @@ fn probe(round_trips: usize, bytes: u64, burst: usize, pattern: Pattern) -> Resu
     }))
 }
 
-/// One attempt of [`probe`] on a port free now.
-fn probe_once(round_trips: usize, bytes: u64, burst: usize, pattern: Pattern) -> Result<f64> {
+/// The seconds of each timed round trip (after the warm-up) of one attempt on a port free now:
+/// `round_trips` bursts of `burst` messages of `bytes` of tensor values, answered as `pattern`
+/// says, the sender busy for `parked` before each burst.
+fn round_trips_of(
+    round_trips: usize,
+    bytes: u64,
+    burst: usize,
+    pattern: Pattern,
+    parked: Duration,
+) -> Result<Vec<f64>> {
     let port = std::net::TcpListener::bind(("127.0.0.1", 0))
         .and_then(|l| l.local_addr())
         .map_err(|e| EngineError::Process {
@@ -113,32 +164,51 @@ fn probe_once(round_trips: usize, bytes: u64, burst: usize, pattern: Pattern) ->
     } else {
         WARM_UP / 20
     };
-    let echo = std::thread::spawn(move || bounce(world(1), None, bytes, burst, pattern));
-    let timed = bounce(world(0), Some(warm_up + round_trips), bytes, burst, pattern);
+    // Waiting roles are what a parked probe times: its warm-up needs no more than a few trips.
+    let warm_up = if parked.is_zero() {
+        warm_up
+    } else {
+        warm_up.min(10)
+    };
+    let shape = Shape {
+        bytes,
+        burst,
+        pattern,
+        parked,
+    };
+    let echo = std::thread::spawn(move || bounce(world(1), None, shape));
+    let timed = bounce(world(0), Some(warm_up + round_trips), shape);
     let _ = echo.join();
     let mut trips = timed?;
     trips.drain(..warm_up.min(trips.len()));
-    trips.sort_by(f64::total_cmp);
-    let median = trips
-        .get(trips.len() / 2)
-        .copied()
-        .ok_or_else(|| EngineError::Process {
-            rank: 0,
-            reason: "the latency probe timed no round trip".into(),
-        })?;
-    Ok(median / 2.0)
+    Ok(trips)
 }
 
-/// One side of the probe: rank 0 sends `trips` bursts of `burst` messages (a pull when `bytes` is
-/// 0, else a collective hop carrying `bytes` of values), each burst back to back, and times each
-/// round trip to the answer; rank 1 answers as `pattern` says until rank 0 says bye.
-fn bounce(
-    world: World,
-    trips: Option<usize>,
+/// What one probe sends, and how.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    /// Bytes of tensor values per message (0: a small control message).
     bytes: u64,
+    /// Messages sent back to back per round trip.
     burst: usize,
+    /// How the answering rank answers.
     pattern: Pattern,
-) -> Result<Vec<f64>> {
+    /// How long the sender keeps its processor busy before each burst, the answering rank
+    /// waiting meanwhile.
+    parked: Duration,
+}
+
+/// One side of the probe: rank 0 sends `trips` bursts of the shape's messages (a pull when
+/// `bytes` is 0, else a collective hop carrying `bytes` of values), each burst back to back after
+/// the shape's busy wait, and times each round trip to the answer; rank 1 answers as the shape's
+/// `pattern` says until rank 0 says bye.
+fn bounce(world: World, trips: Option<usize>, shape: Shape) -> Result<Vec<f64>> {
+    let Shape {
+        bytes,
+        burst,
+        pattern,
+        parked,
+    } = shape;
     let burst = burst.max(1);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -191,6 +261,7 @@ fn bounce(
                 for i in 0..n {
                     let frames: Vec<Frame> =
                         (0..burst).map(|k| ping((i * burst + k) as u64)).collect();
+                    busy_for(parked);
                     let t = Instant::now();
                     for frame in &frames {
                         peers.send(1, frame);
@@ -243,6 +314,15 @@ fn bounce(
     })
 }
 
+/// Keeps this thread's processor busy for `span`, as a training step does (a sleep would leave
+/// it idle, and idle processors are what wake up slowly).
+fn busy_for(span: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < span {
+        std::hint::spin_loop();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,6 +342,19 @@ mod tests {
         );
         // Bounded by memory copies: no loopback transport moves a terabit per second.
         assert!(gbps.is_finite() && gbps > 0.0 && gbps < 1000.0, "{gbps}");
+    }
+
+    #[test]
+    fn a_parked_roles_message_is_timed_without_the_senders_busy_wait() {
+        let latency = role_latency(50).unwrap();
+        let busy = Duration::from_millis(5);
+        let parked = role_latency_parked(20, busy, latency).unwrap();
+        assert!(
+            parked.is_finite() && parked >= latency,
+            "{parked} s vs {latency} s"
+        );
+        // The sender's busy wait comes before the clock starts: it is not in the message's time.
+        assert!(parked < 0.8 * busy.as_secs_f64(), "{parked} s");
     }
 
     #[test]

@@ -6,10 +6,12 @@ use super::CalibrateArgs;
 use crate::config;
 use concord_engine::calibrate::host::{self, HostModel, HostProfile, Repeats};
 use concord_engine::calibrate::{self, fit::Limits};
-use concord_engine::cluster::{Cluster, ClusterConfig};
+use concord_engine::cluster::{Cluster, ClusterConfig, WakeCurve};
+use concord_engine::process::probe;
 use concord_engine::RunConfig;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The larger MLP measured beside the configs' models: inputs, hidden layers, classes.
 const LARGE_MLP: (usize, [usize; 2], usize) = (784, [1024, 1024], 10);
@@ -122,29 +124,26 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         host::PING_BYTES
     );
     // What a role sees: the process runtime's transport (frames, its tasks, the socket).
-    let role_us = concord_engine::process::probe::role_latency(trips)? * 1e6;
+    let role_us = probe::role_latency(trips)? * 1e6;
     println!(
         "# role to role through the process runtime's transport: {role_us:.1} us (half the median of {trips} round trips); the profile's latency_us"
     );
     // A role's own handling of each message: a burst of small ones queues behind it. The lone
     // message's time is that handling at both ends and what is left between them.
     let burst_trips = (trips / 4).max(20);
-    let handling_us = (concord_engine::process::probe::role_message_overhead(
-        MESSAGE_BURST,
-        burst_trips,
-        role_us * 1e-6,
-    )? * 1e6)
+    let handling_us = (probe::role_message_overhead(MESSAGE_BURST, burst_trips, role_us * 1e-6)?
+        * 1e6)
         .min(role_us / 2.0);
     loopback.latency_us = role_us - 2.0 * handling_us;
     println!(
         "# a role handling one message: {handling_us:.1} us at each end ({burst_trips} bursts of {MESSAGE_BURST} small messages, the time each adds); the profile's message_us, and latency_us {:.1} us what is left of a lone message's",
         loopback.latency_us
     );
+    let wake = wake_curve(role_us, if args.quick { 0.25 } else { 2.0 }, trips)?;
     // The bytes a role moves cost more than the socket's: the frame is encoded, written, read and
     // decoded by the runtime's tasks. Timed with messages of the largest model's size.
     let bytes = (update.elems as u64 * 4).max(1 << 20);
-    let role_gbps =
-        concord_engine::process::probe::role_bandwidth(bytes, trips.min(40), role_us * 1e-6)? / 1e9;
+    let role_gbps = probe::role_bandwidth(bytes, trips.min(40), role_us * 1e-6)? / 1e9;
     println!(
         "# role to role through the process runtime's transport: {role_gbps:.2} Gbit/s with messages of {:.1} MiB (the time they add to a round trip); the profile's nic_gbps",
         bytes as f64 / (1 << 20) as f64
@@ -152,11 +151,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     loopback.gbps = role_gbps;
     // Collectives and pushes to servers on both machines send both ways at once: on one host the
     // same cores copy either direction, which a lone stream does not show.
-    let each_way = concord_engine::process::probe::role_exchange_bandwidth(
-        bytes,
-        trips.min(40),
-        role_us * 1e-6,
-    )? / 1e9;
+    let each_way = probe::role_exchange_bandwidth(bytes, trips.min(40), role_us * 1e-6)? / 1e9;
     loopback.exchange_gbps = Some(each_way);
     println!(
         "# two roles sending each other such a message at once: {each_way:.2} Gbit/s each way; the profile's nic_duplex is {}",
@@ -182,6 +177,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         loopback,
         message_copy_gbps: copy.gbps(),
         message_us: handling_us,
+        wake: Some(wake),
         memory_gib,
     };
     check_profile(&profile)?;
@@ -205,6 +201,35 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--out {}: cannot write: {e}", out.display()))?;
     }
     Ok(())
+}
+
+/// How long the receiving role of the wake-up curve waits before each message, microseconds: from
+/// a tenth of a millisecond, about where a hypervisor stops polling an idle processor, to 20 ms,
+/// a large model's step.
+const WAKE_IDLE_US: [f64; 8] = [50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 20000.0];
+
+/// What a small message between two processes adds to a lone one's `role_us` when its receiver
+/// has waited each of [`WAKE_IDLE_US`] for it (the profile's `wake`): at each, as many round
+/// trips as `seconds` of waits allow, at least 20 and at most `trips`.
+fn wake_curve(role_us: f64, seconds: f64, trips: usize) -> anyhow::Result<WakeCurve> {
+    println!("# a message to a role that waited for it (the mean of the round trips less a lone message; the slowest 1 % left out):");
+    let mut extra_us = Vec::with_capacity(WAKE_IDLE_US.len());
+    for idle_us in WAKE_IDLE_US {
+        let idle = Duration::from_secs_f64(idle_us * 1e-6);
+        let n = ((seconds / idle.as_secs_f64()) as usize).clamp(20, trips.max(20));
+        let parked_us = probe::role_latency_parked(n, idle, role_us * 1e-6)? * 1e6;
+        let extra = (parked_us - role_us).max(0.0);
+        println!(
+            "#   after {:>8.3} ms: {parked_us:7.1} us, {extra:6.1} us more ({n} round trips)",
+            idle_us * 1e-3
+        );
+        extra_us.push(extra);
+    }
+    println!("# the profile's wake");
+    Ok(WakeCurve {
+        idle_us: WAKE_IDLE_US.to_vec(),
+        extra_us,
+    })
 }
 
 /// Above this share of the processors' time taken by a hypervisor, the figures are flagged.

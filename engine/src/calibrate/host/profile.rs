@@ -5,7 +5,7 @@
 
 use super::Loopback;
 use crate::calibrate::toml_out::round_sig;
-use crate::cluster::{Backend, DeviceProfile};
+use crate::cluster::{Backend, DeviceProfile, WakeCurve};
 use crate::layer_model::{LayerModel, LayerRates, Precision};
 
 /// What `calibrate --host` found, ready to become a device profile.
@@ -31,6 +31,9 @@ pub struct HostProfile {
     /// A role's fixed cost of handling one message to or from another process, microseconds
     /// (`loopback.latency_us` is then what is left of a lone message's time).
     pub message_us: f64,
+    /// What a message adds when its receiver has waited for it, by how long
+    /// ([`crate::cluster::DeviceProfile::wake`]).
+    pub wake: Option<WakeCurve>,
     /// The machine's memory, GiB.
     pub memory_gib: f64,
 }
@@ -59,6 +62,7 @@ impl HostProfile {
             host_link_gbps: None,
             message_copy_gbps: Some(self.message_copy_gbps),
             message_us: Some(self.message_us),
+            wake: self.wake.clone(),
             precision: Some(Precision::Fp32),
             layers: Some(layers),
             backend: Backend::Cpu,
@@ -124,6 +128,19 @@ impl HostProfile {
             "message_us = {:?}  # a role handling one message to or from another process, at each end (a stream of small messages)\n",
             round_sig(self.message_us, 4)
         );
+        if let Some(wake) = &self.wake {
+            let list = |v: &[f64]| {
+                v.iter()
+                    .map(|x| format!("{:?}", round_sig(*x, 4)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            s += &format!(
+                "wake = {{ idle_us = [{}], extra_us = [{}] }}  # what a message adds when its receiver has waited that long for it\n",
+                list(&wake.idle_us),
+                list(&wake.extra_us)
+            );
+        }
         s += "precision = \"fp32\"\n";
         s += &format!("\n[cluster.devices.{name}.layers.fp32]\n");
         s += "# a kind of layer no measured model has is rated as the nearest measured kind\n";
