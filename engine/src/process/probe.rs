@@ -349,12 +349,11 @@ mod tests {
         let latency = role_latency(50).unwrap();
         let busy = Duration::from_millis(5);
         let parked = role_latency_parked(20, busy, latency).unwrap();
-        assert!(
-            parked.is_finite() && parked >= latency,
-            "{parked} s vs {latency} s"
-        );
         // The sender's busy wait comes before the clock starts: it is not in the message's time.
-        assert!(parked < 0.8 * busy.as_secs_f64(), "{parked} s");
+        assert!(
+            parked.is_finite() && parked < 0.8 * busy.as_secs_f64(),
+            "{parked} s"
+        );
     }
 
     #[test]
