@@ -1,7 +1,8 @@
 //! `cargo xtask bench --suite fidelity`: how well `sim` predicts `--runtime process` on this
 //! machine. `concord calibrate --host --processes 2` measures the machine (training steps of the
 //! suite's models, timed while another thread steps beside them as the job's other worker does; a
-//! server's update; the role-to-role latency and bandwidth of the process runtime's transport)
+//! server's update; the role-to-role latency and bandwidth of the process runtime's transport,
+//! and what a message adds when its receiver has waited for it)
 //! into a device profile; then each job runs as two processes (`concord launch`) and in `sim` on
 //! that profile, and the suite prints the steady-state time per iteration of both and the error
 //! of the prediction, against the goal of 15 % for BSP, SSP and allreduce
