@@ -347,13 +347,6 @@ impl DeviceProfile {
         fixed + self.tensor_copy_seconds(payload)
     }
 
-    /// Seconds a message from another machine adds to its latency when its receiver, a role of
-    /// such a machine, has been idle for `idle` seconds ([`DeviceProfile::wake`]); 0 without a
-    /// curve.
-    pub fn wake_seconds(&self, idle: f64) -> f64 {
-        self.wake.as_ref().map_or(0.0, |w| w.extra_seconds(idle))
-    }
-
     /// Seconds a role of such a machine takes to copy `bytes` of tensors in memory at
     /// [`DeviceProfile::message_copy_gbps`]: a message's payload, or gradients fused into one
     /// buffer for a collective. 0 without a copy rate.

@@ -411,7 +411,10 @@ impl Network {
             }
             let reached = in_end + s_dev.latency_us.max(d_dev.latency_us) * 1e-6;
             // A receiver that has gone long without receiving a message wakes for this one.
-            reached + d_dev.wake_seconds(reached - st.received.free_at(to))
+            reached
+                + d_dev.wake.as_ref().map_or(0.0, |curve| {
+                    curve.extra_seconds(reached - st.received.free_at(to))
+                })
         };
         // The receiver handles it and unpacks its tensors once it is all there, after the
         // messages it handles before.

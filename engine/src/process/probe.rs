@@ -52,10 +52,7 @@ pub fn role_latency_parked(round_trips: usize, parked: Duration, latency_s: f64)
     trips.sort_by(f64::total_cmp);
     trips.truncate(trips.len() - trips.len() / 100);
     if trips.is_empty() {
-        return Err(EngineError::Process {
-            rank: 0,
-            reason: "the latency probe timed no round trip".into(),
-        });
+        return Err(no_round_trip());
     }
     let mean = trips.iter().sum::<f64>() / trips.len() as f64;
     Ok((mean - latency_s).max(latency_s))
@@ -110,11 +107,16 @@ fn probe(round_trips: usize, bytes: u64, burst: usize, pattern: Pattern) -> Resu
     let median = trips
         .get(trips.len() / 2)
         .copied()
-        .ok_or_else(|| EngineError::Process {
-            rank: 0,
-            reason: "the latency probe timed no round trip".into(),
-        })?;
+        .ok_or_else(no_round_trip)?;
     Ok(median / 2.0)
+}
+
+/// The error of a probe that timed no round trip.
+fn no_round_trip() -> EngineError {
+    EngineError::Process {
+        rank: 0,
+        reason: "the latency probe timed no round trip".into(),
+    }
 }
 
 /// `probe` up to [`ATTEMPTS`] times, until one attempt succeeds.
