@@ -1,5 +1,22 @@
 //! The `concord` command line (also what `cargo xtask train` runs).
 
+/// `print!` that returns the write's result, so that a reader closing the pipe early
+/// (`concord calibrate --host | head`) ends the command quietly instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout(), $($arg)*)
+    }};
+}
+
+/// `println!` that returns the write's result (see `out!`).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($arg)*)
+    }};
+}
+
 mod calibrate;
 mod elastic;
 mod interrupt;
@@ -148,11 +165,20 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     };
     match execute(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output went away (`| head`): nothing is wrong with the command.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `e` is a write to a pipe whose reader has closed it.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<std::io::Error>())
+        .any(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 /// Warnings (e.g. a strategy's advice on its settings) go to stderr; `RUST_LOG` tunes the level.
@@ -170,13 +196,13 @@ fn init_logging() {
 fn execute(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Config(args) => {
-            print!("{}", config::to_toml(&args.load(&[])?.config));
+            out!("{}", config::to_toml(&args.load(&[])?.config))?;
             Ok(())
         }
         Command::Strategies => {
             for s in crate::registry().strategies() {
                 let slots: Vec<String> = s.slots().iter().map(|x| x.to_string()).collect();
-                println!("{:<12} [{}]  {}", s.name(), slots.join(", "), s.summary());
+                outln!("{:<12} [{}]  {}", s.name(), slots.join(", "), s.summary())?;
             }
             Ok(())
         }
@@ -305,7 +331,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         // A stopped run keeps what it did: its folder is written, then the error is named.
         Err(EngineError::Stopped(stopped)) => {
             write_run_folder(&out, &stopped.result)?;
-            print_summary(&stopped.result, cfg.runtime, &out);
+            print_summary(&stopped.result, cfg.runtime, &out)?;
             return Err(EngineError::Stopped(stopped).into());
         }
         Err(e) => {
@@ -325,7 +351,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         Ok(result) => result,
     };
     write_run_folder(&out, &result)?;
-    print_summary(&result, cfg.runtime, &out);
+    print_summary(&result, cfg.runtime, &out)?;
     Ok(())
 }
 
@@ -409,7 +435,11 @@ fn why_not_resumable(dir: &Path) -> Option<String> {
     asm.resumable().err().map(|e| e.to_string())
 }
 
-fn print_summary(r: &RunResult, runtime: RuntimeKind, out: &std::path::Path) {
+fn print_summary(
+    r: &RunResult,
+    runtime: RuntimeKind,
+    out: &std::path::Path,
+) -> std::io::Result<()> {
     let s = &r.summary;
     let time_kind = if runtime == RuntimeKind::Sim {
         "virtual"
@@ -482,6 +512,7 @@ fn print_summary(r: &RunResult, runtime: RuntimeKind, out: &std::path::Path) {
         rows.insert(rows.len() - 1, t);
     }
     for (k, v) in rows {
-        println!("{k:<width$}  {v}");
+        outln!("{k:<width$}  {v}")?;
     }
+    Ok(())
 }

@@ -329,3 +329,25 @@ fn options_of_a_strategy_the_run_does_not_compose_are_named_as_unused() {
         "{stderr}"
     );
 }
+
+/// A reader that closes the pipe before the command writes (`concord strategies | head -0`)
+/// ends the command quietly: exit 0, and no panic on stderr.
+#[cfg(unix)]
+#[test]
+fn a_closed_output_pipe_ends_the_command_quietly() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors `pipe` writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors were just opened by `pipe` and are owned here alone.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    let out = Command::new(env!("CARGO_BIN_EXE_concord"))
+        .arg("strategies")
+        .stdout(write)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -93,14 +93,14 @@ fn run_from(args: &CalibrateArgs, from: &std::path::Path) -> anyhow::Result<()> 
         .or_else(|| builtins.get("h200"))
         .ok_or_else(|| anyhow::anyhow!("no h200 built-in profile"))?;
     let toml = calibrate::profile_toml(&args.device, base, &model, precision);
-    println!("{toml}");
-    println!("# {} points from {}:", points.len(), from.display());
+    outln!("{toml}")?;
+    outln!("# {} points from {}:", points.len(), from.display())?;
     for line in calibrate::table(&points, &model).lines() {
-        println!("# {line}");
+        outln!("# {line}")?;
     }
-    println!("# leave one model out (worst error on the model left out):");
+    outln!("# leave one model out (worst error on the model left out):")?;
     for (m, mode, worst) in calibrate::leave_one_out(&points, &args.device) {
-        println!("#   {mode} without {m}: {worst:+.1}%");
+        outln!("#   {mode} without {m}: {worst:+.1}%")?;
     }
     if let Some(out) = &args.out {
         std::fs::write(out, &toml)

@@ -110,7 +110,7 @@ pub fn run(args: &MarketArgs) -> anyhow::Result<()> {
         concord_engine::metrics::write_atomic(json, text.as_bytes())
             .with_context(|| format!("writing {}", json.display()))?;
     }
-    println!(
+    outln!(
         "{} h jobs on {} × {} from {} start points ({}); MTTF of an on-demand bid {:.1} h, checkpoint every {:.0} min\n",
         args.hours,
         args.reference_count,
@@ -119,8 +119,8 @@ pub fn run(args: &MarketArgs) -> anyhow::Result<()> {
         path.display(),
         study.mttf_h,
         study.checkpoint_interval_s() / 60.0
-    );
-    print!("{}", table(&rows));
+    )?;
+    out!("{}", table(&rows))?;
     Ok(())
 }
 
@@ -190,14 +190,14 @@ fn generate(args: &MarketArgs, path: &Path) -> anyhow::Result<()> {
     let csv_text = concord_elastic_ps::proteus::trace::to_csv(&types, &traces);
     write_pair(&csv_path, &csv_text, path, &toml_text)?;
     let points: usize = traces.iter().map(|t| t.points().count()).sum();
-    println!(
+    outln!(
         "wrote {} and {} ({} types, {} price changes over {} days)",
         path.display(),
         csv_path.display(),
         types.len(),
         points,
         args.days
-    );
+    )?;
     Ok(())
 }
 

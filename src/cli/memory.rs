@@ -53,20 +53,20 @@ pub fn run(args: &MemoryArgs) -> anyhow::Result<()> {
         plot(path, &rows).with_context(|| format!("writing the plot {}", path.display()))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
     } else {
         let name = match &cfg.model {
             ModelConfig::Profile { name } => name.clone(),
             other => other.kind().to_string(),
         };
-        println!(
+        outln!(
             "One iteration of {name} at batch {} on {label} ({:.1} GiB, host link {:.1} GB/s), {} operators\n",
             cfg.batch,
             device.memory_gib,
             device.host_link_bytes_per_s() / 1e9,
             graph.len()
-        );
-        print!("{}", table(&rows));
+        )?;
+        out!("{}", table(&rows))?;
     }
     Ok(())
 }

@@ -221,9 +221,9 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
         },
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print!("{}", table(&report));
+        out!("{}", table(&report))?;
     }
     Ok(())
 }

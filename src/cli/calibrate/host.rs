@@ -27,7 +27,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     // Before any tensor math: candle sizes its thread pools on first use.
     let threads = host::compute_threads();
     check_name(&args.name)?;
-    println!(
+    outln!(
         "# compute threads: {} per process ({})",
         threads.threads,
         if threads.from_env {
@@ -35,7 +35,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         } else {
             "RAYON_NUM_THREADS unset: 1, as the process runtime runs one compute thread per process"
         }
-    );
+    )?;
     let models = models(&args.configs)?;
     let cpu_before = host::CpuTime::now();
     let repeats = if args.quick {
@@ -50,7 +50,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let mut sweep = host::CacheSweep::for_this_machine();
     // The workers of the job's other processes on this machine step at the same time.
     let beside = args.processes as usize - 1;
-    println!(
+    outln!(
         "# training steps (forward and backward at parameters in place; median, caches emptied first{}):",
         match beside {
             0 => String::new(),
@@ -60,31 +60,35 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
                 args.processes
             ),
         }
-    );
-    println!(
+    )?;
+    outln!(
         "#   {:<28} {:>6} {:>12} {:>9} {:>6}",
-        "model", "batch", "ms_per_step", "GFLOP/s", "runs"
-    );
+        "model",
+        "batch",
+        "ms_per_step",
+        "GFLOP/s",
+        "runs"
+    )?;
     for model in &models {
         let steps = host::measure_steps(model, &batches, &repeats, &mut sweep, beside)?;
         for p in &steps {
-            println!(
+            outln!(
                 "#   {:<28} {:>6} {:>12.4} {:>9.2} {:>6}",
                 p.model,
                 p.batch,
                 p.seconds * 1e3,
                 p.gflops(),
                 p.runs
-            );
+            )?;
         }
         points.extend(host::measurements(model, &steps));
         updates.push(host::measure_update(model, &repeats, &mut sweep));
     }
-    println!(
+    outln!(
         "# a server's clock (aggregate every worker's push, apply the mean; median, caches emptied first):"
-    );
+    )?;
     for u in &updates {
-        println!(
+        outln!(
             "#   {:<28} {} elements, {} pushes: {:.3} ms ({:.3} GFLOP/s); aggregate {:.3} GFLOP/s, apply {:.3} GFLOP/s",
             u.model,
             u.elems,
@@ -93,7 +97,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
             u.clock_gflops(),
             u.aggregate_gflops(),
             u.apply_gflops()
-        );
+        )?;
     }
     // The largest model's update and copies: small ones run from cache and take microseconds.
     let largest = (0..models.len())
@@ -101,33 +105,33 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("no model was measured"))?;
     let update = &updates[largest];
     let copy = host::measure_message_copy(&models[largest], &repeats, &mut sweep);
-    println!(
+    outln!(
         "# a role's copies of a message of {}'s parameters ({:.1} MiB; median, caches emptied first): pack {:.3} ms, unpack {:.3} ms; the profile's message_copy_gbps {:.2}",
         copy.model,
         copy.bytes as f64 / (1 << 20) as f64,
         copy.pack_seconds * 1e3,
         copy.unpack_seconds * 1e3,
         copy.gbps()
-    );
+    )?;
     let (stream, trips) = if args.quick {
         (STREAM_BYTES.1, ROUND_TRIPS.1)
     } else {
         (STREAM_BYTES.0, ROUND_TRIPS.0)
     };
     let mut loopback = host::loopback(stream, trips)?;
-    println!(
+    outln!(
         "# loopback TCP: {:.2} Gbit/s over a {} MiB stream; latency {:.1} us (half the median of {} round trips of {} bytes)",
         loopback.gbps,
         loopback.stream_bytes >> 20,
         loopback.latency_us,
         loopback.round_trips,
         host::PING_BYTES
-    );
+    )?;
     // What a role sees: the process runtime's transport (frames, its tasks, the socket).
     let role_us = probe::role_latency(trips)? * 1e6;
-    println!(
+    outln!(
         "# role to role through the process runtime's transport: {role_us:.1} us (half the median of {trips} round trips); the profile's latency_us"
-    );
+    )?;
     // A role's own handling of each message: a burst of small ones queues behind it. The lone
     // message's time is that handling at both ends and what is left between them.
     let burst_trips = (trips / 4).max(20);
@@ -135,35 +139,35 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         * 1e6)
         .min(role_us / 2.0);
     loopback.latency_us = role_us - 2.0 * handling_us;
-    println!(
+    outln!(
         "# a role handling one message: {handling_us:.1} us at each end ({burst_trips} bursts of {MESSAGE_BURST} small messages, the time each adds); the profile's message_us, and latency_us {:.1} us what is left of a lone message's",
         loopback.latency_us
-    );
+    )?;
     let wake = wake_curve(role_us, if args.quick { 0.25 } else { 2.0 }, trips)?;
     // The bytes a role moves cost more than the socket's: the frame is encoded, written, read and
     // decoded by the runtime's tasks. Timed with messages of the largest model's size.
     let bytes = (update.elems as u64 * 4).max(1 << 20);
     let role_gbps = probe::role_bandwidth(bytes, trips.min(40), role_us * 1e-6)? / 1e9;
-    println!(
+    outln!(
         "# role to role through the process runtime's transport: {role_gbps:.2} Gbit/s with messages of {:.1} MiB (the time they add to a round trip); the profile's nic_gbps",
         bytes as f64 / (1 << 20) as f64
-    );
+    )?;
     loopback.gbps = role_gbps;
     // Collectives and pushes to servers on both machines send both ways at once: on one host the
     // same cores copy either direction, which a lone stream does not show.
     let each_way = probe::role_exchange_bandwidth(bytes, trips.min(40), role_us * 1e-6)? / 1e9;
     loopback.exchange_gbps = Some(each_way);
-    println!(
+    outln!(
         "# two roles sending each other such a message at once: {each_way:.2} Gbit/s each way; the profile's nic_duplex is {}",
         match loopback.duplex() {
             concord_engine::cluster::Duplex::Full => "full (each direction at nic_gbps)",
             concord_engine::cluster::Duplex::Half => "half (both directions share nic_gbps)",
         }
-    );
+    )?;
     let memory_gib = match host::machine_memory_gib() {
         Some(m) => m,
         None => {
-            println!("# memory: not found in /proc/meminfo; 16 GiB written, edit memory_gib");
+            outln!("# memory: not found in /proc/meminfo; 16 GiB written, edit memory_gib")?;
             16.0
         }
     };
@@ -182,18 +186,18 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     };
     check_profile(&profile)?;
     let toml = profile.toml() + &stolen_note(cpu_before);
-    println!("{toml}");
+    outln!("{toml}")?;
     let mut model = concord_engine::layer_model::LayerModel::default();
     model.set(concord_engine::layer_model::Precision::Fp32, profile.rates);
-    println!("# {} points, fitted:", points.len());
+    outln!("# {} points, fitted:", points.len())?;
     for line in calibrate::table(&points, &model).lines() {
-        println!("# {line}");
+        outln!("# {line}")?;
     }
     let loo = calibrate::leave_one_out_within(&points, |_| Limits::cpu());
     if !loo.is_empty() {
-        println!("# leave one model out (worst error on the model left out):");
+        outln!("# leave one model out (worst error on the model left out):")?;
         for (m, mode, worst) in loo {
-            println!("#   {mode} without {m}: {worst:+.1}%");
+            outln!("#   {mode} without {m}: {worst:+.1}%")?;
         }
     }
     if let Some(out) = &args.out {
@@ -212,20 +216,20 @@ const WAKE_IDLE_US: [f64; 8] = [50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.
 /// has waited each of [`WAKE_IDLE_US`] for it (the profile's `wake`): at each, as many round
 /// trips as `seconds` of waits allow, at least 20 and at most `trips`.
 fn wake_curve(role_us: f64, seconds: f64, trips: usize) -> anyhow::Result<WakeCurve> {
-    println!("# a message to a role that waited for it (the mean of the round trips less a lone message; the slowest 1 % left out):");
+    outln!("# a message to a role that waited for it (the mean of the round trips less a lone message; the slowest 1 % left out):")?;
     let mut extra_us = Vec::with_capacity(WAKE_IDLE_US.len());
     for idle_us in WAKE_IDLE_US {
         let idle = Duration::from_secs_f64(idle_us * 1e-6);
         let n = ((seconds / idle.as_secs_f64()) as usize).clamp(20, trips.max(20));
         let parked_us = probe::role_latency_parked(n, idle, role_us * 1e-6)? * 1e6;
         let extra = (parked_us - role_us).max(0.0);
-        println!(
+        outln!(
             "#   after {:>8.3} ms: {parked_us:7.1} us, {extra:6.1} us more ({n} round trips)",
             idle_us * 1e-3
-        );
+        )?;
         extra_us.push(extra);
     }
-    println!("# the profile's wake");
+    outln!("# the profile's wake")?;
     Ok(WakeCurve {
         idle_us: WAKE_IDLE_US.to_vec(),
         extra_us,
