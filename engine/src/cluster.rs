@@ -8,7 +8,9 @@ use crate::layer_model::{LayerModel, LayerRates, Precision};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod hosts;
 mod wake;
+pub use hosts::{Host, HostConfig, ProcessorClocks};
 pub use wake::WakeCurve;
 
 /// Host-device link bandwidth of a device profile that does not set one, bytes/s (PCIe 3.0 x16).
@@ -523,6 +525,11 @@ pub struct ClusterConfig {
     /// own with `dedicated_servers`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_machines: Option<Vec<MachineId>>,
+    /// Computers that several of the cluster's machines run on (the processes of one job on one
+    /// host), by name: their roles' work shares the host's processors in `sim`. Empty: every
+    /// machine has its processors to itself.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hosts: BTreeMap<String, HostConfig>,
 }
 
 impl Default for ClusterConfig {
@@ -534,6 +541,7 @@ impl Default for ClusterConfig {
             dedicated_servers: false,
             server_device: None,
             server_machines: None,
+            hosts: BTreeMap::new(),
         }
     }
 }
@@ -576,6 +584,10 @@ pub struct Cluster {
     /// ([`Cluster::with_first_gpu`]).
     #[serde(skip)]
     pub first_gpu: u32,
+    /// The hosts whose processors several machines share (`cluster.hosts`).
+    pub hosts: Vec<Host>,
+    /// Per machine, its index in `hosts` (`None`: its processors are its own).
+    pub host_of: Vec<Option<usize>>,
 }
 
 impl Cluster {
@@ -680,12 +692,15 @@ impl Cluster {
             None => server_machine,
             Some(list) => explicit_servers(list, servers, machines.len() as MachineId)?,
         };
+        let (hosts, host_of) = hosts::resolve_hosts(&cfg.hosts, machines.len() as MachineId)?;
         Ok(Cluster {
             machines,
             worker_machine,
             worker_slot,
             server_machine,
             first_gpu: 0,
+            hosts,
+            host_of,
         })
     }
 
@@ -720,6 +735,13 @@ impl Cluster {
     pub fn with_first_gpu(mut self, first: u32) -> Cluster {
         self.first_gpu = first;
         self
+    }
+
+    /// The host whose processors a role's work shares with other machines' roles, if any.
+    pub fn host_of_role(&self, role: RoleId) -> Option<&Host> {
+        let machine = self.machine_of(role) as usize;
+        let host = (*self.host_of.get(machine)?)?;
+        self.hosts.get(host)
     }
 
     /// Human-readable device label of a role, e.g. `machine 3 (v100)`.

@@ -557,7 +557,7 @@ impl RoleContext {
                 seconds * (effect.compute_factor - 1.0).max(0.0)
             };
             charged += sleep;
-            self.net.time().sleep(sleep).await;
+            charged += self.work_for(sleep).await;
         }
         let t1 = self.now();
         self.stats.flops += work.flops();
@@ -637,7 +637,12 @@ impl RoleContext {
             };
             charged += cost;
         }
-        let done = start + charged;
+        let waited = if self.modeled_compute {
+            self.net.processor_wait(self.id, start, charged)
+        } else {
+            0.0
+        };
+        let done = start + waited + charged;
         self.stats.flops += work.flops();
         self.stats.nominal_compute_s += nominal;
         self.stats.compute_s += done - t0;
@@ -650,8 +655,22 @@ impl RoleContext {
     /// none), nothing otherwise (the math took its real time as it ran).
     pub async fn charge_modeled(&mut self, seconds: f64) {
         if self.modeled_compute {
-            self.net.time().sleep(seconds).await;
+            self.work_for(seconds).await;
         }
+    }
+
+    /// Sleeps `seconds` of this role's work, and returns how long it waited for a processor
+    /// besides: in `sim`, where its machine shares a host's processors with other machines
+    /// (`cluster.hosts`), the work runs as one of them has time for it; elsewhere the work is the
+    /// sleep (a real runtime's threads share the real processors).
+    async fn work_for(&mut self, seconds: f64) -> f64 {
+        let waited = if self.modeled_compute {
+            self.net.processor_wait(self.id, self.now(), seconds)
+        } else {
+            0.0
+        };
+        self.net.time().sleep(waited + seconds).await;
+        waited
     }
 
     /// Charges a request's service time on a server: `work` plus the injector's fixed per-request cost.
@@ -683,7 +702,7 @@ impl RoleContext {
         } else {
             nominal * (effect.compute_factor - 1.0).max(0.0) + effect.per_request_s
         };
-        self.net.time().sleep(cost).await;
+        self.work_for(cost).await;
         let t1 = self.now();
         self.stats.flops += flops;
         self.stats.nominal_compute_s += nominal;

@@ -18,6 +18,7 @@
 //! Under a rule that lets workers run ahead (SSP, ASP) the cut is a barrier: the workers ahead
 //! wait at the checkpoint clock for the others, as if the slack were zero for that one clock.
 
+use crate::cluster::ProcessorClocks;
 use crate::contract::ModelState;
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
@@ -128,6 +129,10 @@ pub struct NetworkState {
     /// before they existed).
     #[serde(default, skip_serializing_if = "RoleQueues::is_empty")]
     pub bus: RoleQueues,
+    /// When each processor of a host that machines share is free (empty without
+    /// `cluster.hosts`, and in checkpoints written before hosts existed).
+    #[serde(default, skip_serializing_if = "ProcessorClocks::is_empty")]
+    pub processors: ProcessorClocks,
 }
 
 /// What the run accumulated up to a checkpoint: the part of its result that the clocks after it

@@ -31,7 +31,7 @@
 //! The process mesh has no link model: its messages take what the real sockets and memory take,
 //! so neither `nic_gbps` nor `bus_gbps` charges anything there.
 
-use crate::cluster::{Cluster, Duplex};
+use crate::cluster::{Cluster, Duplex, ProcessorClocks};
 use crate::ids::RoleId;
 use crate::message::Message;
 use crate::time::{park_until, TimeBase, TIMER_TICK};
@@ -87,6 +87,8 @@ struct State {
     handling_in: PortClocks,
     /// Per role, when it last received a message (machines with a wake curve only).
     received: PortClocks,
+    /// When each processor of a host several machines share is free (`cluster.hosts` only).
+    processors: ProcessorClocks,
     traffic: LinkCounts,
     shaper: Option<BandwidthShaper>,
     closed: bool,
@@ -142,13 +144,23 @@ pub fn cut_through(
     (out_start, out_end, in_end)
 }
 
-/// When `role` is done with `seconds` of its end of a message it may start on at `at`, after
-/// what is queued before on its `queue`; `at` itself when there is nothing to do.
-fn in_turn(queue: &mut PortClocks, role: RoleId, at: f64, seconds: f64) -> f64 {
+/// When `role` is done with `seconds` of its end of a message it may start on at `at` (the run's
+/// clock reading `now`), after what is queued before on its `queue` and, where its machine shares
+/// `host`'s processors, once one of them is free; `at` itself when there is nothing to do.
+fn in_turn_on(
+    queue: &mut PortClocks,
+    processors: &mut ProcessorClocks,
+    host: Option<&crate::cluster::Host>,
+    role: RoleId,
+    (now, at): (f64, f64),
+    seconds: f64,
+) -> f64 {
     if seconds <= 0.0 {
         return at;
     }
-    let done = queue.free_at(role).max(at) + seconds;
+    let start = queue.free_at(role).max(at);
+    let start = start + host.map_or(0.0, |h| processors.run(h, now, start, seconds));
+    let done = start + seconds;
     queue.busy_until(role, done);
     done
 }
@@ -181,6 +193,15 @@ pub trait Transport: Send + Sync {
     /// the sender and when it is received (as far as the transport can tell: a real network
     /// reports `now` for both, the send being all the sender observes).
     fn send_at(&self, from: RoleId, to: RoleId, msg: Message, now: f64) -> Departure;
+
+    /// How long `seconds` of modeled work that `role` is ready to start at `at` waits for a
+    /// processor. Where the role's machine shares a host's processors with other machines
+    /// (`cluster.hosts`), the work runs on the first of them to come free; otherwise, and by
+    /// default, it starts at once.
+    fn processor_wait(&self, role: RoleId, at: f64, seconds: f64) -> f64 {
+        let _ = (role, at, seconds);
+        0.0
+    }
 
     /// Seconds since the run started.
     fn now(&self) -> f64 {
@@ -220,6 +241,7 @@ impl Network {
                 handling_out: PortClocks::default(),
                 handling_in: PortClocks::default(),
                 received: PortClocks::default(),
+                processors: ProcessorClocks::default(),
                 traffic: LinkCounts::new(roles),
                 shaper,
                 closed: false,
@@ -302,9 +324,29 @@ impl Network {
         restore(&mut st.received, &queues.last_received);
     }
 
+    /// When each processor of the hosts that machines share is free again: what a checkpoint
+    /// keeps so that a resumed run's first work waits behind the last work before it.
+    pub fn processor_clocks(&self) -> ProcessorClocks {
+        self.lock().processors.clone()
+    }
+
+    /// Restores the processors [`Network::processor_clocks`] returned.
+    pub fn restore_processor_clocks(&self, clocks: &ProcessorClocks) {
+        self.lock().processors = clocks.clone();
+    }
+
     /// The run's time base.
     pub fn time(&self) -> TimeBase {
         self.time
+    }
+
+    /// The host whose processors `role`'s modeled work takes turns on: in `sim` only, where the
+    /// cluster puts its machine on one; in `wall` the roles' threads share the real processors.
+    fn shared_host(&self, role: RoleId) -> Option<&crate::cluster::Host> {
+        self.time
+            .is_dilated()
+            .then(|| self.cluster.host_of_role(role))
+            .flatten()
     }
 
     /// The cluster the network connects.
@@ -346,10 +388,14 @@ impl Network {
         };
         // The sender handles the message and packs its tensors before any byte leaves, after
         // its earlier messages.
-        let ready = in_turn(
-            &mut st.handling_out,
+        let (from_host, to_host) = (self.shared_host(from), self.shared_host(to));
+        let state = &mut *st;
+        let ready = in_turn_on(
+            &mut state.handling_out,
+            &mut state.processors,
+            from_host,
             from,
-            now,
+            (now, now),
             s_dev.message_handling_seconds(payload, src != dst),
         );
         let mut start = ready;
@@ -418,10 +464,13 @@ impl Network {
         };
         // The receiver handles it and unpacks its tensors once it is all there, after the
         // messages it handles before.
-        let arrive = in_turn(
-            &mut st.handling_in,
+        let state = &mut *st;
+        let arrive = in_turn_on(
+            &mut state.handling_in,
+            &mut state.processors,
+            to_host,
             to,
-            arrive,
+            (now, arrive),
             d_dev.message_handling_seconds(payload, src != dst),
         );
         if d_dev.wake.is_some() {
@@ -641,6 +690,16 @@ impl Transport for Network {
 
     fn send_at(&self, from: RoleId, to: RoleId, msg: Message, now: f64) -> Departure {
         self.send_timed_at(from, to, msg, now)
+    }
+
+    fn processor_wait(&self, role: RoleId, at: f64, seconds: f64) -> f64 {
+        match self.shared_host(role) {
+            Some(host) if seconds > 0.0 => {
+                let now = self.time.now();
+                self.lock().processors.run(host, now, at, seconds)
+            }
+            _ => 0.0,
+        }
     }
 }
 
@@ -989,6 +1048,56 @@ mod tests {
         assert_eq!(fresh.role_queues(), queues);
         let next = fresh.send_timed(w(0), w(1), msg);
         assert!((next.arrival - 4.0 * copy).abs() < 1e-12, "{next:?}");
+    }
+
+    /// Two machines of two workers each (1 GB/s NICs, 10 µs latency) whose roles pack and unpack
+    /// messages at 8 Gbit/s (1 GB/s), on one host of `processors` processors.
+    fn on_one_host(processors: u32) -> (Arc<Network>, BTreeMap<RoleId, Inbox>) {
+        let mut cluster = (*crate::cluster::test_cluster_with(2, 2, None)).clone();
+        for m in &mut cluster.machines {
+            m.device.message_copy_gbps = Some(8.0);
+        }
+        cluster.hosts = vec![crate::cluster::Host {
+            name: "box".into(),
+            processors,
+            machines: vec![0, 1],
+        }];
+        cluster.host_of = vec![Some(0), Some(0)];
+        let roles: Vec<RoleId> = (0..4).map(RoleId::Worker).collect();
+        Network::new(Arc::new(cluster), TimeBase::new(true), &roles, None)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn on_a_shared_host_a_message_is_packed_and_unpacked_on_its_processors() {
+        let msg = one_mb();
+        let copy = msg.payload_bytes() as f64 / 1e9;
+        let wire = msg.wire_bytes() as f64 / 1e9;
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        // Processors free: packed, sent, unpacked, as on machines of their own.
+        let (free, _rx) = on_one_host(1);
+        let a = free.send_timed(w(0), w(2), one_mb()).arrival;
+        assert!(close(a, copy + wire + 10e-6 + copy), "{a}");
+        // The one processor busy with 3 ms of worker 1's step: the packing waits for it.
+        let (busy, _rx) = on_one_host(1);
+        assert_eq!(busy.processor_wait(w(1), 0.0, 3e-3), 0.0);
+        let a = busy.send_timed(w(0), w(2), one_mb()).arrival;
+        assert!(close(a, 3e-3 + copy + wire + 10e-6 + copy), "{a}");
+        // Work asked for now runs in the free time around the packing and the unpacking booked
+        // ahead: 2 ms of it, ready at once, gets the processor from the packing's end to the
+        // unpacking's start (`wire` + 10 µs) and the rest after the unpacking, so it waits for
+        // the step and both copies.
+        let wait = busy.processor_wait(w(3), 0.0, 2e-3);
+        assert!(close(wait, 3e-3 + 2.0 * copy), "{wait}");
+        // Two processors: the step and the packing run side by side.
+        let (two, _rx) = on_one_host(2);
+        assert_eq!(two.processor_wait(w(1), 0.0, 3e-3), 0.0);
+        let a = two.send_timed(w(0), w(2), one_mb()).arrival;
+        assert!(close(a, copy + wire + 10e-6 + copy), "{a}");
+        // Roles of machines without a host wait for nothing.
+        let (apart, _rx) = copying(2);
+        assert_eq!(apart.processor_wait(w(1), 0.0, 3e-3), 0.0);
+        let a = apart.send_timed(w(0), w(2), one_mb()).arrival;
+        assert!(close(a, copy + wire + 10e-6 + copy), "{a}");
     }
 
     #[test]

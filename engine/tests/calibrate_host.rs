@@ -203,6 +203,7 @@ fn profile() -> HostProfile {
         name: "host".into(),
         threads: 1,
         processes: 1,
+        processors: 2,
         rates: LayerRates {
             conv3x3_tflops: 1.2,
             conv_tflops: 1.5,
@@ -267,4 +268,43 @@ fn the_profile_toml_is_a_device_a_config_accepts() {
     assert_eq!(device.memory_gib, 23.6);
     assert_eq!(device.half_saturation_batch, 120.0);
     assert!(text.contains("backend = \"cpu\""), "{text}");
+}
+
+#[test]
+fn a_job_of_several_processes_here_gets_a_host_its_machines_share() {
+    // One process: the profile is a device only.
+    let alone = profile();
+    let table: toml::Table = alone.toml().parse().unwrap();
+    assert!(table["cluster"].get("hosts").is_none());
+    assert_eq!(alone.workers_at_once(), 1);
+
+    // Four processes on two processors: steps were timed two at a time, and the config puts the
+    // four machines on one host of two processors.
+    let four = HostProfile {
+        processes: 4,
+        ..profile()
+    };
+    assert_eq!(four.workers_at_once(), 2);
+    let text = four.toml();
+    assert!(
+        text.contains("steps timed as 2 processes' workers take them at once"),
+        "{text}"
+    );
+    let table: toml::Table = text.parse().unwrap();
+    let cluster: ClusterConfig = toml::Value::Table(
+        [
+            ("default_device".to_string(), toml::Value::from("host")),
+            ("devices".to_string(), table["cluster"]["devices"].clone()),
+            ("hosts".to_string(), table["cluster"]["hosts"].clone()),
+        ]
+        .into_iter()
+        .collect(),
+    )
+    .try_into()
+    .unwrap();
+    let host = &cluster.hosts["host"];
+    assert_eq!(host.processors, 2);
+    assert_eq!(host.machines, Some(vec![0, 1, 2, 3]));
+    let resolved = Cluster::resolve(&cluster, 4, 4).unwrap();
+    assert_eq!(resolved.host_of, vec![Some(0); 4]);
 }

@@ -52,7 +52,9 @@ pub struct CalibrateArgs {
     pub quick: bool,
     /// With `--host`: the processes of the job on this machine (`concord launch --nproc N`).
     /// Their workers step at the same time and share the machine's memory bandwidth and caches,
-    /// so a step is timed while N − 1 other threads step the same model beside it. Default 1:
+    /// so a step is timed while other threads step the same model beside it, one per processor
+    /// at most; above 1, the profile ends with the host its N machines share
+    /// (`[cluster.hosts]`), on whose processors `sim` makes their work take turns. Default 1:
     /// this machine runs one process of the job (torchrun, srun or mpirun across machines).
     #[arg(
         long,

@@ -170,6 +170,7 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
     if let Some(n) = restored {
         net.restore_queues(&n.egress_free, &n.ingress_free);
         net.restore_role_queues(&n.bus);
+        net.restore_processor_clocks(&n.processors);
     }
     // Each role restarts at the run time it stopped at.
     let start_of = |role: RoleId| {
@@ -331,6 +332,7 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
             ingress_free,
             transfers,
             bus: net.role_queues(),
+            processors: net.processor_clocks(),
         },
     })
 }

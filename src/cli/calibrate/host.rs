@@ -48,16 +48,24 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let mut updates = Vec::new();
     // Steps, servers' clocks and messages' copies are timed on data no longer cached, as in a job.
     let mut sweep = host::CacheSweep::for_this_machine();
-    // The workers of the job's other processes on this machine step at the same time.
-    let beside = args.processes as usize - 1;
+    // The workers of the job's other processes on this machine step at the same time, as many
+    // as it has processors: more than that take turns, which `sim` charges through the host the
+    // profile names.
+    let processors = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let beside = args.processes.min(processors).max(1) as usize - 1;
     outln!(
         "# training steps (forward and backward at parameters in place; median, caches emptied first{}):",
         match beside {
             0 => String::new(),
             n => format!(
-                "; {n} other thread{} stepping beside, as the workers of {} processes on this machine",
+                "; {n} other thread{} stepping beside, as the workers of {} processes on this machine{}",
                 if n == 1 { "" } else { "s" },
-                args.processes
+                n + 1,
+                if args.processes > processors {
+                    format!(" (the job's other {} take turns with them on its {processors} processors)", args.processes - processors)
+                } else {
+                    String::new()
+                }
             ),
         }
     )?;
@@ -176,6 +184,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         name: args.name.clone(),
         threads: threads.threads,
         processes: args.processes,
+        processors,
         rates,
         update_gflops: update.clock_gflops(),
         loopback,

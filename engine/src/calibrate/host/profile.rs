@@ -15,9 +15,12 @@ pub struct HostProfile {
     pub name: String,
     /// Compute threads per process the figures hold for.
     pub threads: usize,
-    /// Processes of a job on this machine whose workers stepped at once while the steps were
-    /// timed (`calibrate --host --processes`).
+    /// Processes of the job on this machine (`calibrate --host --processes`): as many of their
+    /// workers as it has processors stepped at once while the steps were timed.
     pub processes: u32,
+    /// This machine's processors. Where the job runs more processes here than that, the
+    /// profile's config puts their machines on one host that `sim` makes them share.
+    pub processors: u32,
     /// The fitted fp32 rates of training steps ([`super::fit`]: a kind of layer no measured
     /// model has takes the nearest measured kind's rate, so an MLP-only fit rates convolutions
     /// as matrix products, as a CPU runs them).
@@ -82,10 +85,9 @@ impl HostProfile {
             "# This machine, measured by `concord calibrate --host` with {} compute thread{} per process{}.\n",
             self.threads,
             if self.threads == 1 { "" } else { "s" },
-            if self.processes > 1 {
-                format!(", steps timed as {} processes' workers take them at once", self.processes)
-            } else {
-                String::new()
+            match self.workers_at_once() {
+                1 => String::new(),
+                n => format!(", steps timed as {n} processes' workers take them at once"),
             }
         );
         s += &format!("[cluster.devices.{name}]\n");
@@ -147,6 +149,24 @@ impl HostProfile {
         for (field, v) in LayerRates::NAMES.iter().zip(self.rates.to_vec()) {
             s += &format!("{field} = {:?}\n", round_sig(v, 4));
         }
+        if self.processes > 1 {
+            s += &format!(
+                "\n# the job's {} processes on this machine (its machines 0 to {}) share its {} processors\n",
+                self.processes,
+                self.processes - 1,
+                self.processors
+            );
+            s += &format!("[cluster.hosts.{name}]\n");
+            s += &format!("processors = {}\n", self.processors);
+            let machines: Vec<String> = (0..self.processes).map(|m| m.to_string()).collect();
+            s += &format!("machines = [{}]\n", machines.join(", "));
+        }
         s
+    }
+
+    /// How many of the job's workers on this machine step at once: one per process, as many as
+    /// it has processors (more take turns, which `sim` charges through the host).
+    pub fn workers_at_once(&self) -> u32 {
+        self.processes.min(self.processors).max(1)
     }
 }

@@ -1,0 +1,145 @@
+//! Machines that share a host's processors (`[cluster.hosts]`) in whole `sim` runs: their roles'
+//! work takes turns on the host's processors, which costs time when there are fewer processors
+//! than roles working at once and changes nothing of the math; a checkpoint file keeps what the
+//! processors are busy with, and a run resumed from it equals one run bit for bit.
+
+mod common;
+
+use common::*;
+use concord::engine::checkpoint;
+use concord::engine::cluster::HostConfig;
+use concord::engine::config::RunConfig;
+use concord::engine::output::write_run_folder;
+use concord::engine::run::{RunOptions, RunResult};
+use concord_test_support::param_bits;
+use std::sync::Arc;
+
+/// Four workers on four slow machines (1 GFLOP/s, so compute dominates), BSP or SSP; the
+/// workers' machines on one host of `processors` processors, or each on its own. The two servers
+/// have machines of their own, off the host, so that what the host's processors run is the
+/// workers' steps (and the handling of their messages, which these devices do not charge).
+fn config(strategy: &str, processors: Option<u32>, iterations: u64) -> RunConfig {
+    let mut cfg = on_slow_devices(small(4, 16, iterations));
+    cfg.strategies = vec![strategy.to_string()];
+    cfg.cluster.dedicated_servers = true;
+    if let Some(processors) = processors {
+        cfg.cluster.hosts.insert(
+            "box".into(),
+            HostConfig {
+                processors,
+                machines: Some(vec![0, 1, 2, 3]),
+            },
+        );
+    }
+    cfg
+}
+
+fn run_opts(cfg: &RunConfig, options: RunOptions) -> RunResult {
+    let asm = concord::registry().compose(cfg).expect("composes");
+    concord::engine::run(cfg, &asm, options).expect("runs")
+}
+
+/// The total compute the workers charged, seconds.
+fn compute(r: &RunResult) -> f64 {
+    r.rows.iter().flat_map(|row| row.compute_s.iter()).sum()
+}
+
+#[test]
+fn workers_on_too_few_processors_take_turns_and_the_math_is_unchanged() {
+    let own = run(&config("bsp", None, 10));
+    let plenty = run(&config("bsp", Some(8), 10));
+    let two = run(&config("bsp", Some(2), 10));
+    let one = run(&config("bsp", Some(1), 10));
+    assert_eq!(
+        param_bits(&own),
+        param_bits(&one),
+        "BSP's math is timing-free"
+    );
+    // With a processor for every role, nothing waits: the same run to the bit.
+    assert_eq!(
+        own.summary.run_time_s.to_bits(),
+        plenty.summary.run_time_s.to_bits()
+    );
+    // The host runs a clock's four steps in two turns on two processors and in four on one, so a
+    // clock takes one or three steps longer (a little less: a step that waits for its turn
+    // overlaps what the clock spends on messages and the servers' update).
+    let iterations = own.rows.len() as f64;
+    let step = compute(&own) / (4.0 * iterations);
+    let extra_turns =
+        |r: &RunResult| (r.summary.run_time_s - own.summary.run_time_s) / (step * iterations);
+    let (two_turns, four_turns) = (extra_turns(&two), extra_turns(&one));
+    assert!(
+        two_turns > 0.8 && two_turns < 1.05,
+        "two processors: {two_turns} steps more a clock"
+    );
+    assert!(
+        four_turns > 2.6 && four_turns < 3.1,
+        "one processor: {four_turns} steps more a clock"
+    );
+    // A worker's compute includes its wait for a processor, as a step timed in a real run does:
+    // on one processor the four steps of a clock wait at most 0, 1, 2 and 3 steps (2.5 steps on
+    // average with the step itself), less where a worker's parameters came later than others'.
+    let ratio = compute(&one) / compute(&own);
+    assert!(
+        ratio > 1.5 && ratio <= 2.5 + 1e-9,
+        "compute on one processor {ratio}× its own"
+    );
+}
+
+#[test]
+fn a_run_on_a_shared_host_resumes_bit_for_bit() {
+    // SSP: its workers' reads depend on timing, so a resumed run that forgot what the processors
+    // were busy with would read other versions.
+    let make = |iterations| config("ssp", Some(3), iterations);
+    let mut whole = make(40);
+    whole.checkpoint_every = Some(20);
+    let one = run_opts(&whole, RunOptions::default());
+
+    let dir = tempfile::tempdir().unwrap();
+    let first = run_opts(&make(20), RunOptions::default());
+    write_run_folder(dir.path(), &first).unwrap();
+    let cp = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).expect("reads");
+    let held = &first
+        .resume
+        .as_ref()
+        .expect("ssp resumes")
+        .history
+        .network
+        .processors;
+    assert!(!held.is_empty(), "the run kept its processors' work");
+    assert_eq!(
+        &cp.point.history.network.processors, held,
+        "the checkpoint file keeps it"
+    );
+    let options = RunOptions {
+        resume: Some(Arc::new(cp.point)),
+        ..RunOptions::default()
+    };
+    let resumed = run_opts(&make(40), options);
+    assert_eq!(param_bits(&one), param_bits(&resumed));
+    let times = |r: &RunResult| {
+        r.rows
+            .iter()
+            .map(|x| x.time_s.to_bits())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(times(&one), times(&resumed));
+}
+
+#[test]
+fn a_host_that_names_a_machine_the_cluster_lacks_is_refused_by_key() {
+    let mut cfg = config("bsp", Some(2), 5);
+    cfg.cluster.hosts.get_mut("box").unwrap().machines = Some(vec![0, 9]);
+    // The cluster has machines 0..6: four workers' and two servers'.
+    let Err(err) = concord::registry()
+        .compose(&cfg)
+        .and_then(|asm| concord::engine::run(&cfg, &asm, RunOptions::default()))
+    else {
+        panic!("a host naming machine 9 of 6 ran");
+    };
+    let text = err.to_string();
+    assert!(
+        text.contains("cluster.hosts.box.machines[1]") && text.contains("0..6"),
+        "{text}"
+    );
+}
