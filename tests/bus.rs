@@ -5,14 +5,10 @@
 mod common;
 
 use common::*;
-use concord::engine::checkpoint;
 use concord::engine::cluster::MachineGroup;
 use concord::engine::config::RunConfig;
 use concord::engine::ids::RoleId;
-use concord::engine::output::write_run_folder;
-use concord::engine::run::{RunOptions, RunResult};
 use concord_test_support::{param_bits, slow_device};
-use std::sync::Arc;
 
 /// Four workers on two machines of two slots (each machine also holds a server), BSP, momentum
 /// SGD; the machines' bus at `bus_gbps`.
@@ -28,11 +24,6 @@ fn config(bus_gbps: Option<f64>, iterations: u64) -> RunConfig {
         labels: Default::default(),
     }];
     cfg
-}
-
-fn run_opts(cfg: &RunConfig, options: RunOptions) -> RunResult {
-    let asm = concord::registry().compose(cfg).expect("composes");
-    concord::engine::run(cfg, &asm, options).expect("runs")
 }
 
 #[test]
@@ -59,15 +50,9 @@ fn a_bus_costs_time_between_roles_of_one_machine_and_leaves_the_math_alone() {
 
 #[test]
 fn a_run_on_a_bus_resumes_bit_for_bit() {
-    let mut whole = config(Some(0.08), 40);
-    whole.checkpoint_every = Some(20);
-    let one = run_opts(&whole, RunOptions::default());
-
-    let dir = tempfile::tempdir().unwrap();
-    let first = run_opts(&config(Some(0.08), 20), RunOptions::default());
-    write_run_folder(dir.path(), &first).unwrap();
-    let cp = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).expect("reads");
-    let held = &first
+    let r = resumed_through_a_file(|iterations| config(Some(0.08), iterations), 20);
+    let held = &r
+        .first
         .resume
         .as_ref()
         .expect("bsp resumes")
@@ -76,27 +61,16 @@ fn a_run_on_a_bus_resumes_bit_for_bit() {
         .bus;
     assert!(!held.is_empty(), "the run kept its bus queues");
     assert_eq!(
-        &cp.point.history.network.bus, held,
+        &r.file.point.history.network.bus, held,
         "the checkpoint file keeps them"
     );
-    let options = RunOptions {
-        resume: Some(Arc::new(cp.point)),
-        ..RunOptions::default()
-    };
-    let resumed = run_opts(&config(Some(0.08), 40), options);
-    assert_eq!(param_bits(&one), param_bits(&resumed));
+    assert_eq!(param_bits(&r.one), param_bits(&r.resumed));
     assert_eq!(
-        one.summary.run_time_s.to_bits(),
-        resumed.summary.run_time_s.to_bits(),
+        r.one.summary.run_time_s.to_bits(),
+        r.resumed.summary.run_time_s.to_bits(),
         "{} vs {}",
-        one.summary.run_time_s,
-        resumed.summary.run_time_s
+        r.one.summary.run_time_s,
+        r.resumed.summary.run_time_s
     );
-    let times = |r: &RunResult| {
-        r.rows
-            .iter()
-            .map(|x| x.time_s.to_bits())
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(times(&one), times(&resumed));
+    assert_eq!(row_times(&r.one), row_times(&r.resumed));
 }

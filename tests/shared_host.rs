@@ -6,13 +6,10 @@
 mod common;
 
 use common::*;
-use concord::engine::checkpoint;
 use concord::engine::cluster::HostConfig;
 use concord::engine::config::RunConfig;
-use concord::engine::output::write_run_folder;
 use concord::engine::run::{RunOptions, RunResult};
 use concord_test_support::param_bits;
-use std::sync::Arc;
 
 /// Four workers on four slow machines (1 GFLOP/s, so compute dominates), BSP or SSP; the
 /// workers' machines on one host of `processors` processors, or each on its own. The two servers
@@ -32,11 +29,6 @@ fn config(strategy: &str, processors: Option<u32>, iterations: u64) -> RunConfig
         );
     }
     cfg
-}
-
-fn run_opts(cfg: &RunConfig, options: RunOptions) -> RunResult {
-    let asm = concord::registry().compose(cfg).expect("composes");
-    concord::engine::run(cfg, &asm, options).expect("runs")
 }
 
 /// The total compute the workers charged, seconds.
@@ -90,16 +82,9 @@ fn workers_on_too_few_processors_take_turns_and_the_math_is_unchanged() {
 fn a_run_on_a_shared_host_resumes_bit_for_bit() {
     // SSP: its workers' reads depend on timing, so a resumed run that forgot what the processors
     // were busy with would read other versions.
-    let make = |iterations| config("ssp", Some(3), iterations);
-    let mut whole = make(40);
-    whole.checkpoint_every = Some(20);
-    let one = run_opts(&whole, RunOptions::default());
-
-    let dir = tempfile::tempdir().unwrap();
-    let first = run_opts(&make(20), RunOptions::default());
-    write_run_folder(dir.path(), &first).unwrap();
-    let cp = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).expect("reads");
-    let held = &first
+    let r = resumed_through_a_file(|iterations| config("ssp", Some(3), iterations), 20);
+    let held = &r
+        .first
         .resume
         .as_ref()
         .expect("ssp resumes")
@@ -108,22 +93,11 @@ fn a_run_on_a_shared_host_resumes_bit_for_bit() {
         .processors;
     assert!(!held.is_empty(), "the run kept its processors' work");
     assert_eq!(
-        &cp.point.history.network.processors, held,
+        &r.file.point.history.network.processors, held,
         "the checkpoint file keeps it"
     );
-    let options = RunOptions {
-        resume: Some(Arc::new(cp.point)),
-        ..RunOptions::default()
-    };
-    let resumed = run_opts(&make(40), options);
-    assert_eq!(param_bits(&one), param_bits(&resumed));
-    let times = |r: &RunResult| {
-        r.rows
-            .iter()
-            .map(|x| x.time_s.to_bits())
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(times(&one), times(&resumed));
+    assert_eq!(param_bits(&r.one), param_bits(&r.resumed));
+    assert_eq!(row_times(&r.one), row_times(&r.resumed));
 }
 
 #[test]

@@ -90,3 +90,47 @@ pub fn wait_for_path(path: &std::path::Path) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// A run cut by a checkpoint and the same run resumed from a checkpoint file, for comparing the
+/// two: `one`, `make(2 · at)` with a checkpoint every `at` clocks; `first`, `make(at)`; `file`,
+/// the checkpoint `first` left in its run folder, read back; `resumed`, `make(2 · at)` resumed
+/// from it.
+pub struct Resumed {
+    pub one: RunResult,
+    pub first: RunResult,
+    pub file: concord::engine::checkpoint::Checkpoint,
+    pub resumed: RunResult,
+}
+
+/// Runs [`Resumed`]'s runs with the project's registry.
+pub fn resumed_through_a_file(make: impl Fn(u64) -> RunConfig, at: u64) -> Resumed {
+    use concord::engine::checkpoint;
+    use concord::engine::run::RunOptions;
+    let run_opts = |cfg: &RunConfig, options: RunOptions| {
+        let asm = concord::registry().compose(cfg).expect("composes");
+        concord::engine::run(cfg, &asm, options).expect("runs")
+    };
+    let mut whole = make(2 * at);
+    whole.checkpoint_every = Some(at);
+    let one = run_opts(&whole, RunOptions::default());
+    let dir = tempfile::tempdir().unwrap();
+    let first = run_opts(&make(at), RunOptions::default());
+    concord::engine::output::write_run_folder(dir.path(), &first).unwrap();
+    let file = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).expect("reads");
+    let options = RunOptions {
+        resume: Some(std::sync::Arc::new(file.point.clone())),
+        ..RunOptions::default()
+    };
+    let resumed = run_opts(&make(2 * at), options);
+    Resumed {
+        one,
+        first,
+        file,
+        resumed,
+    }
+}
+
+/// The end time of every metrics row, as bits.
+pub fn row_times(r: &RunResult) -> Vec<u64> {
+    r.rows.iter().map(|x| x.time_s.to_bits()).collect()
+}
