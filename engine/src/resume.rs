@@ -129,7 +129,7 @@ pub struct NetworkState {
     /// before they existed).
     #[serde(default, skip_serializing_if = "RoleQueues::is_empty")]
     pub bus: RoleQueues,
-    /// When each processor of a host that machines share is free (empty without
+    /// What each processor of a host that machines share is busy with (empty without
     /// `cluster.hosts`, and in checkpoints written before hosts existed).
     #[serde(default, skip_serializing_if = "ProcessorClocks::is_empty")]
     pub processors: ProcessorClocks,

@@ -87,7 +87,8 @@ struct State {
     handling_in: PortClocks,
     /// Per role, when it last received a message (machines with a wake curve only).
     received: PortClocks,
-    /// When each processor of a host several machines share is free (`cluster.hosts` only).
+    /// What each processor of a host several machines share is busy with (`cluster.hosts`
+    /// only).
     processors: ProcessorClocks,
     traffic: LinkCounts,
     shaper: Option<BandwidthShaper>,
@@ -194,10 +195,10 @@ pub trait Transport: Send + Sync {
     /// reports `now` for both, the send being all the sender observes).
     fn send_at(&self, from: RoleId, to: RoleId, msg: Message, now: f64) -> Departure;
 
-    /// How long `seconds` of modeled work that `role` is ready to start at `at` waits for a
-    /// processor. Where the role's machine shares a host's processors with other machines
-    /// (`cluster.hosts`), the work runs on the first of them to come free; otherwise, and by
-    /// default, it starts at once.
+    /// How much later than `at + seconds` the `seconds` of modeled work that `role` is ready to
+    /// start at `at` is done. Where the role's machine shares a host's processors with other
+    /// machines (`cluster.hosts`), the work runs in the free time of whichever of them finishes
+    /// it first; otherwise, and by default, it runs at once.
     fn processor_wait(&self, role: RoleId, at: f64, seconds: f64) -> f64 {
         let _ = (role, at, seconds);
         0.0
@@ -324,7 +325,7 @@ impl Network {
         restore(&mut st.received, &queues.last_received);
     }
 
-    /// When each processor of the hosts that machines share is free again: what a checkpoint
+    /// What each processor of the hosts that machines share is busy with: what a checkpoint
     /// keeps so that a resumed run's first work waits behind the last work before it.
     pub fn processor_clocks(&self) -> ProcessorClocks {
         self.lock().processors.clone()

@@ -52,7 +52,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     // as it has processors: more than that take turns, which `sim` charges through the host the
     // profile names.
     let processors = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    let beside = args.processes.min(processors).max(1) as usize - 1;
+    let beside = host::workers_at_once(args.processes, processors) as usize - 1;
     outln!(
         "# training steps (forward and backward at parameters in place; median, caches emptied first{}):",
         match beside {

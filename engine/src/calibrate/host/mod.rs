@@ -27,7 +27,7 @@ pub use machine::{
 };
 pub use model::HostModel;
 pub use net::{loopback, Loopback, PING_BYTES};
-pub use profile::HostProfile;
+pub use profile::{workers_at_once, HostProfile};
 pub use steps::{measure_steps, StepPoint};
 pub use timing::Repeats;
 pub use update::{measure_update, UpdatePoint};

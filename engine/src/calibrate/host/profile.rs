@@ -164,9 +164,15 @@ impl HostProfile {
         s
     }
 
-    /// How many of the job's workers on this machine step at once: one per process, as many as
-    /// it has processors (more take turns, which `sim` charges through the host).
+    /// How many of the job's workers on this machine stepped at once while the steps were timed
+    /// (see [`workers_at_once`]).
     pub fn workers_at_once(&self) -> u32 {
-        self.processes.min(self.processors).max(1)
+        workers_at_once(self.processes, self.processors)
     }
+}
+
+/// How many of a job's workers on a machine step at once: one per process, as many as it has
+/// processors (more take turns, which `sim` charges through the host they share).
+pub fn workers_at_once(processes: u32, processors: u32) -> u32 {
+    processes.min(processors).max(1)
 }
