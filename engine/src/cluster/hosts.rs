@@ -120,9 +120,14 @@ impl ProcessorClocks {
         else {
             return 0.0;
         };
-        let finished = done(&pieces);
+        // Work that runs at once in one piece waits for nothing: exactly 0, so that a run whose
+        // work never waits gives the bits of one without the host.
+        let waited = match pieces.as_slice() {
+            [(start, _)] if *start == at => 0.0,
+            _ => (done(&pieces) - at - seconds).max(0.0),
+        };
         book(&mut processors[best], pieces);
-        finished - at - seconds
+        waited
     }
 
     /// Whether no host's processor has run any work.
