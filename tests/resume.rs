@@ -109,21 +109,10 @@ fn resumed_equals_one_run(make: impl Fn(u64) -> RunConfig) -> RunResult {
 
 /// [`resumed_equals_one_run`] with the cut at clock `at` (of `2 · at`).
 fn resumed_at_equals_one_run(make: impl Fn(u64) -> RunConfig, at: u64) -> RunResult {
-    let mut whole = make(2 * at);
-    whole.checkpoint_every = Some(at);
-    let one = run_opts(&whole, RunOptions::default()).expect("runs");
-
-    let dir = tempfile::tempdir().unwrap();
-    let first = run_opts(&make(at), RunOptions::default()).expect("runs");
-    write_run_folder(dir.path(), &first).unwrap();
-    let cp = checkpoint::read(&dir.path().join(checkpoint::FILE_NAME)).expect("reads");
-    assert_eq!(cp.point.clock, at);
-    let options = RunOptions {
-        resume: Some(Arc::new(cp.point)),
-        ..RunOptions::default()
-    };
-    let resumed = run_opts(&make(2 * at), options).expect("resumes");
-
+    let Resumed {
+        one, file, resumed, ..
+    } = resumed_through_a_file(make, at);
+    assert_eq!(file.point.clock, at);
     assert_eq!(resumed.rows.len() as u64, 2 * at);
     let evaluated = |rows: &[concord::engine::metrics::IterationRow]| {
         rows.iter().any(|r| r.test_accuracy.is_some())
