@@ -1061,7 +1061,6 @@ mod tests {
         cluster.hosts = vec![crate::cluster::Host {
             name: "box".into(),
             processors,
-            machines: vec![0, 1],
         }];
         cluster.host_of = vec![Some(0), Some(0)];
         let roles: Vec<RoleId> = (0..4).map(RoleId::Worker).collect();

@@ -26,15 +26,14 @@ pub struct HostConfig {
     pub machines: Option<Vec<MachineId>>,
 }
 
-/// A resolved host: its name, processors and machines.
+/// A resolved host: its name and processors (which machines are on it, the cluster's
+/// `host_of` says).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Host {
     /// The name it has in the config.
     pub name: String,
     /// Processors its machines share.
     pub processors: u32,
-    /// Its machines, in index order.
-    pub machines: Vec<MachineId>,
 }
 
 /// Resolves `[cluster.hosts]` over a cluster of `machines` machines: the hosts, and per machine
@@ -59,7 +58,6 @@ pub fn resolve_hosts(
             .machines
             .clone()
             .unwrap_or_else(|| (0..machines).collect());
-        let mut members = Vec::with_capacity(listed.len());
         for (i, &m) in listed.iter().enumerate() {
             let Some(slot) = host_of.get_mut(m as usize) else {
                 return Err(EngineError::config(
@@ -77,13 +75,10 @@ pub fn resolve_hosts(
                 ));
             }
             *slot = Some(resolved.len());
-            members.push(m);
         }
-        members.sort_unstable();
         resolved.push(Host {
             name: name.clone(),
             processors: cfg.processors,
-            machines: members,
         });
     }
     Ok((resolved, host_of))
@@ -185,7 +180,6 @@ mod tests {
         Host {
             name: "box".into(),
             processors,
-            machines: vec![0, 1],
         }
     }
 
@@ -249,7 +243,8 @@ mod tests {
             },
         );
         let (resolved, host_of) = resolve_hosts(&hosts, 3).unwrap();
-        assert_eq!(resolved[0].machines, vec![0, 2]);
+        assert_eq!(resolved[0].name, "a");
+        assert_eq!(resolved[0].processors, 2);
         assert_eq!(host_of, vec![Some(0), None, Some(0)]);
 
         // Every machine when none are listed.
