@@ -135,7 +135,17 @@ fn steps_and_updates_are_measured_for_every_batch_and_parameter() {
         max_seconds: 60.0,
     };
     let mut sweep = host::CacheSweep::for_this_machine();
-    let steps = host::measure_steps(model, &[8, 32], &repeats, &mut sweep, 0).unwrap();
+    let mut steps = host::measure_steps(
+        std::slice::from_ref(model),
+        &[8, 32],
+        &repeats,
+        1,
+        &mut sweep,
+        0,
+    )
+    .unwrap();
+    assert_eq!(steps.len(), 1);
+    let steps = steps.remove(0);
     assert_eq!(steps.iter().map(|p| p.batch).collect::<Vec<_>>(), [8, 32]);
     for p in &steps {
         assert_eq!(p.runs, 3);
@@ -192,10 +202,52 @@ fn steps_are_timed_with_threads_stepping_beside_them() {
         max_seconds: 60.0,
     };
     let mut sweep = host::CacheSweep::for_this_machine();
-    let steps = host::measure_steps(model, &[16], &repeats, &mut sweep, 2).unwrap();
+    let steps = host::measure_steps(
+        std::slice::from_ref(model),
+        &[16],
+        &repeats,
+        1,
+        &mut sweep,
+        2,
+    )
+    .unwrap();
     assert_eq!(steps.len(), 1);
-    assert_eq!((steps[0].batch, steps[0].runs), (16, 4));
-    assert!(steps[0].seconds > 0.0 && steps[0].seconds.is_finite());
+    let step = &steps[0][0];
+    assert_eq!((step.batch, step.runs), (16, 4));
+    assert!(step.seconds > 0.0 && step.seconds.is_finite());
+}
+
+/// Steps timed in turns over several models: every (model, batch) point gets its share of the
+/// runs in every turn, and the points come back per model in the order asked.
+#[test]
+fn steps_timed_in_turns_give_every_point_its_runs_from_every_turn() {
+    let models = [
+        models().remove(0),
+        HostModel::mlp("tiny", 16, &[8], 4, sgd(), 8).unwrap(),
+    ];
+    let repeats = Repeats {
+        warmup: 3,
+        min_runs: 6,
+        min_seconds: 0.0,
+        max_runs: 6,
+        max_seconds: 60.0,
+    };
+    let mut sweep = host::CacheSweep::for_this_machine();
+    let steps = host::measure_steps(&models, &[8, 16], &repeats, 3, &mut sweep, 0).unwrap();
+    assert_eq!(steps.len(), 2);
+    for (model, points) in models.iter().zip(&steps) {
+        let got: Vec<_> = points
+            .iter()
+            .map(|p| (p.model.as_str(), p.batch, p.runs))
+            .collect();
+        assert_eq!(
+            got,
+            [(model.name.as_str(), 8, 6), (model.name.as_str(), 16, 6)]
+        );
+        assert!(points
+            .iter()
+            .all(|p| p.seconds > 0.0 && p.seconds.is_finite()));
+    }
 }
 
 fn profile() -> HostProfile {

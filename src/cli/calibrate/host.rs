@@ -54,7 +54,11 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let processors = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
     let beside = host::workers_at_once(args.processes, processors) as usize - 1;
     outln!(
-        "# training steps (forward and backward at parameters in place; median, caches emptied first{}):",
+        "# training steps (forward and backward at parameters in place; median{}, caches emptied first{}):",
+        match host::step_passes(args.quick) {
+            1 => String::new(),
+            n => format!(" of {n} turns over every model and batch"),
+        },
         match beside {
             0 => String::new(),
             n => format!(
@@ -77,9 +81,16 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         "GFLOP/s",
         "runs"
     )?;
-    for model in &models {
-        let steps = host::measure_steps(model, &batches, &repeats, &mut sweep, beside)?;
-        for p in &steps {
+    let steps = host::measure_steps(
+        &models,
+        &batches,
+        &repeats,
+        host::step_passes(args.quick),
+        &mut sweep,
+        beside,
+    )?;
+    for (model, steps) in models.iter().zip(&steps) {
+        for p in steps {
             outln!(
                 "#   {:<28} {:>6} {:>12.4} {:>9.2} {:>6}",
                 p.model,
@@ -89,7 +100,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
                 p.runs
             )?;
         }
-        points.extend(host::measurements(model, &steps));
+        points.extend(host::measurements(model, steps));
         updates.push(host::measure_update(model, &repeats, &mut sweep));
     }
     outln!(

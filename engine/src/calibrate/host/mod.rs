@@ -85,6 +85,16 @@ pub fn batches(quick: bool) -> Vec<u32> {
     }
 }
 
+/// The turns the steps are timed in ([`measure_steps`]): 3, or 1 with `quick` (whose few runs
+/// would not share out).
+pub fn step_passes(quick: bool) -> usize {
+    if quick {
+        1
+    } else {
+        3
+    }
+}
+
 /// `points` of `model` as fp32 measurements of its cost sheet, for the fit.
 pub fn measurements(model: &HostModel, points: &[StepPoint]) -> Vec<Measurement> {
     let layers = std::sync::Arc::new(model.layers());

@@ -7,6 +7,7 @@
 //! at the same time and share its memory bandwidth and caches: a step is then timed while as many
 //! other threads step the same model beside it.
 
+use super::timing::median;
 use super::{CacheSweep, HostError, HostModel, Repeats};
 use crate::model::Replica;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,38 +35,63 @@ impl StepPoint {
     }
 }
 
-/// Times a worker's training step of `model` at every batch size of `batches`: forward and
-/// backward on a freshly gathered batch at the model's initial parameters, loaded once; `sweep`
-/// empties the caches before every run. `beside` other threads step the same model on their own
-/// replicas meanwhile (each emptying the caches before its steps too), as the workers of the
-/// job's other processes on this machine do; 0 times the step alone.
+/// Times a worker's training step of every model of `models` at every batch size of `batches`:
+/// forward and backward on a freshly gathered batch at the model's initial parameters, loaded
+/// once; `sweep` empties the caches before every run. The steps are timed in `passes` turns,
+/// each taking every (model, batch) point in order with its share of `repeats`
+/// ([`Repeats::share`]), and a point's figure is the median of its runs over all the passes: a
+/// machine whose speed drifts while it is measured (a shared host's neighbours, its clock) then
+/// drifts under every point alike, and the fit sees the shape of the step's cost rather than
+/// when each point was taken. `beside` other threads step the same model on their own replicas
+/// meanwhile (each emptying the caches before its steps too), as the workers of the job's other
+/// processes on this machine do; 0 times the step alone. One list of points per model, in
+/// `batches`' order.
 pub fn measure_steps(
-    model: &HostModel,
+    models: &[HostModel],
     batches: &[u32],
     repeats: &Repeats,
+    passes: usize,
     sweep: &mut CacheSweep,
     beside: usize,
-) -> Result<Vec<StepPoint>, HostError> {
-    let replica = replica_of(model)?;
-    let mut out = Vec::with_capacity(batches.len());
-    for &batch in batches {
-        let (features, labels) = model.batch(batch as usize);
-        // Every step starts from the same values, as the gradients are not applied.
-        let step = || replica.step(features.clone(), &labels).map(|_| ());
-        let (seconds, runs) = stepping_beside(model, batch, beside, || {
-            repeats
-                .median_after(|| sweep.sweep(), step)
-                .map_err(|e| step_error(model, batch, e))
-        })?;
-        out.push(StepPoint {
-            model: model.name.clone(),
-            batch,
-            seconds,
-            runs,
-            flops: model.training_flops_per_sample() * f64::from(batch),
-        });
+) -> Result<Vec<Vec<StepPoint>>, HostError> {
+    let replicas = models
+        .iter()
+        .map(replica_of)
+        .collect::<Result<Vec<_>, _>>()?;
+    let share = repeats.share(passes);
+    let mut times: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); batches.len()]; models.len()];
+    for _ in 0..passes.max(1) {
+        for ((model, replica), model_times) in models.iter().zip(&replicas).zip(&mut times) {
+            for (&batch, batch_times) in batches.iter().zip(model_times.iter_mut()) {
+                let (features, labels) = model.batch(batch as usize);
+                // Every step starts from the same values, as the gradients are not applied.
+                let step = || replica.step(features.clone(), &labels).map(|_| ());
+                let runs = stepping_beside(model, batch, beside, || {
+                    share
+                        .times_after(|| sweep.sweep(), step)
+                        .map_err(|e| step_error(model, batch, e))
+                })?;
+                batch_times.extend(runs);
+            }
+        }
     }
-    Ok(out)
+    Ok(models
+        .iter()
+        .zip(times)
+        .map(|(model, model_times)| {
+            batches
+                .iter()
+                .zip(model_times)
+                .map(|(&batch, mut runs)| StepPoint {
+                    model: model.name.clone(),
+                    batch,
+                    seconds: median(&mut runs),
+                    runs: runs.len(),
+                    flops: model.training_flops_per_sample() * f64::from(batch),
+                })
+                .collect()
+        })
+        .collect())
 }
 
 fn step_error(

@@ -57,9 +57,35 @@ impl Repeats {
     /// [`CacheSweep`](super::CacheSweep), to time `op` on data no longer cached).
     pub fn median_after<E>(
         &self,
+        before: impl FnMut(),
+        op: impl FnMut() -> Result<(), E>,
+    ) -> Result<(f64, usize), E> {
+        let mut times = self.times_after(before, op)?;
+        Ok((median(&mut times), times.len()))
+    }
+
+    /// One of `passes` shares of these repeats, for a measurement taken in turns with others
+    /// (so that each figure's runs span the whole measurement, and a slow spell of the machine
+    /// weighs on every figure alike rather than on the one it fell on): a warm-up run per pass
+    /// where there were any, and the timed runs, seconds and budget divided among the passes.
+    pub fn share(&self, passes: usize) -> Repeats {
+        let passes = passes.max(1);
+        Repeats {
+            warmup: self.warmup.div_ceil(passes),
+            min_runs: self.min_runs.div_ceil(passes),
+            min_seconds: self.min_seconds / passes as f64,
+            max_runs: self.max_runs.div_ceil(passes),
+            max_seconds: self.max_seconds / passes as f64,
+        }
+    }
+
+    /// The seconds of every timed run of `op`, `before` run untimed before each (the runs
+    /// [`Repeats::median_after`] takes the median of).
+    pub fn times_after<E>(
+        &self,
         mut before: impl FnMut(),
         mut op: impl FnMut() -> Result<(), E>,
-    ) -> Result<(f64, usize), E> {
+    ) -> Result<Vec<f64>, E> {
         for _ in 0..self.warmup {
             before();
             op()?;
@@ -82,7 +108,7 @@ impl Repeats {
             total += t;
             times.push(t);
         }
-        Ok((median(&mut times), times.len()))
+        Ok(times)
     }
 }
 
@@ -130,6 +156,17 @@ mod tests {
         assert_eq!((runs, calls), (4, 6));
         let err = r.median(|| Err::<(), &str>("broken")).unwrap_err();
         assert_eq!(err, "broken");
+    }
+
+    #[test]
+    fn a_share_divides_the_runs_and_keeps_a_warmup_per_pass() {
+        let share = Repeats::full().share(3);
+        assert_eq!((share.warmup, share.min_runs, share.max_runs), (1, 5, 1667));
+        assert!((share.min_seconds - 0.25 / 3.0).abs() < 1e-12);
+        assert!((share.max_seconds - 1.0).abs() < 1e-12);
+        // One pass, or none asked for, is the whole measurement.
+        assert_eq!(Repeats::quick().share(1), Repeats::quick());
+        assert_eq!(Repeats::quick().share(0), Repeats::quick());
     }
 
     #[test]
