@@ -95,6 +95,33 @@ impl Placement for RoundRobinPlacement {
     }
 }
 
+/// Blocks dealt largest first, each to the server holding the fewest bytes so far (the lower
+/// server on a tie; blocks of one size in layout order). Every server then ends within one block
+/// of every other's bytes, where round-robin can pile a model's large tensors on one server: a
+/// layer's bias and weight alternate in layout order, so with two servers round-robin gives one
+/// every bias and the other every weight.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BalancedPlacement;
+
+impl Placement for BalancedPlacement {
+    fn name(&self) -> String {
+        "balanced".into()
+    }
+    fn assign(&self, _params: &[ParamInfo], blocks: &[Block], servers: u32) -> Vec<ServerId> {
+        let servers = servers.max(1) as usize;
+        let mut order: Vec<usize> = (0..blocks.len()).collect();
+        order.sort_by_key(|&i| (std::cmp::Reverse(blocks[i].len), i));
+        let mut held = vec![0u64; servers];
+        let mut owner = vec![0; blocks.len()];
+        for i in order {
+            let least = (0..servers).min_by_key(|&s| (held[s], s)).unwrap_or(0);
+            held[least] += blocks[i].bytes();
+            owner[i] = least as ServerId;
+        }
+        owner
+    }
+}
+
 /// The model's parameters cut into blocks of at most `max_block_elems`, with an owner each.
 #[derive(Clone, Debug)]
 pub struct ParamLayout {
@@ -277,5 +304,68 @@ mod tests {
             layout.write_into(&layout.slice_for(s, Some(&values)), &mut back);
         }
         assert_eq!(back, values);
+    }
+
+    /// An MLP's layout: each layer's bias, then its weight.
+    fn mlp(widths: &[usize]) -> Vec<ParamInfo> {
+        widths
+            .windows(2)
+            .enumerate()
+            .flat_map(|(i, w)| {
+                [
+                    ParamInfo {
+                        name: format!("s{i:02}.bias"),
+                        shape: vec![w[1]],
+                        fan_in: 0,
+                    },
+                    ParamInfo {
+                        name: format!("s{i:02}.weight"),
+                        shape: vec![w[1], w[0]],
+                        fan_in: w[0],
+                    },
+                ]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn balanced_spreads_an_mlps_weights_where_round_robin_piles_them_on_one_server() {
+        let params = mlp(&[784, 1024, 1024, 10]);
+        let round_robin = ParamLayout::new(params.clone(), 1 << 20, &RoundRobinPlacement, 2);
+        // Biases and weights alternate: every weight lands on server 1.
+        assert_eq!(round_robin.elems_per_server(), vec![2058, 1_861_632]);
+        let balanced = ParamLayout::new(params, 1 << 20, &BalancedPlacement, 2);
+        // The 1024×1024 weight alone on one server, every other tensor on the other.
+        assert_eq!(balanced.elems_per_server(), vec![1_048_576, 815_114]);
+        assert_eq!(balanced.blocks(), round_robin.blocks());
+    }
+
+    proptest::proptest! {
+        /// Every block has one server, every server ends within one block of every other, and
+        /// the same blocks always get the same owners.
+        #[test]
+        fn balanced_servers_end_within_one_block_of_each_other(
+            sizes in proptest::collection::vec(0usize..5000, 1..40),
+            max_block in 1usize..3000,
+            servers in 1u32..9,
+        ) {
+            let params: Vec<ParamInfo> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| ParamInfo { name: format!("p{i}"), shape: vec![n], fan_in: 0 })
+                .collect();
+            let layout = ParamLayout::new(params.clone(), max_block, &BalancedPlacement, servers);
+            let held = layout.elems_per_server();
+            proptest::prop_assert_eq!(held.len(), servers as usize);
+            proptest::prop_assert_eq!(held.iter().sum::<u64>(), sizes.iter().sum::<usize>() as u64);
+            let largest = layout.blocks().iter().map(|b| b.len as u64).max().unwrap_or(0);
+            let (lo, hi) = (held.iter().min().copied(), held.iter().max().copied());
+            proptest::prop_assert!(hi.zip(lo).is_some_and(|(h, l)| h - l <= largest), "{held:?}, largest block {largest}");
+            let again = ParamLayout::new(params, max_block, &BalancedPlacement, servers);
+            for b in layout.blocks() {
+                proptest::prop_assert!(layout.owner(b.id) < servers);
+                proptest::prop_assert_eq!(layout.owner(b.id), again.owner(b.id));
+            }
+        }
     }
 }

@@ -8,7 +8,9 @@ mod server;
 mod timed;
 
 pub use consistency::{ApplyMode, Asynchronous, Consistency, StaleSynchronous};
-pub use layout::{cut_into_blocks, Block, ParamLayout, Placement, RoundRobinPlacement};
+pub use layout::{
+    cut_into_blocks, BalancedPlacement, Block, ParamLayout, Placement, RoundRobinPlacement,
+};
 pub use reads::ReadGate;
 pub use server::ParamServer;
 pub use timed::{

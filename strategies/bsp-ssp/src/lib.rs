@@ -11,9 +11,11 @@
 //!
 //! Each fills the `consistency` slot. The rules themselves are the engine's
 //! ([`StaleSynchronous`], [`Asynchronous`], re-exported here); this crate is how a config picks one.
+//! `balanced` fills the `placement` slot of the same servers: their blocks placed by size
+//! ([`BalancedPlacement`]) rather than the engine's round-robin.
 
 use concord_engine::prelude::*;
-pub use concord_engine::ps::{Asynchronous, StaleSynchronous};
+pub use concord_engine::ps::{Asynchronous, BalancedPlacement, StaleSynchronous};
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -125,12 +127,43 @@ impl Strategy for Asp {
     }
 }
 
-/// A consistency rule only means something to the engine's parameter server: a strategy that
-/// replaces the server role cannot be combined with one.
+/// The `balanced` strategy: the parameter servers' blocks placed by size
+/// ([`BalancedPlacement`]) instead of round-robin, so that no server holds much more than
+/// another. Compose it with a consistency strategy, e.g. `["ssp", "balanced"]`.
+#[derive(Debug, Default)]
+pub struct Balanced;
+
+impl Strategy for Balanced {
+    fn name(&self) -> &'static str {
+        "balanced"
+    }
+    fn summary(&self) -> &'static str {
+        "Blocks placed largest first on the server holding the fewest bytes, not round-robin"
+    }
+    fn slots(&self) -> &'static [Slot] {
+        &[Slot::Placement]
+    }
+    fn install(
+        &self,
+        options: Option<&toml::Value>,
+        _config: &RunConfig,
+        asm: &mut Assembly,
+    ) -> Result<()> {
+        parse_options::<NoOptions>(self.name(), options)?;
+        asm.placement = Some(Arc::new(BalancedPlacement));
+        Ok(())
+    }
+    fn check(&self, asm: &Assembly, _config: &RunConfig) -> Result<()> {
+        needs_parameter_server(self.name(), asm)
+    }
+}
+
+/// A consistency rule or a block placement only means something to the engine's parameter
+/// server: a strategy that replaces the server role cannot be combined with one.
 fn needs_parameter_server(name: &str, asm: &Assembly) -> Result<()> {
     match asm.owners().get(&Slot::Server) {
         Some(other) => Err(EngineError::Composition(format!(
-            "`{name}` sets the parameter server's consistency, but `{other}` replaces the server role; they cannot be combined"
+            "`{name}` configures the engine's parameter server, but `{other}` replaces the server role; they cannot be combined"
         ))),
         None => Ok(()),
     }
@@ -141,11 +174,12 @@ fn needs_parameter_server(name: &str, asm: &Assembly) -> Result<()> {
 #[serde(deny_unknown_fields)]
 struct NoOptions {}
 
-/// Adds `bsp`, `ssp` and `asp` to a registry.
+/// Adds `bsp`, `ssp`, `asp` and `balanced` to a registry.
 pub fn register(registry: &mut Registry) -> Result<()> {
     registry.register(Arc::new(Bsp))?;
     registry.register(Arc::new(Ssp))?;
     registry.register(Arc::new(Asp))?;
+    registry.register(Arc::new(Balanced))?;
     Ok(())
 }
 
