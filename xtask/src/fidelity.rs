@@ -3,10 +3,12 @@
 //! suite's models, timed while another thread steps beside them as the job's other worker does; a
 //! server's update; the role-to-role latency and bandwidth of the process runtime's transport,
 //! and what a message adds when its receiver has waited for it)
-//! into a device profile; then each job runs as two processes (`concord launch`) and in `sim` on
-//! that profile, and the suite prints the steady-state time per iteration of both and the error
-//! of the prediction, against the goal of 15 % for BSP, SSP and allreduce
-//! (`bench/out/fidelity/`: the profile, every run folder, results.csv). Each process job runs
+//! into a device profile; then each job runs as two processes (`concord launch`), the machine is
+//! calibrated again, and the job runs in `sim` on both profiles: the suite prints the steady-state
+//! time per iteration of the process runs and the mean of the two predictions, and the error of
+//! that prediction, against the goal of 15 % for BSP, SSP and allreduce (`bench/out/fidelity/`:
+//! the profiles, every run folder, results.csv). The machine's speed drifts by several percent
+//! within minutes, so profiles taken before and after the runs bracket the machine they met. Each process job runs
 //! three times and counts by its median run, so that one run slowed by a neighbour's load does
 //! not decide the case; the slowest and fastest runs are printed beside it, and the error against
 //! the fastest (the run the machine's other load disturbed least), and the counted run's tenth
@@ -120,6 +122,96 @@ fn run_ok(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `concord calibrate --host` of `job_file`'s model for [`PROCESSES`] processes, written to
+/// `profile`; returns the share of the processors' time a hypervisor took meanwhile.
+fn calibrate(
+    concord: &Path,
+    root: &Path,
+    job_file: &Path,
+    profile: &Path,
+) -> anyhow::Result<Option<f64>> {
+    run_ok_stolen(
+        Command::new(concord)
+            .current_dir(root)
+            .args(["calibrate", "--host", "--processes", &PROCESSES.to_string()])
+            .arg("--config")
+            .arg(job_file)
+            .arg("--out")
+            .arg(profile),
+        "concord calibrate --host",
+    )
+}
+
+/// Writes `model`'s job with `profile` appended as `config`, the file the runs read.
+fn write_config(model: &Model, profile: &Path, config: &Path) -> anyhow::Result<()> {
+    std::fs::write(
+        config,
+        format!("{}{}", job(model), std::fs::read_to_string(profile)?),
+    )?;
+    Ok(())
+}
+
+/// The steady-state seconds per iteration `sim` predicts for `strategy` on `config`, its run
+/// folder at `folder`.
+fn predict(
+    concord: &Path,
+    root: &Path,
+    config: &Path,
+    strategy: &str,
+    folder: &Path,
+) -> anyhow::Result<f64> {
+    run_ok(
+        Command::new(concord)
+            .current_dir(root)
+            .args(["train", "--quiet", "--runtime", "sim", "--config"])
+            .arg(config)
+            .args(["--set", &format!("strategies=[\"{strategy}\"]"), "--out"])
+            .arg(folder),
+        "the sim run",
+    )?;
+    Ok(mean(&steady_iterations(folder)?))
+}
+
+/// One process run of a job: its steady-state mean, the share stolen during it, and its
+/// steady-state iterations.
+type ProcessRun = (f64, Option<f64>, Vec<f64>);
+
+/// [`PROCESS_RUNS`] runs of `strategy` on `config` as [`PROCESSES`] processes, their folders
+/// `<strategy>-process-<n>` in `dir`, fastest first.
+fn process_runs(
+    concord: &Path,
+    root: &Path,
+    config: &Path,
+    strategy: &str,
+    dir: &Path,
+) -> anyhow::Result<Vec<ProcessRun>> {
+    let set = format!("strategies=[\"{strategy}\"]");
+    let mut runs = Vec::with_capacity(PROCESS_RUNS);
+    for run in 0..PROCESS_RUNS {
+        let p = dir.join(format!("{strategy}-process-{run}"));
+        let stolen = run_ok_stolen(
+            Command::new(concord)
+                .current_dir(root)
+                .args([
+                    "launch",
+                    "--nproc",
+                    &PROCESSES.to_string(),
+                    "train",
+                    "--quiet",
+                ])
+                .arg("--config")
+                .arg(config)
+                .args(["--set", &set, "--out"])
+                .arg(&p),
+            "the process run",
+        )?;
+        let iterations = steady_iterations(&p)?;
+        runs.push((mean(&iterations), stolen, iterations));
+    }
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Ok(runs)
+}
+
 /// Runs the suite and prints its table.
 pub fn run() -> anyhow::Result<()> {
     let root = crate::bench::suite::load::workspace_root();
@@ -130,21 +222,20 @@ pub fn run() -> anyhow::Result<()> {
     std::fs::create_dir_all(&out)?;
     let concord = crate::bench_process::concord_binary()?;
     let mut csv = String::from(
-        "model,strategy,process_ms,process_min_ms,process_max_ms,sim_ms,error_pct,fastest_error_pct,process_p10_ms,process_median_ms,p10_error_pct,goal_met,calibrate_stolen_pct,process_stolen_pct\n",
+        "model,strategy,process_ms,process_min_ms,process_max_ms,sim_ms,sim_before_ms,sim_after_ms,error_pct,fastest_error_pct,process_p10_ms,process_median_ms,p10_error_pct,goal_met,calibrate_stolen_pct,calibrate_after_stolen_pct,process_stolen_pct\n",
     );
     println!(
-        "sim vs --runtime process on this machine: {PROCESSES} processes, one worker each \
-         (steady state, after the first {:.0} % of iterations; the median of {PROCESS_RUNS} \
-         process runs)",
+        "sim vs --runtime process on this machine: {PROCESSES} processes, one worker each (steady state, after the first {:.0} % of iterations; the median of {PROCESS_RUNS} process runs; sim: the mean of its predictions on the profiles calibrated before and after them)",
         WARM_UP_SHARE * 100.0
     );
     println!(
-        "{:<24} {:<10} {:>12} {:>17} {:>10} {:>9} {:>9}  {:>18} {:>9}  {:>13}  goal: within {:.0} %",
+        "{:<24} {:<10} {:>12} {:>17} {:>10} {:>17} {:>9} {:>9}  {:>18} {:>9}  {:>19}  goal: within {:.0} %",
         "model",
         "strategy",
         "process ms",
         "(runs: min, max)",
         "sim ms",
+        "(before, after)",
         "error",
         "(fastest)",
         "iterations p10, p50",
@@ -158,59 +249,36 @@ pub fn run() -> anyhow::Result<()> {
         std::fs::create_dir_all(&dir)?;
         let job_file = dir.join("job.toml");
         std::fs::write(&job_file, job(model))?;
-        let profile = dir.join("host.toml");
-        let calibrate_stolen = run_ok_stolen(
-            Command::new(&concord)
-                .current_dir(&root)
-                .args(["calibrate", "--host", "--processes", &PROCESSES.to_string()])
-                .arg("--config")
-                .arg(&job_file)
-                .arg("--out")
-                .arg(&profile),
-            "concord calibrate --host",
-        )?;
+        // The machine's speed drifts by several percent within minutes: calibrated before the
+        // process runs and again after them, the two profiles bracket what the runs met.
+        let (before, after) = (dir.join("host.toml"), dir.join("host-after.toml"));
+        let stolen_before = calibrate(&concord, &root, &job_file, &before)?;
         let config = dir.join("config.toml");
-        std::fs::write(
-            &config,
-            format!("{}{}", job(model), std::fs::read_to_string(&profile)?),
-        )?;
+        write_config(model, &before, &config)?;
+        let mut measured_runs = Vec::with_capacity(STRATEGIES.len());
         for strategy in STRATEGIES {
-            let set = format!("strategies=[\"{strategy}\"]");
-            let s = dir.join(format!("{strategy}-sim"));
-            let mut runs = Vec::with_capacity(PROCESS_RUNS);
-            for run in 0..PROCESS_RUNS {
-                let p = dir.join(format!("{strategy}-process-{run}"));
-                let stolen = run_ok_stolen(
-                    Command::new(&concord)
-                        .current_dir(&root)
-                        .args([
-                            "launch",
-                            "--nproc",
-                            &PROCESSES.to_string(),
-                            "train",
-                            "--quiet",
-                        ])
-                        .arg("--config")
-                        .arg(&config)
-                        .args(["--set", &set, "--out"])
-                        .arg(&p),
-                    "the process run",
-                )?;
-                let iterations = steady_iterations(&p)?;
-                runs.push((mean(&iterations), stolen, iterations));
-            }
-            run_ok(
-                Command::new(&concord)
-                    .current_dir(&root)
-                    .args(["train", "--quiet", "--runtime", "sim", "--config"])
-                    .arg(&config)
-                    .args(["--set", &set, "--out"])
-                    .arg(&s),
-                "the sim run",
+            measured_runs.push(process_runs(&concord, &root, &config, strategy, &dir)?);
+        }
+        let stolen_after = calibrate(&concord, &root, &job_file, &after)?;
+        let config_after = dir.join("config-after.toml");
+        write_config(model, &after, &config_after)?;
+        for (strategy, runs) in STRATEGIES.iter().zip(&measured_runs) {
+            let predicted_before = predict(
+                &concord,
+                &root,
+                &config,
+                strategy,
+                &dir.join(format!("{strategy}-sim")),
             )?;
-            runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let predicted_after = predict(
+                &concord,
+                &root,
+                &config_after,
+                strategy,
+                &dir.join(format!("{strategy}-sim-after")),
+            )?;
+            let predicted = 0.5 * (predicted_before + predicted_after);
             let (measured, stolen, ref counted) = runs[runs.len() / 2];
-            let predicted = mean(&steady_iterations(&s)?);
             let (fastest, slowest) = (runs[0].0, runs[runs.len() - 1].0);
             let error = predicted / measured - 1.0;
             // Beside the verdict: against the run the machine's other load disturbed least, and
@@ -223,35 +291,44 @@ pub fn run() -> anyhow::Result<()> {
             let met = error.abs() <= GOAL;
             missed += usize::from(!met);
             println!(
-                "{:<24} {:<10} {:>12.3} {:>17} {:>10.3} {:>+8.1}% {:>+8.1}%  {:>18} {:>+8.1}%  {:>13}  {}",
+                "{:<24} {:<10} {:>12.3} {:>17} {:>10.3} {:>17} {:>+8.1}% {:>+8.1}%  {:>18} {:>+8.1}%  {:>19}  {}",
                 model.name,
                 strategy,
                 measured * 1e3,
                 format!("({:.3}, {:.3})", fastest * 1e3, slowest * 1e3),
                 predicted * 1e3,
+                format!("({:.3}, {:.3})", predicted_before * 1e3, predicted_after * 1e3),
                 error * 100.0,
                 fastest_error * 100.0,
                 format!("{:.3}, {:.3}", p10 * 1e3, median * 1e3),
                 p10_error * 100.0,
-                format!("{} ({})", pct(stolen), pct(calibrate_stolen)),
+                format!(
+                    "{} ({}, {})",
+                    pct(stolen),
+                    pct(stolen_before),
+                    pct(stolen_after)
+                ),
                 if met { "✓" } else { "✗" }
             );
             let csv_pct =
                 |s: Option<f64>| s.map_or_else(String::new, |s| format!("{:.2}", s * 100.0));
             writeln!(
                 csv,
-                "{},{strategy},{:.6},{:.6},{:.6},{:.6},{:.2},{:.2},{:.6},{:.6},{:.2},{met},{},{}",
+                "{},{strategy},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.2},{:.2},{:.6},{:.6},{:.2},{met},{},{},{}",
                 model.name,
                 measured * 1e3,
                 fastest * 1e3,
                 slowest * 1e3,
                 predicted * 1e3,
+                predicted_before * 1e3,
+                predicted_after * 1e3,
                 error * 100.0,
                 fastest_error * 100.0,
                 p10 * 1e3,
                 median * 1e3,
                 p10_error * 100.0,
-                csv_pct(calibrate_stolen),
+                csv_pct(stolen_before),
+                csv_pct(stolen_after),
                 csv_pct(stolen)
             )?;
         }
