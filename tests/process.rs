@@ -343,6 +343,69 @@ fn bsp_and_allreduce_end_with_the_parameters_of_sim() {
     }
 }
 
+/// Every process reads one run clock, set by rank 0's before the roles start: a worker's wait
+/// for a server of the other process (the server's time of serving against the worker's time of
+/// asking) fits inside the worker's clock, and no span of a worker's timeline starts before the
+/// one before it ended. On clocks of their own, started a message's latency or more apart, a
+/// wait came out longer than the clock it was part of, and the timelines overlapped.
+#[test]
+fn the_processes_share_one_run_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 2, 2, "", "");
+    let out = dir.path().join("run");
+    let sets = [
+        "iterations=200",
+        "eval_every=200",
+        "trace=\"full\"",
+        "strategies=[\"bsp\"]",
+    ];
+    let args: Vec<&str> = sets.iter().flat_map(|s| ["--set", s]).collect();
+    launch(2, &cfg, &out, &args);
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seconds = |row: &serde_json::Value, key: &str, w: usize| row[key][w].as_f64().unwrap();
+    let steady = &rows[20..];
+    let clock = (steady[steady.len() - 1]["time_s"].as_f64().unwrap()
+        - steady[0]["time_s"].as_f64().unwrap())
+        / (steady.len() - 1) as f64;
+    for w in 0..2 {
+        let spent: f64 = steady[1..]
+            .iter()
+            .map(|r| seconds(r, "compute_s", w) + seconds(r, "wait_s", w) + seconds(r, "comm_s", w))
+            .sum::<f64>()
+            / (steady.len() - 1) as f64;
+        assert!(
+            spent <= 1.1 * clock,
+            "worker {w} accounts {spent} s a clock, in clocks of {clock} s"
+        );
+        let trace: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join(format!("trace/worker-{w}.json"))).unwrap(),
+        )
+        .unwrap();
+        let mut spans: Vec<(f64, f64)> = trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .map(|e| {
+                let ts = e["ts"].as_f64().unwrap();
+                (ts, ts + e["dur"].as_f64().unwrap_or(0.0))
+            })
+            .collect();
+        spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // Microseconds: what the clocks' alignment may leave (a fraction of a loopback round
+        // trip), far below the hundreds the unaligned clocks were apart.
+        let overlaps = spans.windows(2).filter(|p| p[1].0 < p[0].1 - 25.0).count();
+        assert_eq!(
+            overlaps, 0,
+            "worker {w}: spans overlapping their predecessor"
+        );
+    }
+}
+
 /// The model tensors of two run folders are the same bits.
 fn assert_same_model(a: &Path, b: &Path, what: &str) {
     let (ma, mb) = (model(a), model(b));

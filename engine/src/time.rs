@@ -34,6 +34,17 @@ impl TimeBase {
         }
     }
 
+    /// A real-time base whose clock read `origin` run seconds at `start`: a process of a
+    /// `--runtime process` job sets its clock by rank 0's, so that times the processes exchange
+    /// (when a server served a read, when a message was sent) compare.
+    pub fn real_from(start: std::time::Instant, origin: f64) -> TimeBase {
+        TimeBase {
+            start: Instant::from_std(start),
+            scale: 1.0,
+            origin,
+        }
+    }
+
     /// Run seconds now: the origin plus the seconds since this time base started (a fresh run's
     /// origin is 0, and `0 + x` is `x` exactly).
     pub fn now(&self) -> f64 {

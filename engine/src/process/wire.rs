@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::codec::LengthDelimitedCodec;
 
 /// Version of the frame format; processes of different versions refuse each other.
-pub const WIRE_VERSION: u32 = 2;
+pub const WIRE_VERSION: u32 = 3;
 
 /// Why a frame or a handshake was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -201,6 +201,20 @@ pub enum Frame {
     },
     /// The sender has built its roles and starts them once every process has.
     Ready,
+    /// A follower to rank 0, before its roles start: what does your run clock read?
+    ClockProbe {
+        /// The probe's number, which the echo repeats.
+        probe: u32,
+    },
+    /// Rank 0's answer to a [`Frame::ClockProbe`]: its run clock when it read the probe.
+    ClockEcho {
+        /// The probe answered.
+        probe: u32,
+        /// Rank 0's run time, seconds.
+        leader_s: f64,
+    },
+    /// A follower to rank 0: its run clock is set by rank 0's, so its roles may start.
+    ClockSet,
     /// A role's message to a role of the receiving process.
     Deliver {
         /// Sender.
@@ -262,6 +276,9 @@ impl Frame {
             Frame::Hello { .. } => "hello",
             Frame::Roster { .. } => "roster",
             Frame::Ready => "ready",
+            Frame::ClockProbe { .. } => "clock-probe",
+            Frame::ClockEcho { .. } => "clock-echo",
+            Frame::ClockSet => "clock-set",
             Frame::Deliver { .. } => "deliver",
             Frame::Heartbeat { .. } => "heartbeat",
             Frame::Progress { .. } => "progress",

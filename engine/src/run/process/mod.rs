@@ -15,6 +15,7 @@
 //! follower starts the next stretch only once every other follower has said its roles are done
 //! (`SegmentEnd`), so no message of one stretch reaches the roles of the next.
 
+mod clock;
 mod outputs;
 mod ranks;
 
@@ -37,7 +38,6 @@ use crate::process::wire::{Frame, JobIdentity, ProcessOutputs};
 use crate::process::World;
 use crate::resume::ResumePoint;
 use crate::stall;
-use crate::time::TimeBase;
 use crate::transport::Envelope;
 use outputs::{gather, remote, write_timelines};
 use ranks::{join_listening, Ranks};
@@ -284,6 +284,7 @@ async fn rank_body(
         // rank 0 has everyone's outputs.
         ranks.ready.clear();
         ranks.done.clear();
+        ranks.end_clock();
         let last = end >= config.iterations;
         if rank != 0 {
             ranks.peers.send(0, &Frame::Outputs(Box::new(mine)));
@@ -374,7 +375,12 @@ async fn run_segment(
             .and_then(|p| p.roles.get(&role))
             .map(|c| c.at_s)
     };
-    let time = TimeBase::starting_at(false, origin);
+    // One run clock across the processes: the followers set theirs by rank 0's.
+    let time = if rank == 0 {
+        ranks.lead_clock(&job, origin).await?
+    } else {
+        ranks.follow_clock(&job, origin).await?
+    };
     let net = Arc::new(MeshTransport::new(
         job.cluster.clone(),
         time,

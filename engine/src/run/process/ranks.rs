@@ -3,6 +3,7 @@
 
 use super::super::finish;
 use super::super::launch::RoleOutput;
+use super::clock;
 use crate::cluster::Cluster;
 use crate::contract::Assembly;
 use crate::error::{EngineError, Result};
@@ -12,6 +13,7 @@ use crate::job::{Job, ProgressFn};
 use crate::process::mesh::{Event, Peers};
 use crate::process::wire::{Frame, ProcessOutputs};
 use crate::resume::ResumePoint;
+use crate::time::TimeBase;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -37,6 +39,14 @@ pub(super) struct Ranks {
     pub(super) segment: Option<Option<Box<ResumePoint>>>,
     /// Followers whose roles are done with the stretch before the next (followers).
     pub(super) ended: BTreeSet<u32>,
+    /// Rank 0's run clock for the stretch, once started: what it answers clock probes with.
+    clock: Option<TimeBase>,
+    /// Probes that came before rank 0's clock started, by rank: answered when it starts.
+    early_probes: Vec<(u32, u32)>,
+    /// Rank 0's answers to this follower's clock probes, by probe.
+    echoes: BTreeMap<u32, f64>,
+    /// Followers whose clocks are set by rank 0's for the stretch (rank 0).
+    pub(super) clock_set: BTreeSet<u32>,
     pub(super) world: u32,
 }
 
@@ -94,6 +104,10 @@ impl Ranks {
             diverged: BTreeSet::new(),
             segment: None,
             ended: BTreeSet::new(),
+            clock: None,
+            early_probes: Vec::new(),
+            echoes: BTreeMap::new(),
+            clock_set: BTreeSet::new(),
             world,
         }
     }
@@ -112,6 +126,61 @@ impl Ranks {
         .await?;
         self.ended.clear();
         Ok(self.segment.take().flatten().map(|p| Arc::new(*p)))
+    }
+
+    /// Rank 0: starts the stretch's run clock (reading `origin` now), answers the probes that
+    /// came before it, and waits until every follower has set its clock by it.
+    pub(super) async fn lead_clock(&mut self, job: &Job, origin: f64) -> Result<TimeBase> {
+        let time = TimeBase::starting_at(false, origin);
+        self.clock = Some(time);
+        for (r, probe) in std::mem::take(&mut self.early_probes) {
+            self.echo(r, probe);
+        }
+        self.wait(job, |r| r.clock_set.len() + 1 >= r.world as usize)
+            .await?;
+        self.clock_set.clear();
+        Ok(time)
+    }
+
+    /// Forgets the stretch's clock (rank 0), so that probes of the next stretch wait for its own.
+    pub(super) fn end_clock(&mut self) {
+        self.clock = None;
+    }
+
+    /// A follower: sets its run clock by rank 0's (see [`super::clock`]) and tells rank 0.
+    pub(super) async fn follow_clock(&mut self, job: &Job, origin: f64) -> Result<TimeBase> {
+        let mut samples = Vec::with_capacity(clock::PROBES as usize);
+        for probe in 0..clock::PROBES {
+            let sent = std::time::Instant::now();
+            self.peers.send(0, &Frame::ClockProbe { probe });
+            self.wait(job, |r| r.echoes.contains_key(&probe)).await?;
+            let received = std::time::Instant::now();
+            let leader_s = self.echoes.remove(&probe).unwrap_or(origin);
+            samples.push(clock::ClockSample {
+                sent,
+                received,
+                leader_s,
+            });
+        }
+        let start = clock::leader_start(&samples, origin).ok_or_else(|| EngineError::Process {
+            rank: self.peers.rank(),
+            reason: "no answer from rank 0's clock".into(),
+        })?;
+        self.peers.send(0, &Frame::ClockSet);
+        Ok(TimeBase::real_from(start, origin))
+    }
+
+    /// Answers follower `r`'s clock probe `probe` with rank 0's run clock now.
+    fn echo(&self, r: u32, probe: u32) {
+        if let Some(time) = &self.clock {
+            self.peers.send(
+                r,
+                &Frame::ClockEcho {
+                    probe,
+                    leader_s: time.now(),
+                },
+            );
+        }
     }
 
     /// Takes in the other ranks' events until `done` holds.
@@ -146,6 +215,22 @@ impl Ranks {
             Event::Frame { rank: r, frame } => match frame {
                 Frame::Ready => {
                     self.ready.insert(r);
+                    Ok(())
+                }
+                Frame::ClockProbe { probe } => {
+                    if self.clock.is_some() {
+                        self.echo(r, probe);
+                    } else {
+                        self.early_probes.push((r, probe));
+                    }
+                    Ok(())
+                }
+                Frame::ClockEcho { probe, leader_s } => {
+                    self.echoes.insert(probe, leader_s);
+                    Ok(())
+                }
+                Frame::ClockSet => {
+                    self.clock_set.insert(r);
                     Ok(())
                 }
                 Frame::WorkersDone => {
