@@ -85,6 +85,8 @@ fn cases() -> Vec<(&'static str, RunConfig, Holds)> {
         ("ssp", tiny(&["ssp"], &[]), Replica(0)),
         ("asp", tiny(&["asp"], &[]), Replica(0)),
         ("lb-bsp", tiny(&["bsp", "lb-bsp"], &[]), Replica(0)),
+        // A placement moves blocks between servers, not what a worker holds.
+        ("balanced", tiny(&["bsp", "balanced"], &[]), Replica(0)),
         ("resident", resident, Replica(0)),
         // The swapping policies on a model without an operator graph keep its per-stage
         // activations resident, like `resident`.

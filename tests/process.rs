@@ -162,6 +162,11 @@ fn asp_runs_under_processes() {
 }
 
 #[test]
+fn a_balanced_placement_runs_under_processes() {
+    runs_under_processes("[\"bsp\", \"balanced\"]", "");
+}
+
+#[test]
 fn lb_bsp_runs_under_processes() {
     runs_under_processes("[\"lb-bsp\"]", "");
 }
