@@ -8,13 +8,13 @@
 //! time per iteration of the process runs and the mean of the two predictions, and the error of
 //! that prediction, against the goal of 15 % for BSP, SSP and allreduce (`bench/out/fidelity/`:
 //! the profiles, every run folder, results.csv). The machine's speed drifts by several percent
-//! within minutes, so profiles taken before and after the runs bracket the machine they met. Each process job runs
-//! three times and counts by its median run, so that one run slowed by a neighbour's load does
-//! not decide the case; the slowest and fastest runs are printed beside it, and the error against
-//! the fastest (the run the machine's other load disturbed least), and the counted run's tenth
-//! percentile and median iteration with the error against the tenth percentile (its undisturbed
-//! iterations: a synchronous iteration waits for whichever role the machine's other work
-//! delayed, which `sim` does not predict). Beside each case, the share of
+//! within minutes, so profiles taken before and after the runs bracket the machine they met.
+//! Each process job runs three times and counts by its median run, so that one run slowed by a
+//! neighbour's load does not decide the case; the slowest and fastest runs are printed beside
+//! it, and the error against the fastest (the run the machine's other load disturbed least), and
+//! the counted run's tenth percentile and median iteration with the error against the tenth
+//! percentile (its undisturbed iterations: a synchronous iteration waits for whichever role the
+//! machine's other work delayed, which `sim` does not predict). Beside each case, the share of
 //! the processors' time a hypervisor took (`/proc/stat`'s steal) while the machine was calibrated
 //! and during the counted run: on a virtual machine it moves from nothing to half within minutes,
 //! and a calibration and a run that lost different shares do not compare.
@@ -263,20 +263,11 @@ pub fn run() -> anyhow::Result<()> {
         let config_after = dir.join("config-after.toml");
         write_config(model, &after, &config_after)?;
         for (strategy, runs) in STRATEGIES.iter().zip(&measured_runs) {
-            let predicted_before = predict(
-                &concord,
-                &root,
-                &config,
-                strategy,
-                &dir.join(format!("{strategy}-sim")),
-            )?;
-            let predicted_after = predict(
-                &concord,
-                &root,
-                &config_after,
-                strategy,
-                &dir.join(format!("{strategy}-sim-after")),
-            )?;
+            let sim_on = |config: &Path, folder: &str| {
+                predict(&concord, &root, config, strategy, &dir.join(folder))
+            };
+            let predicted_before = sim_on(&config, &format!("{strategy}-sim"))?;
+            let predicted_after = sim_on(&config_after, &format!("{strategy}-sim-after"))?;
             let predicted = 0.5 * (predicted_before + predicted_after);
             let (measured, stolen, ref counted) = runs[runs.len() / 2];
             let (fastest, slowest) = (runs[0].0, runs[runs.len() - 1].0);

@@ -46,7 +46,7 @@ pub(super) struct Ranks {
     /// Rank 0's answers to this follower's clock probes, by probe.
     echoes: BTreeMap<u32, f64>,
     /// Followers whose clocks are set by rank 0's for the stretch (rank 0).
-    pub(super) clock_set: BTreeSet<u32>,
+    clock_set: BTreeSet<u32>,
     pub(super) world: u32,
 }
 
