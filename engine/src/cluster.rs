@@ -67,8 +67,9 @@ pub struct DeviceProfile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_link_gbps: Option<f64>,
     /// How fast a role copies a message's tensors between its math and the message, in Gbit/s:
-    /// the sender packs the payload before any of it leaves, the receiver unpacks it once it
-    /// has arrived, each role one message after another (on a GPU the device-to-host and
+    /// the sender packs the payload before any of it leaves, the receiver unpacks what it copies
+    /// once it has arrived (all but a push's gradients, which a server sums as it aggregates
+    /// them), each role one message after another (on a GPU the device-to-host and
     /// host-to-device copies, on a CPU memory copies of data no longer in its caches). Measured
     /// by `concord calibrate --host`, where packing a 7 MB gradient costs as much as sending it.
     /// Unset, packing is free (the behaviour of configs written before the field existed).

@@ -133,6 +133,17 @@ impl Message {
         self.sum_over_payloads(Payload::bytes)
     }
 
+    /// Bytes of the tensors its receiver copies out of it on receipt: every payload but a
+    /// push's, whose gradients a server folds straight into its sum as it aggregates them (work
+    /// it charges as its own). What `sim` charges the receiver at
+    /// [`DeviceProfile::message_copy_gbps`](crate::cluster::DeviceProfile::message_copy_gbps).
+    pub fn unpacked_bytes(&self) -> u64 {
+        match self {
+            Message::Push { .. } => 0,
+            _ => self.payload_bytes(),
+        }
+    }
+
     /// Bytes of the virtual payloads it carries (throughput mode's stand-ins): what a real wire
     /// must still move for the message to cost what it would.
     pub fn virtual_bytes(&self) -> u64 {

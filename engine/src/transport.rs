@@ -20,8 +20,9 @@
 //! message copy rate ([`crate::cluster::DeviceProfile::message_copy_gbps`]) or a per-message
 //! overhead ([`crate::cluster::DeviceProfile::message_us`], messages between machines), its roles
 //! also handle their messages: the sender handles a message and packs its tensors before it
-//! leaves, the receiver after it arrives, each role one message at a time (a role's out and in
-//! queues, store-and-forward around the link). Where the receiving machine's profile has a wake
+//! leaves, the receiver handles it and unpacks the tensors it copies
+//! ([`Message::unpacked_bytes`]) after it arrives, each role one message at a time (a role's out
+//! and in queues, store-and-forward around the link). Where the receiving machine's profile has a wake
 //! curve ([`crate::cluster::DeviceProfile::wake`]), a message from another machine also waits for
 //! its receiver to wake, by how long that role had gone without receiving one (its side of the
 //! runtime, which reads the socket and hands the message over, has slept as long).
@@ -382,10 +383,10 @@ impl Network {
         let s_dev = &self.cluster.machines[src as usize].device;
         let d_dev = &self.cluster.machines[dst as usize].device;
         // Summed only where a role handles its messages: the common case sends millions.
-        let payload = if s_dev.handles_messages() || d_dev.handles_messages() {
-            msg.payload_bytes()
+        let (packed, unpacked) = if s_dev.handles_messages() || d_dev.handles_messages() {
+            (msg.payload_bytes(), msg.unpacked_bytes())
         } else {
-            0
+            (0, 0)
         };
         // The sender handles the message and packs its tensors before any byte leaves, after
         // its earlier messages.
@@ -397,7 +398,7 @@ impl Network {
             from_host,
             from,
             (now, now),
-            s_dev.message_handling_seconds(payload, src != dst),
+            s_dev.message_handling_seconds(packed, src != dst),
         );
         let mut start = ready;
         let arrive = if src == dst {
@@ -463,8 +464,8 @@ impl Network {
                     curve.extra_seconds(reached - st.received.free_at(to))
                 })
         };
-        // The receiver handles it and unpacks its tensors once it is all there, after the
-        // messages it handles before.
+        // The receiver handles it and unpacks its tensors (those it copies) once it is all there,
+        // after the messages it handles before.
         let state = &mut *st;
         let arrive = in_turn_on(
             &mut state.handling_in,
@@ -472,7 +473,7 @@ impl Network {
             to_host,
             to,
             (now, arrive),
-            d_dev.message_handling_seconds(payload, src != dst),
+            d_dev.message_handling_seconds(unpacked, src != dst),
         );
         if d_dev.wake.is_some() {
             let last = st.received.free_at(to).max(arrive);
@@ -819,9 +820,19 @@ mod tests {
         RoleId::Worker(i)
     }
 
-    /// A message of exactly 1 MB on the wire (header included).
+    /// A message of exactly 1 MB on the wire (header included): a server's reply, whose tensors
+    /// the receiver copies into its values.
     fn one_mb() -> Message {
-        let msg = push((1_000_000 - HEADER_BYTES_TEST) / 4);
+        let msg = Message::Params {
+            version: 0,
+            served_at: 0.0,
+            blocks: vec![BlockPayload {
+                block: 0,
+                data: Payload::Virtual {
+                    elems: (1_000_000 - HEADER_BYTES_TEST) / 4,
+                },
+            }],
+        };
         assert_eq!(msg.wire_bytes(), 1_000_000);
         msg
     }
@@ -1024,6 +1035,22 @@ mod tests {
         net.close();
         rx.clear();
         pump.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_push_is_packed_but_its_gradients_are_not_unpacked() {
+        let (net, _rx) = copying(2);
+        let msg = push((1_000_000 - HEADER_BYTES_TEST) / 4);
+        let copy = msg.payload_bytes() as f64 / 1e9;
+        assert_eq!(msg.unpacked_bytes(), 0);
+        // The worker packs its gradients; the server sums them as it aggregates, no copy first.
+        let sent = net.send_timed(w(0), w(2), msg.clone());
+        let expect = copy + 1e-3 + 10e-6;
+        assert!((sent.arrival - expect).abs() < 1e-12, "{sent:?}");
+        assert_eq!(net.role_queues().received_handled.get(&w(2)), None);
+        // On one machine: the packing only.
+        let local = net.send_timed(w(2), w(3), msg);
+        assert!((local.arrival - copy).abs() < 1e-12, "{local:?}");
     }
 
     #[tokio::test(start_paused = true)]
