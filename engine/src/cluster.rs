@@ -70,8 +70,8 @@ pub struct DeviceProfile {
     /// the sender packs the payload before any of it leaves, the receiver unpacks what it copies
     /// once it has arrived (all but a push's gradients, which a server sums as it aggregates
     /// them), each role one message after another (on a GPU the device-to-host and
-    /// host-to-device copies, on a CPU memory copies of data no longer in its caches). Measured
-    /// by `concord calibrate --host`, where packing a 7 MB gradient costs as much as sending it.
+    /// host-to-device copies, on a CPU memory copies of data just written). Measured
+    /// by `concord calibrate --host`.
     /// Unset, packing is free (the behaviour of configs written before the field existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_copy_gbps: Option<f64>,

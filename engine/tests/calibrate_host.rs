@@ -166,7 +166,7 @@ fn steps_and_updates_are_measured_for_every_batch_and_parameter() {
     );
     assert!(update.clock_gflops() > 0.0 && update.clock_gflops().is_finite());
     // A message of every parameter, packed and unpacked.
-    let copy = host::measure_message_copy(model, &repeats, &mut sweep);
+    let copy = host::measure_message_copy(model, &repeats);
     assert_eq!(copy.bytes, 4 * update.elems as u64);
     assert!(
         copy.pack_seconds > 0.0 && copy.unpack_seconds > 0.0,

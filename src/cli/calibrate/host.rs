@@ -46,7 +46,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let batches = host::batches(args.quick);
     let mut points = Vec::new();
     let mut updates = Vec::new();
-    // Steps, servers' clocks and messages' copies are timed on data no longer cached, as in a job.
+    // Steps and servers' clocks are timed on data no longer cached, as in a job.
     let mut sweep = host::CacheSweep::for_this_machine();
     // The workers of the job's other processes on this machine step at the same time, as many
     // as it has processors: more than that take turns, which `sim` charges through the host the
@@ -123,9 +123,9 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         .max_by_key(|&i| models[i].param_elems())
         .ok_or_else(|| anyhow::anyhow!("no model was measured"))?;
     let update = &updates[largest];
-    let copy = host::measure_message_copy(&models[largest], &repeats, &mut sweep);
+    let copy = host::measure_message_copy(&models[largest], &repeats);
     outln!(
-        "# a role's copies of a message of {}'s parameters ({:.1} MiB; median, caches emptied first): pack {:.3} ms, unpack {:.3} ms; the profile's message_copy_gbps {:.2}",
+        "# a role's copies of a message of {}'s parameters ({:.1} MiB; median, the data just written, as in a job): pack {:.3} ms, unpack {:.3} ms; the profile's message_copy_gbps {:.2}",
         copy.model,
         copy.bytes as f64 / (1 << 20) as f64,
         copy.pack_seconds * 1e3,

@@ -5,8 +5,8 @@
 //! takes when every role is one process with one compute thread.
 //!
 //! The pieces: [`HostModel`] (a model to measure: a config's, or a larger MLP), [`measure_steps`]
-//! and [`measure_update`] (median seconds after a warm-up), [`measure_message_copy`] (a role
-//! packing and unpacking a message's tensors), all three timed after a [`CacheSweep`];
+//! and [`measure_update`] (median seconds after a warm-up, timed after a [`CacheSweep`]),
+//! [`measure_message_copy`] (a role packing and unpacking a message's tensors, just written);
 //! [`loopback`] (bandwidth and latency), [`machine_memory_gib`], and [`HostProfile`] (the fitted
 //! device and its TOML). The process runtime's own transport is timed by
 //! [`crate::process::probe`].

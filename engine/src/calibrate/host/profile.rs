@@ -123,7 +123,7 @@ impl HostProfile {
             round_sig(d.latency_us, 4)
         );
         s += &format!(
-            "message_copy_gbps = {:?}  # a role packing a message's tensors and unpacking them, caches cold\n",
+            "message_copy_gbps = {:?}  # a role packing a message's tensors and unpacking them, the data just written\n",
             round_sig(self.message_copy_gbps, 4)
         );
         s += &format!(
