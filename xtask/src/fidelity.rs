@@ -9,12 +9,13 @@
 //! that prediction, against the goal of 15 % for BSP, SSP and allreduce (`bench/out/fidelity/`:
 //! the profiles, every run folder, results.csv). The machine's speed drifts by several percent
 //! within minutes, so profiles taken before and after the runs bracket the machine they met.
-//! Each process job runs three times and counts by its median run, so that one run slowed by a
-//! neighbour's load does not decide the case; the slowest and fastest runs are printed beside
-//! it, and the error against the fastest (the run the machine's other load disturbed least), and
-//! the counted run's tenth percentile and median iteration with the error against the tenth
-//! percentile (its undisturbed iterations: a synchronous iteration waits for whichever role the
-//! machine's other work delayed, which `sim` does not predict). Beside each case, the share of
+//! Each process job runs five times, the runs taken in turns over the strategies, and counts by
+//! its median run, so that a spell of the machine slowed by a neighbour's load does not decide a
+//! case; the slowest and fastest runs are printed beside it, and the error against the fastest
+//! (the run the machine's other load disturbed least), and the counted run's tenth percentile and
+//! median iteration with the error against the tenth percentile (its undisturbed iterations: a
+//! synchronous iteration waits for whichever role the machine's other work delayed, which `sim`
+//! does not predict). Beside each case, the share of
 //! the processors' time a hypervisor took (`/proc/stat`'s steal) while the machine was calibrated
 //! and during the counted run: on a virtual machine it moves from nothing to half within minutes,
 //! and a calibration and a run that lost different shares do not compare.
@@ -33,7 +34,7 @@ const PROCESSES: u32 = 2;
 /// Leading iterations left out of the steady state (start-up, first allocations).
 const WARM_UP_SHARE: f64 = 0.1;
 /// Runs of each process job; the median counts.
-const PROCESS_RUNS: usize = 3;
+const PROCESS_RUNS: usize = 5;
 
 /// One model of the suite: a name and its config keys.
 struct Model {
@@ -176,39 +177,59 @@ fn predict(
 /// steady-state iterations.
 type ProcessRun = (f64, Option<f64>, Vec<f64>);
 
-/// [`PROCESS_RUNS`] runs of `strategy` on `config` as [`PROCESSES`] processes, their folders
-/// `<strategy>-process-<n>` in `dir`, fastest first.
-fn process_runs(
+/// Run `run` of `strategy` on `config` as [`PROCESSES`] processes, its folder
+/// `<strategy>-process-<run>` in `dir`.
+fn process_run(
     concord: &Path,
     root: &Path,
     config: &Path,
     strategy: &str,
     dir: &Path,
-) -> anyhow::Result<Vec<ProcessRun>> {
+    run: usize,
+) -> anyhow::Result<ProcessRun> {
     let set = format!("strategies=[\"{strategy}\"]");
-    let mut runs = Vec::with_capacity(PROCESS_RUNS);
+    let p = dir.join(format!("{strategy}-process-{run}"));
+    let stolen = run_ok_stolen(
+        Command::new(concord)
+            .current_dir(root)
+            .args([
+                "launch",
+                "--nproc",
+                &PROCESSES.to_string(),
+                "train",
+                "--quiet",
+            ])
+            .arg("--config")
+            .arg(config)
+            .args(["--set", &set, "--out"])
+            .arg(&p),
+        "the process run",
+    )?;
+    let iterations = steady_iterations(&p)?;
+    Ok((mean(&iterations), stolen, iterations))
+}
+
+/// [`PROCESS_RUNS`] runs of every strategy on `config`, taken in turns over the strategies (so
+/// that a slow spell of the machine falls on one run of several cases, which their medians
+/// outvote, rather than on every run of one case); each strategy's runs fastest first.
+fn process_runs_in_turns(
+    concord: &Path,
+    root: &Path,
+    config: &Path,
+    dir: &Path,
+) -> anyhow::Result<Vec<Vec<ProcessRun>>> {
+    let mut runs: Vec<Vec<ProcessRun>> = STRATEGIES
+        .iter()
+        .map(|_| Vec::with_capacity(PROCESS_RUNS))
+        .collect();
     for run in 0..PROCESS_RUNS {
-        let p = dir.join(format!("{strategy}-process-{run}"));
-        let stolen = run_ok_stolen(
-            Command::new(concord)
-                .current_dir(root)
-                .args([
-                    "launch",
-                    "--nproc",
-                    &PROCESSES.to_string(),
-                    "train",
-                    "--quiet",
-                ])
-                .arg("--config")
-                .arg(config)
-                .args(["--set", &set, "--out"])
-                .arg(&p),
-            "the process run",
-        )?;
-        let iterations = steady_iterations(&p)?;
-        runs.push((mean(&iterations), stolen, iterations));
+        for (strategy, done) in STRATEGIES.iter().zip(&mut runs) {
+            done.push(process_run(concord, root, config, strategy, dir, run)?);
+        }
     }
-    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for done in &mut runs {
+        done.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
     Ok(runs)
 }
 
@@ -255,10 +276,7 @@ pub fn run() -> anyhow::Result<()> {
         let stolen_before = calibrate(&concord, &root, &job_file, &before)?;
         let config = dir.join("config.toml");
         write_config(model, &before, &config)?;
-        let mut measured_runs = Vec::with_capacity(STRATEGIES.len());
-        for strategy in STRATEGIES {
-            measured_runs.push(process_runs(&concord, &root, &config, strategy, &dir)?);
-        }
+        let measured_runs = process_runs_in_turns(&concord, &root, &config, &dir)?;
         let stolen_after = calibrate(&concord, &root, &job_file, &after)?;
         let config_after = dir.join("config-after.toml");
         write_config(model, &after, &config_after)?;
