@@ -70,9 +70,9 @@ pub struct DeviceProfile {
     /// the sender packs the payload before any of it leaves, the receiver unpacks what it copies
     /// once it has arrived (all but a push's gradients, which a server sums as it aggregates
     /// them), each role one message after another (on a GPU the device-to-host and
-    /// host-to-device copies, on a CPU memory copies of data just written). Measured
-    /// by `concord calibrate --host`.
-    /// Unset, packing is free (the behaviour of configs written before the field existed).
+    /// host-to-device copies, on a CPU memory copies of data just written). Measured by
+    /// `concord calibrate --host`. Unset, packing is free (the behaviour of configs written
+    /// before the field existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_copy_gbps: Option<f64>,
     /// A role's fixed cost of handling one message to or from another machine, in microseconds,

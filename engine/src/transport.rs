@@ -22,10 +22,10 @@
 //! also handle their messages: the sender handles a message and packs its tensors before it
 //! leaves, the receiver handles it and unpacks the tensors it copies
 //! ([`Message::unpacked_bytes`]) after it arrives, each role one message at a time (a role's out
-//! and in queues, store-and-forward around the link). Where the receiving machine's profile has a wake
-//! curve ([`crate::cluster::DeviceProfile::wake`]), a message from another machine also waits for
-//! its receiver to wake, by how long that role had gone without receiving one (its side of the
-//! runtime, which reads the socket and hands the message over, has slept as long).
+//! and in queues, store-and-forward around the link). Where the receiving machine's profile has
+//! a wake curve ([`crate::cluster::DeviceProfile::wake`]), a message from another machine also
+//! waits for its receiver to wake, by how long that role had gone without receiving one (its
+//! side of the runtime, which reads the socket and hands the message over, has slept as long).
 //! A single delivery pump hands messages over in
 //! (arrival time, send order), so a simulated run is deterministic.
 //!

@@ -15,10 +15,10 @@
 //! (the run the machine's other load disturbed least), and the counted run's tenth percentile and
 //! median iteration with the error against the tenth percentile (its undisturbed iterations: a
 //! synchronous iteration waits for whichever role the machine's other work delayed, which `sim`
-//! does not predict). Beside each case, the share of
-//! the processors' time a hypervisor took (`/proc/stat`'s steal) while the machine was calibrated
-//! and during the counted run: on a virtual machine it moves from nothing to half within minutes,
-//! and a calibration and a run that lost different shares do not compare.
+//! does not predict). Beside each case, the share of the processors' time a hypervisor took
+//! (`/proc/stat`'s steal) while the machine was calibrated and during the counted run: on a
+//! virtual machine it moves from nothing to half within minutes, and a calibration and a run
+//! that lost different shares do not compare.
 
 use anyhow::Context;
 use std::fmt::Write as _;
