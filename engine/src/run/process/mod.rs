@@ -75,7 +75,11 @@ pub fn run_process(
         .map_err(|e| EngineError::config("(resolved config)", "", e.to_string()))?;
     let token = std::env::var(TOKEN_VAR).unwrap_or_default();
     let identity = JobIdentity::new(&world.job_id, &token, &text);
+    // A role's math runs on its own thread (`RoleContext::compute`): at least one more carries
+    // the transport meanwhile (heartbeats included), even on a one-processor machine.
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
         .enable_time()
         .enable_io()
         .build()
