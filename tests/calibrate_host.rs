@@ -13,6 +13,17 @@ fn stderr_of(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The output of `args`, which must succeed, run in `dir`.
+fn calibrated(args: &[&str], dir: &Path) -> String {
+    let out = concord(args, dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn calibrate_needs_exactly_one_of_from_and_host() {
     let e = stderr_of(&["calibrate"]);
@@ -68,19 +79,15 @@ fn a_config_without_layers_is_named() {
 #[test]
 fn a_quick_host_profile_runs_the_default_config_in_sim() {
     let dir = tempfile::tempdir().unwrap();
-    let out = concord(
+    let stdout = calibrated(
         &["calibrate", "--host", "--quick", "--out", "host.toml"],
         dir.path(),
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // One compute thread unless the test's environment says otherwise; both models measured.
+    // One compute thread unless the test's environment says otherwise; the default model and
+    // the larger reference MLP measured (the small one is the default model's shape).
     assert!(stdout.contains("compute threads:"), "{stdout}");
     assert!(stdout.contains("mlp-784-1024-1024-10"), "{stdout}");
+    assert!(!stdout.contains("mlp-32-64-10"), "{stdout}");
     assert!(stdout.contains("loopback TCP"), "{stdout}");
     // Everything printed is TOML (the figures as comments): the same profile as the file.
     let printed: toml::Table = stdout.parse().unwrap();
@@ -133,4 +140,62 @@ fn a_quick_host_profile_runs_the_default_config_in_sim() {
     )
     .unwrap();
     assert_eq!(summary["iterations"], 2);
+}
+
+/// The rows of the printed fit (`# model mode batch measured_ms predicted_ms error`).
+fn fitted_rows(stdout: &str) -> Vec<&str> {
+    let table = stdout
+        .split("points, fitted:")
+        .nth(1)
+        .expect("the fit's table");
+    table
+        .lines()
+        .skip(2)
+        .take_while(|l| l.contains("fp32"))
+        .collect()
+}
+
+/// The model a row of the fit is of.
+fn model_of(row: &str) -> &str {
+    row.trim_start_matches('#')
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_large_model_is_measured_beside_the_small_reference_and_once() {
+    // Fitted on one size alone, the step's split between its fixed cost per operation and its
+    // arithmetic is free: the small MLP is measured beside a large config's model, and the
+    // larger reference MLP, which is that model's shape, is not measured twice.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("large.toml"),
+        "workers = 2\nservers = 2\n[model]\nkind = \"mlp\"\nhidden = [1024, 1024]\n\
+         [data]\nkind = \"teacher\"\ndim = 784\n",
+    )
+    .unwrap();
+    let stdout = calibrated(
+        &["calibrate", "--host", "--quick", "--config", "large.toml"],
+        dir.path(),
+    );
+    let rows = fitted_rows(&stdout);
+    let count = |name: &str| rows.iter().filter(|r| model_of(r) == name).count();
+    // --quick measures batches 8, 32 and 128.
+    assert_eq!(count("large.toml"), 3, "{stdout}");
+    assert_eq!(count("mlp-32-64-10"), 3, "{stdout}");
+    assert_eq!(rows.len(), 6, "{stdout}");
+    // The profile charges the small model's steps what they took, within noise (fitted on the
+    // large one alone, it charged them some fifty times as much).
+    for row in rows.iter().filter(|r| model_of(r) == "mlp-32-64-10") {
+        let cols: Vec<f64> = row
+            .split_whitespace()
+            .filter_map(|c| c.parse().ok())
+            .collect();
+        let (measured, predicted) = (cols[1], cols[2]);
+        assert!(
+            predicted < 2.0 * measured && measured < 2.0 * predicted,
+            "{row}\n{stdout}"
+        );
+    }
 }

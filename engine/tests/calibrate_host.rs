@@ -135,15 +135,8 @@ fn steps_and_updates_are_measured_for_every_batch_and_parameter() {
         max_seconds: 60.0,
     };
     let mut sweep = host::CacheSweep::for_this_machine();
-    let mut steps = host::measure_steps(
-        std::slice::from_ref(model),
-        &[8, 32],
-        &repeats,
-        1,
-        &mut sweep,
-        0,
-    )
-    .unwrap();
+    let mut steps =
+        host::measure_steps(std::slice::from_ref(model), &[8, 32], &repeats, 1, 0).unwrap();
     assert_eq!(steps.len(), 1);
     let steps = steps.remove(0);
     assert_eq!(steps.iter().map(|p| p.batch).collect::<Vec<_>>(), [8, 32]);
@@ -201,16 +194,7 @@ fn steps_are_timed_with_threads_stepping_beside_them() {
         max_runs: 4,
         max_seconds: 60.0,
     };
-    let mut sweep = host::CacheSweep::for_this_machine();
-    let steps = host::measure_steps(
-        std::slice::from_ref(model),
-        &[16],
-        &repeats,
-        1,
-        &mut sweep,
-        2,
-    )
-    .unwrap();
+    let steps = host::measure_steps(std::slice::from_ref(model), &[16], &repeats, 1, 2).unwrap();
     assert_eq!(steps.len(), 1);
     let step = &steps[0][0];
     assert_eq!((step.batch, step.runs), (16, 4));
@@ -232,8 +216,7 @@ fn steps_timed_in_turns_give_every_point_its_runs_from_every_turn() {
         max_runs: 6,
         max_seconds: 60.0,
     };
-    let mut sweep = host::CacheSweep::for_this_machine();
-    let steps = host::measure_steps(&models, &[8, 16], &repeats, 3, &mut sweep, 0).unwrap();
+    let steps = host::measure_steps(&models, &[8, 16], &repeats, 3, 0).unwrap();
     assert_eq!(steps.len(), 2);
     for (model, points) in models.iter().zip(&steps) {
         let got: Vec<_> = points

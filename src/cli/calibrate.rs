@@ -21,8 +21,9 @@ pub struct CalibrateArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "host")]
     pub from: Option<PathBuf>,
     /// Measure this machine instead: training steps of real models on one compute thread
-    /// (`RAYON_NUM_THREADS`, else 1), a parameter server's update, a role's copies of a
-    /// message's tensors (these three with the caches emptied first, as in a job), loopback TCP
+    /// (`RAYON_NUM_THREADS`, else 1), each after its parameters arrive as a worker's do, a
+    /// parameter server's update (the caches emptied first), a role's copies of a message's
+    /// tensors (the data just written), loopback TCP
     /// and the process runtime's transport over it (latency, bandwidth, a role's handling of
     /// one message, what a message adds when its receiver has waited long for it); fit a CPU
     /// device profile to them.
@@ -42,8 +43,9 @@ pub struct CalibrateArgs {
     #[arg(long, default_value = "host", conflicts_with = "from")]
     pub name: String,
     /// With `--host`: a config whose model is measured (repeatable; default:
-    /// configs/default.toml when it exists, else the built-in default model). A larger MLP
-    /// (784-1024-1024-10) is always measured too.
+    /// configs/default.toml when it exists, else the built-in default model). Two reference
+    /// MLPs, 32-64-10 and 784-1024-1024-10, are measured too, each unless a config's model has
+    /// its shape: one model's steps alone cannot tell a step's fixed costs from its arithmetic.
     #[arg(long = "config", value_name = "FILE", conflicts_with = "from")]
     pub configs: Vec<PathBuf>,
     /// With `--host`: fewer batch sizes (8, 32, 128), repeats and a 32 MiB stream instead of

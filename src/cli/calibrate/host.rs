@@ -13,8 +13,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The larger MLP measured beside the configs' models: inputs, hidden layers, classes.
-const LARGE_MLP: (usize, [usize; 2], usize) = (784, [1024, 1024], 10);
+/// The MLPs measured beside the configs' models, small to large: inputs, hidden layers, classes.
+/// Two sizes, because one model's steps leave free how its time splits between a fixed cost per
+/// operation (most of a small model's step) and arithmetic and memory traffic (most of a large
+/// one's): fitted on one size alone, a profile charged the other under a twentieth to 60 times
+/// what it took.
+const REFERENCE_MLPS: [(usize, &[usize], usize); 2] = [(32, &[64], 10), (784, &[1024, 1024], 10)];
 /// Ping-pongs of the latency measurement (full, quick).
 const ROUND_TRIPS: (usize, usize) = (2000, 200);
 /// Small messages per burst when timing a role's handling of one.
@@ -46,7 +50,8 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let batches = host::batches(args.quick);
     let mut points = Vec::new();
     let mut updates = Vec::new();
-    // Steps and servers' clocks are timed on data no longer cached, as in a job.
+    // A server's clock is timed on data no longer cached: between two, the whole machine's work
+    // runs. A step is timed after its parameters arrive, as a worker takes it (`measure_steps`).
     let mut sweep = host::CacheSweep::for_this_machine();
     // The workers of the job's other processes on this machine step at the same time, as many
     // as it has processors: more than that take turns, which `sim` charges through the host the
@@ -54,7 +59,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let processors = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
     let beside = host::workers_at_once(args.processes, processors) as usize - 1;
     outln!(
-        "# training steps (forward and backward at parameters in place; median{}, caches emptied first{}):",
+        "# training steps (forward and backward at parameters in place; median{}, each after the parameters arrive and are loaded{}):",
         match host::step_passes(args.quick) {
             1 => String::new(),
             n => format!(" of {n} turns over every model and batch"),
@@ -86,7 +91,6 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         &batches,
         &repeats,
         host::step_passes(args.quick),
-        &mut sweep,
         beside,
     )?;
     for (model, steps) in models.iter().zip(&steps) {
@@ -282,8 +286,8 @@ fn stolen_note(before: Option<host::CpuTime>) -> String {
     note
 }
 
-/// The models measured: each `--config`'s (else the default config's), then the larger MLP
-/// trained as the first of them is.
+/// The models measured: each `--config`'s (else the default config's), then each of
+/// [`REFERENCE_MLPS`] that is not one of them already, trained as the first of them is.
 fn models(configs: &[PathBuf]) -> anyhow::Result<Vec<HostModel>> {
     let default = Path::new("configs/default.toml");
     let mut out = Vec::new();
@@ -300,21 +304,30 @@ fn models(configs: &[PathBuf]) -> anyhow::Result<Vec<HostModel>> {
     for path in configs {
         out.push(config_model(path)?);
     }
-    let first = &out[0];
-    let (inputs, hidden, classes) = LARGE_MLP;
-    let name = format!(
-        "mlp-{inputs}-{}-{classes}",
-        hidden.map(|h| h.to_string()).join("-")
-    );
-    let large = HostModel::mlp(
-        &name,
-        inputs,
-        &hidden,
-        classes,
-        first.optimizer.clone(),
-        first.workers,
-    )?;
-    out.push(large);
+    for (inputs, hidden, classes) in REFERENCE_MLPS {
+        let name = format!(
+            "mlp-{inputs}-{}-{classes}",
+            hidden
+                .iter()
+                .map(|h| h.to_string())
+                .collect::<Vec<_>>()
+                .join("-")
+        );
+        let first = &out[0];
+        let mlp = HostModel::mlp(
+            &name,
+            inputs,
+            hidden,
+            classes,
+            first.optimizer.clone(),
+            first.workers,
+        )?;
+        // The same layers cost the same whatever data they see: measured once.
+        let layers = mlp.layers();
+        if out.iter().all(|m| m.layers() != layers) {
+            out.push(mlp);
+        }
+    }
     Ok(out)
 }
 

@@ -4,8 +4,9 @@
 //! the result as a CPU device profile a config can name, so that `sim` charges what this machine
 //! takes when every role is one process with one compute thread.
 //!
-//! The pieces: [`HostModel`] (a model to measure: a config's, or a larger MLP), [`measure_steps`]
-//! and [`measure_update`] (median seconds after a warm-up, timed after a [`CacheSweep`]),
+//! The pieces: [`HostModel`] (a model to measure: a config's, or a reference MLP), [`measure_steps`]
+//! (median seconds after a warm-up, each step after its parameters arrive) and
+//! [`measure_update`] (timed after a [`CacheSweep`]),
 //! [`measure_message_copy`] (a role packing and unpacking a message's tensors, just written);
 //! [`loopback`] (bandwidth and latency), [`machine_memory_gib`], and [`HostProfile`] (the fitted
 //! device and its TOML). The process runtime's own transport is timed by
