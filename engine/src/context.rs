@@ -492,10 +492,10 @@ impl RoleContext {
     /// compute is modeled (`sim`, where the math itself takes no virtual time, and throughput
     /// mode, which has no math to time), the measured time otherwise.
     ///
-    /// Where the math runs in real time: in `--runtime process`, once the caller has `cleared`
-    /// the way (awaited [`RoleContext::clear_for_math`] just before), on the role's own thread,
-    /// as a server's aggregation does (each process holds one machine's roles, and its runtime
-    /// keeps another thread for the transport); otherwise (a deferred computation, which cannot
+    /// Where the math runs in real time: where the caller has `cleared` the way
+    /// ([`RoleContext::clear_for_math`] just before, which says so in `--runtime process`), on
+    /// the role's own thread, as a server's aggregation does (each process holds one machine's
+    /// roles, and its runtime keeps another thread for the transport); otherwise (a deferred computation, which cannot
     /// wait first, and always in `wall`, whose one runtime holds every machine's roles) on a
     /// thread of its own (`tokio::task::block_in_place`), so that the other roles and the
     /// emulated network's timers go on meanwhile. Handing the runtime's thread over costs thread
@@ -507,7 +507,7 @@ impl RoleContext {
             (out, self.nominal_seconds(work))
         } else {
             let started = std::time::Instant::now();
-            let out = if cleared && self.kind == RuntimeKind::Process {
+            let out = if cleared {
                 math()
             } else {
                 tokio::task::block_in_place(math)
@@ -516,15 +516,17 @@ impl RoleContext {
         }
     }
 
-    /// Before math run on the role's own thread (`--runtime process`): lets the tasks this role
-    /// just woke run first. A task woken by the running one waits in its thread's next-task
-    /// slot, which the runtime's other threads do not take: the writer of the push a worker has
-    /// just sent would otherwise wait out the whole step before sending it.
-    async fn clear_for_math(&mut self) {
+    /// Before math in real time: whether it may run on the role's own thread (`--runtime
+    /// process`), having let the tasks this role just woke run first. A task woken by the running
+    /// one waits in its thread's next-task slot, which the runtime's other threads do not take:
+    /// the writer of the push a worker has just sent would otherwise wait out the whole step
+    /// before sending it.
+    async fn clear_for_math(&mut self) -> bool {
         let on_own_thread = !self.modeled_compute && self.kind == RuntimeKind::Process;
         if on_own_thread {
             tokio::task::yield_now().await;
         }
+        on_own_thread
     }
 
     /// Runs `math` and charges `work` on this role's device, with the straggler injector applied.
@@ -535,9 +537,9 @@ impl RoleContext {
     /// runtimes the math takes what it takes and slowdowns are slept on top (throughput mode,
     /// which has no math, sleeps the modeled cost there too). Returns the math's result.
     pub async fn compute<T>(&mut self, label: &str, work: Work, math: impl FnOnce() -> T) -> T {
-        self.clear_for_math().await;
+        let cleared = self.clear_for_math().await;
         let t0 = self.now();
-        let (out, nominal) = self.run_math(work, true, math);
+        let (out, nominal) = self.run_math(work, cleared, math);
         // With no straggler pattern on this role there is nothing to probe: charge in one go.
         let parts = if self.stragglers.is_empty() {
             1
@@ -609,9 +611,9 @@ impl RoleContext {
         span: IterSpan,
         math: impl FnOnce() -> T,
     ) -> T {
-        self.clear_for_math().await;
+        let cleared = self.clear_for_math().await;
         let t0 = self.now();
-        let (out, nominal) = self.run_math(work, true, math);
+        let (out, nominal) = self.run_math(work, cleared, math);
         let pieces: Vec<(f64, f64)> = if self.stragglers.is_empty() {
             vec![(span.from, nominal)]
         } else {

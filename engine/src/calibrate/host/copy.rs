@@ -76,8 +76,9 @@ pub fn measure_message_copy(model: &HostModel, repeats: &Repeats) -> CopyPoint {
     }
 }
 
-/// Writes every value, as the role or the runtime that produced them last did.
-fn touch(values: &mut [f32]) {
+/// Writes every value, as the role or the runtime that produced them last did (their values
+/// unchanged).
+pub(super) fn touch(values: &mut [f32]) {
     for v in values.iter_mut() {
         *v = std::hint::black_box(*v) + 0.0;
     }
