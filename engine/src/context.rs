@@ -18,8 +18,11 @@ use crate::stragglers::{Effect, Probe, ResourceSignals, RoleKind, StragglerSet};
 use crate::trace::Recorder;
 use crate::transport::{Departure, Envelope, Inbox, Transport};
 use serde::Serialize;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 
 /// How the straggler injector knows a role: its kind and index (`None` for the coordinator, which
 /// no pattern slows).
@@ -235,7 +238,20 @@ pub struct RoleContext {
     /// When the role last started waiting before the engine's shutdown reached it: the end of
     /// its last work, where a resumed run restarts it.
     stopped_at: Option<f64>,
+    /// Whether the role has sent a message since its task last gave up its thread: the task the
+    /// send woke (a connection's writer, a role of this process) may be waiting in the thread's
+    /// next-task slot, where math run on this thread would keep it ([`RoleContext::clear_for_math`]).
+    sent_since_wait: AtomicBool,
+    /// Seconds the role's last math of each label took in real time: what says whether its next
+    /// may keep its thread ([`INLINE_MATH_S`]).
+    math_s: HashMap<String, f64>,
 }
+
+/// The longest math (as the role's last took) that runs on the role's own thread in `--runtime
+/// process`; longer math hands the thread over for its duration. Handing over costs tens of
+/// microseconds of thread wake-ups, a few percent of math this long; keeping the thread stalls
+/// the process's transport and heartbeats for the math's duration, which this bounds.
+pub const INLINE_MATH_S: f64 = 1e-3;
 
 impl RoleContext {
     /// The run's time base.
@@ -286,6 +302,8 @@ impl RoleContext {
             cost_sheet: Arc::from(Vec::new()),
             modeled_compute: kind == RuntimeKind::Sim,
             stopped_at: None,
+            sent_since_wait: AtomicBool::new(false),
+            math_s: HashMap::new(),
         }
     }
 
@@ -365,32 +383,34 @@ impl RoleContext {
 
     /// Sends a message; returns its arrival time.
     pub fn send(&self, to: RoleId, msg: Message) -> f64 {
-        self.net.send_at(self.id, to, msg, self.now()).arrival
+        self.send_timed(to, msg).arrival
     }
 
     /// Sends the message `stamped` builds from the current run time, read once for both the
     /// message and its departure; returns its arrival time.
     pub(crate) fn send_stamped(&self, to: RoleId, stamped: impl FnOnce(f64) -> Message) -> f64 {
         let now = self.now();
+        self.sent_since_wait.store(true, Ordering::Relaxed);
         self.net.send_at(self.id, to, stamped(now), now).arrival
     }
 
     /// Sends a message; returns when it starts leaving this role's NIC and when it arrives, so
     /// a transfer can be timed without this role's own send queue.
     pub fn send_timed(&self, to: RoleId, msg: Message) -> Departure {
+        self.sent_since_wait.store(true, Ordering::Relaxed);
         self.net.send_at(self.id, to, msg, self.now())
     }
 
     /// The next message, in arrival order (stashed ones first).
     pub async fn recv(&mut self) -> Result<Envelope> {
         let called = self.now();
-        let env =
-            match self.stash.pop_front() {
-                Some(env) => env,
-                None => self.rx.recv().await.ok_or_else(|| {
-                    EngineError::protocol(self.id, "mailbox closed while waiting")
-                })?,
-            };
+        let env = match self.stash.pop_front() {
+            Some(env) => env,
+            None => self
+                .mailbox()
+                .await
+                .ok_or_else(|| EngineError::protocol(self.id, "mailbox closed while waiting"))?,
+        };
         if matches!(env.msg, Message::Shutdown) {
             self.stopped_at = Some(called);
         }
@@ -411,10 +431,10 @@ impl RoleContext {
             }
         }
         loop {
-            let env =
-                self.rx.recv().await.ok_or_else(|| {
-                    EngineError::protocol(self.id, "mailbox closed while waiting")
-                })?;
+            let env = self
+                .mailbox()
+                .await
+                .ok_or_else(|| EngineError::protocol(self.id, "mailbox closed while waiting"))?;
             if want(&env) {
                 return Ok(self.delivered(env));
             }
@@ -438,8 +458,7 @@ impl RoleContext {
         }
         if !deadline.is_finite() {
             return self
-                .rx
-                .recv()
+                .mailbox()
                 .await
                 .map(Some)
                 .ok_or_else(|| EngineError::protocol(self.id, "mailbox closed while waiting"));
@@ -448,12 +467,30 @@ impl RoleContext {
             return Ok(self.rx.try_recv());
         }
         let time = self.net.time();
-        tokio::select! {
-            biased;
-            env = self.rx.recv() => env
-                .map(Some)
-                .ok_or_else(|| EngineError::protocol(self.id, "mailbox closed while waiting")),
-            _ = time.sleep_until(deadline) => Ok(None),
+        let (delivered, gave_up_thread) = until_ready(async {
+            tokio::select! {
+                biased;
+                env = self.rx.recv() => env.map(Some),
+                _ = time.sleep_until(deadline) => Some(None),
+            }
+        })
+        .await;
+        self.waited(gave_up_thread);
+        delivered.ok_or_else(|| EngineError::protocol(self.id, "mailbox closed while waiting"))
+    }
+
+    /// The next message of this role's mailbox (`None` once it is closed), waited for.
+    async fn mailbox(&mut self) -> Option<Envelope> {
+        let (env, gave_up_thread) = until_ready(self.rx.recv()).await;
+        self.waited(gave_up_thread);
+        env
+    }
+
+    /// Notes a wait of this role's task: where it gave up its thread, the tasks its sends woke
+    /// have had their turn.
+    fn waited(&self, gave_up_thread: bool) {
+        if gave_up_thread {
+            self.sent_since_wait.store(false, Ordering::Relaxed);
         }
     }
 
@@ -492,16 +529,19 @@ impl RoleContext {
     /// compute is modeled (`sim`, where the math itself takes no virtual time, and throughput
     /// mode, which has no math to time), the measured time otherwise.
     ///
-    /// Where the math runs in real time: where the caller has `cleared` the way
-    /// ([`RoleContext::clear_for_math`] just before, which says so in `--runtime process`), on
-    /// the role's own thread, as a server's aggregation does (each process holds one machine's
-    /// roles, and its runtime keeps another thread for the transport); otherwise (a deferred computation, which cannot
-    /// wait first, and always in `wall`, whose one runtime holds every machine's roles) on a
-    /// thread of its own (`tokio::task::block_in_place`), so that the other roles and the
-    /// emulated network's timers go on meanwhile. Handing the runtime's thread over costs thread
-    /// wake-ups every step: in four interleaved pairs of two-process jobs of the small MLP on two
-    /// cores, a clock took 1.04–1.36 times as long with it.
-    fn run_math<T>(&self, work: Work, cleared: bool, math: impl FnOnce() -> T) -> (T, f64) {
+    /// Where the math runs in real time: on the role's own thread where the caller has `cleared`
+    /// the way ([`RoleContext::clear_for_math`]: short math in `--runtime process`); otherwise on
+    /// a thread of its own (`tokio::task::block_in_place`), so that the other roles, the transport
+    /// and the emulated network's timers go on meanwhile. Handing the runtime's thread over costs
+    /// thread wake-ups every step: in four interleaved pairs of two-process jobs of the small
+    /// MLP on two cores, a clock took 1.04–1.36 times as long with it.
+    fn run_math<T>(
+        &mut self,
+        label: &str,
+        work: Work,
+        cleared: bool,
+        math: impl FnOnce() -> T,
+    ) -> (T, f64) {
         if self.modeled_compute {
             let out = math();
             (out, self.nominal_seconds(work))
@@ -512,21 +552,44 @@ impl RoleContext {
             } else {
                 tokio::task::block_in_place(math)
             };
-            (out, started.elapsed().as_secs_f64())
+            let took = started.elapsed().as_secs_f64();
+            match self.math_s.get_mut(label) {
+                Some(last) => *last = took,
+                None => {
+                    self.math_s.insert(label.to_owned(), took);
+                }
+            }
+            (out, took)
         }
     }
 
-    /// Before math in real time: whether it may run on the role's own thread (`--runtime
-    /// process`), having let the tasks this role just woke run first. A task woken by the running
-    /// one waits in its thread's next-task slot, which the runtime's other threads do not take:
-    /// the writer of the push a worker has just sent would otherwise wait out the whole step
-    /// before sending it.
-    async fn clear_for_math(&mut self) -> bool {
-        let on_own_thread = !self.modeled_compute && self.kind == RuntimeKind::Process;
-        if on_own_thread {
+    /// Whether this role's next math of `label` may run on its own thread: in `--runtime
+    /// process`, where its last of that label took at most [`INLINE_MATH_S`] (the first hands the
+    /// thread over; `wall`'s one runtime holds every machine's roles, so its math always does).
+    fn math_inline(&self, label: &str) -> bool {
+        !self.modeled_compute
+            && self.kind == RuntimeKind::Process
+            && self
+                .math_s
+                .get(label)
+                .is_some_and(|&last| last <= INLINE_MATH_S)
+    }
+
+    /// Before math in real time: whether it may run on the role's own thread
+    /// ([`RoleContext::math_inline`]), having let the tasks this role woke since it last waited
+    /// run first. A task woken by the running one waits in its thread's next-task slot, which
+    /// the runtime's other threads do not take: the writer of the push a worker has just sent
+    /// would otherwise wait out the whole step before sending it. Where nothing was sent since
+    /// the role last waited (a worker stepping on the parameters it was just sent), it does not
+    /// yield: a yield wakes the runtime's other threads to look for work, which cost a ring
+    /// allreduce's clock up to 90 µs in most clocks of two-process jobs of the small MLP on two
+    /// cores (two threads a process).
+    async fn clear_for_math(&mut self, label: &str) -> bool {
+        let inline = self.math_inline(label);
+        if inline && self.sent_since_wait.swap(false, Ordering::Relaxed) {
             tokio::task::yield_now().await;
         }
-        on_own_thread
+        inline
     }
 
     /// Runs `math` and charges `work` on this role's device, with the straggler injector applied.
@@ -537,9 +600,9 @@ impl RoleContext {
     /// runtimes the math takes what it takes and slowdowns are slept on top (throughput mode,
     /// which has no math, sleeps the modeled cost there too). Returns the math's result.
     pub async fn compute<T>(&mut self, label: &str, work: Work, math: impl FnOnce() -> T) -> T {
-        let cleared = self.clear_for_math().await;
+        let cleared = self.clear_for_math(label).await;
         let t0 = self.now();
-        let (out, nominal) = self.run_math(work, cleared, math);
+        let (out, nominal) = self.run_math(label, work, cleared, math);
         // With no straggler pattern on this role there is nothing to probe: charge in one go.
         let parts = if self.stragglers.is_empty() {
             1
@@ -611,9 +674,9 @@ impl RoleContext {
         span: IterSpan,
         math: impl FnOnce() -> T,
     ) -> T {
-        let cleared = self.clear_for_math().await;
+        let cleared = self.clear_for_math(label).await;
         let t0 = self.now();
-        let (out, nominal) = self.run_math(work, cleared, math);
+        let (out, nominal) = self.run_math(label, work, cleared, math);
         let pieces: Vec<(f64, f64)> = if self.stragglers.is_empty() {
             vec![(span.from, nominal)]
         } else {
@@ -641,7 +704,9 @@ impl RoleContext {
         math: impl FnOnce() -> T,
     ) -> (T, f64) {
         let t0 = self.now();
-        let (out, nominal) = self.run_math(work, false, math);
+        // It cannot yield first: it keeps the thread only where no task it woke waits for it.
+        let cleared = self.math_inline(label) && !self.sent_since_wait.load(Ordering::Relaxed);
+        let (out, nominal) = self.run_math(label, work, cleared, math);
         let start = self.now();
         let parts = if self.stragglers.is_empty() {
             1
@@ -672,6 +737,9 @@ impl RoleContext {
             0.0
         };
         let done = start + waited + charged;
+        if self.modeled_compute {
+            self.net.busy_until(self.id, done);
+        }
         self.stats.flops += work.flops();
         self.stats.nominal_compute_s += nominal;
         self.stats.compute_s += done - t0;
@@ -694,7 +762,10 @@ impl RoleContext {
     /// sleep (a real runtime's threads share the real processors).
     async fn work_for(&mut self, seconds: f64) -> f64 {
         let waited = if self.modeled_compute {
-            self.net.processor_wait(self.id, self.now(), seconds)
+            let now = self.now();
+            let waited = self.net.processor_wait(self.id, now, seconds);
+            self.net.busy_until(self.id, now + waited + seconds);
+            waited
         } else {
             0.0
         };
@@ -829,5 +900,160 @@ impl RoleContext {
     /// could not be written.
     pub fn finish_trace(&mut self) -> Result<Option<Vec<TraceEvent>>> {
         std::mem::replace(&mut self.trace, Recorder::off()).finish()
+    }
+}
+
+/// Awaits `fut`; returns its output and whether it gave up the thread on the way (was pending at
+/// least once), which lets the tasks woken before it run.
+async fn until_ready<F: Future>(fut: F) -> (F::Output, bool) {
+    let mut fut = std::pin::pin!(fut);
+    let mut pending = false;
+    let out = std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+        Poll::Ready(out) => Poll::Ready(out),
+        Poll::Pending => {
+            pending = true;
+            Poll::Pending
+        }
+    })
+    .await;
+    (out, pending)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stragglers::StragglerSet;
+    use crate::time::TimeBase;
+    use crate::transport::Network;
+    use std::sync::atomic::AtomicU64;
+    use std::time::{Duration, Instant};
+
+    /// Runs `body` as worker 0 of a `--runtime process` context on a runtime of one thread (a
+    /// process holding one worker), beside a task that counts its turns on that thread.
+    fn on_one_thread<F, Fut>(body: F)
+    where
+        F: FnOnce(RoleContext, Arc<AtomicU64>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let rt = crate::process::runtime(1).expect("a runtime");
+        rt.block_on(async {
+            let roles = [RoleId::Worker(0), RoleId::Worker(1)];
+            let cluster = crate::cluster::test_cluster(2);
+            let (net, mut rx) = Network::new(cluster, TimeBase::new(false), &roles, None);
+            let pump = tokio::spawn(net.clone().pump());
+            let ctx = RoleContext::new(
+                RoleId::Worker(0),
+                RuntimeKind::Process,
+                net.clone(),
+                rx.remove(&RoleId::Worker(0)).expect("an inbox"),
+                2,
+                1,
+                StragglerSet::default(),
+                DeviceMemory::unbounded(RoleId::Worker(0)),
+            );
+            let turns = Arc::new(AtomicU64::new(0));
+            let counter = turns.clone();
+            let ticker = tokio::spawn(async move {
+                loop {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                }
+            });
+            tokio::spawn(body(ctx, turns)).await.expect("the role");
+            ticker.abort();
+            net.close();
+            let _ = pump.await;
+        });
+    }
+
+    /// Whether the other task takes a turn while `label`'s math runs, the role's last math of
+    /// that label having taken `last` seconds: the math waits for the turn up to `patience`.
+    /// Then the role gives up its thread: after math that handed its thread over, the role goes
+    /// on where the math ran, beside the thread that took over, until it next waits.
+    async fn others_run_during(
+        ctx: &mut RoleContext,
+        turns: &AtomicU64,
+        (label, last): (&str, f64),
+        patience: Duration,
+    ) -> bool {
+        ctx.math_s.insert(label.to_owned(), last);
+        let ran = ctx
+            .compute(label, Work::fixed(0.0), || {
+                let before = turns.load(Ordering::SeqCst);
+                let started = Instant::now();
+                while started.elapsed() < patience {
+                    if turns.load(Ordering::SeqCst) != before {
+                        return true;
+                    }
+                    std::hint::spin_loop();
+                }
+                false
+            })
+            .await;
+        tokio::task::yield_now().await;
+        ran
+    }
+
+    #[test]
+    fn long_math_hands_the_thread_over_and_short_math_keeps_it() {
+        on_one_thread(|mut ctx, turns| async move {
+            let (forever, a_while) = (Duration::from_secs(30), Duration::from_millis(5));
+            // Math whose last took longer than the bound hands the thread over: the other task
+            // runs meanwhile.
+            let long = ("step", 2.0 * INLINE_MATH_S);
+            assert!(others_run_during(&mut ctx, &turns, long, forever).await);
+            // Math whose last took no longer keeps it: nothing else runs while it does.
+            let short = ("step", INLINE_MATH_S);
+            assert!(!others_run_during(&mut ctx, &turns, short, a_while).await);
+            // That math took 5 ms, past the bound: the next of its label hands the thread over.
+            assert!(ctx.math_s["step"] >= a_while.as_secs_f64());
+            assert!(!ctx.math_inline("step"));
+            // The first math of a label hands over, not knowing how long it is.
+            assert!(!ctx.math_inline("update"));
+        });
+    }
+
+    /// The turns the other task takes between the call of a short math and its start.
+    async fn turns_before_math(ctx: &mut RoleContext, turns: &AtomicU64) -> u64 {
+        ctx.math_s.insert("step".into(), 0.0);
+        let before = turns.load(Ordering::SeqCst);
+        let seen = ctx
+            .compute("step", Work::fixed(0.0), || turns.load(Ordering::SeqCst))
+            .await;
+        seen - before
+    }
+
+    #[test]
+    fn math_on_the_roles_thread_lets_what_a_send_woke_run_first() {
+        on_one_thread(|mut ctx, turns| async move {
+            // Nothing sent since the role last gave up its thread: the math starts at once.
+            assert_eq!(
+                turns_before_math(&mut ctx, &turns).await,
+                0,
+                "math without a send waited"
+            );
+            // After a send, the tasks it may have woken have their turn before the math.
+            ctx.send(RoleId::Worker(1), Message::Shutdown);
+            assert!(
+                turns_before_math(&mut ctx, &turns).await > 0,
+                "math after a send kept the thread"
+            );
+        });
+    }
+
+    #[test]
+    fn until_ready_says_whether_the_future_gave_up_the_thread() {
+        let rt = crate::process::runtime(1).expect("a runtime");
+        rt.block_on(async {
+            assert_eq!(until_ready(async { 7 }).await, (7, false));
+            assert_eq!(
+                until_ready(async {
+                    tokio::task::yield_now().await;
+                    8
+                })
+                .await,
+                (8, true)
+            );
+        });
     }
 }

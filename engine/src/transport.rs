@@ -24,8 +24,9 @@
 //! ([`Message::unpacked_bytes`]) after it arrives, each role one message at a time (a role's out
 //! and in queues, store-and-forward around the link). Where the receiving machine's profile has
 //! a wake curve ([`crate::cluster::DeviceProfile::wake`]), a message from another machine also
-//! waits for its receiver to wake, by how long that role had gone without receiving one (its
-//! side of the runtime, which reads the socket and hands the message over, has slept as long).
+//! waits for its receiver to wake, by how long that machine's roles had all been idle, neither
+//! receiving a message nor doing modeled work ([`Transport::busy_until`]): a process runs its
+//! roles on its runtime's threads, which sleep only while all of them wait.
 //! A single delivery pump hands messages over in
 //! (arrival time, send order), so a simulated run is deterministic.
 //!
@@ -86,7 +87,8 @@ struct State {
     /// rate or a per-message overhead only).
     handling_out: PortClocks,
     handling_in: PortClocks,
-    /// Per role, when it last received a message (machines with a wake curve only).
+    /// Per role, when it last received a message or ended modeled work (machines with a wake
+    /// curve only).
     received: PortClocks,
     /// What each processor of a host several machines share is busy with (`cluster.hosts`
     /// only).
@@ -110,7 +112,8 @@ pub struct RoleQueues {
     /// Per role: when it is done handling the messages it received.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub received_handled: BTreeMap<RoleId, f64>,
-    /// Per role: when it last received a message, where its machine wakes slowly.
+    /// Per role: when it last received a message or ended modeled work, where its machine wakes
+    /// slowly.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub last_received: BTreeMap<RoleId, f64>,
 }
@@ -203,6 +206,13 @@ pub trait Transport: Send + Sync {
     fn processor_wait(&self, role: RoleId, at: f64, seconds: f64) -> f64 {
         let _ = (role, at, seconds);
         0.0
+    }
+
+    /// Tells the transport that `role` does modeled work until `until`: its machine is not idle
+    /// meanwhile, so a message reaching it then finds it awake. By default (a real network, whose
+    /// wake-ups take what they take) nothing.
+    fn busy_until(&self, role: RoleId, until: f64) {
+        let _ = (role, until);
     }
 
     /// Seconds since the run started.
@@ -400,6 +410,11 @@ impl Network {
             (now, now),
             s_dev.message_handling_seconds(packed, src != dst),
         );
+        if s_dev.wake.is_some() {
+            // The sender's machine is awake while it handles the message.
+            let last = st.received.free_at(from).max(ready);
+            st.received.busy_until(from, last);
+        }
         let mut start = ready;
         let arrive = if src == dst {
             match s_dev.bus_bytes_per_s() {
@@ -458,10 +473,12 @@ impl Network {
                 st.egress_free[d] = in_end;
             }
             let reached = in_end + s_dev.latency_us.max(d_dev.latency_us) * 1e-6;
-            // A receiver that has gone long without receiving a message wakes for this one.
+            // A machine whose roles have all been idle long wakes for this one.
             reached
                 + d_dev.wake.as_ref().map_or(0.0, |curve| {
-                    curve.extra_seconds(reached - st.received.free_at(to))
+                    let cluster = &self.cluster;
+                    let active = st.received.latest(|role| cluster.machine_of(role) == dst);
+                    curve.extra_seconds(reached - active)
                 })
         };
         // The receiver handles it and unpacks its tensors (those it copies) once it is all there,
@@ -701,6 +718,14 @@ impl Transport for Network {
                 self.lock().processors.run(host, now, at, seconds)
             }
             _ => 0.0,
+        }
+    }
+
+    fn busy_until(&self, role: RoleId, until: f64) {
+        if self.cluster.device_of(role).wake.is_some() {
+            let mut st = self.lock();
+            let last = st.received.free_at(role).max(until);
+            st.received.busy_until(role, last);
         }
     }
 }
@@ -1188,8 +1213,6 @@ mod tests {
             // Worker 2 (machine 1) last receives at 0, from a role of its own machine.
             n.send_timed_at(w(3), w(2), Message::WorkerDone, 0.0);
         }
-        // Sending does not wake its receiving side.
-        net.send_timed_at(w(2), w(3), Message::WorkerDone, 1.9e-3);
         // 2 ms later a message from machine 0 finds it idle past the curve's last point.
         let woken = net.send_timed_at(w(0), w(2), Message::WorkerDone, 2e-3);
         let reached = 2e-3 + wire + lat;
@@ -1212,6 +1235,38 @@ mod tests {
         let (fresh, _fresh_rx) = handling(2, |d| d.wake = Some(curve.clone()));
         fresh.restore_role_queues(&queues);
         assert_eq!(fresh.role_queues(), queues);
+        assert!(plain.role_queues().last_received.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_machine_wakes_for_a_message_only_when_all_its_roles_were_idle() {
+        let curve = crate::cluster::WakeCurve {
+            idle_us: vec![100.0, 1000.0],
+            extra_us: vec![10.0, 60.0],
+        };
+        let (net, _rx) = handling(2, |d| d.wake = Some(curve.clone()));
+        let trip = HEADER_BYTES_TEST as f64 / 1e9 + 10e-6;
+        // Worker 3 works until 3 ms: a message to worker 2, beside it on machine 1, finds the
+        // machine awake at 2 ms, though worker 2 itself has received nothing.
+        net.busy_until(w(3), 3e-3);
+        let awake = net.send_timed_at(w(0), w(2), Message::WorkerDone, 2e-3);
+        assert!((awake.arrival - (2e-3 + trip)).abs() < 1e-12, "{awake:?}");
+        // Work known to end at 3 ms is not undone by a shorter report.
+        net.busy_until(w(3), 1e-3);
+        // 5 ms after the work ends, both roles have been idle past the curve's last point.
+        let woken = net.send_timed_at(w(1), w(3), Message::WorkerDone, 8e-3);
+        let expect = 8e-3 + trip + 60e-6;
+        assert!((woken.arrival - expect).abs() < 1e-12, "{woken:?}");
+        // A role sending keeps its machine awake: machine 0, which last received at 2 ms, sends
+        // at 9 ms, and a message reaching it 50 µs later finds it idle since the send only.
+        net.send_timed_at(w(0), w(2), Message::WorkerDone, 9e-3);
+        let soon = net.send_timed_at(w(3), w(1), Message::WorkerDone, 9.05e-3);
+        let idle = 0.05e-3 + trip;
+        let expect = 9.05e-3 + trip + idle / 100e-6 * 10e-6;
+        assert!((soon.arrival - expect).abs() < 1e-12, "{soon:?}");
+        // Without a wake curve nothing is kept.
+        let (plain, _plain_rx) = handling(2, |_| {});
+        plain.busy_until(w(3), 3e-3);
         assert!(plain.role_queues().last_received.is_empty());
     }
 

@@ -212,13 +212,8 @@ fn bounce(world: World, trips: Option<usize>, shape: Shape) -> Result<Vec<f64>> 
         parked,
     } = shape;
     let burst = burst.max(1);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| EngineError::Io {
-            path: "tokio runtime".into(),
-            source,
-        })?;
+    // The runtime of a job's process holding one worker, as the probe's one role is.
+    let rt = super::runtime(1)?;
     rt.block_on(async move {
         let limits = Limits {
             connect_timeout: Duration::from_secs(30),

@@ -139,6 +139,16 @@ impl PortClocks {
         self.free[slot] = at;
     }
 
+    /// The latest time any port of the roles `within` holds is busy until (0 where none is).
+    pub(crate) fn latest(&self, within: impl Fn(RoleId) -> bool) -> f64 {
+        self.free
+            .iter()
+            .enumerate()
+            .filter(|&(slot, &t)| t > 0.0 && within(role_of(slot)))
+            .map(|(_, &t)| t)
+            .fold(0.0, f64::max)
+    }
+
     /// Every port that has carried a message, in role order.
     pub(crate) fn to_map(&self) -> BTreeMap<RoleId, f64> {
         self.free

@@ -232,21 +232,30 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
 }
 
 /// How long the receiving role of the wake-up curve waits before each message, microseconds: from
-/// a tenth of a millisecond, about where a hypervisor stops polling an idle processor, to 20 ms,
-/// a large model's step.
-const WAKE_IDLE_US: [f64; 8] = [50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 20000.0];
+/// 10 µs, the wait of a message between roles that step at once (a ring's, a clock's pushes),
+/// through a tenth of a millisecond, about where a hypervisor stops polling an idle processor, to
+/// 20 ms, a large model's step.
+const WAKE_IDLE_US: [f64; 10] = [
+    10.0, 25.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 20000.0,
+];
 
-/// What a small message between two processes adds to a lone one's `role_us` when its receiver
-/// has waited each of [`WAKE_IDLE_US`] for it (the profile's `wake`): at each, as many round
-/// trips as `seconds` of waits allow, at least 20 and at most `trips`.
+/// What a small message between two processes adds when its receiver has waited each of
+/// [`WAKE_IDLE_US`] for it (the profile's `wake`): the mean of its round trips less the mean of
+/// round trips to a receiver that did not wait, timed alike (the same statistic on both sides: a
+/// mean exceeds a median by the slow messages every message meets, which is no wake-up). At each,
+/// as many round trips as `seconds` of waits allow, at least 20 and at most `trips`; `role_us`
+/// is a lone message's one-way time.
 fn wake_curve(role_us: f64, seconds: f64, trips: usize) -> anyhow::Result<WakeCurve> {
-    outln!("# a message to a role that waited for it (the mean of the round trips less a lone message; the slowest 1 % left out):")?;
+    outln!("# a message to a role that waited for it (the mean of the round trips less that of a role that did not wait; the slowest 1 % left out):")?;
+    let trips = trips.max(20);
+    let awake_us = probe::role_latency_parked(trips, Duration::ZERO, role_us * 1e-6)? * 1e6;
+    outln!("#   after    0 ms: {awake_us:7.1} us ({trips} round trips)")?;
     let mut extra_us = Vec::with_capacity(WAKE_IDLE_US.len());
     for idle_us in WAKE_IDLE_US {
         let idle = Duration::from_secs_f64(idle_us * 1e-6);
-        let n = ((seconds / idle.as_secs_f64()) as usize).clamp(20, trips.max(20));
+        let n = ((seconds / idle.as_secs_f64()) as usize).clamp(20, trips);
         let parked_us = probe::role_latency_parked(n, idle, role_us * 1e-6)? * 1e6;
-        let extra = (parked_us - role_us).max(0.0);
+        let extra = (parked_us - awake_us).max(0.0);
         outln!(
             "#   after {:>8.3} ms: {parked_us:7.1} us, {extra:6.1} us more ({n} round trips)",
             idle_us * 1e-3

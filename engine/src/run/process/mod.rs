@@ -75,18 +75,12 @@ pub fn run_process(
         .map_err(|e| EngineError::config("(resolved config)", "", e.to_string()))?;
     let token = std::env::var(TOKEN_VAR).unwrap_or_default();
     let identity = JobIdentity::new(&world.job_id, &token, &text);
-    // A role's math runs on its own thread (`RoleContext::compute`): at least one more carries
-    // the transport meanwhile (heartbeats included), even on a one-processor machine.
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_time()
-        .enable_io()
-        .build()
-        .map_err(|source| EngineError::Io {
-            path: "tokio runtime".into(),
-            source,
-        })?;
+    let workers_here = cluster
+        .worker_machine
+        .iter()
+        .filter(|&&machine| machine == world.rank)
+        .count();
+    let rt = crate::process::runtime(workers_here)?;
     let outcome = rt.block_on(rank_main(
         config, asm, options, world, identity, cluster, wall_start,
     ));
