@@ -25,8 +25,8 @@
 //! and in queues, store-and-forward around the link). Where the receiving machine's profile has
 //! a wake curve ([`crate::cluster::DeviceProfile::wake`]), a message from another machine also
 //! waits for its receiver to wake, by how long that machine's roles had all been idle, neither
-//! receiving a message nor doing modeled work ([`Transport::busy_until`]): a process runs its
-//! roles on its runtime's threads, which sleep only while all of them wait.
+//! receiving nor sending a message nor doing modeled work ([`Transport::busy_until`]): a process
+//! runs its roles on its runtime's threads, which sleep only while all of them wait.
 //! A single delivery pump hands messages over in
 //! (arrival time, send order), so a simulated run is deterministic.
 //!
@@ -87,8 +87,8 @@ struct State {
     /// rate or a per-message overhead only).
     handling_out: PortClocks,
     handling_in: PortClocks,
-    /// Per role, when it last received a message or ended modeled work (machines with a wake
-    /// curve only).
+    /// Per role, when it last received or sent a message or ended modeled work (machines with a
+    /// wake curve only).
     received: PortClocks,
     /// What each processor of a host several machines share is busy with (`cluster.hosts`
     /// only).
@@ -112,8 +112,8 @@ pub struct RoleQueues {
     /// Per role: when it is done handling the messages it received.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub received_handled: BTreeMap<RoleId, f64>,
-    /// Per role: when it last received a message or ended modeled work, where its machine wakes
-    /// slowly.
+    /// Per role: when it last received or sent a message or ended modeled work, where its machine
+    /// wakes slowly.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub last_received: BTreeMap<RoleId, f64>,
 }
