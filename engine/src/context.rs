@@ -390,15 +390,19 @@ impl RoleContext {
     /// message and its departure; returns its arrival time.
     pub(crate) fn send_stamped(&self, to: RoleId, stamped: impl FnOnce(f64) -> Message) -> f64 {
         let now = self.now();
-        self.sent_since_wait.store(true, Ordering::Relaxed);
-        self.net.send_at(self.id, to, stamped(now), now).arrival
+        self.send_at(to, stamped(now), now).arrival
     }
 
     /// Sends a message; returns when it starts leaving this role's NIC and when it arrives, so
     /// a transfer can be timed without this role's own send queue.
     pub fn send_timed(&self, to: RoleId, msg: Message) -> Departure {
+        self.send_at(to, msg, self.now())
+    }
+
+    /// Every send of this role, the clock read as `now`: noted for [`RoleContext::clear_for_math`].
+    fn send_at(&self, to: RoleId, msg: Message, now: f64) -> Departure {
         self.sent_since_wait.store(true, Ordering::Relaxed);
-        self.net.send_at(self.id, to, msg, self.now())
+        self.net.send_at(self.id, to, msg, now)
     }
 
     /// The next message, in arrival order (stashed ones first).

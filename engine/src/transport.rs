@@ -89,7 +89,7 @@ struct State {
     handling_in: PortClocks,
     /// Per role, when it last received or sent a message or ended modeled work (machines with a
     /// wake curve only).
-    received: PortClocks,
+    active: PortClocks,
     /// What each processor of a host several machines share is busy with (`cluster.hosts`
     /// only).
     processors: ProcessorClocks,
@@ -252,7 +252,7 @@ impl Network {
                 bus_in: PortClocks::default(),
                 handling_out: PortClocks::default(),
                 handling_in: PortClocks::default(),
-                received: PortClocks::default(),
+                active: PortClocks::default(),
                 processors: ProcessorClocks::default(),
                 traffic: LinkCounts::new(roles),
                 shaper,
@@ -317,7 +317,7 @@ impl Network {
             ingress_free: st.bus_in.to_map(),
             sent_handled: st.handling_out.to_map(),
             received_handled: st.handling_in.to_map(),
-            last_received: st.received.to_map(),
+            last_received: st.active.to_map(),
         }
     }
 
@@ -333,7 +333,7 @@ impl Network {
         restore(&mut st.bus_in, &queues.ingress_free);
         restore(&mut st.handling_out, &queues.sent_handled);
         restore(&mut st.handling_in, &queues.received_handled);
-        restore(&mut st.received, &queues.last_received);
+        restore(&mut st.active, &queues.last_received);
     }
 
     /// What each processor of the hosts that machines share is busy with: what a checkpoint
@@ -412,8 +412,7 @@ impl Network {
         );
         if s_dev.wake.is_some() {
             // The sender's machine is awake while it handles the message.
-            let last = st.received.free_at(from).max(ready);
-            st.received.busy_until(from, last);
+            st.active.busy_at_least(from, ready);
         }
         let mut start = ready;
         let arrive = if src == dst {
@@ -477,7 +476,7 @@ impl Network {
             reached
                 + d_dev.wake.as_ref().map_or(0.0, |curve| {
                     let cluster = &self.cluster;
-                    let active = st.received.latest(|role| cluster.machine_of(role) == dst);
+                    let active = st.active.latest(|role| cluster.machine_of(role) == dst);
                     curve.extra_seconds(reached - active)
                 })
         };
@@ -493,8 +492,7 @@ impl Network {
             d_dev.message_handling_seconds(unpacked, src != dst),
         );
         if d_dev.wake.is_some() {
-            let last = st.received.free_at(to).max(arrive);
-            st.received.busy_until(to, last);
+            st.active.busy_at_least(to, arrive);
         }
         st.traffic.add(from, to, bytes);
         let env = Envelope {
@@ -723,9 +721,7 @@ impl Transport for Network {
 
     fn busy_until(&self, role: RoleId, until: f64) {
         if self.cluster.device_of(role).wake.is_some() {
-            let mut st = self.lock();
-            let last = st.received.free_at(role).max(until);
-            st.received.busy_until(role, last);
+            self.lock().active.busy_at_least(role, until);
         }
     }
 }

@@ -139,6 +139,12 @@ impl PortClocks {
         self.free[slot] = at;
     }
 
+    /// Marks `role`'s port busy until at least `at`: a later time it already holds stays.
+    pub(crate) fn busy_at_least(&mut self, role: RoleId, at: f64) {
+        let later = self.free_at(role).max(at);
+        self.busy_until(role, later);
+    }
+
     /// The latest time any port of the roles `within` holds is busy until (0 where none is).
     pub(crate) fn latest(&self, within: impl Fn(RoleId) -> bool) -> f64 {
         self.free
