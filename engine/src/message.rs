@@ -155,13 +155,18 @@ impl Message {
 
     /// `bytes` summed over every tensor payload the message carries (0 for messages without).
     fn sum_over_payloads(&self, bytes: impl Fn(&Payload) -> u64) -> u64 {
+        self.payloads().into_iter().map(bytes).sum()
+    }
+
+    /// Every tensor payload the message carries, in the order it carries them.
+    pub fn payloads(&self) -> Vec<&Payload> {
         match self {
             Message::Push { grads: b, .. } | Message::Params { blocks: b, .. } => {
-                b.iter().map(|x| bytes(&x.data)).sum()
+                b.iter().map(|x| &x.data).collect()
             }
-            Message::Collective { data, .. } => bytes(data),
-            Message::Custom(m) => m.payloads.iter().map(bytes).sum(),
-            _ => 0,
+            Message::Collective { data, .. } => vec![data],
+            Message::Custom(m) => m.payloads.iter().collect(),
+            _ => Vec::new(),
         }
     }
 

@@ -8,6 +8,8 @@
 //! 2. **TCP throughput**: a plain socket copy between two threads on loopback (the ceiling),
 //!    then a large push and pull (VGG16's 553 MB in throughput mode, one worker and one server
 //!    process) and a two-process allreduce of the same size; goal: at least half the ceiling.
+//!    Beside them, a push and pull of real tensors end to end (copies and the server's update
+//!    included), reported without a goal.
 //! 3. **Small messages**: run time per message of a tiny-model BSP job between two processes (an
 //!    upper bound on the per-message cost: frame, copy, syscalls, scheduling).
 //!
@@ -261,18 +263,6 @@ fn steady_transfer_seconds(dir: &Path) -> anyhow::Result<f64> {
 
 /// Parts 2 and 3.
 fn throughput(root: &Path, out: &Path, concord: &Path) -> anyhow::Result<()> {
-    let ceiling = socket_copy(2 << 30)?;
-    println!("TCP between two processes on loopback");
-    println!(
-        "{:<46} {:>12} {:>12}  goal: >= 50% of the socket copy (steady state, after {WARM_UP} of {BIG_ITERATIONS} iterations)",
-        "", "GB/s", "of ceiling"
-    );
-    println!(
-        "{:<46} {:>12.2} {:>12}",
-        "plain socket copy (2 GiB, 4 MiB writes)",
-        ceiling / 1e9,
-        "100%"
-    );
     let big = [
         "model.kind=\"profile\"".to_string(),
         "model.name=\"vgg16\"".into(),
@@ -283,41 +273,95 @@ fn throughput(root: &Path, out: &Path, concord: &Path) -> anyhow::Result<()> {
         // The modeled step is left out of the rate: a fast device keeps the runs short.
         "cluster.default_device=\"h200\"".into(),
     ];
+    let with_big = |sets: &[&str]| -> Vec<String> {
+        big.iter()
+            .cloned()
+            .chain(sets.iter().map(|s| s.to_string()))
+            .collect()
+    };
+    // Every byte crosses one process boundary (one worker per process, one server apart).
     let cases = [
         (
             "push + pull, 553 MB each way (worker | server)",
             "push",
-            vec![
-                "workers=1".to_string(),
-                "servers=1".into(),
-                "cluster.dedicated_servers=true".into(),
-                "strategies=[\"bsp\"]".into(),
-            ],
+            with_big(&[
+                "workers=1",
+                "servers=1",
+                "cluster.dedicated_servers=true",
+                "strategies=[\"bsp\"]",
+            ]),
+            true,
         ),
         (
             "ring allreduce of 553 MB, 2 processes (both ways)",
             "allreduce",
-            vec!["workers=2".to_string(), "strategies=[\"allreduce\"]".into()],
+            with_big(&["workers=2", "strategies=[\"allreduce\"]"]),
+            true,
+        ),
+        // The same push and pull with real tensors (an MLP 32-4096-4096-10), end to end: beside
+        // the wire, the worker's copies out of its gradients and into its parameters, the
+        // server's decoding and its optimizer step. Reported, not held to the goal, which is
+        // the wire's.
+        (
+            "push + pull of real tensors, 68 MB each way",
+            "push-real",
+            [
+                "model.hidden=[4096, 4096]".to_string(),
+                format!("iterations={BIG_ITERATIONS}"),
+                format!("eval_every={BIG_ITERATIONS}"),
+                "stragglers=[]".into(),
+                "trace=\"off\"".into(),
+                "workers=1".into(),
+                "servers=1".into(),
+                "cluster.dedicated_servers=true".into(),
+                "strategies=[\"bsp\"]".into(),
+            ]
+            .to_vec(),
+            false,
         ),
     ];
-    for (label, name, sets) in cases {
-        let mut all = big.to_vec();
-        all.extend(sets);
-        let s = launch(concord, root, 2, &all, &out.join(name))?;
-        // Every byte crossed one process boundary (one worker per process, one server apart).
+    // Plain socket copies, one before each case and one after the last, the best the ceiling:
+    // this machine's loopback rate moves by 2x within minutes, and a slow copy would flatter
+    // every case.
+    let mut copies = Vec::with_capacity(cases.len() + 1);
+    let mut rates = Vec::with_capacity(cases.len());
+    for (_, name, sets, _) in &cases {
+        copies.push(socket_copy(2 << 30)?);
+        let s = launch(concord, root, 2, sets, &out.join(name))?;
         // The rate is the steady state's: the iterations after the first WARM_UP, which map
         // the buffers a stream of large frames then reuses.
         let per_iteration = number(&s, "bytes_sent")? / BIG_ITERATIONS as f64;
-        let rate = per_iteration / steady_transfer_seconds(&out.join(name))?;
-        println!(
-            "{label:<46} {:>12.2} {:>11.0}%  {}",
-            rate / 1e9,
-            100.0 * rate / ceiling,
-            if rate >= 0.5 * ceiling {
-                "met"
-            } else {
-                "MISSED"
+        rates.push(per_iteration / steady_transfer_seconds(&out.join(name))?);
+    }
+    copies.push(socket_copy(2 << 30)?);
+    let ceiling = copies.iter().copied().fold(0.0, f64::max);
+    println!("TCP between two processes on loopback");
+    println!(
+        "{:<46} {:>12} {:>12}  goal: >= 50% of the socket copy (steady state, after {WARM_UP} of {BIG_ITERATIONS} iterations)",
+        "", "GB/s", "of ceiling"
+    );
+    let each: Vec<String> = copies.iter().map(|c| format!("{:.2}", c / 1e9)).collect();
+    println!(
+        "{:<46} {:>12.2} {:>12}  best of {} ({}), one before each case and one after",
+        "plain socket copy (2 GiB, 4 MiB writes)",
+        ceiling / 1e9,
+        "100%",
+        copies.len(),
+        each.join(", ")
+    );
+    for ((label, _, _, goal), rate) in cases.iter().zip(rates) {
+        let verdict = match (goal, rate >= 0.5 * ceiling) {
+            (false, _) => {
+                "(end to end: with the copies in and out of tensors and the server's \
+                           update; no goal)"
             }
+            (true, true) => "met",
+            (true, false) => "MISSED",
+        };
+        println!(
+            "{label:<46} {:>12.2} {:>11.0}%  {verdict}",
+            rate / 1e9,
+            100.0 * rate / ceiling
         );
     }
     let tiny = [

@@ -14,6 +14,7 @@
 
 pub mod mesh;
 pub(crate) mod net;
+pub mod pieces;
 pub mod probe;
 pub mod wire;
 pub mod world;

@@ -128,7 +128,7 @@ impl Transport for MeshTransport {
                 msg,
                 pad,
             };
-            if !self.peers.send(machine, &frame) {
+            if !self.peers.send_owned(machine, frame) {
                 tracing::debug!(
                     "dropped a message from {} to {}: machine {machine} has left the run",
                     from.label(),

@@ -260,8 +260,8 @@ fn bounce(world: World, trips: Option<usize>, shape: Shape) -> Result<Vec<f64>> 
                         (0..burst).map(|k| ping((i * burst + k) as u64)).collect();
                     busy_for(parked);
                     let t = Instant::now();
-                    for frame in &frames {
-                        peers.send(1, frame);
+                    for frame in frames {
+                        peers.send_owned(1, frame);
                     }
                     if rx.recv().await.is_none() {
                         break;
@@ -272,7 +272,7 @@ fn bounce(world: World, trips: Option<usize>, shape: Shape) -> Result<Vec<f64>> 
             None => {
                 let mut received = 0usize;
                 if pattern == Pattern::Exchange {
-                    peers.send(0, &ping(0));
+                    peers.send_owned(0, ping(0));
                 }
                 loop {
                     tokio::select! {
@@ -284,11 +284,11 @@ fn bounce(world: World, trips: Option<usize>, shape: Shape) -> Result<Vec<f64>> 
                                 }
                                 if pattern == Pattern::Exchange {
                                     // A message of its own, crossing rank 0's next.
-                                    peers.send(0, &ping(received as u64));
+                                    peers.send_owned(0, ping(received as u64));
                                     continue;
                                 }
                                 // The same message back, as received (no copy of its values).
-                                peers.send(0, &Frame::Deliver {
+                                peers.send_owned(0, Frame::Deliver {
                                     from: me,
                                     to: other,
                                     sent_at: 0.0,

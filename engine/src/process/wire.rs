@@ -6,12 +6,15 @@
 //! connection without touching the run. After the handshake every frame still carries the job's
 //! tag, and one that does not decode or carries another tag is dropped and logged, never applied.
 
+use super::pieces::{self, TensorBytes, ZEROS};
+pub use super::pieces::{recycle, Encoded, PIECE};
 use crate::context::RoleStats;
 use crate::contract::{CoordinatorReport, ServerReport, WorkerReport};
 use crate::guard::StopReason;
 use crate::ids::RoleId;
 use crate::message::Message;
 use crate::metrics::{IterRecord, TraceEvent};
+use crate::payload::Payload;
 use crate::resume::ResumePoint;
 use crate::transport::LinkTraffic;
 use bytes::Bytes;
@@ -298,9 +301,6 @@ impl Frame {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Padding(pub u64);
 
-/// The zero block filler is written from.
-static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
-
 impl Serialize for Padding {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let block = ZEROS.len() as u64;
@@ -384,100 +384,50 @@ pub fn encode(tag: u64, frame: &Frame) -> Result<Bytes, WireError> {
         })
 }
 
-/// A frame ready for the socket: its 4-byte big-endian length (what [`codec`] reads) and body,
-/// in pieces of at most [`PIECE`] bytes, so a large message is never one large fresh buffer (whose
-/// pages the kernel would have to map anew for every message).
-#[derive(Clone, Debug)]
-pub struct Encoded(pub Vec<Bytes>);
-
-/// Largest piece of an [`Encoded`] frame.
-pub const PIECE: usize = 4 << 20;
-
-impl Encoded {
-    /// Bytes of the body (without the length).
-    pub fn body_len(&self) -> usize {
-        self.0.iter().map(Bytes::len).sum::<usize>() - 4
-    }
-}
-
-/// Pieces written out and free again, kept for the next frames (at most [`POOL_PIECES`]): a
-/// steady stream of large messages then reuses the same pages.
-static POOL: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
-
-/// Most pieces the pool keeps (1 GiB: two frames of the largest models' gradients).
-const POOL_PIECES: usize = 256;
-
-/// A free piece of [`PIECE`] bytes' capacity.
-fn fresh_piece() -> Vec<u8> {
-    let reused = POOL.lock().unwrap_or_else(|p| p.into_inner()).pop();
-    let mut piece = reused.unwrap_or_else(|| Vec::with_capacity(PIECE));
-    piece.clear();
-    piece
-}
-
-/// Gives the pieces of a frame that has been written back for reuse.
-pub fn recycle(frame: Encoded) {
-    let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
-    for piece in frame.0 {
-        if pool.len() >= POOL_PIECES {
-            break;
-        }
-        let piece = Vec::from(piece);
-        if piece.capacity() == PIECE {
-            pool.push(piece);
-        }
-    }
-}
-
-/// The writer that cuts an encoding into pieces.
-struct Pieces {
-    done: Vec<Vec<u8>>,
-    current: Vec<u8>,
-}
-
-impl std::io::Write for Pieces {
-    fn write(&mut self, mut buf: &[u8]) -> std::io::Result<usize> {
-        let n = buf.len();
-        while !buf.is_empty() {
-            if self.current.len() == PIECE {
-                let full = std::mem::replace(&mut self.current, fresh_piece());
-                self.done.push(full);
-            }
-            let room = PIECE - self.current.len();
-            let (now, later) = buf.split_at(room.min(buf.len()));
-            self.current.extend_from_slice(now);
-            buf = later;
-        }
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Encodes `frame` for the job tagged `tag` behind its length, ready for the socket.
+/// Encodes `frame` for the job tagged `tag` behind its length, ready for the socket, every byte
+/// copied (control frames, and frames sent to several peers).
 pub fn encode_framed(tag: u64, frame: &Frame) -> Result<Encoded, WireError> {
-    let mut pieces = Pieces {
-        done: Vec::new(),
-        current: fresh_piece(),
+    pieces::encode_copied(&Tagged { tag, frame }).map_err(|e| cut_error(e, frame))
+}
+
+/// Encodes `frame`, which the sender gives away, like [`encode_framed`] but with the tensors it
+/// carries left where they are: the pieces that carry them point into the frame, kept alive
+/// until they have been written. A large message then reaches the socket without a copy.
+pub fn encode_framed_owned(tag: u64, frame: Frame) -> Result<Encoded, WireError> {
+    let frame = std::sync::Arc::new(frame);
+    let tagged = Tagged {
+        tag,
+        frame: &*frame,
     };
-    pieces.current.extend_from_slice(&[0u8; 4]);
-    rmp_serde::encode::write(&mut pieces, &Tagged { tag, frame }).map_err(|e| {
-        WireError::Malformed {
+    pieces::encode_in_place(std::sync::Arc::clone(&frame), &tagged)
+        .map_err(|e| cut_error(e, &frame))
+}
+
+fn cut_error(e: pieces::CutError, frame: &Frame) -> WireError {
+    match e {
+        pieces::CutError::Encode(e) => WireError::Malformed {
             len: 0,
             reason: format!("cannot encode a {} frame: {e}", frame.kind()),
+        },
+        pieces::CutError::TooLong(len) => WireError::Malformed {
+            len,
+            reason: "a frame longer than 4 GiB cannot be sent".into(),
+        },
+    }
+}
+
+impl TensorBytes for Frame {
+    fn tensor_bytes(&self) -> Vec<&[u8]> {
+        match self {
+            Frame::Deliver { msg, .. } => msg
+                .payloads()
+                .into_iter()
+                .filter_map(Payload::values)
+                .map(bytemuck::cast_slice)
+                .collect(),
+            _ => Vec::new(),
         }
-    })?;
-    let Pieces { mut done, current } = pieces;
-    done.push(current);
-    let total: usize = done.iter().map(Vec::len).sum::<usize>() - 4;
-    let len = u32::try_from(total).map_err(|_| WireError::Malformed {
-        len: total,
-        reason: "a frame longer than 4 GiB cannot be sent".into(),
-    })?;
-    done[0][..4].copy_from_slice(&len.to_be_bytes());
-    Ok(Encoded(done.into_iter().map(Bytes::from).collect()))
+    }
 }
 
 /// Decodes a frame of the job tagged `tag` from `bytes`.
@@ -589,12 +539,62 @@ mod tests {
         let id = identity();
         let frame = padded(3 * PIECE as u64 + 5);
         let framed = encode_framed(id.tag, &frame).unwrap();
-        assert!(framed.0.iter().all(|p| p.len() <= PIECE));
-        let all: Vec<u8> = framed.0.iter().flat_map(|p| p.iter().copied()).collect();
+        assert!(framed.pieces().all(|p| p.len() <= PIECE));
+        let all: Vec<u8> = framed.pieces().flat_map(|p| p.iter().copied()).collect();
         let plain = encode(id.tag, &frame).unwrap();
         assert_eq!(&all[..4], &(plain.len() as u32).to_be_bytes());
         assert_eq!(&all[4..], &plain[..]);
         assert_eq!(framed.body_len(), plain.len());
+    }
+
+    #[test]
+    fn a_frame_given_away_goes_out_with_its_tensors_and_filler_uncopied() {
+        let id = identity();
+        let values: Vec<f32> = (0..(3 << 20)).map(|i| i as f32 * 0.5).collect();
+        let small = vec![1.0f32; 10];
+        let frame = Frame::Deliver {
+            from: RoleId::Worker(0),
+            to: RoleId::Server(1),
+            sent_at: 1.5,
+            msg: Message::Push {
+                clock: 2,
+                samples: 8,
+                completes_clock: true,
+                grads: vec![
+                    BlockPayload {
+                        block: 0,
+                        data: Payload::Real(values.clone()),
+                    },
+                    BlockPayload {
+                        block: 1,
+                        data: Payload::Real(small),
+                    },
+                    BlockPayload {
+                        block: 2,
+                        data: Payload::Virtual { elems: 1 << 20 },
+                    },
+                ],
+            },
+            pad: Padding(4 << 20),
+        };
+        let plain = encode(id.tag, &frame).unwrap();
+        let copied = encode_framed(id.tag, &frame).unwrap();
+        let owned = encode_framed_owned(id.tag, frame).unwrap();
+        let join =
+            |e: &Encoded| -> Vec<u8> { e.pieces().flat_map(|p| p.iter().copied()).collect() };
+        assert_eq!(join(&owned), join(&copied));
+        assert_eq!(&join(&owned)[4..], &plain[..]);
+        assert_eq!(copied.in_place_len(), 0);
+        // The large tensor and the filler are not copied; the 40-byte tensor is.
+        assert_eq!(owned.in_place_len(), values.len() * 4 + (4 << 20));
+        let Frame::Deliver { msg, pad, .. } = decode(id.tag, &plain).unwrap() else {
+            panic!("not a deliver frame")
+        };
+        assert_eq!(pad, Padding(4 << 20));
+        let Message::Push { grads, .. } = msg else {
+            panic!("not a push")
+        };
+        assert_eq!(grads[0].data, Payload::Real(values));
     }
 
     #[test]

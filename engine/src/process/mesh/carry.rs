@@ -54,7 +54,7 @@ pub(super) async fn write_loop(
                 }
             }
         };
-        for piece in &bytes.0 {
+        for piece in bytes.pieces() {
             if let Err(e) = sink.write_all(piece).await {
                 // Not reported as a loss from here: the peer's own last frames (its divergence
                 // records, its bye) may still wait unread on the other half of the connection.
@@ -171,6 +171,19 @@ impl Peers {
     /// Queues `frame` for `rank`; false when that connection is closed.
     pub fn send(&self, rank: u32, frame: &Frame) -> bool {
         match wire::encode_framed(self.tag, frame) {
+            Ok(bytes) => self.send_encoded(rank, bytes),
+            Err(e) => {
+                tracing::error!("{e}");
+                false
+            }
+        }
+    }
+
+    /// Queues `frame`, which the caller gives away, for `rank`, the tensors it carries not
+    /// copied on the way to the socket ([`wire::encode_framed_owned`]); false when that
+    /// connection is closed.
+    pub fn send_owned(&self, rank: u32, frame: Frame) -> bool {
+        match wire::encode_framed_owned(self.tag, frame) {
             Ok(bytes) => self.send_encoded(rank, bytes),
             Err(e) => {
                 tracing::error!("{e}");
