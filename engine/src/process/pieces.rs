@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use std::sync::Arc;
 
-/// Largest piece of an [`Encoded`] frame, and of the zero block filler is written from.
+/// Largest piece of an [`Encoded`] frame, and the size of the zero block filler is written from.
 pub const PIECE: usize = 4 << 20;
 
 /// Zeros that filler bytes ([`super::wire::Padding`]) are written from, in place.
