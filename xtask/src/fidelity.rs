@@ -94,7 +94,7 @@ fn mean(iterations: &[f64]) -> f64 {
 }
 
 /// The `q` quantile (0–1) of `values`, by the nearest rank below.
-fn quantile(values: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile(values: &[f64], q: f64) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     sorted[((sorted.len() - 1) as f64 * q) as usize]
