@@ -267,20 +267,29 @@ fn steady_transfer_seconds(dir: &Path) -> anyhow::Result<f64> {
 
 /// Parts 2 and 3.
 fn throughput(root: &Path, out: &Path, concord: &Path) -> anyhow::Result<()> {
-    let big = [
-        "model.kind=\"profile\"".to_string(),
-        "model.name=\"vgg16\"".into(),
+    // What every case shares, and the roles of a push and pull (one worker, one server apart).
+    let run = [
         format!("iterations={BIG_ITERATIONS}"),
         format!("eval_every={BIG_ITERATIONS}"),
         "stragglers=[]".into(),
         "trace=\"off\"".into(),
-        // The modeled step is left out of the rate: a fast device keeps the runs short.
-        "cluster.default_device=\"h200\"".into(),
     ];
-    let with_big = |sets: &[&str]| -> Vec<String> {
-        big.iter()
+    let vgg16 = [
+        "model.kind=\"profile\"",
+        "model.name=\"vgg16\"",
+        // The modeled step is left out of the rate: a fast device keeps the runs short.
+        "cluster.default_device=\"h200\"",
+    ];
+    let push_pull = [
+        "workers=1",
+        "servers=1",
+        "cluster.dedicated_servers=true",
+        "strategies=[\"bsp\"]",
+    ];
+    let case = |parts: &[&[&str]]| -> Vec<String> {
+        run.iter()
             .cloned()
-            .chain(sets.iter().map(|s| s.to_string()))
+            .chain(parts.iter().flat_map(|p| p.iter().map(|s| s.to_string())))
             .collect()
     };
     // Every byte crosses one process boundary (one worker per process, one server apart).
@@ -288,18 +297,13 @@ fn throughput(root: &Path, out: &Path, concord: &Path) -> anyhow::Result<()> {
         (
             "push + pull, 553 MB each way (worker | server)",
             "push",
-            with_big(&[
-                "workers=1",
-                "servers=1",
-                "cluster.dedicated_servers=true",
-                "strategies=[\"bsp\"]",
-            ]),
+            case(&[&vgg16, &push_pull]),
             true,
         ),
         (
             "ring allreduce of 553 MB, 2 processes (both ways)",
             "allreduce",
-            with_big(&["workers=2", "strategies=[\"allreduce\"]"]),
+            case(&[&vgg16, &["workers=2", "strategies=[\"allreduce\"]"]]),
             true,
         ),
         // The same push and pull with real tensors (an MLP 32-4096-4096-10), end to end: beside
@@ -309,18 +313,7 @@ fn throughput(root: &Path, out: &Path, concord: &Path) -> anyhow::Result<()> {
         (
             "push + pull of real tensors, 68 MB each way",
             "push-real",
-            [
-                "model.hidden=[4096, 4096]".to_string(),
-                format!("iterations={BIG_ITERATIONS}"),
-                format!("eval_every={BIG_ITERATIONS}"),
-                "stragglers=[]".into(),
-                "trace=\"off\"".into(),
-                "workers=1".into(),
-                "servers=1".into(),
-                "cluster.dedicated_servers=true".into(),
-                "strategies=[\"bsp\"]".into(),
-            ]
-            .to_vec(),
+            case(&[&["model.hidden=[4096, 4096]"], &push_pull]),
             false,
         ),
     ];
@@ -330,10 +323,10 @@ fn throughput(root: &Path, out: &Path, concord: &Path) -> anyhow::Result<()> {
     // case.
     let mut copies = Vec::with_capacity(BIG_RUNS * cases.len() + 1);
     let mut rates = vec![Vec::with_capacity(BIG_RUNS); cases.len()];
-    for run in 0..BIG_RUNS {
+    for turn in 0..BIG_RUNS {
         for ((_, name, sets, _), runs) in cases.iter().zip(&mut rates) {
             copies.push(socket_copy(2 << 30)?);
-            let dir = out.join(format!("{name}-run{run}"));
+            let dir = out.join(format!("{name}-run{turn}"));
             let s = launch(concord, root, 2, sets, &dir)?;
             // The rate is the steady state's: the iterations after the first WARM_UP, which
             // map the buffers a stream of large frames then reuses.
