@@ -207,8 +207,7 @@ pub fn validate_stages(profile: &Profile, stages: &[StagePlan]) -> Result<(), Pl
 
 /// The predicted time per minibatch of `stages` laid out on workers `0..` in order: the slowest
 /// of each stage's time on its replicas (weight sync at the slowest link it spans) and each
-/// boundary's transfer (at the slowest link from the stage's workers to the next stage's first),
-/// seconds. `NaN`
+/// boundary's transfer (at the slowest link among the two stages' workers), seconds. `NaN`
 /// where `stages` are not a plan of `profile` ([`validate_stages`] says why).
 pub fn evaluate(profile: &Profile, topology: &Topology, stages: &[StagePlan]) -> f64 {
     evaluate_under(profile, topology, stages, Sync::Thesis)
@@ -240,11 +239,11 @@ pub(crate) fn evaluate_with(costs: &Costs, topology: &Topology, stages: &[StageP
         let inner = costs.compute(i, j);
         let t = costs.replicated(i, j, inner, s.replicas, topology.span_bandwidth(lo, hi));
         worst = worst.max(t);
-        if k + 1 < stages.len() {
-            // Minibatches go round-robin from every replica of this stage to the next stage:
-            // the boundary runs at the slowest link from this stage's workers to the next's
-            // first.
-            worst = worst.max(costs.boundary(j, topology.span_bandwidth(lo, hi + 1)));
+        if let Some(next) = stages.get(k + 1) {
+            // Minibatches go round-robin from every replica of this stage to every replica of
+            // the next: the boundary runs at the slowest link among both stages' workers.
+            let end = hi + next.replicas;
+            worst = worst.max(costs.boundary(j, topology.span_bandwidth(lo, end)));
         }
         lo = hi;
     }
@@ -349,6 +348,39 @@ mod tests {
         // The ring: (3 + 2·(2/3)·100/100) / 3 = 13/9.
         assert!((evaluate_under(&p, &t, &pp, Sync::Ring) - 13.0 / 9.0).abs() < 1e-12);
         assert!(evaluate(&p, &t, &pp[..1]).is_nan());
+    }
+
+    #[test]
+    fn a_boundary_into_a_stage_across_machines_runs_at_the_machines_link() {
+        let l = |c, a| LayerProfile {
+            compute_s: c,
+            activation_bytes: a,
+            kept_bytes: a,
+            weight_bytes: 0,
+        };
+        let p = Profile {
+            layers: vec![l(0.0, 1000), l(0.0, 0)],
+            batch: 1,
+        };
+        // Two machines of 4 workers, 100 bytes/s inside and 10 between.
+        let t = Topology::two_level(4, 100.0, 2, 10.0);
+        let split = |r0, r1| {
+            [
+                StagePlan {
+                    layers: 0..1,
+                    replicas: r0,
+                },
+                StagePlan {
+                    layers: 1..2,
+                    replicas: r1,
+                },
+            ]
+        };
+        // Workers 0..3 send to worker 3, all on machine 0: 2·1000/100.
+        assert_eq!(evaluate(&p, &t, &split(3, 1)), 20.0);
+        // Workers 0..3 send round-robin to workers 3..6, two of them on machine 1: 2·1000/10,
+        // though the next stage's first worker shares their machine.
+        assert_eq!(evaluate(&p, &t, &split(3, 3)), 200.0);
     }
 
     #[test]

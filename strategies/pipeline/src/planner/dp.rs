@@ -7,9 +7,9 @@
 //! a suffix on `r` of its `m` workers has a 1F1B warm-up of `⌈m / r⌉` minibatches, which is
 //! what the memory limit needs. Stages lie on contiguous workers, input stage first, idle
 //! workers last; where links differ (two levels), a stage's weight sync is charged at the
-//! slowest link inside its workers and a boundary at the slowest link from its workers to the next
-//! stage's first, so the
-//! search runs once per number of workers used (the layout then fixes every stage's workers).
+//! slowest link inside its workers and a boundary at the slowest link among its workers and the
+//! next stage's (minibatches go round-robin between their replicas), so the search runs once per
+//! number of workers used (the layout then fixes every stage's workers).
 //!
 //! Replicas never grow along the pipeline: every plan has `r_0 ≥ r_1 ≥ … ≥ r_{S−1}`. The
 //! thesis leaves this implicit, but its runtime assumes it: the input stage admits NOAM =
@@ -163,15 +163,14 @@ impl Table<'_> {
         })
     }
 
-    /// The value of the boundary before layer `s`, from a stage on workers `lo..w` to the next
-    /// stage, whose first worker is `w`: at the slowest link among workers `lo..=w` (every
-    /// replica sends its minibatches across).
-    fn boundary(&self, s: usize, lo: u32, w: u32) -> f64 {
+    /// The value of the boundary before layer `s`, from a stage whose workers start at `lo` to
+    /// the next stage, whose workers end before `hi`: at the slowest link among workers
+    /// `lo..hi` (minibatches go round-robin from every replica of the one to every replica of
+    /// the other).
+    fn boundary(&self, s: usize, lo: u32, hi: u32) -> f64 {
         match self.objective {
             Objective::Memory => 0.0,
-            Objective::Time => self
-                .costs
-                .boundary(s, self.topology.span_bandwidth(lo, w + 1)),
+            Objective::Time => self.costs.boundary(s, self.topology.span_bandwidth(lo, hi)),
         }
     }
 
@@ -202,6 +201,11 @@ impl Table<'_> {
                             let q = if self.limited { d - 1 } else { d };
                             // The rest's first stage on at most `r` workers.
                             let cap = r.min(m - r);
+                            // The boundary's link widens with the next stage's replicas
+                            // r' ≤ cap; for each end at which it may slow, the best rest
+                            // whose first stage ends within it (exact: a rest on fewer
+                            // replicas is only charged less).
+                            let steps = self.topology.span_steps(lo, lo + r + 1, lo + r + cap);
                             for s in i + 1..n {
                                 let rest = value[self.at(q, s, m - r, cap, used)];
                                 if rest >= best {
@@ -210,9 +214,12 @@ impl Table<'_> {
                                 let Some(v) = self.stage(i, s, lo, r, m) else {
                                     continue;
                                 };
-                                let t = v.max(self.boundary(s, lo, lo + r)).max(rest);
-                                if t < best {
-                                    (best, how) = (t, (s, r));
+                                for &hi in &steps {
+                                    let rest = value[self.at(q, s, m - r, hi - lo - r, used)];
+                                    let t = v.max(self.boundary(s, lo, hi)).max(rest);
+                                    if t < best {
+                                        (best, how) = (t, (s, r));
+                                    }
                                 }
                             }
                         }

@@ -141,6 +141,34 @@ impl Topology {
         self.slowest_up_to(self.link_level(lo, hi - 1))
     }
 
+    /// The ends `hi` in `first..=last` past which the slowest link inside workers `lo..hi`
+    /// may get slower, in increasing order and always ending with `last` (empty when
+    /// `first > last`): `lo + 1` (one worker, no link) and, for each level, the end of `lo`'s
+    /// unit at that level. Every end up to one of these and past the one before has
+    /// [`Topology::span_bandwidth`] of that end, so a search can price every end by these few.
+    pub(crate) fn span_steps(&self, lo: u32, first: u32, last: u32) -> Vec<u32> {
+        if first > last {
+            return Vec::new();
+        }
+        let mut steps = Vec::with_capacity(self.levels.len() + 2);
+        // One worker alone spans no link.
+        if lo + 1 >= first && lo + 1 < last {
+            steps.push(lo + 1);
+        }
+        let mut size: u64 = 1;
+        for l in &self.levels {
+            // The workers of `lo`'s unit at this level run up to (not including) `end`.
+            size *= u64::from(l.components.max(1));
+            let end = (u64::from(lo) / size + 1) * size;
+            if end >= u64::from(first) && end < u64::from(last) {
+                steps.push(end as u32);
+            }
+        }
+        steps.push(last);
+        steps.dedup();
+        steps
+    }
+
     /// Whether every link runs at the same bandwidth, so that where a stage lies does not
     /// change its cost.
     pub(crate) fn uniform(&self) -> bool {
@@ -169,6 +197,29 @@ mod tests {
         assert_eq!(t.span_bandwidth(5, 6), f64::INFINITY);
         assert!(!t.uniform());
         assert!(Topology::flat(5, 1.0).uniform());
+    }
+
+    #[test]
+    fn span_steps_end_where_a_wider_span_crosses_a_slower_link() {
+        let t = Topology::two_level(4, 100.0, 3, 10.0);
+        // From worker 1: inside machine 0 up to an end of 4, then across machines.
+        assert_eq!(t.span_steps(1, 3, 10), vec![4, 10]);
+        assert_eq!(t.span_steps(1, 5, 10), vec![10]);
+        assert_eq!(t.span_steps(1, 2, 4), vec![2, 4]);
+        assert_eq!(t.span_steps(5, 7, 8), vec![8]);
+        assert!(t.span_steps(1, 5, 4).is_empty());
+        // Every end prices as the step that covers it.
+        for lo in 0..12 {
+            for first in lo + 1..=12 {
+                for last in first..=12 {
+                    let steps = t.span_steps(lo, first, last);
+                    for hi in first..=last {
+                        let step = *steps.iter().find(|&&s| s >= hi).expect("a step");
+                        assert_eq!(t.span_bandwidth(lo, hi), t.span_bandwidth(lo, step));
+                    }
+                }
+            }
+        }
     }
 
     #[test]
