@@ -102,3 +102,29 @@ fn calibrate_prints_a_usable_profile_and_writes_nothing_on_error() {
 fn concord_root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
+
+#[test]
+fn a_device_based_on_a_builtin_runs_as_the_builtin_with_its_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.toml");
+    std::fs::write(
+        &path,
+        "[cluster.devices.h200-bf16]\nbase = \"h200\"\nprecision = \"bf16\"\n",
+    )
+    .unwrap();
+    let sets = ["cluster.devices.h200-bf16.nic_gbps=100".to_string()];
+    let cfg = concord::config::load(Some(&path), &sets).unwrap();
+    let want = DeviceProfile {
+        precision: Some(Precision::Bf16),
+        nic_gbps: 100.0,
+        ..DeviceProfile::builtins()["h200"].clone()
+    };
+    let got = &cfg.cluster.devices["h200-bf16"];
+    assert_eq!(got, &want);
+    assert_eq!(one_step(got.clone(), 32), one_step(want, 32));
+    // What a run folder keeps is the whole profile, which reads back the same without the base.
+    let written = toml::to_string(&cfg).unwrap();
+    assert!(!written.contains("base"), "{written}");
+    let again = concord::config::load_resumed(&written, &[]).unwrap().config;
+    assert_eq!(again.cluster.devices, cfg.cluster.devices);
+}

@@ -8,6 +8,7 @@ use crate::layer_model::{LayerModel, LayerRates, Precision};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod derived;
 mod hosts;
 mod wake;
 pub use hosts::{Host, HostConfig, ProcessorClocks};
@@ -510,8 +511,11 @@ pub struct ClusterConfig {
     /// Machine groups, filled with workers in order. Empty: one `default_device` machine per worker.
     #[serde(default)]
     pub machines: Vec<MachineGroup>,
-    /// User-defined device profiles (add to or override the built-ins).
-    #[serde(default)]
+    /// User-defined device profiles (add to or override the built-ins). An entry is a whole
+    /// profile, or `base = "<name>"` with only the fields that differ from profile `<name>` (a
+    /// built-in or another entry; an entry named after a built-in may extend it). Held whole:
+    /// the bases are applied as the config is read.
+    #[serde(default, deserialize_with = "derived::deserialize_devices")]
     pub devices: BTreeMap<String, DeviceProfile>,
     /// Give every parameter server a machine of its own (of `server_device`) instead of sharing
     /// the workers' machines: the papers' setups with a separate PS tier.
