@@ -170,8 +170,15 @@ pub fn run_suite(
         }
     }
     let version = runner::cache::code_version(root);
+    let fingerprint = runner::cache::code_fingerprint(root);
     let outcome = runner::run_suite(
-        suite, &scenarios, &cells, &selected, &version, out_dir, settings,
+        suite,
+        &scenarios,
+        &cells,
+        &selected,
+        fingerprint.as_deref(),
+        out_dir,
+        settings,
     )?;
     let input = ReportInput {
         suite,
@@ -179,6 +186,7 @@ pub fn run_suite(
         cells: &cells,
         results: &outcome.results,
         code_version: &version,
+        fingerprint: fingerprint.as_deref(),
     };
     let rows = report::write_all(out_dir, &input)?;
     if !outcome.failed.is_empty() {

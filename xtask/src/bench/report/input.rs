@@ -16,4 +16,7 @@ pub struct ReportInput<'a> {
     pub results: &'a [Option<CellResult>],
     /// The code version the results were made from.
     pub code_version: &'a str,
+    /// The fingerprint of the files the results depend on (what the cache is keyed by), where
+    /// there is one.
+    pub fingerprint: Option<&'a str>,
 }

@@ -86,7 +86,7 @@ pub fn run_suite(
     scenarios: &[Scenario],
     cells: &[Cell],
     selected: &[bool],
-    code_version: &str,
+    fingerprint: Option<&str>,
     out_dir: &Path,
     settings: &RunSettings,
 ) -> Result<Outcome, BenchError> {
@@ -99,8 +99,8 @@ pub fn run_suite(
     let keys: Vec<String> = cells
         .iter()
         .map(|c| match &c.market {
-            Some(m) => cache::market_cache_key(code_version, m),
-            None => cache_key(code_version, &c.config),
+            Some(m) => cache::market_cache_key(fingerprint.unwrap_or_default(), m),
+            None => cache_key(fingerprint.unwrap_or_default(), &c.config),
         })
         .collect();
     let mut results: Vec<Option<CellResult>> = vec![None; cells.len()];
@@ -108,10 +108,9 @@ pub fn run_suite(
     let mut cached = 0;
     for (i, key) in keys.iter().enumerate() {
         let path = cache_dir.join(format!("{key}.json"));
-        let hit = if settings.force && selected[i] {
-            None
-        } else {
-            read_cache(&path, key, code_version)
+        let hit = match fingerprint {
+            Some(f) if !(settings.force && selected[i]) => read_cache(&path, key, f),
+            _ => None,
         };
         match hit {
             Some(r) => {
@@ -158,7 +157,9 @@ pub fn run_suite(
                             Err(anyhow::anyhow!("panicked: {what}"))
                         });
                 let outcome = outcome.and_then(|r| {
-                    write_cache(&cache_dir, &keys[i], code_version, &cell.config, &r)?;
+                    if let Some(f) = fingerprint {
+                        write_cache(&cache_dir, &keys[i], f, &cell.config, &r)?;
+                    }
                     Ok(r)
                 });
                 if let Err(e) = &outcome {

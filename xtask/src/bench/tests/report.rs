@@ -303,6 +303,7 @@ fn the_report_of_a_subset_scenario_shows_only_its_strategies() {
         cells: &cells,
         results: &results,
         code_version: "v",
+        fingerprint: None,
     };
     let rows = write_all(dir.path(), &input).expect("report");
     assert_eq!(rows.len(), 10);

@@ -75,3 +75,67 @@ fn a_scenario_with_a_calm_twin_gives_the_per_iteration_delay() {
         );
     }
 }
+
+#[test]
+fn the_code_fingerprint_moves_with_code_and_configs_but_not_with_prose_or_records() {
+    use crate::bench::runner::cache::code_fingerprint;
+    use std::process::Command;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path();
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(ok, "git {args:?}");
+    };
+    let write = |path: &str, text: &str| {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("folder");
+        std::fs::write(path, text).expect("write");
+    };
+    assert_eq!(code_fingerprint(root), None, "outside git: no cache");
+    git(&["init", "-q"]);
+    write("src/lib.rs", "fn a() {}");
+    write("README.md", "prose");
+    write("bench/paper.toml", "seeds = [1]");
+    write("bench/results/paper/results.csv", "a,b");
+    write(".gitignore", "/out\n");
+    git(&["add", "."]);
+    git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-qm",
+        "one",
+    ]);
+    let first = code_fingerprint(root).expect("a fingerprint");
+    write("README.md", "other prose");
+    write("bench/results/paper/results.csv", "a,c");
+    write("out/cache.json", "{}");
+    git(&["add", "."]);
+    git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-qm",
+        "two",
+    ]);
+    assert_eq!(code_fingerprint(root).as_ref(), Some(&first));
+    // An edit to code or to a suite, committed or not, and a new file are other code.
+    write("bench/paper.toml", "seeds = [2]");
+    let suite = code_fingerprint(root).expect("a fingerprint");
+    assert_ne!(suite, first);
+    write("bench/paper.toml", "seeds = [1]");
+    assert_eq!(code_fingerprint(root).as_ref(), Some(&first));
+    write("src/new.rs", "fn b() {}");
+    assert_ne!(code_fingerprint(root).as_ref(), Some(&first));
+    std::fs::remove_file(root.join("src/new.rs")).expect("remove");
+    write("src/lib.rs", "fn a() { }");
+    assert_ne!(code_fingerprint(root).as_ref(), Some(&first));
+}

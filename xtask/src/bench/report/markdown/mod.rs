@@ -48,7 +48,18 @@ fn header(md: &mut String, input: &ReportInput<'_>, rows: &[Row]) {
     if !suite.description.is_empty() {
         let _ = writeln!(md, "{}\n", suite.description.trim());
     }
-    let _ = writeln!(md, "- **Code version:** `{}`", input.code_version);
+    match input.fingerprint {
+        Some(f) => {
+            let _ = writeln!(
+                md,
+                "- **Code version:** `{}` (code fingerprint `{f}`: every file the numbers depend on, all but prose and recorded results)",
+                input.code_version
+            );
+        }
+        None => {
+            let _ = writeln!(md, "- **Code version:** `{}`", input.code_version);
+        }
+    }
     let _ = writeln!(md, "- **Seeds:** {}", seeds.join(", "));
     let matrix = if suite.full_matrix() {
         format!(
