@@ -11,6 +11,8 @@
 //!   `.cuda/` and prints the environment a `--features cuda` build needs (`eval "$(...)"`).
 //! - `gpu-bundle [--out DIR]`: the release binary and the GPU checks, built with `cuda,nccl` on
 //!   a machine without a GPU, packed with scripts that find the CUDA libraries on a GPU machine.
+//! - `bench-plans [--configs 80] [--seed 1]`: the pipeline planner's closed form and schedule
+//!   replay against simulated runs of random configurations (`bench/out/plans/`).
 //! - `bench --suite NAME [--filter S] [--jobs N] [--force]`: the cross-strategy benchmark
 //!   matrix (`bench/NAME.toml` → `bench/out/NAME/`: results.csv, REPORT.md, plots).
 //!   `--suite calibration` (also `calibration [--from FILE] [--out DIR]`): the calibrated device
@@ -19,6 +21,7 @@
 
 mod bench;
 mod bench_engine;
+mod bench_plans;
 mod bench_process;
 mod bench_scale;
 mod calibration;
@@ -56,6 +59,10 @@ enum Task {
     /// VGG16 throughput mode at 64 and 1024 workers (configs/vgg16-scale.toml, traces sampled):
     /// wall time with the run folder written, and peak memory, each case in its own process.
     BenchScale(bench_scale::ScaleArgs),
+    /// The pipeline planner's two predictions of a configuration's time per minibatch (its
+    /// closed form and the schedule's replay) against simulated runs of random configurations
+    /// of mixed widths (bench/out/plans/: results.csv, REPORT.md).
+    BenchPlans(bench_plans::PlansArgs),
     /// `--runtime process` beside PyTorch DDP (gloo) on an MLP 32-64-10, and its TCP throughput
     /// against a plain loopback socket copy (bench/out/process/).
     BenchProcess(bench_process::ProcessArgs),
@@ -105,6 +112,10 @@ fn main() -> ExitCode {
         Task::GpuBundle(args) => report("gpu-bundle", cuda::bundle(&args)),
         Task::BenchScale(args) => report("bench-scale", bench_scale::run(&args)),
         Task::BenchProcess(args) => report("bench-process", bench_process::run(&args)),
+        Task::BenchPlans(args) => report(
+            "bench-plans",
+            bench_plans::run(args, &bench::suite::load::workspace_root()),
+        ),
         Task::BenchScaleCase(args) => report("bench-scale-case", bench_scale::case(&args)),
         Task::Calibration(args) => report("calibration", calibration::run(&args)),
         Task::Bench(args) if args.suite == "fidelity" => {
@@ -136,6 +147,7 @@ fn measures(task: &Task) -> bool {
             | Task::BenchEngine
             | Task::BenchScale(_)
             | Task::BenchProcess(_)
+            | Task::BenchPlans(_)
             | Task::Calibration(_)
     )
 }
