@@ -2,8 +2,8 @@
 //! every worker's 1F1B-RR operation list ([`crate::schedule`]) with the profile's compute times,
 //! the boundaries' transfers through the ports the engine's network charges (a device's port
 //! on its machine's bus, the machine's NIC between machines; cut-through, each direction on its
-//! own), and every replicated stage's
-//! lock-step ring average. It predicts what the thesis's closed form ([`super::evaluate`])
+//! own, first in, first out), and every replicated stage's lock-step ring average, hop by hop
+//! through the same ports in time order with the rest. It predicts what the thesis's closed form ([`super::evaluate`])
 //! cannot: the stalls of a stage whose replicas wait for each other at every round's average
 //! while the stages around it run at another width (VGG-16 "6-5-5" on 4×4 runs at twice its
 //! closed-form time). [`super::plan`] still searches by the closed form, as the thesis does;
@@ -28,6 +28,80 @@ struct Replica {
     ops: Vec<Op>,
     next: usize,
     free: f64,
+}
+
+/// What the replay does next.
+#[derive(Clone, Copy)]
+enum Next {
+    /// Worker `.0`'s next operation, starting at `.1`.
+    Op(usize, f64),
+    /// Member `.1` of stage `.0`'s ring sends its next step.
+    Hop(usize, u32),
+}
+
+/// A replicated stage's lock-step ring average in progress: 2(m − 1) steps, member k sending a
+/// 1/m share of the stage's weights to member k + 1 at each, a step once the step before has
+/// reached it from member k − 1 (as the engine's ring runs); every hop goes through the ports
+/// in time order with the pipeline's own transfers.
+struct Ring {
+    /// The worker of member 0.
+    first: u32,
+    /// Bytes of each hop.
+    chunk: u64,
+    /// When the ring started (every member's first step).
+    start: f64,
+    /// Per member: the steps it has sent.
+    sent: Vec<u32>,
+    /// Per member: when each step from its left neighbour arrived.
+    received: Vec<Vec<f64>>,
+}
+
+impl Ring {
+    fn start(first: u32, members: u32, chunk: u64, start: f64) -> Ring {
+        Ring {
+            first,
+            chunk,
+            start,
+            sent: vec![0; members as usize],
+            received: vec![Vec::new(); members as usize],
+        }
+    }
+
+    fn members(&self) -> u32 {
+        self.sent.len() as u32
+    }
+
+    fn steps(&self) -> u32 {
+        2 * (self.members() - 1)
+    }
+
+    /// When member `k` sends its next step: at the start, then once the step before has arrived
+    /// from its left neighbour; `None` while it waits, or when it has sent every step.
+    fn sends_at(&self, k: u32) -> Option<f64> {
+        let step = self.sent[k as usize];
+        if step >= self.steps() {
+            return None;
+        }
+        if step == 0 {
+            return Some(self.start);
+        }
+        self.received[k as usize].get(step as usize - 1).copied()
+    }
+
+    /// Records member `k`'s next step, arriving at `arrives`: the member that received it, when
+    /// that was its last step (it is done).
+    fn hop(&mut self, k: u32, arrives: f64) -> Option<u32> {
+        self.sent[k as usize] += 1;
+        let to = (k + 1) % self.members();
+        let got = &mut self.received[to as usize];
+        got.push(arrives);
+        (got.len() as u32 == self.steps()).then_some(to)
+    }
+
+    /// Whether every member has received every step.
+    fn is_done(&self) -> bool {
+        self.received.iter().all(|r| r.len() as u32 == self.steps())
+    }
 }
 
 /// The steady-state time per minibatch of `stages` laid out on workers `0..` of `topology` in
@@ -81,9 +155,25 @@ pub fn replay(
     let mut ingress: HashMap<(usize, u32), f64> = HashMap::new();
     let mut done = vec![f64::NAN; n];
     let last = stages.len() - 1;
+    // Each stage's average in progress, if one is.
+    let mut rings: Vec<Option<Ring>> = (0..stages.len()).map(|_| None).collect();
     loop {
-        // The worker whose next operation can start earliest.
-        let mut pick: Option<(f64, f64, usize)> = None;
+        // What can send earliest: a worker's next operation, or a member's next step of a ring.
+        let mut pick: Option<(f64, Next)> = None;
+        let mut consider = |sends_at: f64, next: Next| {
+            if pick.is_none_or(|(t, _)| sends_at < t) {
+                pick = Some((sends_at, next));
+            }
+        };
+        for (s, ring) in rings.iter().enumerate() {
+            if let Some(ring) = ring {
+                for k in 0..ring.members() {
+                    if let Some(at) = ring.sends_at(k) {
+                        consider(at, Next::Hop(s, k));
+                    }
+                }
+            }
+        }
         for (w, rep) in workers.iter().enumerate() {
             let Some(&op) = rep.ops.get(rep.next) else {
                 continue;
@@ -92,13 +182,13 @@ pub fn replay(
             let ready = match op {
                 Op::Forward(b) if s > 0 => acts[s][b as usize],
                 Op::Backward(b) if s < last => grads[s][b as usize],
-                Op::Sync(round) => {
+                Op::Sync(round) | Op::Flush(round) => {
                     let lo = first[s] as usize;
                     let group = &workers[lo..lo + replicas[s] as usize];
-                    if group
-                        .iter()
-                        .all(|g| g.ops.get(g.next) == Some(&Op::Sync(round)))
-                    {
+                    let all_there = group.iter().all(|g| {
+                        matches!(g.ops.get(g.next), Some(Op::Sync(r) | Op::Flush(r)) if *r == round)
+                    });
+                    if rings[s].is_none() && all_there {
                         group.iter().map(|g| g.free).fold(0.0, f64::max)
                     } else {
                         f64::NAN
@@ -110,21 +200,17 @@ pub fn replay(
                 continue;
             }
             let start = ready.max(rep.free);
-            // Operations are taken in the order their transfers leave (a pass's at its end,
-            // an average's at its start), so each port serves its transfers in time order.
+            // Operations are taken in the order their transfers leave (a pass's at its end, an
+            // average's first step at its start), so each port serves its transfers in time
+            // order, first in, first out, as the engine's network does.
             let sends_at = match op {
                 Op::Forward(_) => start + compute[s] * FORWARD_SHARE,
                 Op::Backward(_) => start + compute[s] * (1.0 - FORWARD_SHARE),
                 Op::Sync(_) | Op::Flush(_) => start,
             };
-            if pick.is_none_or(|(t, _, _)| sends_at < t) {
-                pick = Some((sends_at, start, w));
-            }
+            consider(sends_at, Next::Op(w, start));
         }
-        let Some((_, start, w)) = pick else { break };
-        let s = workers[w].stage;
-        let op = workers[w].ops[workers[w].next];
-        let w32 = w as u32;
+        let Some((_, next)) = pick else { break };
         let mut send = |from: u32, to: u32, at: f64, bytes: u64| -> f64 {
             let level = topology.link_level(from, to);
             let (out, inn) = (topology.port(from, level), topology.port(to, level));
@@ -136,6 +222,30 @@ pub fn replay(
             ingress.insert(inn, in_end);
             in_end
         };
+        let (w, start) = match next {
+            Next::Hop(s, k) => {
+                let Some(ring) = rings[s].as_mut() else {
+                    continue;
+                };
+                let Some(at) = ring.sends_at(k) else { continue };
+                let (from, to) = (ring.first + k, ring.first + (k + 1) % ring.members());
+                let arrives = send(from, to, at, ring.chunk);
+                if let Some(finished) = ring.hop(k, arrives) {
+                    // The member that received the last step is done with the average.
+                    let member = &mut workers[(ring.first + finished) as usize];
+                    member.free = arrives;
+                    member.next += 1;
+                    if ring.is_done() {
+                        rings[s] = None;
+                    }
+                }
+                continue;
+            }
+            Next::Op(w, start) => (w, start),
+        };
+        let s = workers[w].stage;
+        let op = workers[w].ops[workers[w].next];
+        let w32 = w as u32;
         match op {
             Op::Forward(b) => {
                 let end = start + compute[s] * FORWARD_SHARE;
@@ -158,20 +268,12 @@ pub fn replay(
                 workers[w].next += 1;
             }
             Op::Sync(_) | Op::Flush(_) => {
-                // The ring: 2(m − 1) steps, each member sending a 1/m share to the next.
                 let (lo, m) = (first[s], replicas[s]);
-                let chunk = weights[s] / u64::from(m);
-                let mut end = start;
-                for _ in 0..2 * (m - 1) {
-                    let step = end;
-                    for k in 0..m {
-                        let (from, to) = (lo + k, lo + (k + 1) % m);
-                        end = end.max(send(from, to, step, chunk));
-                    }
-                }
-                for g in &mut workers[lo as usize..(lo + m) as usize] {
-                    g.free = end;
-                    g.next += 1;
+                if m < 2 {
+                    workers[w].free = start;
+                    workers[w].next += 1;
+                } else {
+                    rings[s] = Some(Ring::start(lo, m, weights[s] / u64::from(m), start));
                 }
             }
         }
@@ -242,10 +344,40 @@ mod tests {
         assert!((deep - 3.0).abs() < 1e-9, "{deep}");
         let noam = replay(&p, &t, &straight, 2).unwrap();
         assert!(noam > 4.0, "{noam}");
-        // Two replicas of the first stage: each minibatch of a round takes 3 s on its replica,
-        // then the ring average of 10 bytes, 2·(1/2)·10 / 1 = 10 s, for 2 minibatches (the
-        // measured window ends within a round: 1 % either way).
-        let replicated = replay(&p, &t, &[stage(0..1, 2), stage(1..2, 1)], 3).unwrap();
-        assert!((replicated / 6.5 - 1.0).abs() < 0.01, "{replicated}");
+        // Two replicas of the first stage, activations free: each minibatch of a round takes
+        // 3 s on its replica, then the ring average of 10 bytes, 2·(1/2)·10 / 1 = 10 s, for 2
+        // minibatches (the measured window ends within a round: 1 % either way).
+        let replicated = [stage(0..1, 2), stage(1..2, 1)];
+        let mut free = p.clone();
+        free.layers[0].activation_bytes = 0;
+        let alone = replay(&free, &t, &replicated, 3).unwrap();
+        assert!((alone / 6.5 - 1.0).abs() < 0.01, "{alone}");
+        // With them, the ring's hops take their turn on the replicas' ports behind activations
+        // and gradients sent before them: slower, by at most a round's transfers (two
+        // minibatches, 2 s each way) per two minibatches.
+        let shared = replay(&p, &t, &replicated, 3).unwrap();
+        assert!(
+            shared > alone * 1.01 && shared < (13.0 + 4.0) / 2.0 * 1.01,
+            "{shared}"
+        );
+    }
+
+    #[test]
+    fn a_ring_alone_takes_its_steps_one_after_another() {
+        // Three replicas of a 1-layer stage on three devices of one flat level at 1 byte/s,
+        // 30 bytes of weights: 4 steps of 10-byte hops, each 10 s, every member sending to the
+        // next at once: 40 s a round of 3 minibatches, plus 3 s of compute.
+        let p = Profile {
+            layers: vec![LayerProfile {
+                compute_s: 3.0,
+                activation_bytes: 0,
+                kept_bytes: 0,
+                weight_bytes: 30,
+            }],
+            batch: 1,
+        };
+        let t = Topology::flat(3, 1.0);
+        let got = replay(&p, &t, &[stage(0..1, 3)], 1).unwrap();
+        assert!((got / (43.0 / 3.0) - 1.0).abs() < 0.01, "{got}");
     }
 }
