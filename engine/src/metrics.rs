@@ -333,9 +333,38 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(io)
 }
 
+/// The coefficient of determination of a least-squares line of `y` on `x` (R², the square of
+/// their correlation): how linearly a prediction tracks what was measured, as the PipeDream
+/// thesis reports its planner's (Fig. 5.15). `NaN` when either side has no spread or the two
+/// differ in length or are empty.
+pub fn r_squared(x: &[f64], y: &[f64]) -> f64 {
+    if x.len() != y.len() || x.is_empty() {
+        return f64::NAN;
+    }
+    let n = x.len() as f64;
+    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
+    let sxy: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let sxx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum();
+    let syy: f64 = y.iter().map(|b| (b - my).powi(2)).sum();
+    sxy * sxy / (sxx * syy)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn r_squared_is_one_on_a_line_and_falls_with_scatter() {
+        let x = [1.0, 2.0, 3.0, 4.0];
+        assert!((r_squared(&x, &[3.0, 5.0, 7.0, 9.0]) - 1.0).abs() < 1e-12);
+        assert!((r_squared(&x, &[9.0, 7.0, 5.0, 3.0]) - 1.0).abs() < 1e-12);
+        // y = x + (1, -1, -1, 1): sxy 5, sxx 5, syy 9, R² = 25 / 45.
+        let r2 = r_squared(&x, &[2.0, 1.0, 2.0, 5.0]);
+        assert!((r2 - 5.0 / 9.0).abs() < 1e-12, "{r2}");
+        assert!(r_squared(&x, &[1.0; 4]).is_nan());
+        assert!(r_squared(&x, &[1.0]).is_nan());
+        assert!(r_squared(&[], &[]).is_nan());
+    }
 
     #[test]
     fn ideal_time_on_a_hand_checked_case() {

@@ -7,6 +7,7 @@
 //! change.
 
 use anyhow::Context;
+use concord_engine::metrics::r_squared;
 use concord_engine::run::{RunOptions, RunResult};
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
@@ -209,16 +210,6 @@ fn measure(args: &PlansArgs, c: &Candidate) -> anyhow::Result<Measured> {
         replayed_s: figure(&r, "pipedream.replayed_s")?,
         predicted_s: figure(&r, "pipedream.predicted_s")?,
     })
-}
-
-/// The least-squares R² of `y` on `x`.
-fn r_squared(x: &[f64], y: &[f64]) -> f64 {
-    let n = x.len() as f64;
-    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
-    let sxy: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
-    let sxx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum();
-    let syy: f64 = y.iter().map(|b| (b - my).powi(2)).sum();
-    sxy * sxy / (sxx * syy)
 }
 
 /// How one prediction compares with the simulated time over every configuration.
@@ -473,7 +464,14 @@ mod tests {
         assert!(e.to_string().contains("drew only 1"), "{e}");
         // Minibatches no device holds: every draw is refused, and the task gives up saying why.
         let dir = tempfile::tempdir().expect("temp dir");
-        let huge = args(&["--configs", "1", "--models", "alexnet", "--batch", "1000000"]);
+        let huge = args(&[
+            "--configs",
+            "1",
+            "--models",
+            "alexnet",
+            "--batch",
+            "1000000",
+        ]);
         let e = run(huge, dir.path()).unwrap_err();
         assert!(e.to_string().contains("were refused"), "{e}");
         assert!(!dir.path().join("bench/out/plans").exists());

@@ -5,6 +5,7 @@
 //! simulated time of configurations the closed form misjudges (lock-step stalls, shared NICs).
 
 use concord_engine::config::RunConfig;
+use concord_engine::metrics::r_squared;
 
 mod common;
 use common::{figure, run, with};
@@ -32,16 +33,6 @@ bus_gbps = 126.0
     )
     .expect("cluster");
     cfg
-}
-
-/// The least-squares R² of `y` on `x`.
-fn r_squared(x: &[f64], y: &[f64]) -> f64 {
-    let n = x.len() as f64;
-    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
-    let sxy: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
-    let sxx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum();
-    let syy: f64 = y.iter().map(|b| (b - my).powi(2)).sum();
-    sxy * sxy / (sxx * syy)
 }
 
 #[test]

@@ -95,6 +95,18 @@ fn the_code_fingerprint_moves_with_code_and_configs_but_not_with_prose_or_record
         std::fs::create_dir_all(path.parent().expect("parent")).expect("folder");
         std::fs::write(path, text).expect("write");
     };
+    let commit = |message: &str| {
+        git(&["add", "."]);
+        git(&[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            message,
+        ]);
+    };
     assert_eq!(code_fingerprint(root), None, "outside git: no cache");
     git(&["init", "-q"]);
     write("src/lib.rs", "fn a() {}");
@@ -102,30 +114,12 @@ fn the_code_fingerprint_moves_with_code_and_configs_but_not_with_prose_or_record
     write("bench/paper.toml", "seeds = [1]");
     write("bench/results/paper/results.csv", "a,b");
     write(".gitignore", "/out\n");
-    git(&["add", "."]);
-    git(&[
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@t",
-        "commit",
-        "-qm",
-        "one",
-    ]);
+    commit("one");
     let first = code_fingerprint(root).expect("a fingerprint");
     write("README.md", "other prose");
     write("bench/results/paper/results.csv", "a,c");
     write("out/cache.json", "{}");
-    git(&["add", "."]);
-    git(&[
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@t",
-        "commit",
-        "-qm",
-        "two",
-    ]);
+    commit("two");
     assert_eq!(code_fingerprint(root).as_ref(), Some(&first));
     // An edit to code or to a suite, committed or not, and a new file are other code.
     write("bench/paper.toml", "seeds = [2]");
