@@ -22,7 +22,7 @@ use std::sync::Mutex;
 #[derive(Debug, clap::Args)]
 pub struct PlansArgs {
     /// How many configurations to draw.
-    #[arg(long, default_value_t = 80)]
+    #[arg(long, default_value_t = 80, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     configs: usize,
     /// Seed of the draw: the same seed draws the same configurations.
     #[arg(long, default_value_t = 1)]
@@ -456,6 +456,8 @@ mod tests {
 
     #[test]
     fn impossible_draws_are_refused_by_name() {
+        let none = Cli::try_parse_from(["bench-plans", "--configs", "0"]);
+        assert!(none.is_err_and(|e| e.to_string().contains("--configs")));
         let e = draw(&args(&["--min-stages", "5"]), &layers(), 1, 1, &[]).unwrap_err();
         assert!(e.to_string().contains("--min-stages 5"), "{e}");
         // Two stages of a two-layer model on two devices: one configuration exists.

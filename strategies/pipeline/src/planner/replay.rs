@@ -3,8 +3,8 @@
 //! the boundaries' transfers through the ports the engine's network charges (a device's port
 //! on its machine's bus, the machine's NIC between machines; cut-through, each direction on its
 //! own, first in, first out), and every replicated stage's lock-step ring average, hop by hop
-//! through the same ports in time order with the rest. It predicts what the thesis's closed form ([`super::evaluate`])
-//! cannot: the stalls of a stage whose replicas wait for each other at every round's average
+//! through the same ports in time order with the rest. It predicts what the thesis's closed
+//! form ([`super::evaluate`]) cannot: the stalls of a stage whose replicas wait for each other at every round's average
 //! while the stages around it run at another width (VGG-16 "6-5-5" on 4×4 runs at twice its
 //! closed-form time). [`super::plan`] still searches by the closed form, as the thesis does;
 //! the replay reports what the chosen configuration will do.
