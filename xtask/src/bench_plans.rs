@@ -6,9 +6,10 @@
 //! see, and keeps the draw fixed by a seed so the figures can be re-measured after a planner
 //! change.
 
+use crate::bench::runner::result::CellResult;
+use crate::bench::runner::run_cell;
 use anyhow::Context;
 use concord_engine::metrics::r_squared;
-use concord_engine::run::{RunOptions, RunResult};
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -153,8 +154,8 @@ fn draw(
     Ok(out)
 }
 
-/// The run of `c` on the cluster of `args`.
-fn simulate(args: &PlansArgs, c: &Candidate) -> anyhow::Result<RunResult> {
+/// The run of `c` on the cluster of `args`, as a bench cell.
+fn simulate(args: &PlansArgs, c: &Candidate) -> anyhow::Result<CellResult> {
     let sets = [
         format!("workers={}", args.machines * args.slots),
         format!("batch={}", args.batch),
@@ -172,26 +173,20 @@ fn simulate(args: &PlansArgs, c: &Candidate) -> anyhow::Result<RunResult> {
         format!("strategy.pipedream.replicas={:?}", c.replicas),
         "stragglers=[]".into(),
     ];
-    let config = concord::config::load(None, &sets)?;
-    let assembly = concord::registry().compose(&config)?;
-    Ok(concord_engine::run(
-        &config,
-        &assembly,
-        RunOptions::default(),
-    )?)
+    run_cell(&concord::config::load(None, &sets)?)
 }
 
 /// Seconds per minibatch after the first fifth of a run's iterations, each iteration being as
 /// many minibatches as the output stage has replicas.
-fn steady_per_minibatch(r: &RunResult, out_replicas: u32) -> Option<f64> {
-    let t: Vec<f64> = r.rows.iter().map(|row| row.time_s).collect();
+fn steady_per_minibatch(r: &CellResult, out_replicas: u32) -> Option<f64> {
+    let t: Vec<f64> = r.curve.iter().map(|point| point.time_s).collect();
     let k = (t.len() / 5).max(1);
     (t.len() > k).then(|| (t[t.len() - 1] - t[k - 1]) / (t.len() - k) as f64 / out_replicas as f64)
 }
 
 /// A figure of the run's summary, by name.
-fn figure(r: &RunResult, name: &str) -> anyhow::Result<f64> {
-    r.summary
+fn figure(r: &CellResult, name: &str) -> anyhow::Result<f64> {
+    r.metrics
         .figures
         .get(name)
         .copied()

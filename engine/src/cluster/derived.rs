@@ -99,9 +99,8 @@ fn read_profile(name: &str, fields: Map<String, Value>) -> Result<DeviceProfile,
         let reason = e.into_inner().to_string();
         let hint = if reason.starts_with("missing field") {
             " (to change only some fields of another profile, name it: `base = \"v100\"`)"
-                .to_string()
         } else {
-            String::new()
+            ""
         };
         if field == "." {
             format!("device `{name}`: {reason}{hint}")

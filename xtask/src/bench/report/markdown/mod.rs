@@ -48,18 +48,14 @@ fn header(md: &mut String, input: &ReportInput<'_>, rows: &[Row]) {
     if !suite.description.is_empty() {
         let _ = writeln!(md, "{}\n", suite.description.trim());
     }
-    match input.fingerprint {
-        Some(f) => {
-            let _ = writeln!(
-                md,
-                "- **Code version:** `{}` (code fingerprint `{f}`: every file the numbers depend on, all but prose and recorded results)",
-                input.code_version
-            );
-        }
-        None => {
-            let _ = writeln!(md, "- **Code version:** `{}`", input.code_version);
-        }
-    }
+    let fingerprint = input.fingerprint.map_or_else(String::new, |f| {
+        format!(" (code fingerprint `{f}`: every file the numbers depend on, all but prose and recorded results)")
+    });
+    let _ = writeln!(
+        md,
+        "- **Code version:** `{}`{fingerprint}",
+        input.code_version
+    );
     let _ = writeln!(md, "- **Seeds:** {}", seeds.join(", "));
     let matrix = if suite.full_matrix() {
         format!(
