@@ -9,7 +9,7 @@
 use crate::bench::runner::result::CellResult;
 use crate::bench::runner::run_cell;
 use anyhow::Context;
-use concord_engine::metrics::r_squared;
+use concord_engine::metrics::{r_squared, seconds_per_iteration};
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -50,8 +50,9 @@ pub struct PlansArgs {
     #[arg(long, default_value_t = 4)]
     max_stages: usize,
     /// Iterations of each run (rounds of as many minibatches as the output stage has replicas);
-    /// the first fifth is warm-up, left out of the steady state.
-    #[arg(long, default_value_t = 120)]
+    /// the first fifth (warm-up) and the last minibatches in flight (drain) are left out of the
+    /// steady state.
+    #[arg(long, default_value_t = 240)]
     iterations: u64,
     /// Configurations simulated at once (default: the machine's processors).
     #[arg(long)]
@@ -176,12 +177,17 @@ fn simulate(args: &PlansArgs, c: &Candidate) -> anyhow::Result<CellResult> {
     run_cell(&concord::config::load(None, &sets)?)
 }
 
-/// Seconds per minibatch after the first fifth of a run's iterations, each iteration being as
-/// many minibatches as the output stage has replicas.
-fn steady_per_minibatch(r: &CellResult, out_replicas: u32) -> Option<f64> {
-    let t: Vec<f64> = r.curve.iter().map(|point| point.time_s).collect();
-    let k = (t.len() / 5).max(1);
-    (t.len() > k).then(|| (t[t.len() - 1] - t[k - 1]) / (t.len() - k) as f64 / out_replicas as f64)
+/// Seconds per minibatch of a run's steady state: after the first fifth of its iterations
+/// (warm-up) and before its drain, the last `in_flight` minibatches, which finish with nothing
+/// behind them (each iteration being as many minibatches as the output stage has replicas;
+/// iterations closed together count as one group).
+fn steady_per_minibatch(r: &CellResult, out_replicas: u32, in_flight: u64) -> Option<f64> {
+    let ends: Vec<f64> = r.curve.iter().map(|point| point.time_s).collect();
+    let out = u64::from(out_replicas.max(1));
+    let drain = usize::try_from(in_flight.div_ceil(out)).ok()?;
+    let from = (ends.len() / 5).max(1) - 1;
+    let to = ends.len().checked_sub(drain + 1)?;
+    seconds_per_iteration(&ends, from, to).map(|s| s / out as f64)
 }
 
 /// A figure of the run's summary, by name.
@@ -193,6 +199,12 @@ fn figure(r: &CellResult, name: &str) -> anyhow::Result<f64> {
         .with_context(|| format!("the run reports no `{name}`"))
 }
 
+/// Minibatches in flight at once: the input stage's depth for each of its replicas.
+fn in_flight(r: &CellResult, c: &Candidate) -> anyhow::Result<u64> {
+    let depth = figure(r, "pipedream.depth")?;
+    Ok(depth as u64 * u64::from(*c.replicas.first().context("a configuration has stages")?))
+}
+
 fn measure(args: &PlansArgs, c: &Candidate) -> anyhow::Result<Measured> {
     let r = simulate(args, c)?;
     let out = *c.replicas.last().context("a configuration has stages")?;
@@ -200,7 +212,8 @@ fn measure(args: &PlansArgs, c: &Candidate) -> anyhow::Result<Measured> {
         model: c.model.clone(),
         boundaries: format!("{:?}", c.boundaries),
         replicas: format!("{:?}", c.replicas),
-        simulated_s: steady_per_minibatch(&r, out)
+        // What the input stage keeps in flight: its replicas' minibatches each.
+        simulated_s: steady_per_minibatch(&r, out, in_flight(&r, c)?)
             .context("too few iterations for a steady state")?,
         replayed_s: figure(&r, "pipedream.replayed_s")?,
         predicted_s: figure(&r, "pipedream.predicted_s")?,
@@ -242,7 +255,7 @@ fn report(args: &PlansArgs, rows: &[Measured], refused: &[(Candidate, String)]) 
     let _ = writeln!(
         md,
         "{} random configurations (seed {}) of {} over {}×{} `{}`, minibatch {}, {} iterations each; \
-         the simulated time is the steady state (after the first fifth of the iterations) per minibatch.\n",
+         the simulated time is the steady state per minibatch (after the first fifth of the iterations, before the last minibatches in flight drain).\n",
         rows.len(),
         args.seed,
         args.models.join(", "),

@@ -282,10 +282,12 @@ pub fn replay(
         // A schedule that cannot finish (it never does for a valid plan).
         return None;
     }
-    // The steady rate between the end of the warm-up and the start of the drain, from when
-    // every minibatch up to each point has finished (replicas finish theirs out of order).
+    // The steady rate between the end of the warm-up and the start of the drain (the last
+    // minibatches in flight, which finish with nothing behind them), from when every minibatch
+    // up to each point has finished (replicas finish theirs out of order).
     let finished = |upto: usize| done[..=upto].iter().copied().fold(0.0, f64::max);
-    let (from, to) = (n / 5, n - 1 - n / 10);
+    let in_flight = (u64::from(depth.max(1)) * u64::from(replicas[0])) as usize;
+    let (from, to) = (n / 5, n - 1 - (n / 10).max(in_flight));
     Some((finished(to) - finished(from)) / (to - from) as f64)
 }
 

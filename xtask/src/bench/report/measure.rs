@@ -3,6 +3,7 @@
 
 use crate::bench::runner::result::{CellResult, CurvePoint, EvalPoint};
 use crate::bench::suite::schema::{Phases, Target};
+use concord_engine::metrics::seconds_per_iteration;
 
 /// Where a cell first reaches its target, and how finely that is known: the target was crossed
 /// somewhere after the check before the one that found it, so a result is exact only where the
@@ -120,12 +121,17 @@ pub fn phase_ratio(result: &CellResult, phases: &Phases) -> Option<f64> {
 }
 
 /// Mean iteration time over the second half of a curve (`None` with fewer than 2 iterations).
+/// Iterations a strategy closes at one instant count as one group
+/// ([`concord_engine::metrics::seconds_per_iteration`]); where the whole second half is one
+/// group, the window starts at the group before it.
 pub fn steady_time_per_iteration(result: &CellResult) -> Option<f64> {
-    let n = result.curve.len();
-    let half = n / 2;
-    let (Some(a), Some(b)) = (result.curve.get(half.max(1) - 1), result.curve.last()) else {
-        return None;
+    let ends: Vec<f64> = result.curve.iter().map(|p| p.time_s).collect();
+    let last = ends.len().checked_sub(1)?;
+    let from = (ends.len() / 2).max(1) - 1;
+    let from = if ends.get(from) == ends.get(last) {
+        ends.iter().rposition(|&t| t < ends[last])?
+    } else {
+        from
     };
-    let count = n - half.max(1);
-    (count > 0).then(|| (b.time_s - a.time_s) / count as f64)
+    seconds_per_iteration(&ends, from, last)
 }

@@ -169,25 +169,10 @@ fn phase_ratio_compares_disturbed_and_calm_iterations() {
     );
 }
 
-#[test]
-fn steady_time_covers_the_second_half_of_the_run() {
-    // 10 slow iterations of 3 s (adapting), then 10 of 1 s.
-    let curve = |n: u64| {
-        let mut t = 0.0;
-        (1..=n)
-            .map(|i| {
-                t += if i <= 10 { 3.0 } else { 1.0 };
-                CurvePoint {
-                    iteration: i,
-                    time_s: t,
-                    loss: None,
-                    test_accuracy: None,
-                    test_loss: None,
-                }
-            })
-            .collect::<Vec<_>>()
-    };
-    let result = |n: u64| CellResult {
+/// A cell whose iterations end at `ends`, one curve point each.
+fn ending_at(ends: &[f64]) -> CellResult {
+    let n = ends.len() as u64;
+    CellResult {
         metrics: serde_json::from_value(serde_json::json!({
             "iterations": n, "run_time_s": 0.0, "time_per_iteration_s": 0.0,
             "throughput_samples_per_s": 0.0, "ideal_time_s": 0.0, "efficiency": 0.0,
@@ -196,11 +181,48 @@ fn steady_time_covers_the_second_half_of_the_run() {
             "peak_server_memory_bytes": 0, "figures": {}
         }))
         .unwrap(),
-        curve: curve(n),
+        curve: (1..=n)
+            .zip(ends)
+            .map(|(iteration, &time_s)| CurvePoint {
+                iteration,
+                time_s,
+                loss: None,
+                test_accuracy: None,
+                test_loss: None,
+            })
+            .collect(),
         evals: Vec::new(),
+    }
+}
+
+#[test]
+fn steady_time_covers_the_second_half_of_the_run() {
+    // 10 slow iterations of 3 s (adapting), then 10 of 1 s.
+    let result = |n: u64| {
+        let mut t = 0.0;
+        let ends: Vec<f64> = (1..=n)
+            .map(|i| {
+                t += if i <= 10 { 3.0 } else { 1.0 };
+                t
+            })
+            .collect();
+        ending_at(&ends)
     };
     assert_eq!(steady_time_per_iteration(&result(20)), Some(1.0));
     // 21 iterations: the second half is iterations 11..=21, all 1 s.
     assert_eq!(steady_time_per_iteration(&result(21)), Some(1.0));
     assert_eq!(steady_time_per_iteration(&result(1)), None);
+}
+
+#[test]
+fn steady_time_counts_iterations_closed_together_as_one_group() {
+    // Rounds of 4 iterations, each closed at once, one every 4 s: 1 s an iteration. The second
+    // half starts inside the round of iterations 9–12, which was not done before 12 s.
+    let rounds: Vec<f64> = (0..20).map(|i| f64::from(i / 4 + 1) * 4.0).collect();
+    assert_eq!(steady_time_per_iteration(&ending_at(&rounds)), Some(1.0));
+    // The whole second half closed at once: timed from the round before.
+    let late = [2.0, 2.0, 6.0, 6.0, 6.0, 6.0];
+    assert_eq!(steady_time_per_iteration(&ending_at(&late)), Some(1.0));
+    // Every iteration at one instant: no time to divide.
+    assert_eq!(steady_time_per_iteration(&ending_at(&[5.0; 4])), None);
 }
