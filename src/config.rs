@@ -122,13 +122,50 @@ pub fn load_sourced(file: Option<&Path>, sets: &[String]) -> Result<Sourced, Con
             reason: e.to_string(),
         })?;
         // Parse first so a syntax error names the file, line and column.
-        text.parse::<toml::Table>().map_err(|e| ConfigError::File {
+        let table = text.parse::<toml::Table>().map_err(|e| ConfigError::File {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
+        if let Some(reason) = other_kind_of_file(&table, path) {
+            return Err(ConfigError::File {
+                path: path.to_path_buf(),
+                reason,
+            });
+        }
         layers.push(Layer::read(Toml::file(path)));
     }
     with_overrides(layers, sets)
+}
+
+/// What `table` is instead, and the command that reads it, when it is one of the project's
+/// other TOML files rather than a run config (a spot market, a bench suite): their keys would
+/// otherwise be reported one by one as unknown fields.
+fn other_kind_of_file(table: &toml::Table, path: &Path) -> Option<String> {
+    let has = |key: &str| table.contains_key(key);
+    if has("trace") && has("types") {
+        return Some(format!(
+            "a spot market (its `trace` and `[[types]]`), not a run config: study it with \
+             `concord market --market {}`",
+            path.display()
+        ));
+    }
+    if has("scenarios")
+        && has("strategies")
+        && table.get("strategies").is_some_and(|s| {
+            s.as_array()
+                .is_some_and(|a| a.iter().any(toml::Value::is_table))
+        })
+    {
+        let suite = path.file_stem().map_or_else(
+            || "<name>".to_string(),
+            |s| s.to_string_lossy().into_owned(),
+        );
+        return Some(format!(
+            "a bench suite (its `[[scenarios]]` and `[[strategies]]`), not a run config: a suite \
+             in `bench/` runs with `cargo xtask bench --suite {suite}`"
+        ));
+    }
+    None
 }
 
 /// The configuration of a run resumed from a checkpoint: the resolved configuration the run was

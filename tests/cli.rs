@@ -187,6 +187,31 @@ fn missing_config_file_is_named() {
 }
 
 #[test]
+fn a_market_or_bench_suite_file_is_named_for_what_it_is() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let market = root.join("configs/market/synthetic-4w.toml");
+    let e = fails(&["train", "--config", market.to_str().unwrap()]);
+    assert!(
+        e.contains("synthetic-4w.toml")
+            && e.contains("spot market")
+            && e.contains("concord market --market"),
+        "{e}"
+    );
+    let suite = root.join("bench/smoke.toml");
+    let e = fails(&["train", "--config", suite.to_str().unwrap()]);
+    assert!(
+        e.contains("smoke.toml") && e.contains("bench suite") && e.contains("--suite smoke"),
+        "{e}"
+    );
+    // A run config that happens to name a trace file is still read as one.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("run.toml");
+    std::fs::write(&file, "trace = \"off\"\nworkers = 0\n").unwrap();
+    let e = fails(&["train", "--config", file.to_str().unwrap()]);
+    assert!(e.contains("`workers` = 0"), "{e}");
+}
+
+#[test]
 fn malformed_set_argument_shows_the_form() {
     let e = train(&["--set", "workers"]);
     assert!(e.contains("key=value"), "{e}");
