@@ -18,7 +18,10 @@
 //! does not predict). Beside each case, the share of the processors' time a hypervisor took
 //! (`/proc/stat`'s steal) while the machine was calibrated and during the counted run: on a
 //! virtual machine it moves from nothing to half within minutes, and a calibration and a run
-//! that lost different shares do not compare.
+//! that lost different shares do not compare. A second table says where each case's iterations
+//! go, in the counted process run and in both `sim` runs: the slower worker's step, and a
+//! worker's time communicating and waiting (medians a clock), so that a miss shows whether the
+//! machine's steps or its transfers moved.
 
 use anyhow::Context;
 use std::fmt::Write as _;
@@ -91,6 +94,64 @@ fn steady_iterations(run: &Path) -> anyhow::Result<Vec<f64>> {
 /// Seconds per iteration after the warm-up: the steady state's mean.
 fn mean(iterations: &[f64]) -> f64 {
     iterations.iter().sum::<f64>() / iterations.len() as f64
+}
+
+/// Where a job's iterations go, milliseconds a clock: medians over the steady-state iterations
+/// of the slower worker's step (what a synchronous iteration waits for), and a worker's (mean)
+/// time communicating and waiting. Printed beside each case so that a miss says which side
+/// moved: the machine's steps, or its transfers.
+#[derive(Clone, Copy)]
+struct Breakdown {
+    step_ms: f64,
+    comm_ms: f64,
+    wait_ms: f64,
+}
+
+impl Breakdown {
+    /// The breakdown of the run in `run` (its `metrics.jsonl`), after the warm-up.
+    fn of(run: &Path) -> anyhow::Result<Breakdown> {
+        let text = std::fs::read_to_string(run.join("metrics.jsonl"))
+            .with_context(|| format!("reading {}", run.display()))?;
+        let rows: Vec<serde_json::Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let skip = ((rows.len() as f64 * WARM_UP_SHARE) as usize).max(1);
+        let steady = rows.get(skip..).unwrap_or_default();
+        anyhow::ensure!(
+            !steady.is_empty(),
+            "too few iterations in {}",
+            run.display()
+        );
+        let per_worker = |row: &serde_json::Value, key: &str| -> Vec<f64> {
+            row[key]
+                .as_array()
+                .map(|a| a.iter().filter_map(serde_json::Value::as_f64).collect())
+                .unwrap_or_default()
+        };
+        let median_of = |f: &dyn Fn(&[f64]) -> f64, key: &str| {
+            let values: Vec<f64> = steady.iter().map(|r| f(&per_worker(r, key))).collect();
+            quantile(&values, 0.5) * 1e3
+        };
+        let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        let average = |v: &[f64]| {
+            if v.is_empty() {
+                0.0
+            } else {
+                v.iter().sum::<f64>() / v.len() as f64
+            }
+        };
+        Ok(Breakdown {
+            step_ms: median_of(&max, "compute_s"),
+            comm_ms: median_of(&average, "comm_s"),
+            wait_ms: median_of(&average, "wait_s"),
+        })
+    }
+}
+
+/// `process / before, after` of one part of three breakdowns, milliseconds.
+fn parts(process: f64, before: f64, after: f64) -> String {
+    format!("{process:.2} / {before:.2}, {after:.2}")
 }
 
 /// The `q` quantile (0–1) of `values`, by the nearest rank below.
@@ -173,9 +234,17 @@ fn predict(
     Ok(mean(&steady_iterations(folder)?))
 }
 
-/// One process run of a job: its steady-state mean, the share stolen during it, and its
-/// steady-state iterations.
-type ProcessRun = (f64, Option<f64>, Vec<f64>);
+/// One process run of a job.
+struct ProcessRun {
+    /// Its steady-state mean, seconds per iteration.
+    mean: f64,
+    /// The share of the processors' time stolen during it.
+    stolen: Option<f64>,
+    /// Its steady-state iterations, seconds.
+    iterations: Vec<f64>,
+    /// Its run folder.
+    folder: std::path::PathBuf,
+}
 
 /// Run `run` of `strategy` on `config` as [`PROCESSES`] processes, its folder
 /// `<strategy>-process-<run>` in `dir`.
@@ -206,7 +275,12 @@ fn process_run(
         "the process run",
     )?;
     let iterations = steady_iterations(&p)?;
-    Ok((mean(&iterations), stolen, iterations))
+    Ok(ProcessRun {
+        mean: mean(&iterations),
+        stolen,
+        iterations,
+        folder: p,
+    })
 }
 
 /// [`PROCESS_RUNS`] runs of every strategy on `config`, taken in turns over the strategies (so
@@ -228,7 +302,7 @@ fn process_runs_in_turns(
         }
     }
     for done in &mut runs {
-        done.sort_by(|a, b| a.0.total_cmp(&b.0));
+        done.sort_by(|a, b| a.mean.total_cmp(&b.mean));
     }
     Ok(runs)
 }
@@ -243,7 +317,7 @@ pub fn run() -> anyhow::Result<()> {
     std::fs::create_dir_all(&out)?;
     let concord = crate::bench_process::concord_binary()?;
     let mut csv = String::from(
-        "model,strategy,process_ms,process_min_ms,process_max_ms,sim_ms,sim_before_ms,sim_after_ms,error_pct,fastest_error_pct,process_p10_ms,process_median_ms,p10_error_pct,goal_met,calibrate_stolen_pct,calibrate_after_stolen_pct,process_stolen_pct\n",
+        "model,strategy,process_ms,process_min_ms,process_max_ms,sim_ms,sim_before_ms,sim_after_ms,error_pct,fastest_error_pct,process_p10_ms,process_median_ms,p10_error_pct,goal_met,calibrate_stolen_pct,calibrate_after_stolen_pct,process_stolen_pct,step_ms,comm_ms,wait_ms,sim_before_step_ms,sim_before_comm_ms,sim_before_wait_ms,sim_after_step_ms,sim_after_comm_ms,sim_after_wait_ms\n",
     );
     println!(
         "sim vs --runtime process on this machine: {PROCESSES} processes, one worker each (steady state, after the first {:.0} % of iterations; the median of {PROCESS_RUNS} process runs; sim: the mean of its predictions on the profiles calibrated before and after them)",
@@ -265,6 +339,7 @@ pub fn run() -> anyhow::Result<()> {
         GOAL * 100.0
     );
     let mut missed = 0;
+    let mut breakdowns = Vec::new();
     for (m, model) in MODELS.iter().enumerate() {
         let dir = out.join(format!("model-{m}"));
         std::fs::create_dir_all(&dir)?;
@@ -287,8 +362,19 @@ pub fn run() -> anyhow::Result<()> {
             let predicted_before = sim_on(&config, &format!("{strategy}-sim"))?;
             let predicted_after = sim_on(&config_after, &format!("{strategy}-sim-after"))?;
             let predicted = 0.5 * (predicted_before + predicted_after);
-            let (measured, stolen, ref counted) = runs[runs.len() / 2];
-            let (fastest, slowest) = (runs[0].0, runs[runs.len() - 1].0);
+            let counted_run = &runs[runs.len() / 2];
+            let (measured, stolen, counted) = (
+                counted_run.mean,
+                counted_run.stolen,
+                &counted_run.iterations,
+            );
+            let (fastest, slowest) = (runs[0].mean, runs[runs.len() - 1].mean);
+            let (went, went_before, went_after) = (
+                Breakdown::of(&counted_run.folder)?,
+                Breakdown::of(&dir.join(format!("{strategy}-sim")))?,
+                Breakdown::of(&dir.join(format!("{strategy}-sim-after")))?,
+            );
+            breakdowns.push((model.name, *strategy, went, went_before, went_after));
             let error = predicted / measured - 1.0;
             // Beside the verdict: against the run the machine's other load disturbed least, and
             // against the counted run's undisturbed iterations (its tenth percentile): a
@@ -323,7 +409,7 @@ pub fn run() -> anyhow::Result<()> {
                 |s: Option<f64>| s.map_or_else(String::new, |s| format!("{:.2}", s * 100.0));
             writeln!(
                 csv,
-                "{},{strategy},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.2},{:.2},{:.6},{:.6},{:.2},{met},{},{},{}",
+                "{},{strategy},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.2},{:.2},{:.6},{:.6},{:.2},{met},{},{},{},{}",
                 model.name,
                 measured * 1e3,
                 fastest * 1e3,
@@ -338,9 +424,32 @@ pub fn run() -> anyhow::Result<()> {
                 p10_error * 100.0,
                 csv_pct(stolen_before),
                 csv_pct(stolen_after),
-                csv_pct(stolen)
+                csv_pct(stolen),
+                [went, went_before, went_after]
+                    .iter()
+                    .flat_map(|b| [b.step_ms, b.comm_ms, b.wait_ms])
+                    .map(|ms| format!("{ms:.6}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
             )?;
         }
+    }
+    println!(
+        "\nwhere the iterations go, ms a clock (medians over the steady iterations; the counted process run / sim on the profiles before, after):"
+    );
+    println!(
+        "{:<24} {:<10} {:>26} {:>26} {:>26}",
+        "model", "strategy", "slower worker's step", "communicating", "waiting"
+    );
+    for (model, strategy, process, before, after) in &breakdowns {
+        println!(
+            "{:<24} {:<10} {:>26} {:>26} {:>26}",
+            model,
+            strategy,
+            parts(process.step_ms, before.step_ms, after.step_ms),
+            parts(process.comm_ms, before.comm_ms, after.comm_ms),
+            parts(process.wait_ms, before.wait_ms, after.wait_ms),
+        );
     }
     std::fs::write(out.join("results.csv"), csv)?;
     println!(
@@ -349,4 +458,40 @@ pub fn run() -> anyhow::Result<()> {
         out.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_breakdown_takes_the_slower_step_and_the_mean_transfer_after_the_warm_up() {
+        let dir = tempfile::tempdir().unwrap();
+        // 20 iterations of two workers: the first two (warm-up) slow, then steps of 10 and
+        // 12 ms (the slower counts), 3 and 5 ms communicating, 1 and 0 waiting.
+        let rows: String = (1..=20)
+            .map(|i| {
+                let slow = if i <= 2 { 10.0 } else { 1.0 };
+                format!(
+                    "{{\"iteration\":{i},\"time_s\":{},\"compute_s\":[{},{}],\"comm_s\":[{},{}],\"wait_s\":[{},0.0]}}\n",
+                    f64::from(i) * 0.02,
+                    0.010 * slow,
+                    0.012 * slow,
+                    0.003 * slow,
+                    0.005 * slow,
+                    0.001 * slow
+                )
+            })
+            .collect();
+        std::fs::write(dir.path().join("metrics.jsonl"), rows).unwrap();
+        let b = Breakdown::of(dir.path()).unwrap();
+        assert!((b.step_ms - 12.0).abs() < 1e-9, "{}", b.step_ms);
+        assert!((b.comm_ms - 4.0).abs() < 1e-9, "{}", b.comm_ms);
+        assert!((b.wait_ms - 0.5).abs() < 1e-9, "{}", b.wait_ms);
+        assert_eq!(parts(12.0, 11.44, 13.2), "12.00 / 11.44, 13.20");
+        // A folder without a metrics file is named.
+        let empty = tempfile::tempdir().unwrap();
+        let e = Breakdown::of(empty.path()).err().unwrap();
+        assert!(format!("{e:#}").contains("reading"), "{e:#}");
+    }
 }
