@@ -357,8 +357,8 @@ pub fn r_squared(x: &[f64], y: &[f64]) -> f64 {
 /// applies a round of minibatches at its average; they all end then), and such a group's first
 /// iterations were not done before its time: the window's ends therefore stand for the whole
 /// group they fall in, counted to its last iteration. Taken at a fixed index instead, a window
-/// starting inside a group of ten counts up to nine iterations it does not time (VGG-16 or
-/// AlexNet with ten input replicas read 15 % fast).
+/// starting inside a group of ten counts up to nine iterations it does not time (AlexNet with
+/// ten input replicas read 15 % fast).
 pub fn seconds_per_iteration(ends: &[f64], from: usize, to: usize) -> Option<f64> {
     let group_end = |i: usize| {
         let t = *ends.get(i)?;

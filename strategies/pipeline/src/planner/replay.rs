@@ -116,7 +116,10 @@ pub fn replay(
     super::validate_stages(profile, stages).ok()?;
     let replicas: Vec<u32> = stages.iter().map(|s| s.replicas).collect();
     let warmup = schedule::warmups(&replicas, depth);
-    let run = 0..MINIBATCHES * u64::from(*replicas.last()?);
+    // Minibatches in flight at once, which the drain finishes with nothing behind them: the
+    // run is long enough that a steady stretch lies between the warm-up and the drain.
+    let in_flight = u64::from(depth.max(1)) * u64::from(replicas[0]);
+    let run = 0..(MINIBATCHES * u64::from(*replicas.last()?)).max(4 * in_flight);
     let mut first = Vec::with_capacity(stages.len());
     let mut workers = Vec::new();
     for (s, st) in stages.iter().enumerate() {
@@ -286,8 +289,7 @@ pub fn replay(
     // minibatches in flight, which finish with nothing behind them), from when every minibatch
     // up to each point has finished (replicas finish theirs out of order).
     let finished = |upto: usize| done[..=upto].iter().copied().fold(0.0, f64::max);
-    let in_flight = (u64::from(depth.max(1)) * u64::from(replicas[0])) as usize;
-    let (from, to) = (n / 5, n - 1 - (n / 10).max(in_flight));
+    let (from, to) = (n / 5, n - 1 - (n / 10).max(in_flight as usize));
     Some((finished(to) - finished(from)) / (to - from) as f64)
 }
 
@@ -322,6 +324,22 @@ mod tests {
         // Model parallelism: one minibatch in flight, every stage in turn.
         let got = replay(&p, &t, &stages, 1).unwrap();
         assert!((got - 9.0).abs() < 1e-9, "{got}");
+    }
+
+    #[test]
+    fn a_depth_deeper_than_the_default_run_still_has_a_steady_state() {
+        // 3 s and 1 s stages, 500 minibatches in flight on each of 3 input replicas: far more
+        // than the 240 a replay runs by default. The run grows to hold a steady stretch between
+        // the warm-up and the drain, which runs at the one output stage's pace (1 s a minibatch;
+        // the replicated stage's 3 s over 3 replicas is as fast; the window's ends fall where
+        // replicas finish out of order: within 1 %).
+        let p = Profile {
+            layers: vec![layer(3.0), layer(1.0)],
+            batch: 1,
+        };
+        let t = Topology::flat(4, f64::INFINITY);
+        let got = replay(&p, &t, &[stage(0..1, 3), stage(1..2, 1)], 500).unwrap();
+        assert!((got - 1.0).abs() < 0.01, "{got}");
     }
 
     #[test]
