@@ -150,7 +150,6 @@ fn other_kind_of_file(table: &toml::Table, path: &Path) -> Option<String> {
         ));
     }
     if has("scenarios")
-        && has("strategies")
         && table.get("strategies").is_some_and(|s| {
             s.as_array()
                 .is_some_and(|a| a.iter().any(toml::Value::is_table))

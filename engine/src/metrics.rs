@@ -368,9 +368,33 @@ pub fn seconds_per_iteration(ends: &[f64], from: usize, to: usize) -> Option<f64
     (b > a).then(|| (ends[b] - ends[a]) / (b - a) as f64)
 }
 
+/// Mean seconds per iteration of a run's steady state: after the first fifth of its iterations
+/// (the warm-up) and before its last `drain` ones (a pipeline's minibatches still in flight when
+/// the input stops, which finish with nothing behind them), read as
+/// [`seconds_per_iteration`] reads a window; `None` when nothing lies between.
+pub fn steady_seconds_per_iteration(ends: &[f64], drain: usize) -> Option<f64> {
+    let from = (ends.len() / 5).max(1) - 1;
+    let to = ends.len().checked_sub(drain + 1)?;
+    seconds_per_iteration(ends, from, to)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_steady_state_leaves_out_the_warm_up_and_the_drain() {
+        // 4 warm-up iterations of 5 s, 12 of 1 s in rounds of 4 closed at once, then a drain of
+        // 4 iterations of 0.25 s: only the rounds are timed.
+        let mut ends: Vec<f64> = (1..=4).map(|i| f64::from(i) * 5.0).collect();
+        ends.extend((0..12).map(|i| 20.0 + f64::from(i / 4 + 1) * 4.0));
+        ends.extend((1..=4).map(|i| 32.0 + f64::from(i) * 0.25));
+        assert_eq!(steady_seconds_per_iteration(&ends, 4), Some(1.0));
+        // Without the drain left out, it reads faster.
+        assert!(steady_seconds_per_iteration(&ends, 0).unwrap() < 1.0);
+        // A drain as long as the run leaves nothing.
+        assert_eq!(steady_seconds_per_iteration(&ends, ends.len()), None);
+    }
 
     #[test]
     fn seconds_per_iteration_counts_a_group_closed_at_once_whole() {

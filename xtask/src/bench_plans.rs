@@ -9,7 +9,7 @@
 use crate::bench::runner::result::CellResult;
 use crate::bench::runner::run_cell;
 use anyhow::Context;
-use concord_engine::metrics::{r_squared, seconds_per_iteration};
+use concord_engine::metrics::{r_squared, steady_seconds_per_iteration};
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -185,9 +185,7 @@ fn steady_per_minibatch(r: &CellResult, out_replicas: u32, in_flight: u64) -> Op
     let ends: Vec<f64> = r.curve.iter().map(|point| point.time_s).collect();
     let out = u64::from(out_replicas.max(1));
     let drain = usize::try_from(in_flight.div_ceil(out)).ok()?;
-    let from = (ends.len() / 5).max(1) - 1;
-    let to = ends.len().checked_sub(drain + 1)?;
-    seconds_per_iteration(&ends, from, to).map(|s| s / out as f64)
+    steady_seconds_per_iteration(&ends, drain).map(|s| s / out as f64)
 }
 
 /// A figure of the run's summary, by name.

@@ -75,20 +75,32 @@ fn job(model: &Model) -> String {
 /// The durations of the iterations after the warm-up, seconds, from a run folder's
 /// `metrics.jsonl` (the time between consecutive rows' ends).
 fn steady_iterations(run: &Path) -> anyhow::Result<Vec<f64>> {
-    let text = std::fs::read_to_string(run.join("metrics.jsonl"))
-        .with_context(|| format!("reading {}", run.display()))?;
-    let ends: Vec<f64> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    let ends: Vec<f64> = metrics_rows(run)?
+        .iter()
         .filter_map(|row| row["time_s"].as_f64())
         .collect();
-    let skip = ((ends.len() as f64 * WARM_UP_SHARE) as usize).max(1);
+    let skip = warm_up(ends.len());
     anyhow::ensure!(
         ends.len() > skip + 1,
         "too few iterations in {}",
         run.display()
     );
     Ok(ends[skip - 1..].windows(2).map(|w| w[1] - w[0]).collect())
+}
+
+/// The rows of a run folder's `metrics.jsonl`, one per iteration.
+fn metrics_rows(run: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
+    let text = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .with_context(|| format!("reading {}", run.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
+/// How many of a run's `iterations` are its warm-up (at least one).
+fn warm_up(iterations: usize) -> usize {
+    ((iterations as f64 * WARM_UP_SHARE) as usize).max(1)
 }
 
 /// Seconds per iteration after the warm-up: the steady state's mean.
@@ -110,14 +122,8 @@ struct Breakdown {
 impl Breakdown {
     /// The breakdown of the run in `run` (its `metrics.jsonl`), after the warm-up.
     fn of(run: &Path) -> anyhow::Result<Breakdown> {
-        let text = std::fs::read_to_string(run.join("metrics.jsonl"))
-            .with_context(|| format!("reading {}", run.display()))?;
-        let rows: Vec<serde_json::Value> = text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect();
-        let skip = ((rows.len() as f64 * WARM_UP_SHARE) as usize).max(1);
-        let steady = rows.get(skip..).unwrap_or_default();
+        let rows = metrics_rows(run)?;
+        let steady = rows.get(warm_up(rows.len())..).unwrap_or_default();
         anyhow::ensure!(
             !steady.is_empty(),
             "too few iterations in {}",

@@ -5,7 +5,7 @@
 //! simulated time of configurations the closed form misjudges (lock-step stalls, shared NICs).
 
 use concord_engine::config::RunConfig;
-use concord_engine::metrics::{r_squared, seconds_per_iteration};
+use concord_engine::metrics::{r_squared, steady_seconds_per_iteration};
 
 mod common;
 use common::{figure, run, with};
@@ -97,9 +97,7 @@ fn steady_per_minibatch(r: &concord_engine::run::RunResult, out_replicas: u64) -
     let in_flight =
         figure(r, "pipedream.depth") as u64 * figure(r, "pipedream.replicas.stage-0") as u64;
     let drain = in_flight.div_ceil(out_replicas) as usize;
-    seconds_per_iteration(&ends, ends.len() / 5 - 1, ends.len() - 1 - drain)
-        .expect("a steady state")
-        / out_replicas as f64
+    steady_seconds_per_iteration(&ends, drain).expect("a steady state") / out_replicas as f64
 }
 
 /// Configurations of mixed widths on VGG-16 and AlexNet over 4×4, where the closed form is off
