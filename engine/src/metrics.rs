@@ -368,6 +368,28 @@ pub fn seconds_per_iteration(ends: &[f64], from: usize, to: usize) -> Option<f64
     (b > a).then(|| (ends[b] - ends[a]) / (b - a) as f64)
 }
 
+/// The index of the last iteration a run's steady state may count: the run's last, unless its
+/// iterations close in groups (GPipe's flushes, a replicated input stage's rounds) and the last
+/// group is shorter than the one before it. Such a group is the run's remainder (a flush of the
+/// minibatches left when the run stopped), which a pipeline runs at another pace than its whole
+/// rounds: a final flush of 4 after rounds of 39 fills the pipeline for 4 minibatches only.
+/// `None` for a run with no iterations.
+pub fn last_whole_group(ends: &[f64]) -> Option<usize> {
+    let last = ends.len().checked_sub(1)?;
+    let group_len = |end: usize| {
+        ends[..=end]
+            .iter()
+            .rev()
+            .take_while(|&&t| t == ends[end])
+            .count()
+    };
+    let tail = group_len(last);
+    match last.checked_sub(tail) {
+        Some(before) if group_len(before) > tail => Some(before),
+        _ => Some(last),
+    }
+}
+
 /// Mean seconds per iteration of a run's steady state: after the first fifth of its iterations
 /// (the warm-up) and before its last `drain` ones (a pipeline's minibatches still in flight when
 /// the input stops, which finish with nothing behind them), read as
@@ -381,6 +403,21 @@ pub fn steady_seconds_per_iteration(ends: &[f64], drain: usize) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_last_group_shorter_than_the_one_before_is_the_runs_remainder() {
+        // Flushes of 3 iterations, then a remainder of 1: the last whole flush ends at index 5.
+        let flushes = [3.0, 3.0, 3.0, 6.0, 6.0, 6.0, 7.0];
+        assert_eq!(last_whole_group(&flushes), Some(5));
+        // A last group as long as the one before, or longer, is whole.
+        assert_eq!(last_whole_group(&[3.0, 3.0, 6.0, 6.0]), Some(3));
+        assert_eq!(last_whole_group(&[2.0, 2.0, 6.0, 6.0, 6.0, 6.0]), Some(5));
+        // Iterations one at a time: the last.
+        assert_eq!(last_whole_group(&[1.0, 2.0, 3.0]), Some(2));
+        // One group, or none.
+        assert_eq!(last_whole_group(&[4.0, 4.0]), Some(1));
+        assert_eq!(last_whole_group(&[]), None);
+    }
 
     #[test]
     fn the_steady_state_leaves_out_the_warm_up_and_the_drain() {

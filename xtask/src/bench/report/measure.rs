@@ -3,7 +3,7 @@
 
 use crate::bench::runner::result::{CellResult, CurvePoint, EvalPoint};
 use crate::bench::suite::schema::{Phases, Target};
-use concord_engine::metrics::seconds_per_iteration;
+use concord_engine::metrics::{last_whole_group, seconds_per_iteration};
 
 /// Where a cell first reaches its target, and how finely that is known: the target was crossed
 /// somewhere after the check before the one that found it, so a result is exact only where the
@@ -123,9 +123,22 @@ pub fn phase_ratio(result: &CellResult, phases: &Phases) -> Option<f64> {
 /// Mean iteration time over the second half of a curve (`None` with fewer than 2 iterations).
 /// Iterations a strategy closes at one instant count as one group
 /// ([`concord_engine::metrics::seconds_per_iteration`]); where the whole second half is one
-/// group, the window starts at the group before it.
+/// group, the window starts at the group before it. A last group shorter than the one before
+/// (a final partial flush) is the run's remainder and is left out where a window remains
+/// without it ([`concord_engine::metrics::last_whole_group`]).
 pub fn steady_time_per_iteration(result: &CellResult) -> Option<f64> {
     let ends: Vec<f64> = result.curve.iter().map(|p| p.time_s).collect();
+    let whole = last_whole_group(&ends)?;
+    let last = ends.len() - 1;
+    (whole < last)
+        .then(|| second_half_rate(&ends[..=whole]))
+        .flatten()
+        .or_else(|| second_half_rate(&ends))
+}
+
+/// Seconds per iteration from the middle of `ends` to its end, as [`steady_time_per_iteration`]
+/// reads a run.
+fn second_half_rate(ends: &[f64]) -> Option<f64> {
     let last = ends.len().checked_sub(1)?;
     let from = (ends.len() / 2).max(1) - 1;
     let from = if ends.get(from) == ends.get(last) {
@@ -133,5 +146,5 @@ pub fn steady_time_per_iteration(result: &CellResult) -> Option<f64> {
     } else {
         from
     };
-    seconds_per_iteration(&ends, from, last)
+    seconds_per_iteration(ends, from, last)
 }

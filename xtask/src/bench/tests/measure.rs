@@ -225,4 +225,16 @@ fn steady_time_counts_iterations_closed_together_as_one_group() {
     assert_eq!(steady_time_per_iteration(&ending_at(&late)), Some(1.0));
     // Every iteration at one instant: no time to divide.
     assert_eq!(steady_time_per_iteration(&ending_at(&[5.0; 4])), None);
+
+    // Flushes of 4 iterations every 4 s, then a final flush of the 1 iteration left, which
+    // fills the pipeline for one minibatch (2 s): the remainder is left out.
+    let mut flushes: Vec<f64> = (0..16).map(|i| f64::from(i / 4 + 1) * 4.0).collect();
+    flushes.push(18.0);
+    assert_eq!(steady_time_per_iteration(&ending_at(&flushes)), Some(1.0));
+    // Counted, the window from iteration 8 would read (18 − 8) / 9 ≈ 1.11.
+    // A remainder is left out only where a window remains without it.
+    assert_eq!(
+        steady_time_per_iteration(&ending_at(&[4.0, 4.0, 6.0])),
+        Some(2.0)
+    );
 }
