@@ -33,6 +33,7 @@ fn config(strategy: &str, options: &str, workers: u32, iterations: u64) -> RunCo
             host_link_gbps: None,
             message_copy_gbps: None,
             message_us: None,
+            loopback_share: None,
             wake: None,
             backend: Default::default(),
             precision: None,

@@ -20,15 +20,20 @@ fn config(strategy: &str, processors: Option<u32>, iterations: u64) -> RunConfig
     cfg.strategies = vec![strategy.to_string()];
     cfg.cluster.dedicated_servers = true;
     if let Some(processors) = processors {
-        cfg.cluster.hosts.insert(
-            "box".into(),
-            HostConfig {
-                processors,
-                machines: Some(vec![0, 1, 2, 3]),
-            },
-        );
+        put_workers_on_one_host(&mut cfg, processors);
     }
     cfg
+}
+
+/// Puts the machines of the four workers (0 to 3) on one host of `processors` processors.
+fn put_workers_on_one_host(cfg: &mut RunConfig, processors: u32) {
+    cfg.cluster.hosts.insert(
+        "box".into(),
+        HostConfig {
+            processors,
+            machines: Some(vec![0, 1, 2, 3]),
+        },
+    );
 }
 
 /// The total compute the workers charged, seconds.
@@ -75,6 +80,44 @@ fn workers_on_too_few_processors_take_turns_and_the_math_is_unchanged() {
     assert!(
         ratio > 1.5 && ratio <= 2.5 + 1e-9,
         "compute on one processor {ratio}× its own"
+    );
+}
+
+/// Allreduce over four workers whose machines are on one host of `processors` processors, their
+/// devices' transfers keeping `share` of a processor busy at each end (`loopback_share`).
+fn ring_on_host(processors: u32, share: Option<f64>) -> RunConfig {
+    let mut cfg = on_slow_devices(small(4, 16, 10));
+    cfg.strategies = vec!["allreduce".to_string()];
+    for device in cfg.cluster.devices.values_mut() {
+        device.loopback_share = share;
+    }
+    put_workers_on_one_host(&mut cfg, processors);
+    cfg
+}
+
+#[test]
+fn transfers_between_a_hosts_machines_copy_on_its_processors() {
+    let wire_free = run(&ring_on_host(2, None));
+    let copied = run(&ring_on_host(2, Some(1.0)));
+    assert_eq!(
+        param_bits(&wire_free),
+        param_bits(&copied),
+        "the ring's math is timing-free"
+    );
+    // On two processors the ring's copies take turns with each other and with the steps.
+    assert!(
+        copied.summary.run_time_s > wire_free.summary.run_time_s,
+        "{} against {}",
+        copied.summary.run_time_s,
+        wire_free.summary.run_time_s
+    );
+    // With a processor for every end of every transfer and every step, nothing waits for the
+    // copies: the same run to the bit as without them.
+    let plenty = run(&ring_on_host(16, Some(1.0)));
+    let plenty_free = run(&ring_on_host(16, None));
+    assert_eq!(
+        plenty.summary.run_time_s.to_bits(),
+        plenty_free.summary.run_time_s.to_bits()
     );
 }
 

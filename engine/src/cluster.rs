@@ -83,6 +83,16 @@ pub struct DeviceProfile {
     /// the two ends. Measured by `concord calibrate --host`. Unset, none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_us: Option<f64>,
+    /// The share of a processor each end of a transfer keeps busy while it lasts, where the
+    /// sender's and the receiver's machines run on one shared host (`[cluster.hosts]`): their
+    /// messages cross loopback, whose bytes the host's processors copy, so a transfer waits for
+    /// a processor where the host's other work (a step, another transfer) holds them. The
+    /// sender's end is charged at the sender's share, the receiver's at the receiver's. Measured
+    /// by `concord calibrate --host --processes N` from how much slower two processes sending
+    /// each other a message at once are than one alone. Unset, a transfer takes no processor
+    /// time (a NIC copies by DMA; the behaviour of configs written before the field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loopback_share: Option<f64>,
     /// How much longer a message from another machine takes to reach a role of this one that has
     /// waited long for it (its processor asleep, or halted by a hypervisor), by how long it
     /// waited: a role's wait is counted from the last message it received. Measured by
@@ -171,6 +181,7 @@ impl DeviceProfile {
             host_link_gbps: None,
             message_copy_gbps: None,
             message_us: None,
+            loopback_share: None,
             wake: None,
             backend: Backend::Cpu,
             precision: None,
@@ -420,6 +431,15 @@ impl DeviceProfile {
                     format!("{key}.message_us"),
                     us,
                     "must be a number of microseconds, 0 or more",
+                ));
+            }
+        }
+        if let Some(share) = self.loopback_share {
+            if !(share > 0.0 && share <= 1.0) {
+                return Err(EngineError::config(
+                    format!("{key}.loopback_share"),
+                    share,
+                    "must be a share of one processor: above 0 and at most 1",
                 ));
             }
         }
@@ -811,6 +831,7 @@ pub(crate) fn test_cluster_with(
             host_link_gbps: None,
             message_copy_gbps: None,
             message_us: None,
+            loopback_share: None,
             wake: None,
             backend: Backend::Cpu,
             precision: None,
@@ -959,6 +980,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(bad.contains("simplex") && bad.contains("half"), "{bad}");
+    }
+
+    #[test]
+    fn loopback_share_reads_from_toml_and_must_be_a_share_of_one_processor() {
+        let text = "peak_tflops = 1.0\nmemory_gib = 1.0\nnic_gbps = 10.0\nlatency_us = 5.0\n";
+        let plain: DeviceProfile = toml::from_str(text).expect("parses");
+        assert_eq!(plain.loopback_share, None);
+        assert!(!toml::to_string(&plain).unwrap().contains("loopback_share"));
+        let shared: DeviceProfile =
+            toml::from_str(&format!("{text}loopback_share = 0.6\n")).expect("parses");
+        assert_eq!(shared.loopback_share, Some(0.6));
+        for bad in [0.0, -0.5, 1.5, f64::NAN] {
+            let mut cfg = with_bus(None);
+            if let Some(d) = cfg.devices.get_mut("bus") {
+                d.loopback_share = Some(bad);
+            }
+            let e = Cluster::resolve(&cfg, 2, 1).unwrap_err().to_string();
+            assert!(
+                e.contains("cluster.devices.bus.loopback_share") && e.contains("at most 1"),
+                "{bad}: {e}"
+            );
+        }
+        let mut cfg = with_bus(None);
+        if let Some(d) = cfg.devices.get_mut("bus") {
+            d.loopback_share = Some(1.0);
+        }
+        assert!(Cluster::resolve(&cfg, 2, 1).is_ok());
     }
 
     #[test]

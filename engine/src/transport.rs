@@ -26,7 +26,11 @@
 //! a wake curve ([`crate::cluster::DeviceProfile::wake`]), a message from another machine also
 //! waits for its receiver to wake, by how long that machine's roles had all been idle, neither
 //! receiving nor sending a message nor doing modeled work ([`Transport::busy_until`]): a process
-//! runs its roles on its runtime's threads, which sleep only while all of them wait.
+//! runs its roles on its runtime's threads, which sleep only while all of them wait. Where two
+//! machines share a host's processors (`cluster.hosts`) and their devices have a
+//! [`crate::cluster::DeviceProfile::loopback_share`], a transfer between them also keeps that
+//! share of a processor busy at each end for its time (loopback TCP is the processors copying),
+//! and ends no sooner than those copies do.
 //! A single delivery pump hands messages over in
 //! (arrival time, send order), so a simulated run is deterministic.
 //!
@@ -168,6 +172,15 @@ fn in_turn_on(
     let done = start + seconds;
     queue.busy_until(role, done);
     done
+}
+
+/// The host both ends of a transfer between two machines run on, where they share one: their
+/// messages then cross loopback, copied by the host's processors.
+fn loopback<'h>(
+    from: Option<&'h crate::cluster::Host>,
+    to: Option<&crate::cluster::Host>,
+) -> Option<&'h crate::cluster::Host> {
+    from.filter(|f| to.is_some_and(|t| t.name == f.name))
 }
 
 /// When a sent message leaves its sender and reaches its receiver, run-time seconds.
@@ -453,13 +466,34 @@ impl Network {
                 s_dev.nic_duplex == Duplex::Half,
                 d_dev.nic_duplex == Duplex::Half,
             );
-            let (out_start, out_end, in_end) = cut_through(
+            let (out_free, in_free) = (
                 port(&st.egress_free, &st.ingress_free, s, s_half),
                 port(&st.ingress_free, &st.egress_free, d, d_half),
-                ready,
-                tx_time,
-                rx_time,
             );
+            let (out_start, mut out_end, mut in_end) =
+                cut_through(out_free, in_free, ready, tx_time, rx_time);
+            if let Some(host) = loopback(from_host, to_host) {
+                // Between two machines of one host the wire is its processors: each end's copies
+                // of the bytes keep its share of one busy for the transfer's time, in the free
+                // time around the work booked there (a step, another transfer), and the
+                // transfer is done no sooner than they are.
+                let state = &mut *st;
+                let mut copy = |share: Option<f64>, at: f64, seconds: f64| {
+                    share.map_or(at, |share| {
+                        let work = share * seconds;
+                        at + work + state.processors.run(host, now, at, work)
+                    })
+                };
+                out_end = out_end.max(copy(s_dev.loopback_share, out_start, tx_time));
+                let in_start = in_free.max(out_start);
+                in_end = in_end
+                    .max(copy(d_dev.loopback_share, in_start, rx_time))
+                    .max(out_end);
+                if s_dev.wake.is_some() && s_dev.loopback_share.is_some() {
+                    // The sender's machine is awake while it copies the bytes out.
+                    st.active.busy_at_least(from, out_end);
+                }
+            }
             start = out_start;
             // A transfer on a half-duplex NIC starts once both its clocks are free, so it ends
             // after both: the two clocks move together.
@@ -1099,12 +1133,18 @@ mod tests {
         assert!((next.arrival - 4.0 * copy).abs() < 1e-12, "{next:?}");
     }
 
-    /// Two machines of two workers each (1 GB/s NICs, 10 µs latency) whose roles pack and unpack
-    /// messages at 8 Gbit/s (1 GB/s), on one host of `processors` processors.
-    fn on_one_host(processors: u32) -> (Arc<Network>, BTreeMap<RoleId, Inbox>) {
+    /// Two machines of two workers each (1 GB/s NICs, 10 µs latency) on one host of
+    /// `processors` processors, whose roles pack and unpack messages at `copy_gbps` and keep
+    /// `loopback_share` of a processor busy at each end of a transfer.
+    fn on_one_host(
+        processors: u32,
+        copy_gbps: Option<f64>,
+        loopback_share: Option<f64>,
+    ) -> (Arc<Network>, BTreeMap<RoleId, Inbox>) {
         let mut cluster = (*crate::cluster::test_cluster_with(2, 2, None)).clone();
         for m in &mut cluster.machines {
-            m.device.message_copy_gbps = Some(8.0);
+            m.device.message_copy_gbps = copy_gbps;
+            m.device.loopback_share = loopback_share;
         }
         cluster.hosts = vec![crate::cluster::Host {
             name: "box".into(),
@@ -1122,11 +1162,11 @@ mod tests {
         let wire = msg.wire_bytes() as f64 / 1e9;
         let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
         // Processors free: packed, sent, unpacked, as on machines of their own.
-        let (free, _rx) = on_one_host(1);
+        let (free, _rx) = on_one_host(1, Some(8.0), None);
         let a = free.send_timed(w(0), w(2), one_mb()).arrival;
         assert!(close(a, copy + wire + 10e-6 + copy), "{a}");
         // The one processor busy with 3 ms of worker 1's step: the packing waits for it.
-        let (busy, _rx) = on_one_host(1);
+        let (busy, _rx) = on_one_host(1, Some(8.0), None);
         assert_eq!(busy.processor_wait(w(1), 0.0, 3e-3), 0.0);
         let a = busy.send_timed(w(0), w(2), one_mb()).arrival;
         assert!(close(a, 3e-3 + copy + wire + 10e-6 + copy), "{a}");
@@ -1137,7 +1177,7 @@ mod tests {
         let wait = busy.processor_wait(w(3), 0.0, 2e-3);
         assert!(close(wait, 3e-3 + 2.0 * copy), "{wait}");
         // Two processors: the step and the packing run side by side.
-        let (two, _rx) = on_one_host(2);
+        let (two, _rx) = on_one_host(2, Some(8.0), None);
         assert_eq!(two.processor_wait(w(1), 0.0, 3e-3), 0.0);
         let a = two.send_timed(w(0), w(2), one_mb()).arrival;
         assert!(close(a, copy + wire + 10e-6 + copy), "{a}");
@@ -1146,6 +1186,47 @@ mod tests {
         assert_eq!(apart.processor_wait(w(1), 0.0, 3e-3), 0.0);
         let a = apart.send_timed(w(0), w(2), one_mb()).arrival;
         assert!(close(a, copy + wire + 10e-6 + copy), "{a}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn on_a_shared_host_a_transfer_copies_its_bytes_on_the_processors() {
+        let wire = one_mb().wire_bytes() as f64 / 1e9;
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        // Two processors free, each end keeping a whole one busy: the ends copy side by side,
+        // as on machines of their own.
+        let (free, _rx) = on_one_host(2, None, Some(1.0));
+        let a = free.send_timed(w(0), w(2), one_mb()).arrival;
+        assert!(close(a, wire + 10e-6), "{a}");
+        // One processor: the sender's copies and the receiver's take turns on it.
+        let (one, _rx) = on_one_host(1, None, Some(1.0));
+        let a = one.send_timed(w(0), w(2), one_mb()).arrival;
+        assert!(close(a, 2.0 * wire + 10e-6), "{a}");
+        // Half a processor an end: both fit in the transfer's time on one processor.
+        let (half, _rx) = on_one_host(1, None, Some(0.5));
+        let a = half.send_timed(w(0), w(2), one_mb()).arrival;
+        assert!(close(a, wire + 10e-6), "{a}");
+        // Two processors, one busy with 3 ms of worker 1's step: the ends take turns on the
+        // other, and work asked for now waits for them there.
+        let (two, _rx) = on_one_host(2, None, Some(1.0));
+        assert_eq!(two.processor_wait(w(1), 0.0, 3e-3), 0.0);
+        let a = two.send_timed(w(0), w(2), one_mb()).arrival;
+        assert!(close(a, 2.0 * wire + 10e-6), "{a}");
+        let wait = two.processor_wait(w(3), 0.0, 1e-3);
+        assert!(close(wait, 2.0 * wire), "{wait}");
+        // Two messages sent each other at once on two free processors, 0.75 of one an end: the
+        // first's ends hold both processors for 0.75 of its time, the second's start after
+        // them, so the exchange takes 1.5 times a lone transfer (2 × the share: what
+        // `calibrate` fits the share to).
+        let (both, _rx) = on_one_host(2, None, Some(0.75));
+        let first = both.send_timed(w(0), w(2), one_mb()).arrival;
+        let second = both.send_timed(w(2), w(0), one_mb()).arrival;
+        assert!(close(first, wire + 10e-6), "{first}");
+        assert!(close(second, 1.5 * wire + 10e-6), "{second}");
+        // Without a share the exchange goes at the NICs' full rate both ways.
+        let (free, _rx) = on_one_host(2, None, None);
+        free.send_timed(w(0), w(2), one_mb());
+        let second = free.send_timed(w(2), w(0), one_mb()).arrival;
+        assert!(close(second, wire + 10e-6), "{second}");
     }
 
     #[test]

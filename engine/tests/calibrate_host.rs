@@ -340,6 +340,25 @@ fn a_job_of_several_processes_here_gets_a_host_its_machines_share() {
     let host = &cluster.hosts["host"];
     assert_eq!(host.processors, 2);
     assert_eq!(host.machines, Some(vec![0, 1, 2, 3]));
+    // Their transfers copy on the processors they share: an exchange at 6 Gbit/s each way
+    // against 14.1 alone takes 2.35 times as long, so on two processors each end holds the
+    // whole of one (at most), and the NIC takes both ways at once.
+    let device = &cluster.devices["host"];
+    assert_eq!(device.loopback_share, Some(1.0));
+    assert_eq!(device.nic_duplex, concord_engine::cluster::Duplex::Full);
+    assert!(text.contains("loopback_share = 1.0"), "{text}");
+    // One process alone has no host, so no share: its exchange is the duplex's.
+    assert_eq!(alone.device().loopback_share, None);
+    let quicker = HostProfile {
+        loopback: Loopback {
+            exchange_gbps: Some(11.0),
+            ..profile().loopback
+        },
+        ..four
+    };
+    // 14.1 / 11 = 1.28 times as long: 0.64 of a processor an end.
+    let share = quicker.device().loopback_share.unwrap();
+    assert!((share - 14.1 / 11.0 / 2.0).abs() < 1e-12, "{share}");
     let resolved = Cluster::resolve(&cluster, 4, 4).unwrap();
     assert_eq!(resolved.host_of, vec![Some(0); 4]);
 }

@@ -70,6 +70,7 @@ pub fn slow_device(memory_gib: f64) -> DeviceProfile {
         host_link_gbps: None,
         message_copy_gbps: None,
         message_us: None,
+        loopback_share: None,
         wake: None,
         backend: Default::default(),
         precision: None,

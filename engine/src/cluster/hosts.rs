@@ -5,9 +5,10 @@
 //! takes turns on the host's cores: while two workers step on a 2-core host, a parameter server's
 //! update waits for a core. `sim` charges a role's work on its own processor unless the cluster
 //! names such a host (`[cluster.hosts.NAME] processors = P, machines = [...]`): then the modeled
-//! work of every role on the host's machines (steps, updates, a message's handling at either end)
-//! runs on whichever of its `P` processors finishes it first, in the free time around the work
-//! booked there before it.
+//! work of every role on the host's machines (steps, updates, a message's handling at either end,
+//! and where the device has a `loopback_share` each end's copying of a transfer between two of
+//! them) runs on whichever of its `P` processors finishes it first, in the free time around the
+//! work booked there before it.
 
 use crate::error::{EngineError, Result};
 use crate::ids::MachineId;

@@ -180,13 +180,20 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     // same cores copy either direction, which a lone stream does not show.
     let each_way = probe::role_exchange_bandwidth(bytes, trips.min(40), role_us * 1e-6)? / 1e9;
     loopback.exchange_gbps = Some(each_way);
-    outln!(
-        "# two roles sending each other such a message at once: {each_way:.2} Gbit/s each way; the profile's nic_duplex is {}",
-        match loopback.duplex() {
-            concord_engine::cluster::Duplex::Full => "full (each direction at nic_gbps)",
-            concord_engine::cluster::Duplex::Half => "half (both directions share nic_gbps)",
-        }
-    )?;
+    let charged = match loopback.share(processors) {
+        // The job's processes share this machine: their copies on its processors slow an exchange.
+        Some(share) if args.processes > 1 => format!(
+            "the profile's loopback_share is {share:.3} of a processor at each end of a transfer between the job's processes, which `sim` books on the {processors} processors they share (nic_duplex full)"
+        ),
+        _ => format!(
+            "the profile's nic_duplex is {}",
+            match loopback.duplex() {
+                concord_engine::cluster::Duplex::Full => "full (each direction at nic_gbps)",
+                concord_engine::cluster::Duplex::Half => "half (both directions share nic_gbps)",
+            }
+        ),
+    };
+    outln!("# two roles sending each other such a message at once: {each_way:.2} Gbit/s each way; {charged}")?;
     let memory_gib = match host::machine_memory_gib() {
         Some(m) => m,
         None => {

@@ -39,6 +39,7 @@ fn config(
             host_link_gbps: None,
             message_copy_gbps: None,
             message_us: None,
+            loopback_share: None,
             wake: None,
             backend: Default::default(),
             precision: None,

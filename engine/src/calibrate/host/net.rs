@@ -47,6 +47,22 @@ impl Loopback {
     }
 }
 
+impl Loopback {
+    /// The share of a processor each end of a transfer between two of the job's processes keeps
+    /// busy (`loopback_share`), where they share this machine's `processors`: the share at which
+    /// `sim`'s processors make an exchange (two transfers at once, four ends, taking turns on
+    /// the processors) take as much longer than a lone transfer as it measured. At most one
+    /// processor an end; at least what leaves an exchange as fast as a lone transfer. `None`
+    /// where no exchange was measured.
+    pub fn share(&self, processors: u32) -> Option<f64> {
+        let each_way = self.exchange_gbps?;
+        let slower = self.gbps / each_way;
+        // Four ends on `processors`: the ends that do not find a processor free wait for one.
+        let turns = f64::from(4u32.div_ceil(processors.max(1)));
+        Some((slower / turns).clamp(1.0 / turns, 1.0))
+    }
+}
+
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> HostError {
     move |source| HostError::Loopback { what, source }
 }
@@ -151,6 +167,24 @@ mod tests {
             latency_us: 10.0,
             exchange_gbps,
         }
+    }
+
+    #[test]
+    fn the_share_makes_an_exchange_as_much_slower_as_measured() {
+        // Each way at 6.5 of a lone 8.45 Gbit/s: an exchange takes 1.3 times a lone transfer,
+        // so on two processors (the four ends in two turns) each end holds 0.65 of one.
+        let share = measured(8.45, Some(6.5)).share(2).unwrap();
+        assert!((share - 0.65).abs() < 1e-12, "{share}");
+        // On one processor, four turns.
+        let share = measured(8.45, Some(6.5)).share(1).unwrap();
+        assert!((share - 0.325).abs() < 1e-12, "{share}");
+        // Four processors or more take the ends at once: a whole processor an end.
+        assert_eq!(measured(8.45, Some(6.5)).share(4), Some(1.0));
+        // No slower than a lone transfer: the least share that leaves it so; slower than the
+        // ends taking turns on whole processors: one each.
+        assert_eq!(measured(8.0, Some(9.0)).share(2), Some(0.5));
+        assert_eq!(measured(8.0, Some(3.0)).share(2), Some(1.0));
+        assert_eq!(measured(8.0, None).share(2), None);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use super::Loopback;
 use crate::calibrate::toml_out::round_sig;
-use crate::cluster::{Backend, DeviceProfile, WakeCurve};
+use crate::cluster::{Backend, DeviceProfile, Duplex, WakeCurve};
 use crate::layer_model::{LayerModel, LayerRates, Precision};
 
 /// What `calibrate --host` found, ready to become a device profile.
@@ -52,6 +52,7 @@ impl HostProfile {
         let peak = rates.matmul_tflops.max(update_tflops);
         let mut layers = LayerModel::default();
         layers.set(Precision::Fp32, rates);
+        let loopback_share = self.loopback_share();
         DeviceProfile {
             peak_tflops: peak,
             efficiency: (update_tflops / peak).clamp(f64::MIN_POSITIVE, 1.0),
@@ -59,12 +60,18 @@ impl HostProfile {
             matmul_half_saturation_batch: None,
             memory_gib: self.memory_gib,
             nic_gbps: self.loopback.gbps,
-            nic_duplex: self.loopback.duplex(),
+            // Where the processes' transfers copy on the processors they share, those make an
+            // exchange slower; the NIC itself then takes both ways at once.
+            nic_duplex: match loopback_share {
+                Some(_) => Duplex::Full,
+                None => self.loopback.duplex(),
+            },
             latency_us: self.loopback.latency_us,
             bus_gbps: None,
             host_link_gbps: None,
             message_copy_gbps: Some(self.message_copy_gbps),
             message_us: Some(self.message_us),
+            loopback_share,
             wake: self.wake.clone(),
             precision: Some(Precision::Fp32),
             layers: Some(layers),
@@ -118,6 +125,14 @@ impl HostProfile {
                 round_sig(each_way, 4)
             );
         }
+        if let Some(share) = d.loopback_share {
+            s += &format!(
+                "loopback_share = {:?}  # of a processor, each end of a transfer between the job's processes: their copies make an exchange {:.2} times as long as a lone transfer on {} processors\n",
+                round_sig(share, 4),
+                self.loopback.gbps / self.loopback.exchange_gbps.unwrap_or(self.loopback.gbps),
+                self.processors
+            );
+        }
         s += &format!(
             "latency_us = {:?}  # role to role through the process runtime's loopback TCP: half the median round trip, less the handling at both ends\n",
             round_sig(d.latency_us, 4)
@@ -162,6 +177,15 @@ impl HostProfile {
             s += &format!("machines = [{}]\n", machines.join(", "));
         }
         s
+    }
+
+    /// The share of a processor each end of a transfer between the job's processes keeps busy
+    /// ([`Loopback::share`]): only where the profile puts them on one host that `sim` makes them
+    /// share (several processes), and an exchange was measured.
+    pub fn loopback_share(&self) -> Option<f64> {
+        (self.processes > 1)
+            .then(|| self.loopback.share(self.processors))
+            .flatten()
     }
 
     /// How many of the job's workers on this machine stepped at once while the steps were timed
