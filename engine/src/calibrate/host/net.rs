@@ -45,9 +45,7 @@ impl Loopback {
             _ => Duplex::Full,
         }
     }
-}
 
-impl Loopback {
     /// The share of a processor each end of a transfer between two of the job's processes keeps
     /// busy (`loopback_share`), where they share this machine's `processors`: the share at which
     /// `sim`'s processors make an exchange (two transfers at once, four ends, taking turns on
