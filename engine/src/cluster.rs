@@ -918,6 +918,15 @@ mod tests {
 
     /// A cluster config with one machine of two slots of the `bus` device, whose `bus_gbps` is
     /// `bus`.
+    /// Resolves [`with_bus`]`(None)` for 2 workers and 1 server after `edit` changes its device.
+    fn resolve_with_bus_device(edit: impl FnOnce(&mut DeviceProfile)) -> Result<Cluster> {
+        let mut cfg = with_bus(None);
+        if let Some(d) = cfg.devices.get_mut("bus") {
+            edit(d);
+        }
+        Cluster::resolve(&cfg, 2, 1)
+    }
+
     fn with_bus(bus: Option<f64>) -> ClusterConfig {
         let mut device = DeviceProfile::builtins()["cpu"].clone();
         device.bus_gbps = bus;
@@ -992,21 +1001,15 @@ mod tests {
             toml::from_str(&format!("{text}loopback_share = 0.6\n")).expect("parses");
         assert_eq!(shared.loopback_share, Some(0.6));
         for bad in [0.0, -0.5, 1.5, f64::NAN] {
-            let mut cfg = with_bus(None);
-            if let Some(d) = cfg.devices.get_mut("bus") {
-                d.loopback_share = Some(bad);
-            }
-            let e = Cluster::resolve(&cfg, 2, 1).unwrap_err().to_string();
+            let e = resolve_with_bus_device(|d| d.loopback_share = Some(bad))
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.contains("cluster.devices.bus.loopback_share") && e.contains("at most 1"),
                 "{bad}: {e}"
             );
         }
-        let mut cfg = with_bus(None);
-        if let Some(d) = cfg.devices.get_mut("bus") {
-            d.loopback_share = Some(1.0);
-        }
-        assert!(Cluster::resolve(&cfg, 2, 1).is_ok());
+        assert!(resolve_with_bus_device(|d| d.loopback_share = Some(1.0)).is_ok());
     }
 
     #[test]
@@ -1025,19 +1028,15 @@ mod tests {
         assert_eq!(both.message_handling_seconds(5_000_000, false), 1e-3);
         assert_eq!(plain.message_handling_seconds(5_000_000, true), 0.0);
         for bad in [-1.0, f64::NAN, f64::INFINITY] {
-            let mut cfg = with_bus(None);
-            if let Some(d) = cfg.devices.get_mut("bus") {
-                d.message_us = Some(bad);
-            }
-            let e = Cluster::resolve(&cfg, 2, 1).unwrap_err().to_string();
+            let e = resolve_with_bus_device(|d| d.message_us = Some(bad))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("cluster.devices.bus.message_us"), "{bad}: {e}");
         }
         for bad in [0.0, -1.0, f64::NAN] {
-            let mut cfg = with_bus(None);
-            if let Some(d) = cfg.devices.get_mut("bus") {
-                d.message_copy_gbps = Some(bad);
-            }
-            let e = Cluster::resolve(&cfg, 2, 1).unwrap_err().to_string();
+            let e = resolve_with_bus_device(|d| d.message_copy_gbps = Some(bad))
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.contains("cluster.devices.bus.message_copy_gbps") && e.contains("positive"),
                 "{bad}: {e}"

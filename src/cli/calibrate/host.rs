@@ -180,9 +180,9 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     // same cores copy either direction, which a lone stream does not show.
     let each_way = probe::role_exchange_bandwidth(bytes, trips.min(40), role_us * 1e-6)? / 1e9;
     loopback.exchange_gbps = Some(each_way);
-    let charged = match loopback.share(processors) {
+    let charged = match loopback.share(args.processes, processors) {
         // The job's processes share this machine: their copies on its processors slow an exchange.
-        Some(share) if args.processes > 1 => format!(
+        Some(share) => format!(
             "the profile's loopback_share is {share:.3} of a processor at each end of a transfer between the job's processes, which `sim` books on the {processors} processors they share (nic_duplex full)"
         ),
         _ => format!(

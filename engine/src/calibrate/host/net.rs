@@ -46,15 +46,23 @@ impl Loopback {
         }
     }
 
-    /// The share of a processor each end of a transfer between two of the job's processes keeps
+    /// How many times as long an exchange (two roles sending each other a message at once)
+    /// takes as a lone message, where it was measured.
+    pub fn exchange_slowdown(&self) -> Option<f64> {
+        Some(self.gbps / self.exchange_gbps?)
+    }
+
+    /// The share of a processor each end of a transfer between two of a job's `processes` keeps
     /// busy (`loopback_share`), where they share this machine's `processors`: the share at which
     /// `sim`'s processors make an exchange (two transfers at once, four ends, taking turns on
     /// the processors) take as much longer than a lone transfer as it measured. At most one
     /// processor an end; at least what leaves an exchange as fast as a lone transfer. `None`
-    /// where no exchange was measured.
-    pub fn share(&self, processors: u32) -> Option<f64> {
-        let each_way = self.exchange_gbps?;
-        let slower = self.gbps / each_way;
+    /// where no exchange was measured, or for a job of one process (no host to share).
+    pub fn share(&self, processes: u32, processors: u32) -> Option<f64> {
+        if processes < 2 {
+            return None;
+        }
+        let slower = self.exchange_slowdown()?;
         // Four ends on `processors`: the ends that do not find a processor free wait for one.
         let turns = f64::from(4u32.div_ceil(processors.max(1)));
         Some((slower / turns).clamp(1.0 / turns, 1.0))
@@ -171,18 +179,20 @@ mod tests {
     fn the_share_makes_an_exchange_as_much_slower_as_measured() {
         // Each way at 6.5 of a lone 8.45 Gbit/s: an exchange takes 1.3 times a lone transfer,
         // so on two processors (the four ends in two turns) each end holds 0.65 of one.
-        let share = measured(8.45, Some(6.5)).share(2).unwrap();
+        let share = measured(8.45, Some(6.5)).share(2, 2).unwrap();
         assert!((share - 0.65).abs() < 1e-12, "{share}");
         // On one processor, four turns.
-        let share = measured(8.45, Some(6.5)).share(1).unwrap();
+        let share = measured(8.45, Some(6.5)).share(2, 1).unwrap();
         assert!((share - 0.325).abs() < 1e-12, "{share}");
         // Four processors or more take the ends at once: a whole processor an end.
-        assert_eq!(measured(8.45, Some(6.5)).share(4), Some(1.0));
+        assert_eq!(measured(8.45, Some(6.5)).share(2, 4), Some(1.0));
         // No slower than a lone transfer: the least share that leaves it so; slower than the
         // ends taking turns on whole processors: one each.
-        assert_eq!(measured(8.0, Some(9.0)).share(2), Some(0.5));
-        assert_eq!(measured(8.0, Some(3.0)).share(2), Some(1.0));
-        assert_eq!(measured(8.0, None).share(2), None);
+        assert_eq!(measured(8.0, Some(9.0)).share(2, 2), Some(0.5));
+        assert_eq!(measured(8.0, Some(3.0)).share(2, 2), Some(1.0));
+        assert_eq!(measured(8.0, None).share(2, 2), None);
+        // One process has no host to share.
+        assert_eq!(measured(8.45, Some(6.5)).share(1, 2), None);
     }
 
     #[test]

@@ -129,7 +129,7 @@ impl HostProfile {
             s += &format!(
                 "loopback_share = {:?}  # of a processor, each end of a transfer between the job's processes: their copies make an exchange {:.2} times as long as a lone transfer on {} processors\n",
                 round_sig(share, 4),
-                self.loopback.gbps / self.loopback.exchange_gbps.unwrap_or(self.loopback.gbps),
+                self.loopback.exchange_slowdown().unwrap_or(1.0),
                 self.processors
             );
         }
@@ -183,9 +183,7 @@ impl HostProfile {
     /// ([`Loopback::share`]): only where the profile puts them on one host that `sim` makes them
     /// share (several processes), and an exchange was measured.
     pub fn loopback_share(&self) -> Option<f64> {
-        (self.processes > 1)
-            .then(|| self.loopback.share(self.processors))
-            .flatten()
+        self.loopback.share(self.processes, self.processors)
     }
 
     /// How many of the job's workers on this machine stepped at once while the steps were timed
