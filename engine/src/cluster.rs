@@ -916,8 +916,14 @@ mod tests {
         );
     }
 
-    /// A cluster config with one machine of two slots of the `bus` device, whose `bus_gbps` is
-    /// `bus`.
+    /// The smallest device profile TOML with the lines `extra` added: what the tests of one
+    /// optional key parse.
+    fn device_with(extra: &str) -> std::result::Result<DeviceProfile, toml::de::Error> {
+        toml::from_str(&format!(
+            "peak_tflops = 1.0\nmemory_gib = 1.0\nnic_gbps = 10.0\nlatency_us = 5.0\n{extra}"
+        ))
+    }
+
     /// Resolves [`with_bus`]`(None)` for 2 workers and 1 server after `edit` changes its device.
     fn resolve_with_bus_device(edit: impl FnOnce(&mut DeviceProfile)) -> Result<Cluster> {
         let mut cfg = with_bus(None);
@@ -927,6 +933,8 @@ mod tests {
         Cluster::resolve(&cfg, 2, 1)
     }
 
+    /// A cluster config with one machine of two slots of the `bus` device, whose `bus_gbps` is
+    /// `bus`.
     fn with_bus(bus: Option<f64>) -> ClusterConfig {
         let mut device = DeviceProfile::builtins()["cpu"].clone();
         device.bus_gbps = bus;
@@ -961,31 +969,27 @@ mod tests {
 
     #[test]
     fn bus_gbps_reads_from_toml_and_is_left_out_of_a_written_profile_without_one() {
-        let text = "peak_tflops = 1.0\nmemory_gib = 1.0\nnic_gbps = 10.0\nlatency_us = 5.0\n";
-        let plain: DeviceProfile = toml::from_str(text).expect("parses");
+        let plain = device_with("").expect("parses");
         assert_eq!(plain.bus_gbps, None);
         assert!(!toml::to_string(&plain).unwrap().contains("bus_gbps"));
-        let bus: DeviceProfile =
-            toml::from_str(&format!("{text}bus_gbps = 300.0\n")).expect("parses");
+        let bus = device_with("bus_gbps = 300.0\n").expect("parses");
         assert_eq!(bus.bus_gbps, Some(300.0));
         assert_eq!(bus.bus_bytes_per_s(), Some(37.5e9));
-        let typo = toml::from_str::<DeviceProfile>(&format!("{text}bus_gbit = 300.0\n"));
+        let typo = device_with("bus_gbit = 300.0\n");
         assert!(typo.unwrap_err().to_string().contains("bus_gbit"));
     }
 
     #[test]
     fn nic_duplex_reads_from_toml_defaults_to_full_and_names_a_bad_word() {
-        let text = "peak_tflops = 1.0\nmemory_gib = 1.0\nnic_gbps = 10.0\nlatency_us = 5.0\n";
-        let plain: DeviceProfile = toml::from_str(text).expect("parses");
+        let plain = device_with("").expect("parses");
         assert_eq!(plain.nic_duplex, Duplex::Full);
         assert!(!toml::to_string(&plain).unwrap().contains("nic_duplex"));
-        let half: DeviceProfile =
-            toml::from_str(&format!("{text}nic_duplex = \"half\"\n")).expect("parses");
+        let half = device_with("nic_duplex = \"half\"\n").expect("parses");
         assert_eq!(half.nic_duplex, Duplex::Half);
         assert!(toml::to_string(&half)
             .unwrap()
             .contains("nic_duplex = \"half\""));
-        let bad = toml::from_str::<DeviceProfile>(&format!("{text}nic_duplex = \"simplex\"\n"))
+        let bad = device_with("nic_duplex = \"simplex\"\n")
             .unwrap_err()
             .to_string();
         assert!(bad.contains("simplex") && bad.contains("half"), "{bad}");
@@ -993,12 +997,10 @@ mod tests {
 
     #[test]
     fn loopback_share_reads_from_toml_and_must_be_a_share_of_one_processor() {
-        let text = "peak_tflops = 1.0\nmemory_gib = 1.0\nnic_gbps = 10.0\nlatency_us = 5.0\n";
-        let plain: DeviceProfile = toml::from_str(text).expect("parses");
+        let plain = device_with("").expect("parses");
         assert_eq!(plain.loopback_share, None);
         assert!(!toml::to_string(&plain).unwrap().contains("loopback_share"));
-        let shared: DeviceProfile =
-            toml::from_str(&format!("{text}loopback_share = 0.6\n")).expect("parses");
+        let shared = device_with("loopback_share = 0.6\n").expect("parses");
         assert_eq!(shared.loopback_share, Some(0.6));
         for bad in [0.0, -0.5, 1.5, f64::NAN] {
             let e = resolve_with_bus_device(|d| d.loopback_share = Some(bad))
@@ -1014,12 +1016,10 @@ mod tests {
 
     #[test]
     fn message_handling_keys_read_from_toml_and_must_be_numbers_in_range() {
-        let text = "peak_tflops = 1.0\nmemory_gib = 1.0\nnic_gbps = 10.0\nlatency_us = 5.0\n";
-        let plain: DeviceProfile = toml::from_str(text).expect("parses");
+        let plain = device_with("").expect("parses");
         assert_eq!(plain.message_copy_bytes_per_s(), None);
         assert!(!toml::to_string(&plain).unwrap().contains("message_copy"));
-        let copy: DeviceProfile =
-            toml::from_str(&format!("{text}message_copy_gbps = 40.0\n")).expect("parses");
+        let copy = device_with("message_copy_gbps = 40.0\n").expect("parses");
         assert_eq!(copy.message_copy_bytes_per_s(), Some(5e9));
         assert_eq!(copy.message_handling_seconds(5_000_000, false), 1e-3);
         let mut both = copy.clone();
