@@ -311,6 +311,8 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         resume,
         checkpoint_dir: Some(out.clone()),
         trace_dir: Some(out.join("trace")),
+        // Nothing in the run folder is made of the servers' reads.
+        record_reads: false,
     };
     let result = match &world {
         Some(world) => {

@@ -53,8 +53,13 @@ fn flexrr(iterations: u64) -> RunConfig {
 /// Where the resumed runs continue from.
 const RESUMED_AT: u64 = 50;
 
+/// Runs `cfg` with `options`, keeping the servers' reads (the fingerprint compares them).
 fn run_opts(cfg: &RunConfig, options: RunOptions) -> Result<RunResult, EngineError> {
     let asm = concord::registry().compose(cfg)?;
+    let options = RunOptions {
+        record_reads: true,
+        ..options
+    };
     concord::engine::run(cfg, &asm, options)
 }
 

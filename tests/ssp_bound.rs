@@ -96,3 +96,29 @@ fn asp_never_waits_for_freshness() {
     assert!(r.reads.iter().all(|x| x.min_version.is_none()));
     assert!(r.summary.final_loss.is_finite());
 }
+
+/// The servers keep their record of reads only when the run asks for it, and keeping it changes
+/// nothing else: the same parameters and run time to the bit. Each worker reads every server
+/// once a clock.
+#[test]
+fn reads_are_recorded_only_when_asked_and_change_nothing_else() {
+    use concord::engine::run::RunOptions;
+    let cfg = ssp(1);
+    let asm = concord::registry().compose(&cfg).expect("composes");
+    let plain = concord::engine::run(&cfg, &asm, RunOptions::default()).expect("runs");
+    let recorded = run(&cfg);
+    assert!(plain.reads.is_empty());
+    let reads_a_clock = (cfg.workers * cfg.servers) as usize;
+    assert_eq!(
+        recorded.reads.len(),
+        reads_a_clock * cfg.iterations as usize
+    );
+    assert_eq!(
+        concord_test_support::param_bits(&plain),
+        concord_test_support::param_bits(&recorded)
+    );
+    assert_eq!(
+        plain.summary.run_time_s.to_bits(),
+        recorded.summary.run_time_s.to_bits()
+    );
+}

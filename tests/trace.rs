@@ -16,6 +16,7 @@ fn run(cfg: &RunConfig, trace_dir: Option<&Path>) -> RunResult {
     let asm = concord::registry().compose(cfg).expect("composes");
     let options = RunOptions {
         trace_dir: trace_dir.map(Path::to_path_buf),
+        record_reads: true,
         ..RunOptions::default()
     };
     concord::engine::run(cfg, &asm, options).expect("runs")

@@ -283,7 +283,8 @@ pub struct ReadRecord {
 pub struct ServerReport {
     /// The blocks it holds.
     pub model: ModelState,
-    /// Every versioned read it answered (for staleness checks).
+    /// Every versioned read it answered, for staleness checks, where the run records them
+    /// ([`crate::job::Job::record_reads`]); empty otherwise.
     pub reads: Vec<ReadRecord>,
     /// Last version applied.
     pub version: i64,

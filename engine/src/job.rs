@@ -65,6 +65,9 @@ pub struct Job {
     pub directed: OnceLock<bool>,
     /// Progress observer (the CLI's progress bar).
     pub progress: Option<ProgressFn>,
+    /// Whether parameter servers keep a record of every read they answer, for the run's result
+    /// ([`crate::run::RunOptions::record_reads`]).
+    pub record_reads: bool,
     /// The part of the run the roles built from this job run: its clocks and, when it continues
     /// from a checkpoint, where it starts. Set by the engine before the roles are built.
     pub(crate) segment: RwLock<Segment>,

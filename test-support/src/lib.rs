@@ -35,10 +35,15 @@ pub fn registry(crates: &[Register]) -> Registry {
     r
 }
 
-/// Composes `cfg` from `registry` and runs it; panics with the error, naming the step.
+/// Composes `cfg` from `registry` and runs it, keeping the servers' reads for the tests that
+/// check them; panics with the error, naming the step.
 pub fn run_with(registry: &Registry, cfg: &RunConfig) -> RunResult {
     let asm = registry.compose(cfg).expect("composes");
-    concord_engine::run(cfg, &asm, RunOptions::default()).expect("runs")
+    let options = RunOptions {
+        record_reads: true,
+        ..RunOptions::default()
+    };
+    concord_engine::run(cfg, &asm, options).expect("runs")
 }
 
 /// A small, fast config: default model and data, `workers` workers, `batch` each, two servers,

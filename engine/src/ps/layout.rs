@@ -128,6 +128,10 @@ pub struct ParamLayout {
     params: Vec<ParamInfo>,
     blocks: Vec<Block>,
     owner: Vec<ServerId>,
+    /// Each server's blocks, by index into `blocks`, in id order: a worker cuts its gradients
+    /// per server every clock, and a thousand workers on a hundred servers would otherwise scan
+    /// every block once per server.
+    held: Vec<Vec<usize>>,
     servers: u32,
 }
 
@@ -141,10 +145,18 @@ impl ParamLayout {
     ) -> ParamLayout {
         let blocks = placement.partition(&params, max_block_elems, servers);
         let owner = placement.assign(&params, &blocks, servers);
+        let mut held = vec![Vec::new(); servers as usize];
+        for (i, block) in blocks.iter().enumerate() {
+            let server = owner.get(block.id as usize).copied();
+            if let Some(mine) = server.and_then(|s| held.get_mut(s as usize)) {
+                mine.push(i);
+            }
+        }
         ParamLayout {
             params,
             blocks,
             owner,
+            held,
             servers,
         }
     }
@@ -179,10 +191,16 @@ impl ParamLayout {
 
     /// Blocks held by `server`, in id order.
     pub fn blocks_of(&self, server: ServerId) -> Vec<&Block> {
-        self.blocks
-            .iter()
-            .filter(|b| self.owner[b.id as usize] == server)
-            .collect()
+        self.held_by(server).collect()
+    }
+
+    /// Blocks held by `server`, in id order, without collecting them.
+    fn held_by(&self, server: ServerId) -> impl Iterator<Item = &Block> {
+        let held = self
+            .held
+            .get(server as usize)
+            .map_or(&[][..], Vec::as_slice);
+        held.iter().map(|&i| &self.blocks[i])
     }
 
     /// Elements held by each server.
@@ -207,8 +225,7 @@ impl ParamLayout {
         tensors: Range<usize>,
         values: Option<&[Vec<f32>]>,
     ) -> Vec<BlockPayload> {
-        self.blocks_of(server)
-            .into_iter()
+        self.held_by(server)
             .filter(|b| tensors.contains(&b.param))
             .map(|b| Self::cut(b, tensors.start, values))
             .collect()
@@ -341,8 +358,8 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Every block has one server, every server ends within one block of every other, and
-        /// the same blocks always get the same owners.
+        /// Every block has one server, every server ends within one block of every other, the
+        /// same blocks always get the same owners, and each server lists exactly its own.
         #[test]
         fn balanced_servers_end_within_one_block_of_each_other(
             sizes in proptest::collection::vec(0usize..5000, 1..40),
@@ -366,6 +383,20 @@ mod tests {
                 proptest::prop_assert!(layout.owner(b.id) < servers);
                 proptest::prop_assert_eq!(layout.owner(b.id), again.owner(b.id));
             }
+            // Each server's blocks are exactly those it owns, in id order, every block once.
+            let mut listed = 0;
+            for s in 0..servers {
+                let mine: Vec<BlockId> = layout.blocks_of(s).iter().map(|b| b.id).collect();
+                let owned: Vec<BlockId> = layout
+                    .blocks()
+                    .iter()
+                    .filter(|b| layout.owner(b.id) == s)
+                    .map(|b| b.id)
+                    .collect();
+                proptest::prop_assert_eq!(&mine, &owned);
+                listed += mine.len();
+            }
+            proptest::prop_assert_eq!(listed, layout.blocks().len());
         }
     }
 }

@@ -7,17 +7,28 @@ use crate::ids::{Clock, RoleId, WorkerId};
 use crate::message::Message;
 use crate::payload::BlockPayload;
 
-/// Reads waiting for a version, and the record of those answered.
+/// Reads waiting for a version, and, where the run asks for it, the record of those answered.
 #[derive(Debug, Default)]
 pub struct ReadGate {
     waiting: Vec<(WorkerId, Clock, Option<i64>)>,
     answered: Vec<ReadRecord>,
+    record: bool,
 }
 
 impl ReadGate {
-    /// A gate with nothing waiting.
+    /// A gate with nothing waiting that records no reads.
     pub fn new() -> ReadGate {
         ReadGate::default()
+    }
+
+    /// A gate with nothing waiting that records every read it answers when `record` is set
+    /// ([`crate::job::Job::record_reads`]): a record grows by one entry per read, so it is kept
+    /// only for a run whose result is checked against the consistency rule.
+    pub fn recording(record: bool) -> ReadGate {
+        ReadGate {
+            record,
+            ..ReadGate::default()
+        }
     }
 
     /// A read by `worker` at `clock`: answered now with `blocks()` at `version` if that is at
@@ -55,7 +66,7 @@ impl ReadGate {
         }
     }
 
-    /// Every read answered so far, in order; empties the record.
+    /// Every read answered so far, in order, if the gate records them; empties the record.
     pub fn take_answered(&mut self) -> Vec<ReadRecord> {
         std::mem::take(&mut self.answered)
     }
@@ -67,12 +78,14 @@ impl ReadGate {
         version: i64,
         blocks: Vec<BlockPayload>,
     ) {
-        self.answered.push(ReadRecord {
-            worker,
-            clock,
-            min_version,
-            version,
-        });
+        if self.record {
+            self.answered.push(ReadRecord {
+                worker,
+                clock,
+                min_version,
+                version,
+            });
+        }
         ctx.send_stamped(RoleId::Worker(worker), |served_at| Message::Params {
             version,
             served_at,

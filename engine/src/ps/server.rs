@@ -96,6 +96,13 @@ impl ParamServer {
         }
     }
 
+    /// The same server, keeping a record of every read it answers when `record` is set (see
+    /// [`ReadGate::recording`]).
+    pub fn recording_reads(mut self, record: bool) -> ParamServer {
+        self.reads = ReadGate::recording(record);
+        self
+    }
+
     /// Continues from `cp`, this server's checkpoint: its blocks with their optimizer state, its
     /// version and its count of arrivals.
     pub fn restore(&mut self, cp: &RoleCheckpoint) -> Result<()> {

@@ -70,7 +70,8 @@ pub(super) fn roles(
                     config.optimizer.clone(),
                     config.workers,
                     SnapshotPlan::of(config),
-                );
+                )
+                .recording_reads(job.record_reads);
                 if let Some(cp) = job.resumed(RoleId::Server(s)) {
                     server.restore(&cp)?;
                 }
@@ -241,6 +242,7 @@ pub(super) fn job_on(
         memory,
         directed: std::sync::OnceLock::new(),
         progress,
+        record_reads: false,
         guard,
         membership,
         segment: RwLock::new(Segment {

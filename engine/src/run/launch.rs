@@ -23,7 +23,8 @@ use crate::transport::tables::ByRole;
 use crate::transport::{BandwidthShaper, Inbox, LinkTraffic, Network, Transport};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use tokio::task::JoinSet;
 
 /// What one role's task returned: its result, its compute totals and its timeline.
@@ -94,16 +95,45 @@ fn stragglers_of(job: &Job, role: RoleId) -> Result<StragglerSet> {
     })
 }
 
-/// Transfers made so far per role, shared between the wire's shaper and the launch (which saves
-/// and restores them at checkpoints).
-type TransferCounts = Arc<Mutex<BTreeMap<RoleId, u64>>>;
+/// Transfers made so far per role, shared between the wire's shaper, which numbers them (twice
+/// per message between machines: a counter by role number, not a locked search), and the launch,
+/// which saves and restores them at checkpoints.
+struct TransferCounts(ByRole<AtomicU64>);
+
+impl TransferCounts {
+    /// A counter for each of `roles`, at its count in `restored` (a checkpoint's) or 0.
+    fn new(roles: &[RoleId], restored: Option<&BTreeMap<RoleId, u64>>) -> TransferCounts {
+        let count = |role| restored.and_then(|r| r.get(&role)).copied().unwrap_or(0);
+        TransferCounts(ByRole::new(
+            roles
+                .iter()
+                .map(|&role| (role, AtomicU64::new(count(role)))),
+        ))
+    }
+
+    /// The number of `role`'s next transfer (0 for its first), counted.
+    fn next(&self, role: RoleId) -> u64 {
+        self.0
+            .get(role)
+            .map_or(0, |count| count.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The counts as a checkpoint keeps them: every role that has made a transfer.
+    fn to_map(&self) -> BTreeMap<RoleId, u64> {
+        self.0
+            .iter()
+            .map(|(role, count)| (role, count.load(Ordering::Relaxed)))
+            .filter(|&(_, count)| count > 0)
+            .collect()
+    }
+}
 
 /// The wire's own view of NIC slowdowns (bandwidth caps), per role; `None` when no role has a
 /// straggler pattern. `transfers` counts each role's transfers (restored at a resume).
 fn bandwidth_shaper(
     job: &Job,
     roles: &[RoleId],
-    transfers: TransferCounts,
+    transfers: Arc<TransferCounts>,
 ) -> Result<Option<BandwidthShaper>> {
     let mut sets = Vec::new();
     for &r in roles {
@@ -125,11 +155,7 @@ fn bandwidth_shaper(
             else {
                 return 1.0;
             };
-            let mut counts = transfers.lock().unwrap_or_else(|p| p.into_inner());
-            let count = counts.entry(role).or_insert(0);
-            let transfer = *count;
-            *count += 1;
-            drop(counts);
+            let transfer = transfers.next(role);
             let probe = Probe {
                 kind,
                 index,
@@ -162,9 +188,7 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
     let time = TimeBase::starting_at(cfg.runtime == RuntimeKind::Sim, origin);
     let roles = all_roles(cfg.workers, total_servers);
     let restored = from.as_ref().map(|p| &p.history.network);
-    let transfers: TransferCounts = Arc::new(Mutex::new(
-        restored.map(|n| n.transfers.clone()).unwrap_or_default(),
-    ));
+    let transfers = Arc::new(TransferCounts::new(&roles, restored.map(|n| &n.transfers)));
     let shaper = bandwidth_shaper(&job, &roles, transfers.clone())?;
     let (net, mut mailboxes) = Network::new(job.cluster.clone(), time, &roles, shaper);
     if let Some(n) = restored {
@@ -321,7 +345,7 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
     w_out.sort_by_key(|o| o.role);
     s_out.sort_by_key(|o| o.role);
     let (egress_free, ingress_free) = net.queues();
-    let transfers = transfers.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let transfers = transfers.to_map();
     Ok(Launched {
         workers: w_out,
         servers: s_out,

@@ -55,6 +55,11 @@ pub struct RunOptions {
     /// Where each role streams its timeline while the run goes (`<dir>/<role>.json`); `None`
     /// keeps the timelines in memory, in [`RunResult::traces`].
     pub trace_dir: Option<PathBuf>,
+    /// Keep every read the parameter servers answer, in [`RunResult::reads`]: what a check of a
+    /// consistency rule (the SSP staleness bound, FlexRR's freshness) reads. Off by default, since
+    /// nothing else uses them and they grow with workers × servers × clocks: a thousand workers
+    /// on 128 servers answer 13 M reads in 100 clocks, about 500 MB.
+    pub record_reads: bool,
 }
 
 /// Everything a finished run produced: what the run folder holds and more.
@@ -66,7 +71,8 @@ pub struct RunResult {
     pub rows: Vec<IterationRow>,
     /// Final parameters by name (real models).
     pub params: Option<Vec<(String, Vec<f32>)>>,
-    /// Every read the model's holders answered (in a run resumed from a checkpoint: since it).
+    /// Every read the model's holders answered (in a run resumed from a checkpoint: since it),
+    /// when [`RunOptions::record_reads`] asks for them; empty otherwise.
     pub reads: Vec<ReadRecord>,
     /// Per-worker clock records.
     pub worker_records: Vec<Vec<IterRecord>>,
@@ -113,7 +119,9 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
         asm.resumable()?;
     }
     let wall_start = std::time::Instant::now();
-    let job = Arc::new(build::job(config, asm, options.progress.clone())?);
+    let mut job = build::job(config, asm, options.progress.clone())?;
+    job.record_reads = options.record_reads;
+    let job = Arc::new(job);
     let mut from = options.resume.clone();
     if let Some(point) = &from {
         fits(point, config)?;

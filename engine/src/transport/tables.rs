@@ -62,6 +62,14 @@ impl<T> ByRole<T> {
     pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
         self.items.iter().flatten()
     }
+
+    /// Every role with its value, in role-number order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (RoleId, &T)> {
+        self.items
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, value)| Some((role_of(slot), value.as_ref()?)))
+    }
 }
 
 /// Traffic counters per directed role pair: a row per sender, a column per receiver, for the

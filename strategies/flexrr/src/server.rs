@@ -77,7 +77,7 @@ impl FlexServer {
             version: -1,
             arrivals: 0,
             pending: BTreeMap::new(),
-            reads: ReadGate::new(),
+            reads: ReadGate::recording(job.record_reads),
             report: ServerReport::default(),
         }
     }
