@@ -56,10 +56,7 @@ const RESUMED_AT: u64 = 50;
 /// Runs `cfg` with `options`, keeping the servers' reads (the fingerprint compares them).
 fn run_opts(cfg: &RunConfig, options: RunOptions) -> Result<RunResult, EngineError> {
     let asm = concord::registry().compose(cfg)?;
-    let options = RunOptions {
-        record_reads: true,
-        ..options
-    };
+    let options = concord_test_support::recording_reads(options);
     concord::engine::run(cfg, &asm, options)
 }
 

@@ -39,11 +39,16 @@ pub fn registry(crates: &[Register]) -> Registry {
 /// check them; panics with the error, naming the step.
 pub fn run_with(registry: &Registry, cfg: &RunConfig) -> RunResult {
     let asm = registry.compose(cfg).expect("composes");
-    let options = RunOptions {
+    concord_engine::run(cfg, &asm, recording_reads(RunOptions::default())).expect("runs")
+}
+
+/// `options` with the servers' reads kept ([`RunOptions::record_reads`]): what a test that checks
+/// a consistency rule, or compares two runs' reads, runs with.
+pub fn recording_reads(options: RunOptions) -> RunOptions {
+    RunOptions {
         record_reads: true,
-        ..RunOptions::default()
-    };
-    concord_engine::run(cfg, &asm, options).expect("runs")
+        ..options
+    }
 }
 
 /// A small, fast config: default model and data, `workers` workers, `batch` each, two servers,

@@ -108,10 +108,7 @@ pub fn resumed_through_a_file(make: impl Fn(u64) -> RunConfig, at: u64) -> Resum
     use concord::engine::run::RunOptions;
     let run_opts = |cfg: &RunConfig, options: RunOptions| {
         let asm = concord::registry().compose(cfg).expect("composes");
-        let options = RunOptions {
-            record_reads: true,
-            ..options
-        };
+        let options = concord_test_support::recording_reads(options);
         concord::engine::run(cfg, &asm, options).expect("runs")
     };
     let mut whole = make(2 * at);

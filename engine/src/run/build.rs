@@ -172,17 +172,24 @@ fn check_sparse_embeddings(config: &RunConfig, asm: &Assembly) -> Result<()> {
 }
 
 /// The job as one process runs all of it (`sim`, `wall`): see [`job_on`].
-pub(super) fn job(config: &RunConfig, asm: &Assembly, progress: Option<ProgressFn>) -> Result<Job> {
-    job_on(config, asm, progress, None)
+pub(super) fn job(
+    config: &RunConfig,
+    asm: &Assembly,
+    progress: Option<ProgressFn>,
+    record_reads: bool,
+) -> Result<Job> {
+    job_on(config, asm, progress, record_reads, None)
 }
 
 /// The job: model and data resolved, cluster placed, parameters cut into blocks; its segment is
-/// the whole run until the engine sets another. `host` is this process's place in a
+/// the whole run until the engine sets another. `record_reads`: whether its servers keep a record
+/// of the reads they answer ([`Job::record_reads`]). `host` is this process's place in a
 /// multi-process job (its machine and first GPU), `None` when one process runs everything.
 pub(super) fn job_on(
     config: &RunConfig,
     asm: &Assembly,
     progress: Option<ProgressFn>,
+    record_reads: bool,
     host: Option<ProcessHost>,
 ) -> Result<Job> {
     let cluster = Cluster::resolve(&config.cluster, config.workers, total_servers(config, asm))?;
@@ -242,7 +249,7 @@ pub(super) fn job_on(
         memory,
         directed: std::sync::OnceLock::new(),
         progress,
-        record_reads: false,
+        record_reads,
         guard,
         membership,
         segment: RwLock::new(Segment {
@@ -269,7 +276,7 @@ mod tests {
     /// stops at the next missing piece, the empty assembly's consistency slot).
     #[test]
     fn dlrm_needs_row_wise_embedding_workers() {
-        let e = job(&dlrm_config(), &Assembly::default(), None)
+        let e = job(&dlrm_config(), &Assembly::default(), None, false)
             .err()
             .unwrap()
             .to_string();
@@ -281,14 +288,17 @@ mod tests {
             sparse_embeddings: true,
             ..Assembly::default()
         };
-        let e = job(&dlrm_config(), &asm, None).err().unwrap().to_string();
+        let e = job(&dlrm_config(), &asm, None, false)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("consistency"), "{e}");
         // A DLRM profile too; other profiles are not concerned.
         let profile = |name: &str| RunConfig {
             model: toml::from_str(&format!("kind = \"profile\"\nname = \"{name}\"")).unwrap(),
             ..RunConfig::default()
         };
-        let e = job(&profile("dlrm-deep-fm"), &Assembly::default(), None)
+        let e = job(&profile("dlrm-deep-fm"), &Assembly::default(), None, false)
             .err()
             .unwrap()
             .to_string();
@@ -296,7 +306,7 @@ mod tests {
             e.contains("model.name") && e.contains("sparse_embeddings"),
             "{e}"
         );
-        let e = job(&profile("vgg16"), &Assembly::default(), None)
+        let e = job(&profile("vgg16"), &Assembly::default(), None, false)
             .err()
             .unwrap()
             .to_string();

@@ -100,7 +100,7 @@ pub struct RunResult {
 /// that plan a run (a pipeline planner's profile) and for tests that reproduce a run's math
 /// outside its roles.
 pub fn prepare(config: &RunConfig, asm: &Assembly) -> Result<Job> {
-    build::job(config, asm, None)
+    build::job(config, asm, None, false)
 }
 
 /// Runs `config` with the parts in `asm` to completion: from the start, or from
@@ -119,9 +119,12 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
         asm.resumable()?;
     }
     let wall_start = std::time::Instant::now();
-    let mut job = build::job(config, asm, options.progress.clone())?;
-    job.record_reads = options.record_reads;
-    let job = Arc::new(job);
+    let job = Arc::new(build::job(
+        config,
+        asm,
+        options.progress.clone(),
+        options.record_reads,
+    )?);
     let mut from = options.resume.clone();
     if let Some(point) = &from {
         fits(point, config)?;

@@ -247,9 +247,13 @@ async fn rank_body(
     } = *stage;
     let rank = ranks.peers.rank();
     let progress = progress_of(options, ranks.peers.clone(), local_progress);
-    let mut job = build::job_on(config, asm, Some(progress), Some(stage.host))?;
-    job.record_reads = options.record_reads;
-    let job = Arc::new(job);
+    let job = Arc::new(build::job_on(
+        config,
+        asm,
+        Some(progress),
+        options.record_reads,
+        Some(stage.host),
+    )?);
     let mut from = if rank == 0 {
         options.resume.clone()
     } else {
