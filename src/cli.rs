@@ -39,7 +39,7 @@ use crate::config::{self, ConfigError};
 use clap::{Args, Parser, Subcommand};
 use concord_engine::checkpoint::{self, Checkpoint};
 use concord_engine::context::RuntimeKind;
-use concord_engine::output::write_run_folder;
+use concord_engine::output::{write_run_folder, FolderGate};
 use concord_engine::prelude::*;
 use concord_engine::run::{RankOutcome, RunOptions, RunResult};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -284,7 +284,8 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
             (Some(prepared), out)
         }
     };
-    interrupts.clean_up(out.clone(), out_dir.clone());
+    let folder_gate = FolderGate::default();
+    interrupts.clean_up(out.clone(), out_dir.clone(), folder_gate.clone());
     let total = cfg.iterations * cfg.workers as u64;
     let bar = if args.quiet {
         ProgressBar::hidden()
@@ -313,6 +314,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         trace_dir: Some(out.join("trace")),
         // Nothing in the run folder is made of the servers' reads.
         record_reads: false,
+        folder_gate,
     };
     let result = match &world {
         Some(world) => {

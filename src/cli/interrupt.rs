@@ -5,18 +5,24 @@
 //! folder waits for the folder to be written.
 
 use super::out_dir::{keep_for_resume, OutDir};
+use concord_engine::output::FolderGate;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// What an interrupted run cleans up: its folder, and the folders the run created for it.
+/// What an interrupted run cleans up: its folder, the folders the run created for it, and the
+/// door through which the run writes there.
 struct Cleanup {
     out: PathBuf,
     dir: Option<Arc<OutDir>>,
+    gate: FolderGate,
 }
 
 impl Cleanup {
-    /// Removes what the run wrote, or keeps its checkpoint, and says which.
+    /// Removes what the run wrote, or keeps its checkpoint, and says which. The run's roles go on
+    /// until the process exits: the folder's door is shut first, so none of them starts or
+    /// completes a file in what is being cleaned.
     fn run(&self, signal: &str) {
+        self.gate.shut();
         if keep_for_resume(&self.out) {
             eprintln!(
                 "interrupted ({signal}): {} keeps the run's last checkpoint; `concord train \
@@ -25,8 +31,6 @@ impl Cleanup {
                 self.out.display()
             );
         } else if let Some(dir) = &self.dir {
-            // The run's roles may still be opening timelines: a second pass removes those.
-            dir.discard();
             dir.discard();
             eprintln!(
                 "interrupted ({signal}): no checkpoint had been cut; {} was removed",
@@ -54,9 +58,10 @@ impl Interrupts {
     }
 
     /// From now on an interrupt cleans up the run folder `out`, which this run prepared as `dir`
-    /// (`None` for a resumed run's own folder, which holds its checkpoint).
-    pub(super) fn clean_up(&self, out: PathBuf, dir: Option<Arc<OutDir>>) {
-        *self.lock() = Some(Cleanup { out, dir });
+    /// (`None` for a resumed run's own folder, which holds its checkpoint) and writes into
+    /// through `gate`.
+    pub(super) fn clean_up(&self, out: PathBuf, dir: Option<Arc<OutDir>>, gate: FolderGate) {
+        *self.lock() = Some(Cleanup { out, dir, gate });
     }
 
     /// The run is over (finished, failed or stopped) and its folder is being written: an

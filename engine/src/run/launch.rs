@@ -14,6 +14,7 @@ use crate::job::Job;
 use crate::memory::DeviceMemory;
 use crate::message::Message;
 use crate::metrics::TraceEvent;
+use crate::output::FolderGate;
 use crate::resume::NetworkState;
 use crate::stall;
 use crate::stragglers::{Probe, RoleKind, StragglerSet};
@@ -63,8 +64,12 @@ pub(super) struct Launched {
 }
 
 /// Runs every role of `built` to completion on the runtime its config names; roles stream their
-/// timelines to `trace_dir` when given.
-pub(super) fn launch(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
+/// timelines to `trace_dir` when given, through the run folder's `gate`.
+pub(super) fn launch(
+    built: Built,
+    trace_dir: Option<&Path>,
+    gate: &FolderGate,
+) -> Result<Launched> {
     let rt = match built.job.config.runtime {
         RuntimeKind::Sim => tokio::runtime::Builder::new_current_thread()
             .enable_time()
@@ -78,7 +83,7 @@ pub(super) fn launch(built: Built, trace_dir: Option<&Path>) -> Result<Launched>
         path: "tokio runtime".into(),
         source,
     })?;
-    let launched = rt.block_on(run_roles(built, trace_dir))?;
+    let launched = rt.block_on(run_roles(built, trace_dir, gate))?;
     drop(rt);
     Ok(launched)
 }
@@ -174,7 +179,7 @@ fn bandwidth_shaper(
 /// Spawns every role, waits for the workers, shuts the servers and the coordinator down once
 /// the messages in flight are delivered, and collects what each returned, within the run's time
 /// limit.
-async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
+async fn run_roles(built: Built, trace_dir: Option<&Path>, gate: &FolderGate) -> Result<Launched> {
     let Built {
         job,
         workers,
@@ -203,7 +208,7 @@ async fn run_roles(built: Built, trace_dir: Option<&Path>) -> Result<Launched> {
             .map(|c| c.at_s)
     };
     let pump = tokio::spawn(net.clone().pump());
-    let traces = trace_plan(&job, total_servers, trace_dir);
+    let traces = trace_plan(&job, total_servers, trace_dir, gate);
     let mut ctx_for = |role: RoleId| -> Result<RoleContext> {
         let rx = mailboxes
             .remove(&role)
@@ -370,11 +375,18 @@ pub(super) fn all_roles(workers: u32, servers: u32) -> Vec<RoleId> {
     roles
 }
 
-/// Which timelines the run keeps and where they go.
-pub(super) fn trace_plan(job: &Job, total_servers: u32, trace_dir: Option<&Path>) -> TracePlan {
+/// Which timelines the run keeps and where they go (through the run folder's `gate`).
+pub(super) fn trace_plan(
+    job: &Job,
+    total_servers: u32,
+    trace_dir: Option<&Path>,
+    gate: &FolderGate,
+) -> TracePlan {
     let cfg = &job.config;
     let sampling = Sampling::new(cfg.workers, total_servers, cfg.iterations);
-    TracePlan::new(cfg.trace, trace_dir, sampling).continuing_from(job.clocks().start)
+    TracePlan::new(cfg.trace, trace_dir, sampling)
+        .continuing_from(job.clocks().start)
+        .through(gate.clone())
 }
 
 /// The context of `role`, talking through `net` and reading its mailbox `rx`: its straggler

@@ -33,6 +33,7 @@ use crate::ids::RoleId;
 use crate::job::Segment;
 use crate::job::{Job, ProgressFn};
 use crate::metrics::{IterRecord, IterationRow, Summary, TimedEvaluation, TraceEvent};
+use crate::output::FolderGate;
 use crate::resume::ResumePoint;
 use crate::transport::LinkTraffic;
 use std::collections::BTreeMap;
@@ -60,6 +61,10 @@ pub struct RunOptions {
     /// nothing else uses them and they grow with workers × servers × clocks: a thousand workers
     /// on 128 servers answer 13 M reads in 100 clocks, about 500 MB.
     pub record_reads: bool,
+    /// The door of the run folder (`trace_dir`, `checkpoint_dir`): the run starts and completes
+    /// its files there through it, and writes nothing more once it is shut. A caller that cleans
+    /// up the folder while the run goes (on Ctrl-C) shuts it first.
+    pub folder_gate: FolderGate,
 }
 
 /// Everything a finished run produced: what the run folder holds and more.
@@ -138,7 +143,7 @@ pub fn run(config: &RunConfig, asm: &Assembly, options: RunOptions) -> Result<Ru
             from: from.clone(),
         });
         let built = build::roles(&job, asm, |_| true)?;
-        let launched = launch::launch(built, options.trace_dir.as_deref());
+        let launched = launch::launch(built, options.trace_dir.as_deref(), &options.folder_gate);
         if let Some(reason) = job.guard.stop_reason() {
             let resumed = options.resume.as_deref();
             let stopped = finish::stopped(asm, &job, reason, resumed, wall_start);
@@ -199,7 +204,10 @@ impl Stretches {
             EngineError::Composition("a checkpoint was due but the run cannot cut one".into())
         })?;
         if let Some(dir) = &options.checkpoint_dir {
-            write_checkpoint(dir, &result, &point)?;
+            let path = dir.join(checkpoint::FILE_NAME);
+            options
+                .folder_gate
+                .write(&path, || write_checkpoint(&path, &result, &point))?;
         }
         Ok(ControlFlow::Continue(Arc::new(point)))
     }
@@ -214,8 +222,8 @@ fn segment_end(config: &RunConfig, start: u64) -> u64 {
     }
 }
 
-/// Writes the checkpoint at `point` into `dir`, with the model of `result`.
-fn write_checkpoint(dir: &Path, result: &RunResult, point: &ResumePoint) -> Result<()> {
+/// Writes the checkpoint at `point` to `path`, with the model of `result`.
+fn write_checkpoint(path: &Path, result: &RunResult, point: &ResumePoint) -> Result<()> {
     let config = toml::to_string_pretty(&result.config)
         .map_err(|e| EngineError::config("(resolved config)", "", e.to_string()))?;
     let model = result.params.is_some().then_some(&result.model);
@@ -224,7 +232,7 @@ fn write_checkpoint(dir: &Path, result: &RunResult, point: &ResumePoint) -> Resu
         config: &config,
         strategies: &result.summary.strategies,
     };
-    checkpoint::write(&dir.join(checkpoint::FILE_NAME), model, Some(resume))
+    checkpoint::write(path, model, Some(resume))
 }
 
 /// Checks that `point` can continue under `config`: clocks left to run, and the same roles.

@@ -8,6 +8,7 @@ use crate::error::{EngineError, Result};
 use crate::ids::{Clock, RoleId};
 use crate::message::Message;
 use crate::metrics::TraceEvent;
+use crate::output::FolderGate;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -27,6 +28,8 @@ pub struct TracePlan {
     /// The first clock the roles run: files of a stretch that continues from a checkpoint are
     /// named after it, so the earlier stretches' files stay.
     first_clock: u64,
+    /// The run folder's door: streamed files are started and closed through it.
+    gate: FolderGate,
 }
 
 impl TracePlan {
@@ -37,7 +40,15 @@ impl TracePlan {
             dir: dir.map(Path::to_path_buf),
             sampling: Arc::new(sampling),
             first_clock: 0,
+            gate: FolderGate::default(),
         }
+    }
+
+    /// The same plan starting and closing its streamed files through `gate`, so that once the
+    /// gate shuts no role starts or completes a file in the folder.
+    pub fn through(mut self, gate: FolderGate) -> TracePlan {
+        self.gate = gate;
+        self
     }
 
     /// The same plan for roles that continue a run from clock `clock` (a checkpoint): their files
@@ -58,7 +69,7 @@ impl TracePlan {
         };
         let sink = match &self.dir {
             None => Sink::Memory(Vec::new()),
-            Some(dir) => Sink::Stream(Stream::create(dir, role, self.first_clock)?),
+            Some(dir) => Sink::Stream(Stream::create(dir, role, self.first_clock, &self.gate)?),
         };
         Ok(Recorder {
             sink,
@@ -186,12 +197,14 @@ struct Stream {
     tmp: PathBuf,
     /// Where it lands once the role is done.
     path: PathBuf,
+    /// The run folder's door, which the move to `path` goes through.
+    gate: FolderGate,
 }
 
 impl Stream {
     /// Starts `<dir>/<role>.json` (as `<role>.tmp` until closed), or `<role>.from-<clock>.json`
-    /// for roles that continue from a checkpoint at `first_clock`.
-    fn create(dir: &Path, role: RoleId, first_clock: u64) -> Result<Stream> {
+    /// for roles that continue from a checkpoint at `first_clock`, through `gate`.
+    fn create(dir: &Path, role: RoleId, first_clock: u64, gate: &FolderGate) -> Result<Stream> {
         let label = role.label();
         let path = dir.join(timeline_file(role, first_clock));
         let tmp = path.with_extension("tmp");
@@ -199,12 +212,20 @@ impl Stream {
             path: tmp.display().to_string(),
             source,
         };
-        std::fs::create_dir_all(dir).map_err(io)?;
-        File::create(&tmp).map_err(io)?;
+        gate.write(&tmp, || {
+            std::fs::create_dir_all(dir).map_err(io)?;
+            File::create(&tmp).map(drop).map_err(io)
+        })?;
+        // Appends open the file without creating it: once a clean-up has removed it, they fail.
         let file = AppendFile { path: tmp.clone() };
         let writer = ChromeWriter::begin(BufWriter::with_capacity(STREAM_BUFFER, file), &label)
             .map_err(io)?;
-        Ok(Stream { writer, tmp, path })
+        Ok(Stream {
+            writer,
+            tmp,
+            path,
+            gate: gate.clone(),
+        })
     }
 
     fn error(&self, source: io::Error) -> EngineError {
@@ -216,13 +237,18 @@ impl Stream {
 
     /// Ends the document and moves it to its final name.
     fn close(self) -> Result<()> {
-        let Stream { writer, tmp, path } = self;
+        let Stream {
+            writer,
+            tmp,
+            path,
+            gate,
+        } = self;
         let io = |source| EngineError::Io {
             path: tmp.display().to_string(),
             source,
         };
         writer.finish().map_err(io)?;
-        std::fs::rename(&tmp, &path).map_err(io)
+        gate.write(&path, || std::fs::rename(&tmp, &path).map_err(io))
     }
 }
 
@@ -366,5 +392,27 @@ mod tests {
         let e = r.finish().unwrap_err().to_string();
         assert!(e.contains("coordinator.tmp"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn once_the_gate_shuts_no_timeline_is_started_or_completed() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = FolderGate::default();
+        let plan = TracePlan::new(TraceMode::Full, Some(dir.path()), Sampling::new(2, 1, 10))
+            .through(gate.clone());
+        let mut started = plan.recorder(RoleId::Worker(0)).unwrap();
+        started.record("compute", "compute", 0.0, 1.0);
+        // What a clean-up does: shut the gate, then remove the half-written timelines.
+        gate.shut();
+        std::fs::remove_file(dir.path().join("worker-0.tmp")).unwrap();
+        let late = plan
+            .recorder(RoleId::Worker(1))
+            .err()
+            .map(|e| e.to_string());
+        assert!(late.is_some_and(|e| e.contains("worker-1.tmp")));
+        let closing = started.finish().unwrap_err().to_string();
+        assert!(closing.contains("worker-0"), "{closing}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 }

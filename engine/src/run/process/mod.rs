@@ -304,7 +304,7 @@ async fn rank_body(
         all.extend(std::mem::take(&mut ranks.outputs).into_values());
         let mut launched = gather(all)?;
         if let Some(dir) = &options.trace_dir {
-            write_timelines(&mut launched, dir, start)?;
+            write_timelines(&mut launched, dir, start, &options.folder_gate)?;
         }
         if last {
             // The followers may go: everything they hold is here.
@@ -394,7 +394,7 @@ async fn run_segment(
     } else {
         None
     };
-    let traces = launch::trace_plan(&job, total_servers, trace_dir);
+    let traces = launch::trace_plan(&job, total_servers, trace_dir, &stage.options.folder_gate);
     let mut ctx_for = |role: RoleId| -> Result<crate::context::RoleContext> {
         let rx = receivers
             .remove(&role)

@@ -5,6 +5,7 @@ use crate::contract::{CoordinatorReport, ServerReport, WorkerReport};
 use crate::error::{EngineError, Result};
 use crate::ids::RoleId;
 use crate::metrics::TraceEvent;
+use crate::output::FolderGate;
 use crate::process::wire::{ProcessOutputs, RemoteOutput};
 use crate::resume::NetworkState;
 use crate::trace::{timeline_file, write_chrome_trace};
@@ -75,30 +76,41 @@ pub(super) fn gather(all: Vec<ProcessOutputs>) -> Result<Launched> {
 /// Writes the timelines the other processes sent for a stretch starting at `first_clock` into
 /// `dir`, under the names this process's roles stream theirs to, and drops them from `launched`:
 /// every role's timeline of every stretch lands in its own file, as in `sim`.
-pub(super) fn write_timelines(launched: &mut Launched, dir: &Path, first_clock: u64) -> Result<()> {
+pub(super) fn write_timelines(
+    launched: &mut Launched,
+    dir: &Path,
+    first_clock: u64,
+    gate: &FolderGate,
+) -> Result<()> {
     for out in &mut launched.workers {
-        write_timeline(dir, first_clock, out.role, &mut out.trace)?;
+        write_timeline(dir, first_clock, out.role, &mut out.trace, gate)?;
     }
     for out in &mut launched.servers {
-        write_timeline(dir, first_clock, out.role, &mut out.trace)?;
+        write_timeline(dir, first_clock, out.role, &mut out.trace, gate)?;
     }
     let coordinator = &mut launched.coordinator;
-    write_timeline(dir, first_clock, coordinator.role, &mut coordinator.trace)
+    write_timeline(
+        dir,
+        first_clock,
+        coordinator.role,
+        &mut coordinator.trace,
+        gate,
+    )
 }
 
-/// Writes `role`'s timeline, if it came in memory, and takes it.
+/// Writes `role`'s timeline, if it came in memory, and takes it, through the run folder's `gate`.
 fn write_timeline(
     dir: &Path,
     first_clock: u64,
     role: RoleId,
     trace: &mut Option<Vec<TraceEvent>>,
+    gate: &FolderGate,
 ) -> Result<()> {
     match trace.take() {
-        Some(events) => write_chrome_trace(
-            &dir.join(timeline_file(role, first_clock)),
-            &role.label(),
-            &events,
-        ),
+        Some(events) => {
+            let path = dir.join(timeline_file(role, first_clock));
+            gate.write(&path, || write_chrome_trace(&path, &role.label(), &events))
+        }
         None => Ok(()),
     }
 }
