@@ -80,6 +80,11 @@ enum Task {
     BenchScaleCase(bench_scale::CaseArgs),
 }
 
+/// The allocator the `concord` binary runs with: the benches run the engine in this process
+/// (bench-scale's cases, the suites' `sim` runs) and measure it as `concord train` runs it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let xtask = Xtask::parse();
     if measures(&xtask.task) {
