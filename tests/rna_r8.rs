@@ -18,28 +18,9 @@ fn config(strategy: &str, options: &str, workers: u32, iterations: u64) -> RunCo
         strategies: vec![strategy.into()],
         ..RunConfig::default()
     };
-    cfg.cluster.devices.insert(
-        "core".into(),
-        DeviceProfile {
-            peak_tflops: 0.00004,
-            efficiency: 0.5,
-            half_saturation_batch: 0.0,
-            matmul_half_saturation_batch: None,
-            memory_gib: 1.0,
-            nic_gbps: 10.0,
-            nic_duplex: Default::default(),
-            latency_us: 50.0,
-            bus_gbps: None,
-            host_link_gbps: None,
-            message_copy_gbps: None,
-            message_us: None,
-            loopback_share: None,
-            wake: None,
-            backend: Default::default(),
-            precision: None,
-            layers: None,
-        },
-    );
+    cfg.cluster
+        .devices
+        .insert("core".into(), DeviceProfile::new(0.00004, 1.0, 10.0, 50.0));
     cfg.cluster.default_device = "core".into();
     cfg.stragglers =
         vec![

@@ -165,18 +165,21 @@ fn default_efficiency() -> f64 {
 }
 
 impl DeviceProfile {
-    /// Built-in profiles from public figures (fp32 peak, memory, typical NIC of such nodes, and
-    /// for GPUs the link between the devices of one server).
-    pub fn builtins() -> BTreeMap<String, DeviceProfile> {
-        let mk = |peak, half, mem, nic, lat| DeviceProfile {
-            peak_tflops: peak,
-            efficiency: 0.5,
-            half_saturation_batch: half,
+    /// A device of these figures and nothing else modeled: its steps charged by the FLOP model at
+    /// half its peak with no half-saturation batch, a full-duplex NIC, and no link between its
+    /// devices, message costs, wake-ups or fitted layer model. What a device written in code
+    /// starts from, the other fields set by struct update:
+    /// `DeviceProfile { bus_gbps: Some(126.0), ..DeviceProfile::new(4.29, 12.0, 10.0, 25.0) }`.
+    pub fn new(peak_tflops: f64, memory_gib: f64, nic_gbps: f64, latency_us: f64) -> DeviceProfile {
+        DeviceProfile {
+            peak_tflops,
+            efficiency: default_efficiency(),
+            half_saturation_batch: 0.0,
             matmul_half_saturation_batch: None,
-            memory_gib: mem,
-            nic_gbps: nic,
+            memory_gib,
+            nic_gbps,
             nic_duplex: Duplex::Full,
-            latency_us: lat,
+            latency_us,
             bus_gbps: None,
             host_link_gbps: None,
             message_copy_gbps: None,
@@ -186,6 +189,15 @@ impl DeviceProfile {
             backend: Backend::Cpu,
             precision: None,
             layers: None,
+        }
+    }
+
+    /// Built-in profiles from public figures (fp32 peak, memory, typical NIC of such nodes, and
+    /// for GPUs the link between the devices of one server).
+    pub fn builtins() -> BTreeMap<String, DeviceProfile> {
+        let mk = |peak, half, mem, nic, lat| DeviceProfile {
+            half_saturation_batch: half,
+            ..DeviceProfile::new(peak, mem, nic, lat)
         };
         let h200 = crate::layer_model::fitted_h200();
         let v100_layers = crate::layer_model::fitted_v100();
@@ -819,23 +831,9 @@ pub(crate) fn test_cluster_with(
     cfg.devices.insert(
         "nic".into(),
         DeviceProfile {
-            peak_tflops: 1.0,
             efficiency: 1.0,
-            half_saturation_batch: 0.0,
-            matmul_half_saturation_batch: None,
-            memory_gib: 1.0,
-            nic_gbps: 8.0,
-            nic_duplex: Default::default(),
-            latency_us: 10.0,
             bus_gbps,
-            host_link_gbps: None,
-            message_copy_gbps: None,
-            message_us: None,
-            loopback_share: None,
-            wake: None,
-            backend: Backend::Cpu,
-            precision: None,
-            layers: None,
+            ..DeviceProfile::new(1.0, 1.0, 8.0, 10.0)
         },
     );
     cfg.machines = vec![MachineGroup {
@@ -922,6 +920,14 @@ mod tests {
         toml::from_str(&format!(
             "peak_tflops = 1.0\nmemory_gib = 1.0\nnic_gbps = 10.0\nlatency_us = 5.0\n{extra}"
         ))
+    }
+
+    #[test]
+    fn a_device_made_in_code_equals_one_written_with_the_same_four_figures() {
+        let written = device_with("").unwrap();
+        assert_eq!(DeviceProfile::new(1.0, 1.0, 10.0, 5.0), written);
+        let other = DeviceProfile::new(2.0, 1.0, 10.0, 5.0);
+        assert_ne!(other, written, "the figures are its own");
     }
 
     /// Resolves [`with_bus`]`(None)` for 2 workers and 1 server after `edit` changes its device.

@@ -67,25 +67,7 @@ pub fn small(workers: u32, batch: u64, iterations: u64) -> RunConfig {
 /// A compute-bound simulated core: 1 GFLOP/s sustained, no saturation offset, 10 Gbps NIC, so
 /// compute dominates communication.
 pub fn slow_device(memory_gib: f64) -> DeviceProfile {
-    DeviceProfile {
-        peak_tflops: 0.002,
-        efficiency: 0.5,
-        half_saturation_batch: 0.0,
-        matmul_half_saturation_batch: None,
-        memory_gib,
-        nic_gbps: 10.0,
-        nic_duplex: Default::default(),
-        latency_us: 50.0,
-        bus_gbps: None,
-        host_link_gbps: None,
-        message_copy_gbps: None,
-        message_us: None,
-        loopback_share: None,
-        wake: None,
-        backend: Default::default(),
-        precision: None,
-        layers: None,
-    }
+    DeviceProfile::new(0.002, memory_gib, 10.0, 50.0)
 }
 
 /// `cfg` on devices named `name` of [`slow_device`] kind.
