@@ -199,8 +199,9 @@ fn ad_psgd_averages_only_across_the_active_passive_split() {
 }
 
 /// The default of two probes per round comes down to the workers there are: one worker runs
-/// RNA (sequential SGD) without a setting it never made; an explicit `q` above the workers is
-/// still an error naming it.
+/// RNA (SGD on gradients that can be a round stale: its compute side never waits for a round)
+/// without a setting it never made; an explicit `q` above the workers is still an error naming
+/// it.
 #[test]
 fn the_default_probe_count_comes_down_to_one_worker() {
     let r = run(&config("rna", "", 1, 6));
