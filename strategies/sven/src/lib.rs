@@ -68,15 +68,21 @@ impl Strategy for Sven {
         let o: SvenOptions = parse_options(self.name(), options)?;
         let resolved: Arc<Resolved> = Arc::new(o.resolve(self.name())?);
         let offload = resolved.opts.pipeline.offloads_input();
-        if offload && (config.servers == 0 || !config.cluster.dedicated_servers) {
-            return Err(EngineError::config(
-                "servers",
-                config.servers,
-                format!(
-                    "`sven` with pipeline = \"{}\" runs its input service on CPU machines of their own: set servers >= 1 and cluster.dedicated_servers = true (e.g. cluster.server_device = \"cpu\")",
-                    if resolved.opts.pipeline == schedule::Mode::FourStage { "four-stage" } else { "input-offload" }
-                ),
-            ));
+        if offload {
+            let mode = if resolved.opts.pipeline == schedule::Mode::FourStage {
+                "four-stage"
+            } else {
+                "input-offload"
+            };
+            let why = format!(
+                "`sven` with pipeline = \"{mode}\" runs its input service on CPU machines of their own: set servers >= 1 and cluster.dedicated_servers = true (e.g. cluster.server_device = \"cpu\")"
+            );
+            if config.servers == 0 {
+                return Err(EngineError::config("servers", 0, why));
+            }
+            if !config.cluster.dedicated_servers {
+                return Err(EngineError::config("cluster.dedicated_servers", false, why));
+            }
         }
         let sharding = resolved.opts.sharding;
         let ranks = config.workers as usize;

@@ -139,7 +139,12 @@ fn bad_configurations_are_named_errors() {
     let mut cfg = config(2, 8, 2, "pipeline = \"four-stage\"");
     cfg.cluster.dedicated_servers = false;
     let e = compose_err(&reg, &cfg);
-    assert!(e.contains("dedicated_servers"), "{e}");
+    assert!(e.contains("`cluster.dedicated_servers` = false"), "{e}");
+    // ... and at least one of them: the key at fault is the one named.
+    let mut cfg = config(2, 8, 2, "pipeline = \"input-offload\"");
+    cfg.servers = 0;
+    let e = compose_err(&reg, &cfg);
+    assert!(e.contains("`servers` = 0"), "{e}");
     // Column-wise sharding over more ranks than a row's columns.
     let e = compose_err(&reg, &config(9, 8, 2, "sharding = \"column\""));
     assert!(e.contains("sharding"), "{e}");

@@ -115,6 +115,21 @@ pub enum DataError {
         /// Where the number of classes comes from.
         why: String,
     },
+    /// A half of an IDX split holds no samples: nothing to train on, or nothing to evaluate
+    /// (the synthetic data sets refuse `train = 0` and `test = 0` alike).
+    #[error(
+        "{}: the {half} set holds no images (and {} no labels): the run needs at least one",
+        images_path.display(),
+        labels_path.display()
+    )]
+    EmptySplit {
+        /// The half that is empty: "training" or "test".
+        half: &'static str,
+        /// Its images file.
+        images_path: PathBuf,
+        /// Its labels file.
+        labels_path: PathBuf,
+    },
     /// Train and test images have different sizes.
     #[error(
         "IDX shape mismatch: {} holds {train_rows}x{train_cols} images but {} holds {test_rows}x{test_cols}",

@@ -219,7 +219,7 @@ pub fn load_idx(
 /// Loads the four files of an IDX split. Both halves get the same `classes`: `declared` if
 /// given, else one more than the largest training label; every label of both halves must be
 /// below it ([`DataError::LabelOutOfRange`] names the file, the label's index and value). The
-/// halves must share an image size.
+/// halves must share an image size, and neither may be empty ([`DataError::EmptySplit`]).
 pub(super) fn load_idx_split(
     train_images: &Path,
     train_labels: &Path,
@@ -229,6 +229,18 @@ pub(super) fn load_idx_split(
 ) -> Result<Split, DataError> {
     let mut train = read_pair(train_images, train_labels)?;
     let mut test = read_pair(test_images, test_labels)?;
+    for (half, images_path, labels_path, set) in [
+        ("training", train_images, train_labels, &train),
+        ("test", test_images, test_labels, &test),
+    ] {
+        if set.is_empty() {
+            return Err(DataError::EmptySplit {
+                half,
+                images_path: images_path.to_path_buf(),
+                labels_path: labels_path.to_path_buf(),
+            });
+        }
+    }
     if train.sample_shape != test.sample_shape {
         return Err(DataError::ShapeMismatch {
             train_path: PathBuf::from(train_images),

@@ -366,3 +366,27 @@ fn shape_mismatch_names_both_paths() {
     assert_mentions(&err, &f.path("train-images"), None);
     assert_mentions(&err, &f.path("test-images"), None);
 }
+
+/// A split half of zero samples is refused by name, as `train = 0` and `test = 0` are for the
+/// synthetic sets: an empty training set has nothing to draw a batch from, and an empty test set
+/// would report an accuracy of nothing.
+#[test]
+fn an_empty_half_of_a_split_is_refused_naming_its_files() {
+    for (half, images, labels) in [
+        ("training", "train-images", "train-labels"),
+        ("test", "test-images", "test-labels"),
+    ] {
+        let f = Fixture::new();
+        write_split(&f);
+        write_idx_images(f.path(images), 3, 4, &[]).unwrap();
+        write_idx_labels(f.path(labels), &[]).unwrap();
+        let err = config(&f).load(0).unwrap_err();
+        assert!(
+            matches!(err, DataError::EmptySplit { half: h, .. } if h == half),
+            "{err}"
+        );
+        assert_mentions(&err, &f.path(images), None);
+        assert_mentions(&err, &f.path(labels), None);
+        assert!(err.to_string().contains(half), "{err}");
+    }
+}
