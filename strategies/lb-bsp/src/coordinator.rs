@@ -44,6 +44,16 @@ pub struct LbBspCoordinator {
     global: u64,
     lag: u64,
     rule: Rule,
+    secs_per_flop: f64,
+    /// What it has learned and counted so far: what a checkpoint keeps besides the predictors.
+    learned: Learned,
+    /// The first clock it runs: 0, or the clock of the checkpoint it continues from.
+    first_clock: u64,
+}
+
+/// What the batch-size manager learns and counts as clocks complete, besides its predictors.
+#[derive(Clone, Serialize, Deserialize)]
+struct Learned {
     comm: Vec<Ema>,
     /// Signals read at the start of the next clock to be observed, per worker.
     signals: Vec<Option<Signals>>,
@@ -58,35 +68,18 @@ pub struct LbBspCoordinator {
     overhead_s: f64,
     train_s: f64,
     trainer_free_at: f64,
-    secs_per_flop: f64,
     batch_sums: Vec<f64>,
     clocks_sized: u64,
     /// Every worker report so far, in arrival order.
     reports: Vec<(u32, Report)>,
-    /// The first clock it runs: 0, or the clock of the checkpoint it continues from.
-    first_clock: u64,
 }
 
-/// What the batch-size manager learned and counted, for a checkpoint.
+/// What the batch-size manager keeps in a checkpoint: its predictors' states and what it learned.
 #[derive(Serialize, Deserialize)]
 struct ManagerState {
     predictors: Vec<RoleState>,
-    comm: Vec<Ema>,
-    signals: Vec<Option<Signals>>,
-    pending: BTreeMap<u64, Vec<Option<Report>>>,
-    next_complete: u64,
-    predicted: BTreeMap<u64, Vec<f64>>,
-    rmse_from: u64,
-    sq_err: f64,
-    err_count: u64,
-    err_speed_sum: f64,
-    infeasible: u64,
-    overhead_s: f64,
-    train_s: f64,
-    trainer_free_at: f64,
-    batch_sums: Vec<f64>,
-    clocks_sized: u64,
-    reports: Vec<(u32, Report)>,
+    #[serde(flatten)]
+    learned: Learned,
 }
 
 impl std::fmt::Debug for LbBspCoordinator {
@@ -191,27 +184,29 @@ impl LbBspCoordinator {
             global: config.batch * u64::from(config.workers),
             lag,
             rule,
-            comm: (0..n).map(|_| Ema::new(o.alpha)).collect(),
-            signals: vec![None; n],
-            pending: BTreeMap::new(),
-            next_complete: 0,
-            predicted: BTreeMap::new(),
-            rmse_from,
-            sq_err: 0.0,
-            err_count: 0,
-            err_speed_sum: 0.0,
-            infeasible: 0,
-            overhead_s: 0.0,
-            train_s: 0.0,
-            trainer_free_at: 0.0,
             secs_per_flop: if sustained > 0.0 {
                 1.0 / sustained
             } else {
                 0.0
             },
-            batch_sums: vec![0.0; n],
-            clocks_sized: 0,
-            reports: Vec::new(),
+            learned: Learned {
+                comm: (0..n).map(|_| Ema::new(o.alpha)).collect(),
+                signals: vec![None; n],
+                pending: BTreeMap::new(),
+                next_complete: 0,
+                predicted: BTreeMap::new(),
+                rmse_from,
+                sq_err: 0.0,
+                err_count: 0,
+                err_speed_sum: 0.0,
+                infeasible: 0,
+                overhead_s: 0.0,
+                train_s: 0.0,
+                trainer_free_at: 0.0,
+                batch_sums: vec![0.0; n],
+                clocks_sized: 0,
+                reports: Vec::new(),
+            },
             first_clock: clocks.start,
             cfg,
         };
@@ -229,22 +224,7 @@ impl LbBspCoordinator {
         };
         Ok(ManagerState {
             predictors,
-            comm: self.comm.clone(),
-            signals: self.signals.clone(),
-            pending: self.pending.clone(),
-            next_complete: self.next_complete,
-            predicted: self.predicted.clone(),
-            rmse_from: self.rmse_from,
-            sq_err: self.sq_err,
-            err_count: self.err_count,
-            err_speed_sum: self.err_speed_sum,
-            infeasible: self.infeasible,
-            overhead_s: self.overhead_s,
-            train_s: self.train_s,
-            trainer_free_at: self.trainer_free_at,
-            batch_sums: self.batch_sums.clone(),
-            clocks_sized: self.clocks_sized,
-            reports: self.reports.clone(),
+            learned: self.learned.clone(),
         })
     }
 
@@ -265,28 +245,17 @@ impl LbBspCoordinator {
                 p.restore(state)?;
             }
         }
-        self.comm = s.comm.clone();
-        self.signals = s.signals.clone();
-        self.pending = s.pending.clone();
-        self.next_complete = s.next_complete;
-        self.predicted = s.predicted.clone();
-        self.rmse_from = s.rmse_from;
-        self.sq_err = s.sq_err;
-        self.err_count = s.err_count;
-        self.err_speed_sum = s.err_speed_sum;
-        self.infeasible = s.infeasible;
-        self.overhead_s = s.overhead_s;
-        self.train_s = s.train_s;
-        self.trainer_free_at = s.trainer_free_at;
-        self.batch_sums = s.batch_sums.clone();
-        self.clocks_sized = s.clocks_sized;
-        self.reports = s.reports.clone();
+        self.learned = s.learned.clone();
         Ok(())
     }
 
     /// Communication-time estimates `t^m_i` (EMA of reported pull time × [`COMM_ROUND_TRIP`]).
     fn comm_times(&self) -> Vec<f64> {
-        self.comm.iter().map(|e| e.value().unwrap_or(0.0)).collect()
+        self.learned
+            .comm
+            .iter()
+            .map(|e| e.value().unwrap_or(0.0))
+            .collect()
     }
 
     /// The vector for the clocks sized before any telemetry.
@@ -310,7 +279,7 @@ impl LbBspCoordinator {
     /// Sends clock `clock`'s directives from `alloc` and books its figures.
     fn direct(&mut self, ctx: &RoleContext, clock: u64, alloc: &Allocation) {
         if alloc.relaxed.is_some() {
-            self.infeasible += 1;
+            self.learned.infeasible += 1;
         }
         let mut offset = clock * self.global;
         for (w, &b) in alloc.batches.iter().enumerate() {
@@ -324,42 +293,44 @@ impl LbBspCoordinator {
                 }),
             );
             offset += b;
-            self.batch_sums[w] += b as f64;
+            self.learned.batch_sums[w] += b as f64;
         }
-        self.clocks_sized += 1;
+        self.learned.clocks_sized += 1;
     }
 
     /// Folds complete clocks into the predictors and sizes the clocks they unlock.
     async fn advance(&mut self, ctx: &mut RoleContext) -> Result<()> {
         while self
+            .learned
             .pending
-            .get(&self.next_complete)
+            .get(&self.learned.next_complete)
             .is_some_and(|v| v.iter().all(Option::is_some))
         {
-            let c = self.next_complete;
+            let c = self.learned.next_complete;
             let reports: Vec<Report> = self
+                .learned
                 .pending
                 .remove(&c)
                 .unwrap_or_default()
                 .into_iter()
                 .flatten()
                 .collect();
-            let predicted = self.predicted.remove(&c);
+            let predicted = self.learned.predicted.remove(&c);
             for (w, r) in reports.iter().enumerate() {
                 if let Rule::Cpu(ps) = &mut self.rule {
-                    ps[w].observe(r.speed, self.signals[w]);
+                    ps[w].observe(r.speed, self.learned.signals[w]);
                     if let Some(p) = predicted.as_ref().and_then(|p| p.get(w)) {
-                        if c >= self.rmse_from && r.speed.is_finite() && r.speed > 0.0 {
-                            self.sq_err += (p - r.speed).powi(2);
-                            self.err_speed_sum += r.speed;
-                            self.err_count += 1;
+                        if c >= self.learned.rmse_from && r.speed.is_finite() && r.speed > 0.0 {
+                            self.learned.sq_err += (p - r.speed).powi(2);
+                            self.learned.err_speed_sum += r.speed;
+                            self.learned.err_count += 1;
                         }
                     }
                 }
-                self.signals[w] = r.next_signals.map(|(cpu, mem)| Signals { cpu, mem });
-                self.comm[w].update(COMM_ROUND_TRIP * r.comm_s);
+                self.learned.signals[w] = r.next_signals.map(|(cpu, mem)| Signals { cpu, mem });
+                self.learned.comm[w].update(COMM_ROUND_TRIP * r.comm_s);
             }
-            self.next_complete += 1;
+            self.learned.next_complete += 1;
             let target = c + self.lag;
             if target < self.iterations {
                 self.decide(ctx, target).await;
@@ -368,11 +339,11 @@ impl LbBspCoordinator {
             // workers): the work is queued on one trainer and models take effect when it is done.
             if let Rule::Cpu(ps) = &mut self.rule {
                 for p in ps.iter_mut() {
-                    let start = self.trainer_free_at.max(ctx.now());
+                    let start = self.learned.trainer_free_at.max(ctx.now());
                     let secs = p.maintain(start, self.secs_per_flop)?;
                     if secs > 0.0 {
-                        self.trainer_free_at = start + secs;
-                        self.train_s += secs;
+                        self.learned.trainer_free_at = start + secs;
+                        self.learned.train_s += secs;
                     }
                 }
             }
@@ -388,7 +359,7 @@ impl LbBspCoordinator {
         let comm_aware = self.cfg.options.comm_aware;
         let global = self.global;
         let n = self.n;
-        let signals = self.signals.clone();
+        let signals = self.learned.signals.clone();
         let (alloc, speeds, flops) = match &mut self.rule {
             Rule::Cpu(ps) => {
                 let mut flops = SOLVE_FLOPS_PER_WORKER * n as f64;
@@ -413,39 +384,42 @@ impl LbBspCoordinator {
         let t0 = ctx.now();
         ctx.compute("lb-bsp.batch-sizes", Work::fixed(flops), || ())
             .await;
-        self.overhead_s += ctx.now() - t0;
+        self.learned.overhead_s += ctx.now() - t0;
         if let Some(s) = speeds {
-            self.predicted.insert(target, s);
+            self.learned.predicted.insert(target, s);
         }
         self.direct(ctx, target, &alloc);
     }
 
     fn figures(&self, end: f64) -> Vec<(String, f64)> {
         let mut f = vec![
-            ("lb-bsp.overhead_s".to_string(), self.overhead_s),
+            ("lb-bsp.overhead_s".to_string(), self.learned.overhead_s),
             (
                 "lb-bsp.overhead_share".to_string(),
                 if end > 0.0 {
-                    self.overhead_s / end
+                    self.learned.overhead_s / end
                 } else {
                     0.0
                 },
             ),
-            ("lb-bsp.train_s".to_string(), self.train_s),
+            ("lb-bsp.train_s".to_string(), self.learned.train_s),
             (
                 "lb-bsp.infeasible_clocks".to_string(),
-                self.infeasible as f64,
+                self.learned.infeasible as f64,
             ),
         ];
-        if matches!(self.rule, Rule::Cpu(_)) && self.err_count > 0 {
-            let rmse = (self.sq_err / self.err_count as f64).sqrt();
-            let mean = self.err_speed_sum / self.err_count as f64;
+        if matches!(self.rule, Rule::Cpu(_)) && self.learned.err_count > 0 {
+            let rmse = (self.learned.sq_err / self.learned.err_count as f64).sqrt();
+            let mean = self.learned.err_speed_sum / self.learned.err_count as f64;
             f.push(("lb-bsp.rmse".to_string(), rmse));
             f.push((
                 "lb-bsp.rmse_relative".to_string(),
                 if mean > 0.0 { rmse / mean } else { 0.0 },
             ));
-            f.push(("lb-bsp.rmse_samples".to_string(), self.err_count as f64));
+            f.push((
+                "lb-bsp.rmse_samples".to_string(),
+                self.learned.err_count as f64,
+            ));
         }
         if let Rule::Gpu(p) = &self.rule {
             for (w, g) in p.iter().enumerate() {
@@ -453,11 +427,11 @@ impl LbBspCoordinator {
                 f.push((format!("lb-bsp.oom_w{w}"), g.oom.min(self.global) as f64));
             }
         }
-        if self.clocks_sized > 0 {
-            for (w, s) in self.batch_sums.iter().enumerate() {
+        if self.learned.clocks_sized > 0 {
+            for (w, s) in self.learned.batch_sums.iter().enumerate() {
                 f.push((
                     format!("lb-bsp.mean_batch_w{w}"),
-                    s / self.clocks_sized as f64,
+                    s / self.learned.clocks_sized as f64,
                 ));
             }
         }
@@ -489,13 +463,14 @@ impl Coordinator for LbBspCoordinator {
             match (env.msg, env.from) {
                 (Message::Shutdown, _) => {
                     return Ok(CoordinatorReport {
-                        reports: self.reports.clone(),
+                        reports: self.learned.reports.clone(),
                         figures: self.figures(ctx.now()),
                         state: Some(RoleState::encode(&self.save()?)?),
                     });
                 }
                 (Message::Report(r), RoleId::Worker(w)) => {
                     let slot = self
+                        .learned
                         .pending
                         .entry(r.clock)
                         .or_insert_with(|| vec![None; self.n]);
@@ -508,7 +483,7 @@ impl Coordinator for LbBspCoordinator {
                             ))
                         }
                     }
-                    self.reports.push((w, r));
+                    self.learned.reports.push((w, r));
                     self.advance(ctx).await?;
                 }
                 _ => {}
