@@ -40,7 +40,8 @@ pub struct Layout {
     first_worker: Vec<u32>,
     /// Minibatches each stage admits before its first backward pass.
     pub warmup: Vec<u32>,
-    /// Minibatches in flight at the input stage (PipeDream), or per flush (GPipe).
+    /// Minibatches in flight per replica of the input stage: PipeDream's window, or GPipe's
+    /// share of a round (a round is `depth` minibatches for each input replica).
     pub depth: u32,
     /// NOAM of the configuration.
     pub noam: u32,
@@ -140,8 +141,11 @@ impl Layout {
     /// `depth = "fit"`.
     fn fit_depth(&mut self, job: &Job) {
         let replicas: Vec<u32> = self.stages.iter().map(|s| s.replicas).collect();
-        let run = u32::try_from(job.config.iterations / FIT_RUN_SHARE).unwrap_or(u32::MAX);
-        let most = MAX_FIT_DEPTH.min(run);
+        // The run's minibatches, over the input replicas that share each round: a depth past
+        // a quarter of them would time fewer than four rounds.
+        let minibatches = self.minibatches(0..job.config.iterations).end;
+        let per_replica = minibatches / u64::from(self.replicas(0).max(1)) / FIT_RUN_SHARE;
+        let most = MAX_FIT_DEPTH.min(u32::try_from(per_replica).unwrap_or(u32::MAX));
         while self.depth < most {
             self.depth += 1;
             self.warmup = schedule::warmups(&replicas, self.depth);
@@ -166,6 +170,25 @@ impl Layout {
     /// Replicas of stage `s`.
     pub fn replicas(&self, s: usize) -> u32 {
         self.stages[s].replicas
+    }
+
+    /// Minibatches of one GPipe round: `depth` for each replica of the input stage, so that a
+    /// replicated pipeline runs, per replica, the rounds a straight one runs (one stage on `N`
+    /// workers at depth 1 is BSP data parallelism, as PipeDream's is), and every replica of the
+    /// input stage has work in every round.
+    pub fn round_width(&self) -> u64 {
+        u64::from(self.depth.max(1)) * u64::from(self.replicas(0).max(1))
+    }
+
+    /// Minibatches a replica of stage `s` holds in flight: PipeDream's warm-up, GPipe's share
+    /// of a round (its replicas split the round's minibatches round-robin).
+    pub fn in_flight(&self, s: usize) -> u64 {
+        match self.kind {
+            Kind::GPipe => self
+                .round_width()
+                .div_ceil(u64::from(self.replicas(s).max(1))),
+            _ => u64::from(self.warmup[s]),
+        }
     }
 
     /// Workers the pipeline uses.
@@ -218,7 +241,7 @@ impl Layout {
         let r = self.replicas(at.stage);
         let own = schedule::own_minibatches(minibatches.clone(), r, at.replica);
         match self.kind {
-            Kind::GPipe => schedule::gpipe(&own, self.depth, minibatches),
+            Kind::GPipe => schedule::gpipe(&own, self.round_width(), minibatches),
             _ => schedule::one_f_one_b(&own, self.warmup[at.stage], r, minibatches),
         }
     }
@@ -233,10 +256,7 @@ impl Layout {
     /// its parameters, their gradients and optimizer state, the weight versions its in-flight
     /// minibatches keep (one each beyond the latest, when stashing), and their activations.
     pub fn stage_memory(&self, job: &Job, s: usize) -> u64 {
-        let in_flight = match self.kind {
-            Kind::GPipe => self.depth as u64,
-            _ => self.warmup[s] as u64,
-        };
+        let in_flight = self.in_flight(s);
         let copies = match self.weights {
             Weights::Latest => 0,
             _ if self.kind == Kind::PipeDream => stashing_copies(in_flight),
@@ -281,7 +301,7 @@ impl Layout {
                         self.config_string(),
                         size(need),
                         job.cluster.device_label(w),
-                        match self.kind { Kind::GPipe => self.depth, _ => self.warmup[s] },
+                        self.in_flight(s),
                         size(have),
                     ),
                 ));

@@ -11,7 +11,8 @@
 //!   replicated stages average their gradients every round; vertical sync is an option.
 //! - **`pipedream-mp`**: model parallelism, the baseline — the same layer ranges, unreplicated,
 //!   one minibatch in flight, so one stage works at a time.
-//! - **`gpipe`**: rounds of `depth` minibatches, all forward then all backward, the stage's
+//! - **`gpipe`**: rounds of `depth` minibatches per input replica (`depth` in all when the
+//!   input stage is not replicated), all forward then all backward, the stage's
 //!   forward pass recomputed in the backward pass (only stage inputs kept), one update per
 //!   round at a pipeline flush.
 //!

@@ -120,11 +120,11 @@ pub fn one_f_one_b(own: &[u64], warmup: u32, replicas: u32, minibatches: &Range<
     ops
 }
 
-/// The GPipe schedule of one replica: for each round of `depth` minibatches of the run's
+/// The GPipe schedule of one replica: for each round of `width` minibatches of the run's
 /// `minibatches`, the forward passes of its own minibatches in the round, their backward passes
 /// in reverse, then the flush.
-pub fn gpipe(own: &[u64], depth: u32, minibatches: &Range<u64>) -> Vec<Op> {
-    let m = depth.max(1) as u64;
+pub fn gpipe(own: &[u64], width: u64, minibatches: &Range<u64>) -> Vec<Op> {
+    let m = width.max(1);
     let mut ops = Vec::new();
     for round in 0..(minibatches.end - minibatches.start).div_ceil(m) {
         let mine: Vec<u64> = own

@@ -157,13 +157,13 @@ impl StageWorker {
             Op::Forward(b) => self.forward(ctx, at, b).await,
             Op::Backward(b) => self.backward(ctx, at, b).await,
             // A replicated stage's round is `r_s` consecutive minibatches; a GPipe round,
-            // `depth` of them.
+            // `depth` for each input replica.
             Op::Sync(round) => {
                 let width = self.layout.replicas(at.stage) as u64;
                 self.finish_round(ctx, round, width).await
             }
             Op::Flush(round) => {
-                let width = self.layout.depth as u64;
+                let width = self.layout.round_width();
                 self.finish_round(ctx, round, width).await
             }
         }

@@ -61,18 +61,56 @@ fn gpipe_is_sgd_on_each_rounds_minibatches_together() {
     assert!(d < 1e-5, "max |Δ| = {d}");
 }
 
+/// PipeDream, and GPipe at depth 1 (one minibatch per replica in each round), on one stage
+/// replicated over every worker.
 #[test]
 fn one_stage_on_every_worker_is_bsp_data_parallelism() {
     let base = mlp(4, 8, 6);
     let dp = run(&base);
-    let r = run(&with(base, "pipedream", "replicas = [4]"));
-    let d = max_diff(params(&dp), params(&r));
-    assert!(d < 1e-5, "max |Δ| = {d}");
-    assert_eq!(r.summary.iterations, 6);
-    assert_eq!(
-        r.rows.iter().map(|x| x.samples).sum::<u64>(),
-        dp.rows.iter().map(|x| x.samples).sum::<u64>()
-    );
+    for kind in ["pipedream", "gpipe"] {
+        let r = run(&with(base.clone(), kind, "replicas = [4]"));
+        let d = max_diff(params(&dp), params(&r));
+        assert!(d < 1e-5, "{kind}: max |Δ| = {d}");
+        assert_eq!(r.summary.iterations, 6, "{kind}");
+        assert_eq!(
+            r.rows.iter().map(|x| x.samples).sum::<u64>(),
+            dp.rows.iter().map(|x| x.samples).sum::<u64>(),
+            "{kind}"
+        );
+    }
+}
+
+/// A GPipe round holds `depth` minibatches for each replica of the input stage, its flush one
+/// update on all of them: a replicated pipeline is SGD on each round's minibatches together,
+/// as a straight one is. (A round of `depth` minibatches in all left most replicas without
+/// work in a round, and made one replicated stage at depth 1 take one minibatch per update.)
+#[test]
+fn replicated_gpipe_is_sgd_on_each_rounds_minibatches_together() {
+    for (workers, opts, iterations, sgd_batch, steps) in [
+        // One stage on two workers, two minibatches of 8 each a round: 4 × 8 samples a step.
+        (2, "replicas = [2]\ndepth = 2", 10, 32, 5),
+        // 2-1: the input replicas take one minibatch each, the output stage both: 2 × 8.
+        (
+            3,
+            "boundaries = [1]\nreplicas = [2, 1]\ndepth = 1",
+            10,
+            16,
+            5,
+        ),
+        // 2-2-1 at depth 2: four minibatches a round through every stage.
+        (
+            5,
+            "boundaries = [1, 2]\nreplicas = [2, 2, 1]\ndepth = 2",
+            8,
+            32,
+            2,
+        ),
+    ] {
+        let r = run(&with(mlp(workers, 8, iterations), "gpipe", opts));
+        let d = max_diff(params(&run(&sgd(sgd_batch, steps))), params(&r));
+        assert!(d < 1e-5, "{opts}: max |Δ| = {d}");
+        assert_eq!(r.summary.iterations, iterations, "{opts}");
+    }
 }
 
 /// PipeDream's update computed directly (thesis §5.3.3): with stashing, minibatch `b` at stage
@@ -500,26 +538,36 @@ fn a_stages_measured_peak_is_the_memory_the_planner_counts() {
 #[test]
 fn a_gpipe_stages_measured_peak_keeps_only_its_inputs() {
     let depth = 3;
-    let cfg = with(
-        mlp(3, 8, 12),
-        "gpipe",
-        &format!("boundaries = [1, 2]\ndepth = {depth}"),
-    );
-    let (job, r) = job_and_run(&cfg);
-    let slots = cfg.optimizer.state_slots() as u64;
-    for (s, weights) in stage_weight_bytes(&job).into_iter().enumerate() {
-        let input = if s == 0 {
-            0
-        } else {
-            job.stage_output_bytes[s - 1]
-        };
-        let want =
-            weights * (2 + slots) + input * cfg.batch * depth + job.stage_kept_bytes[s] * cfg.batch;
-        assert_eq!(
-            r.summary.peak_memory[&format!("worker-{s}")],
-            want,
-            "stage {s}"
+    // Straight, and 2-1-1: a round holds `depth` minibatches per input replica, so each input
+    // replica keeps 3 and the later stages 6.
+    for (workers, replicas) in [(3, [1u64, 1, 1]), (4, [2, 1, 1])] {
+        let cfg = with(
+            mlp(workers, 8, 12),
+            "gpipe",
+            &format!("boundaries = [1, 2]\nreplicas = {replicas:?}\ndepth = {depth}"),
         );
+        let (job, r) = job_and_run(&cfg);
+        let slots = cfg.optimizer.state_slots() as u64;
+        let mut first_worker = 0;
+        for (s, weights) in stage_weight_bytes(&job).into_iter().enumerate() {
+            let input = if s == 0 {
+                0
+            } else {
+                job.stage_output_bytes[s - 1]
+            };
+            let in_flight = (depth * replicas[0]).div_ceil(replicas[s]);
+            let want = weights * (2 + slots)
+                + input * cfg.batch * in_flight
+                + job.stage_kept_bytes[s] * cfg.batch;
+            for w in first_worker..first_worker + replicas[s] {
+                assert_eq!(
+                    r.summary.peak_memory[&format!("worker-{w}")],
+                    want,
+                    "{replicas:?}: stage {s}, worker {w}"
+                );
+            }
+            first_worker += replicas[s];
+        }
     }
 }
 
