@@ -107,6 +107,65 @@ fn a_non_finite_loss_stops_gracefully_with_its_rows_kept() {
     assert!(summary["stopped"]["loss"].is_null(), "{summary}");
 }
 
+/// `configs/<name>` with `sets`.
+fn config_with(name: &str, sets: &[&str]) -> RunConfig {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("configs")
+        .join(name);
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    concord::config::load(Some(&file), &sets).unwrap()
+}
+
+/// Strategies that compute their loss outside the engine's training step (a pipeline's output
+/// stage, Fela's last-level tokens and its baselines, Sven's DLRM) stop on a non-finite one as
+/// BSP does. They trained on NaN to their last iteration before, reporting no final loss.
+#[test]
+fn a_non_finite_loss_stops_every_strategy_that_computes_its_own() {
+    const SMALL_CNN: [&str; 5] = [
+        "workers=3",
+        "model.kind=\"vgg-like\"",
+        "model.image=[3,8,8]",
+        "data.kind=\"blobs\"",
+        "data.dim=192",
+    ];
+    // (config, strategy, learning rate, more settings): Sven's DLRM needs more to overflow.
+    let mut cases: Vec<(&str, &str, &str, Vec<&str>)> = Vec::new();
+    for strategy in ["pipedream", "gpipe", "pipedream-mp", "fela"] {
+        cases.push(("default.toml", strategy, "50", vec!["workers=4"]));
+    }
+    for strategy in ["fela-mp", "fela-hp"] {
+        cases.push(("default.toml", strategy, "50", SMALL_CNN.to_vec()));
+    }
+    cases.push(("sven.toml", "sven", "1e6", Vec::new()));
+    for (file, strategy, lr, more) in cases {
+        let (list, lr) = (
+            format!("strategies=[\"{strategy}\"]"),
+            format!("optimizer.lr={lr}"),
+        );
+        let mut sets = vec![
+            list.as_str(),
+            lr.as_str(),
+            "iterations=100",
+            "optimizer.momentum=0",
+        ];
+        sets.extend(more);
+        let s = stopped(&config_with(file, &sets));
+        assert_eq!(
+            s.reason.cause,
+            Cause::NonFinite,
+            "{strategy}: {:?}",
+            s.reason
+        );
+        assert_eq!(s.reason.strategy, strategy);
+        assert!(s.reason.iteration < 100, "{strategy}: {:?}", s.reason);
+        assert!(
+            (s.result.rows.len() as u64) < s.reason.iteration,
+            "{strategy}: {} rows",
+            s.result.rows.len()
+        );
+    }
+}
+
 #[test]
 fn with_the_guard_off_the_exploding_run_completes() {
     let mut sets = EXPLODING.to_vec();

@@ -330,15 +330,28 @@ fn finite_step<G>(
     out: std::result::Result<StepOutput<G>, WorkloadError>,
 ) -> Result<(f64, Option<Vec<G>>)> {
     let out = out?;
-    if !out.loss.is_finite() {
-        job.guard.non_finite(ctx.id(), at.clock, out.loss);
-        return Err(EngineError::Diverged {
-            role: ctx.id(),
-            clock: at.clock,
-            loss: out.loss,
-        });
-    }
+    check_loss(ctx, job, at.clock, out.loss)?;
     Ok((out.loss, Some(out.grads)))
+}
+
+/// Stops the run through the job's divergence guard when a loss `ctx`'s role computed at
+/// `clock` is not finite: training cannot go on from it. Every role that computes a loss outside
+/// [`train_step`] (a pipeline's output stage, a token's last level, a model of its own) passes
+/// it here, so that the guard ends its run as it ends a data-parallel one, instead of the run
+/// training on NaN to its last iteration.
+///
+/// # Errors
+/// [`EngineError::Diverged`], naming the role, the clock and the loss.
+pub fn check_loss(ctx: &RoleContext, job: &Job, clock: u64, loss: f64) -> Result<()> {
+    if loss.is_finite() {
+        return Ok(());
+    }
+    job.guard.non_finite(ctx.id(), clock, loss);
+    Err(EngineError::Diverged {
+        role: ctx.id(),
+        clock,
+        loss,
+    })
 }
 
 /// The default data-parallel worker.

@@ -5,7 +5,8 @@
 //! [`crate::dp::close_clock`]), which keeps it in a per-run store and, every `eval_every` clocks,
 //! compares the worker's loss with its starting loss. A worker whose loss stays above
 //! `loss_ratio` × its starting loss for `patience` checks in a row, or whose training step gives
-//! a non-finite loss ([`crate::dp::train_step`]), trips the guard: the run records why
+//! a non-finite loss ([`crate::dp::train_step`], or [`crate::dp::check_loss`] for a loss a
+//! strategy computes itself), trips the guard: the run records why
 //! ([`StopReason`]) and signals the launcher, which ends every role at once (roles blocked on
 //! each other cannot hold it up) and returns the records kept so far. The store is frozen when
 //! the guard trips, so the rows of a stopped run are those closed before the trip.

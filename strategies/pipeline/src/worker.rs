@@ -244,6 +244,9 @@ impl StageWorker {
             Some((loss, seed)) => (loss, Some(seed)),
             None => (None, None),
         };
+        if let Some(l) = loss {
+            check_loss(ctx, &job, layout.clock_of(b), l)?;
+        }
         self.kept.insert(b, Kept { inputs, seed, loss });
         Ok(())
     }

@@ -354,14 +354,7 @@ impl AsyncPsWorker {
         let step = match out {
             Some(r) => {
                 let step = r?;
-                if !step.loss.is_finite() {
-                    self.job.guard.non_finite(ctx.id(), clock, step.loss);
-                    return Err(EngineError::Diverged {
-                        role: ctx.id(),
-                        clock,
-                        loss: step.loss,
-                    });
-                }
+                check_loss(ctx, &self.job, clock, step.loss)?;
                 Some(step)
             }
             None => None,

@@ -121,6 +121,9 @@ impl SvenWorker {
                     }
                     _ => None,
                 };
+                if let Some(step) = &step {
+                    check_loss(ctx, &self.job, b, step.loss)?;
+                }
                 st.step = step;
                 let work = Work::step_part(part(StepPart::FORWARD), dense_train, per as f64);
                 ctx.compute_deferred("FP", work, || ()).1

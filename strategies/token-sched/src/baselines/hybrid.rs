@@ -221,6 +221,9 @@ impl HybridWorker {
             .await;
         tally.busy_s += ctx.now() - t0;
         let (loss, grads, gx): (Option<f64>, Grads, Rows) = out?;
+        if let Some(l) = loss {
+            check_loss(ctx, &job, iter, l)?;
+        }
         activations(ctx, &job, stages.clone(), total, true).await?;
         activations(ctx, &job, stages.clone(), total, false).await?;
         tally.loss = loss;

@@ -124,6 +124,9 @@ impl PipelineWorker {
             activations(ctx, &job, stages.clone(), rows, true).await?;
             let seed = match seeded {
                 Some((loss, seed)) => {
+                    if let Some(l) = loss {
+                        check_loss(ctx, &job, iter, l)?;
+                    }
                     loss_sum += loss.unwrap_or(f64::NAN) * rows as f64;
                     Some(seed)
                 }

@@ -261,6 +261,9 @@ impl FelaWorker {
                 grads,
                 grad_in,
             } => {
+                if let Some(l) = loss_sum {
+                    check_loss(ctx, &self.job, self.iter, l)?;
+                }
                 self.rows_done += token.batch();
                 if let Some(o) = output {
                     self.outputs.insert(token.id, o);
