@@ -119,7 +119,8 @@ fn the_ssp_bound_holds_under_rapid_reassignment() {
         let r = run(&straggling(base(&format!("slack = {slack}"))));
         for (w, records) in r.worker_records.iter().enumerate() {
             for rec in records {
-                let work_start = rec.start_s + rec.comm_s;
+                // The read: the consistency wait, then the transfer.
+                let work_start = rec.start_s + rec.wait_s + rec.comm_s;
                 assert!(rec.version_read >= rec.clock as i64 - slack as i64 - 1);
                 let Ok(need) = usize::try_from(rec.clock as i64 - slack as i64 - 1) else {
                     continue;

@@ -130,7 +130,7 @@ impl FlexWorker {
         };
         self.it.checks = self.clock_checks(ctx);
         self.stats.checks += u64::from(self.it.checks);
-        let version_read = self.read(ctx, clock).await?;
+        let (version_read, last_served) = self.read(ctx, clock).await?;
         let read_done = ctx.now();
         self.it.start_s = read_done;
 
@@ -184,12 +184,15 @@ impl FlexWorker {
         });
         let compute_s = ctx.stats().compute_s - compute_before;
         self.last_compute_s = Some(compute_s);
+        let wait_s = (last_served - start).max(0.0);
+        let comm_s = (read_done - start - wait_s).max(0.0);
         let tally = ClockTally {
             samples: u64::from(units) * self.r.unit_batch,
             compute_s,
-            wait_s: (end - start - compute_s).max(0.0),
-            // The read: transfer plus the wait for the version SSP asks for.
-            comm_s: read_done - start,
+            // As the engine's workers count theirs: the wait for the version SSP asks for (until
+            // the last server served it), then the transfer; the read ends at their sum.
+            wait_s,
+            comm_s,
             loss: if self.it.loss_units > 0 {
                 self.it.loss_sum / f64::from(self.it.loss_units)
             } else {

@@ -54,8 +54,9 @@ impl FlexWorker {
 
     /// Reads every server's blocks at the freshness the consistency rule asks for at `clock`,
     /// serving peers while waiting, and installs them with this worker's own writes the servers
-    /// do not have yet. Returns the lowest version read.
-    pub(super) async fn read(&mut self, ctx: &mut RoleContext, clock: Clock) -> Result<i64> {
+    /// do not have yet. Returns the lowest version read and the latest time a server served
+    /// its part (when the consistency wait ended and the transfer began).
+    pub(super) async fn read(&mut self, ctx: &mut RoleContext, clock: Clock) -> Result<(i64, f64)> {
         let layout = self.job.layout.clone();
         let min_version = self.job.consistency.min_version(clock);
         for s in 0..layout.servers() {
@@ -63,19 +64,23 @@ impl FlexWorker {
         }
         let mut fresh = self.real().then(|| layout.zeros());
         let mut versions = BTreeMap::new();
+        let mut last_served = f64::NEG_INFINITY;
         while versions.len() < layout.servers() as usize {
             let env = ctx.recv().await?;
             match (env.from, &env.msg) {
                 (
                     RoleId::Server(s),
                     Message::Params {
-                        version, blocks, ..
+                        version,
+                        blocks,
+                        served_at,
                     },
                 ) => {
                     if let Some(f) = fresh.as_mut() {
                         layout.write_into(blocks, f);
                     }
                     versions.insert(s, *version);
+                    last_served = last_served.max(*served_at);
                 }
                 _ => {
                     self.handle(ctx, env)?;
@@ -103,6 +108,6 @@ impl FlexWorker {
         }
         let lowest = versions.values().copied().min().unwrap_or(-1);
         self.writes.retain(|(tag, _)| *tag as i64 > lowest);
-        Ok(lowest)
+        Ok((lowest, last_served))
     }
 }
