@@ -281,7 +281,8 @@ impl Worker for HybridWorker {
             let tally = ClockTally {
                 samples: t.samples,
                 compute_s: t.busy_s,
-                wait_s: 0.0,
+                // The rest of the clock: waiting for the other side's activations or gradients.
+                wait_s: (ctx.now() - start - t.busy_s - t.comm_s).max(0.0),
                 comm_s: t.comm_s,
                 loss: t.loss.unwrap_or(f64::NAN),
                 version_read: iter as i64,

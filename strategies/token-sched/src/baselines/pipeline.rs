@@ -220,11 +220,12 @@ impl Worker for PipelineWorker {
             let t = self.iteration(ctx, iter).await?;
             busy.busy_s += t.busy_s;
             busy.span_s += ctx.now() - start;
-            // The last stage completes the samples; every stage knows the loss.
+            // The last stage completes the samples; every stage knows the loss. A stage's idle
+            // time (the pipeline's bubble, waiting for the flush) is its wait.
             let tally = ClockTally {
                 samples: if last { self.plan.total_batch } else { 0 },
                 compute_s: t.busy_s,
-                wait_s: 0.0,
+                wait_s: (ctx.now() - start - t.busy_s).max(0.0),
                 comm_s: 0.0,
                 loss: t.loss.unwrap_or(f64::NAN),
                 version_read: iter as i64,

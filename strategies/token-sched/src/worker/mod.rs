@@ -76,6 +76,8 @@ pub struct FelaWorker {
     loss: f64,
     rows_done: u64,
     compute_s: f64,
+    /// Bytes this worker sent in the iteration: rows, handed-over sub-models, ring hops.
+    bytes_sent: u64,
     stats: WorkerStats,
     in_flight: Option<InFlight>,
     /// When the trainer is free of a late start's delay.
@@ -126,6 +128,7 @@ impl FelaWorker {
             loss: f64::NAN,
             rows_done: 0,
             compute_s: 0.0,
+            bytes_sent: 0,
             stats: WorkerStats::default(),
             in_flight: None,
             trainer_free_at: 0.0,
@@ -161,10 +164,9 @@ impl FelaWorker {
         bytes_per_row: u64,
     ) -> Result<()> {
         let payload = rows.to_payload(bytes_per_row)?;
-        ctx.send(
-            RoleId::Worker(to),
-            Message::strategy_with(body, vec![payload])?,
-        );
+        let msg = Message::strategy_with(body, vec![payload])?;
+        self.bytes_sent += msg.wire_bytes();
+        ctx.send(RoleId::Worker(to), msg);
         Ok(())
     }
 
@@ -290,6 +292,7 @@ impl FelaWorker {
         };
         for to in h.to {
             let msg = Message::strategy_with(&Params { level: h.level }, vec![payload.clone()])?;
+            self.bytes_sent += msg.wire_bytes();
             ctx.send(RoleId::Worker(to), msg);
         }
         Ok(())
@@ -356,6 +359,7 @@ impl Worker for FelaWorker {
             ctx.set_iter(iter);
             let start = ctx.now();
             (self.rows_done, self.compute_s, self.loss) = (0, 0.0, f64::NAN);
+            self.bytes_sent = 0;
             // A late start delays the trainer's first request; the worker's communication
             // (outputs, gradients, syncs) goes on meanwhile. The trainer may still be asleep
             // from a start delay longer than the last iteration.
@@ -409,14 +413,18 @@ impl Worker for FelaWorker {
             self.outputs.clear();
             self.fetched.clear();
             ctx.send(RoleId::Coordinator, Message::strategy(&Synced { iter })?);
+            // The trainer's idle time: waiting for a token, a token's inputs, or the
+            // sub-models' synchronisation. Its transfers overlap the trainer, so none of the
+            // clock is counted as communication on its own.
+            let idle = (ctx.now() - start - self.compute_s).max(0.0);
             let tally = ClockTally {
                 samples: self.rows_done,
                 compute_s: self.compute_s,
-                wait_s: 0.0,
+                wait_s: idle,
                 comm_s: 0.0,
                 loss: self.loss,
                 version_read: iter as i64,
-                bytes_sent: 0,
+                bytes_sent: self.bytes_sent,
             };
             records.push(close_clock(ctx, &job, iter, start, tally));
         }

@@ -87,6 +87,7 @@ impl FelaWorker {
         for l in done {
             if let Some(r) = self.rings.remove(&l) {
                 self.stats.sync_bytes += r.bytes_sent();
+                self.bytes_sent += r.bytes_sent();
                 self.reduced.insert(l, Some(r.into_result()));
             }
         }
