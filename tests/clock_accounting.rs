@@ -8,6 +8,9 @@ use concord::engine::metrics::IterRecord;
 use concord::engine::RunConfig;
 use std::path::Path;
 
+mod common;
+use common::SMALL_CNN;
+
 /// `configs/default.toml` with `sets`.
 fn default_with(sets: &[String]) -> RunConfig {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/default.toml");
@@ -30,13 +33,6 @@ fn records(strategy: &str, more: &[&str]) -> Vec<Vec<IterRecord>> {
 
 #[test]
 fn compute_wait_and_communication_are_disjoint_parts_of_a_clock() {
-    const SMALL_CNN: [&str; 5] = [
-        "workers=3",
-        "model.kind=\"vgg-like\"",
-        "model.image=[3,8,8]",
-        "data.kind=\"blobs\"",
-        "data.dim=192",
-    ];
     let mut cases: Vec<(&str, Vec<&str>)> = [
         "bsp",
         "ssp",

@@ -8,6 +8,9 @@ use concord::engine::{EngineError, RunConfig};
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+use common::SMALL_CNN;
+
 /// `configs/default.toml` (MLP on the teacher data, BSP) with `sets`.
 fn default_with(sets: &[&str]) -> RunConfig {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/default.toml");
@@ -121,13 +124,6 @@ fn config_with(name: &str, sets: &[&str]) -> RunConfig {
 /// BSP does. They trained on NaN to their last iteration before, reporting no final loss.
 #[test]
 fn a_non_finite_loss_stops_every_strategy_that_computes_its_own() {
-    const SMALL_CNN: [&str; 5] = [
-        "workers=3",
-        "model.kind=\"vgg-like\"",
-        "model.image=[3,8,8]",
-        "data.kind=\"blobs\"",
-        "data.dim=192",
-    ];
     // (config, strategy, learning rate, more settings): Sven's DLRM needs more to overflow.
     let mut cases: Vec<(&str, &str, &str, Vec<&str>)> = Vec::new();
     for strategy in ["pipedream", "gpipe", "pipedream-mp", "fela"] {

@@ -12,6 +12,16 @@ pub fn on_slow_devices(cfg: RunConfig) -> RunConfig {
     concord_test_support::on_device(cfg, "slow", concord_test_support::slow_device(1.0))
 }
 
+/// `--set`s that turn `configs/default.toml` into a small staged CNN on image-shaped blobs over
+/// 3 workers: a model Fela's MP and HP baselines can cut (the default MLP has too few stages).
+pub const SMALL_CNN: [&str; 5] = [
+    "workers=3",
+    "model.kind=\"vgg-like\"",
+    "model.image=[3,8,8]",
+    "data.kind=\"blobs\"",
+    "data.dim=192",
+];
+
 /// Runs with the project's registry.
 pub fn run(cfg: &RunConfig) -> RunResult {
     concord_test_support::run_with(&concord::registry(), cfg)
