@@ -5,26 +5,15 @@
 //! strategies.
 
 use concord::engine::metrics::IterRecord;
-use concord::engine::RunConfig;
-use std::path::Path;
 
 mod common;
-use common::SMALL_CNN;
-
-/// `configs/default.toml` with `sets`.
-fn default_with(sets: &[String]) -> RunConfig {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/default.toml");
-    concord::config::load(Some(&file), sets).unwrap()
-}
+use common::{config_with, SMALL_CNN};
 
 fn records(strategy: &str, more: &[&str]) -> Vec<Vec<IterRecord>> {
-    let mut sets = vec![
-        format!("strategies=[\"{strategy}\"]"),
-        "iterations=30".into(),
-        "optimizer.momentum=0".into(),
-    ];
-    sets.extend(more.iter().map(|s| s.to_string()));
-    let cfg = default_with(&sets);
+    let list = format!("strategies=[\"{strategy}\"]");
+    let mut sets = vec![list.as_str(), "iterations=30", "optimizer.momentum=0"];
+    sets.extend(more);
+    let cfg = config_with("default.toml", &sets);
     let asm = concord::registry().compose(&cfg).unwrap();
     concord::engine::run(&cfg, &asm, Default::default())
         .unwrap()

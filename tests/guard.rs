@@ -9,13 +9,11 @@ use std::path::Path;
 use std::process::Command;
 
 mod common;
-use common::SMALL_CNN;
+use common::{config_with, SMALL_CNN};
 
 /// `configs/default.toml` (MLP on the teacher data, BSP) with `sets`.
 fn default_with(sets: &[&str]) -> RunConfig {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/default.toml");
-    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-    concord::config::load(Some(&file), &sets).unwrap()
+    config_with("default.toml", sets)
 }
 
 fn run(cfg: &RunConfig) -> Result<RunResult, EngineError> {
@@ -108,15 +106,6 @@ fn a_non_finite_loss_stops_gracefully_with_its_rows_kept() {
     assert_eq!(summary["stopped"]["cause"], "non-finite");
     assert_eq!(summary["stopped"]["iteration"], s.reason.iteration);
     assert!(summary["stopped"]["loss"].is_null(), "{summary}");
-}
-
-/// `configs/<name>` with `sets`.
-fn config_with(name: &str, sets: &[&str]) -> RunConfig {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("configs")
-        .join(name);
-    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-    concord::config::load(Some(&file), &sets).unwrap()
 }
 
 /// Strategies that compute their loss outside the engine's training step (a pipeline's output

@@ -354,6 +354,15 @@ pub fn check_loss(ctx: &RoleContext, job: &Job, clock: u64, loss: f64) -> Result
     })
 }
 
+/// How a parameter read that began at `start` and ended at `read_done` splits into a clock
+/// record's `wait_s` and `comm_s`: the wait for a fresh-enough version, until the last server
+/// served its part (`last_served`), then the transfer. Every worker that reads from servers
+/// counts its read so, which makes `wait_share` compare across strategies.
+pub fn read_wait_and_transfer(start: f64, last_served: f64, read_done: f64) -> (f64, f64) {
+    let wait_s = (last_served - start).max(0.0);
+    (wait_s, (read_done - start - wait_s).max(0.0))
+}
+
 /// The default data-parallel worker.
 pub struct DataParallelWorker {
     id: WorkerId,
@@ -436,8 +445,7 @@ impl Worker for DataParallelWorker {
                 }
             }
             let read_done = ctx.now();
-            let wait_s = (last_served - start).max(0.0);
-            let comm_s = (read_done - start - wait_s).max(0.0);
+            let (wait_s, comm_s) = read_wait_and_transfer(start, last_served, read_done);
             ctx.trace_span("wait", "wait", start, last_served);
             ctx.trace_span("pull", "comm", last_served, read_done);
 

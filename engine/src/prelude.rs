@@ -14,8 +14,8 @@ pub use crate::contract::{
     Worker, WorkerFactory, WorkerReport,
 };
 pub use crate::dp::{
-    check_loss, close_clock, hold_optimizer_state, hold_replica, train_step, train_step_on_device,
-    Charge, ClockTally, ParamSource, StepAt, StepResult,
+    check_loss, close_clock, hold_optimizer_state, hold_replica, read_wait_and_transfer,
+    train_step, train_step_on_device, Charge, ClockTally, ParamSource, StepAt, StepResult,
 };
 pub use crate::error::{EngineError, Result};
 pub use crate::ids::{Clock, MachineId, RoleId, ServerId, WorkerId};

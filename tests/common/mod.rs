@@ -12,6 +12,15 @@ pub fn on_slow_devices(cfg: RunConfig) -> RunConfig {
     concord_test_support::on_device(cfg, "slow", concord_test_support::slow_device(1.0))
 }
 
+/// The project's `configs/<name>` with `sets` (`--set` arguments) applied.
+pub fn config_with(name: &str, sets: &[&str]) -> RunConfig {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("configs")
+        .join(name);
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    concord::config::load(Some(&file), &sets).unwrap()
+}
+
 /// `--set`s that turn `configs/default.toml` into a small staged CNN on image-shaped blobs over
 /// 3 workers: a model Fela's MP and HP baselines can cut (the default MLP has too few stages).
 pub const SMALL_CNN: [&str; 5] = [

@@ -184,13 +184,12 @@ impl FlexWorker {
         });
         let compute_s = ctx.stats().compute_s - compute_before;
         self.last_compute_s = Some(compute_s);
-        let wait_s = (last_served - start).max(0.0);
-        let comm_s = (read_done - start - wait_s).max(0.0);
+        let (wait_s, comm_s) = read_wait_and_transfer(start, last_served, read_done);
         let tally = ClockTally {
             samples: u64::from(units) * self.r.unit_batch,
             compute_s,
-            // As the engine's workers count theirs: the wait for the version SSP asks for (until
-            // the last server served it), then the transfer; the read ends at their sum.
+            // The read as every worker counts it: the wait for the version SSP asks for, then
+            // the transfer.
             wait_s,
             comm_s,
             loss: if self.it.loss_units > 0 {
