@@ -151,6 +151,24 @@ fn a_non_finite_loss_stops_every_strategy_that_computes_its_own() {
     }
 }
 
+/// An RNA worker's local steps run ahead of or behind the job's rounds (a straggler takes fewer
+/// than there are rounds): a divergence names the round in progress, the iteration the run's
+/// rows count, not the worker's local step (it named step 13 after 26 complete rounds).
+#[test]
+fn rnas_divergence_names_the_round_in_progress() {
+    for lr in ["1000", "50"] {
+        let lr = format!("optimizer.lr={lr}");
+        let s = stopped(&config_with("rna.toml", &[lr.as_str()]));
+        let done = s.result.rows.len() as u64;
+        assert_eq!(s.reason.cause, Cause::NonFinite, "{lr}: {:?}", s.reason);
+        assert!(
+            (done + 1..=done + 2).contains(&s.reason.iteration),
+            "{lr}: named iteration {} after {done} complete ones",
+            s.reason.iteration
+        );
+    }
+}
+
 #[test]
 fn with_the_guard_off_the_exploding_run_completes() {
     let mut sets = EXPLODING.to_vec();

@@ -33,7 +33,9 @@ impl RnaWorker {
         let work = Work::training_step(job.model.training_flops_per_sample(), b as f64);
         let started_at = ctx.now();
         let at = StepAt {
-            clock: step,
+            // A divergence names the round in progress, as the run's rows count iterations;
+            // the local step (`set_iter` above) keys what straggler patterns inject.
+            clock: job.clocks().start + self.records.len() as u64,
             // Local step j of worker i reads stream slice j·N + i: with one step per round this
             // is exactly the allreduce baseline's sampling.
             stream_offset: (step * n + self.id as u64) * b,
