@@ -62,7 +62,7 @@ pub struct Cli {
 pub enum Command {
     /// Run a training job and write its run folder.
     Train(TrainArgs),
-    /// Print the resolved configuration (all layers applied) as TOML.
+    /// Print the resolved configuration (all layers applied) as TOML, checked as `train` checks it.
     Config(ConfigArgs),
     /// List the strategies this build knows and the slots they fill.
     Strategies,
@@ -196,7 +196,13 @@ fn init_logging() {
 fn execute(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Config(args) => {
-            out!("{}", config::to_toml(&args.load(&[])?.config))?;
+            let sourced = args.load(&[])?;
+            // The strategies' options are checked as `train` checks them, so that a config
+            // this prints is one that runs.
+            crate::registry()
+                .compose(&sourced.config)
+                .map_err(|e| sourced.attribute(e))?;
+            out!("{}", config::to_toml(&sourced.config))?;
             Ok(())
         }
         Command::Strategies => {

@@ -99,6 +99,28 @@ fn config_prints_the_resolved_layers() {
     assert_eq!(cfg["optimizer"]["beta1"].as_float(), Some(0.9));
 }
 
+/// `concord config` checks the strategies' options as `train` does: what it prints is a config
+/// that runs (it printed a typo'd option before).
+#[test]
+fn config_names_a_typo_in_a_strategys_options() {
+    let out = Command::new(env!("CARGO_BIN_EXE_concord"))
+        .args(["config", "--set", "strategies=[\"ssp\"]"])
+        .args(["--set", "strategy.ssp.slak=2"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("`strategy.ssp`") && e.contains("slak") && e.contains("--set"),
+        "{e}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 #[test]
 fn unknown_key_is_named() {
     let e = train(&["--set", "wrokers=3"]);
