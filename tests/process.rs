@@ -1170,14 +1170,20 @@ fn agileml_under_processes_ends_without_a_machine_that_never_joined() {
 }
 
 /// `concord launch` checks a `train` job before it starts any process: a configuration, a
-/// strategy, a process count or a run folder to resume that is wrong is told once (not by every
-/// process), and nothing is written.
+/// strategy, a process count, a runtime that runs in one process or a run folder to resume that
+/// is wrong is told once (not by every process), and nothing is written.
 #[test]
 fn a_launch_checks_the_job_once_before_starting_its_processes() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), 2, 2, "", "");
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["--nproc", "3"], "started 3 (world size)"),
+        // Each process would run the whole job and write the same run folder.
+        (&["--nproc", "2", "--runtime", "sim"], "runs in one process"),
+        (
+            &["--nproc", "2", "--runtime", "wall"],
+            "runs in one process",
+        ),
         (
             &["--nproc", "2", "--set", "strategies=[\"nope\"]"],
             "unknown strategy",

@@ -39,7 +39,8 @@ pub struct LaunchArgs {
     #[arg(long, default_value_t = 0)]
     pub max_restarts: u32,
     /// The concord command each process runs, e.g. `train --config configs/default.toml`
-    /// (`--runtime process` is added to `train` when not given).
+    /// (`--runtime process` is added to `train` when not given; a `sim` or `wall` job, which runs
+    /// in one process, is refused at more than one).
     #[arg(
         required = true,
         trailing_var_arg = true,
@@ -204,8 +205,16 @@ fn check_train(command: &[OsString], nproc: u32) -> anyhow::Result<()> {
     let asm = crate::registry()
         .compose(&sourced.config)
         .map_err(|e| sourced.attribute(e))?;
+    let runtime = sourced.config.runtime.as_str();
     if sourced.config.runtime == concord_engine::context::RuntimeKind::Process {
         concord_engine::run::process_cluster(&sourced.config, &asm, nproc, "concord launch")?;
+    } else if nproc > 1 {
+        // Each process would run the whole job on its own and write the same run folder.
+        anyhow::bail!(
+            "--nproc {nproc}: a `{runtime}` job runs in one process (`concord train --runtime \
+             {runtime}`); `concord launch` starts the processes of a `--runtime process` job \
+             (drop `--runtime {runtime}`)"
+        );
     }
     Ok(())
 }
