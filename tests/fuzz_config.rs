@@ -8,7 +8,7 @@
 use concord::config::{load, ConfigError};
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngSeed, TestRunner};
+use proptest::test_runner::TestRunner;
 
 /// Cases each target tries unless `PROPTEST_CASES` says otherwise.
 const CASES: u32 = 256;
@@ -16,18 +16,7 @@ const CASES: u32 = 256;
 const SEED: u64 = 0xC0_2F16;
 
 fn runner(target: &str) -> TestRunner {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(CASES);
-    let config = Config {
-        cases,
-        rng_seed: RngSeed::Fixed(SEED),
-        failure_persistence: None,
-        ..Config::default()
-    };
-    println!("fuzz {target}: {} cases, seed {SEED:#x}", config.cases);
-    TestRunner::new(config)
+    concord_fuzz_support::runner(target, CASES, SEED)
 }
 
 /// Keys of the config (some nested, some kinds' fields) and a few that do not exist.

@@ -7,7 +7,7 @@
 
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngSeed, TestRunner};
+use proptest::test_runner::TestRunner;
 
 use crate::patterns::csv_trace::{check_rows, parse_rows};
 use crate::{JobShape, StragglerError};
@@ -18,18 +18,7 @@ const CASES: u32 = 512;
 const SEED: u64 = 0xC5F_7ACE;
 
 fn runner(target: &str) -> TestRunner {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(CASES);
-    let config = Config {
-        cases,
-        rng_seed: RngSeed::Fixed(SEED),
-        failure_persistence: None,
-        ..Config::default()
-    };
-    println!("fuzz {target}: {} cases, seed {SEED:#x}", config.cases);
-    TestRunner::new(config)
+    concord_fuzz_support::runner(target, CASES, SEED)
 }
 
 const PATH: &str = "fuzzed.csv";

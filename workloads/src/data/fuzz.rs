@@ -9,7 +9,7 @@ use std::path::Path;
 
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngSeed, TestRunner};
+use proptest::test_runner::TestRunner;
 
 use super::labels::{check_labels, ClassCount};
 use super::{encode_idx_images, encode_idx_labels, parse_idx_images, parse_idx_labels, DataError};
@@ -20,18 +20,7 @@ const CASES: u32 = 512;
 const SEED: u64 = 0x1D8_F022;
 
 fn runner(target: &str) -> TestRunner {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(CASES);
-    let config = Config {
-        cases,
-        rng_seed: RngSeed::Fixed(SEED),
-        failure_persistence: None,
-        ..Config::default()
-    };
-    println!("fuzz {target}: {} cases, seed {SEED:#x}", config.cases);
-    TestRunner::new(config)
+    concord_fuzz_support::runner(target, CASES, SEED)
 }
 
 const PATH: &str = "fuzzed-file";
