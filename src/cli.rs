@@ -430,10 +430,13 @@ fn resumed_from(
 /// A figure with 4 decimals, or `n/a` where it is not a number (as `summary.json`'s `null`:
 /// a throughput-mode run computes no loss).
 fn finite_or_na(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x:.4}")
-    } else {
+    if !x.is_finite() {
         "n/a".to_string()
+    } else if x.abs() >= 1e6 {
+        // A diverging loss: its magnitude, not thirty digits.
+        format!("{x:.4e}")
+    } else {
+        format!("{x:.4}")
     }
 }
 
@@ -457,6 +460,15 @@ fn print_summary(
         "wall"
     };
     let pct = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{:.2}%", v * 100.0));
+    // A run the guard stopped ended its roles mid-run: what only their final reports tell (the
+    // work they did, their traffic and memory) is not known, rather than zero.
+    let known = |v: String| {
+        if s.stopped.is_some() {
+            "n/a (the run was stopped)".to_string()
+        } else {
+            v
+        }
+    };
     let rows = [
         ("strategies", s.strategies.join(" + ")),
         (
@@ -477,21 +489,24 @@ fn print_summary(
             "throughput",
             format!("{:.1} samples/s", s.throughput_samples_per_s),
         ),
-        ("ideal time", format!("{:.4} s", s.ideal_time_s)),
+        ("ideal time", known(format!("{:.4} s", s.ideal_time_s))),
         (
             "efficiency (ideal/achieved)",
-            format!("{:.3}", s.efficiency),
+            known(format!("{:.3}", s.efficiency)),
         ),
         ("wait share", format!("{:.1}%", s.wait_share * 100.0)),
         ("final train loss", finite_or_na(s.final_loss)),
         ("test accuracy", pct(s.final_test_accuracy)),
-        ("bytes sent", format!("{:.3} MB", s.bytes_sent as f64 / 1e6)),
+        (
+            "bytes sent",
+            known(format!("{:.3} MB", s.bytes_sent as f64 / 1e6)),
+        ),
         (
             "peak memory (max role)",
-            format!(
+            known(format!(
                 "{:.3} MB",
                 s.peak_memory.values().max().copied().unwrap_or(0) as f64 / 1e6
-            ),
+            )),
         ),
         ("run folder", out.display().to_string()),
     ];

@@ -3,6 +3,7 @@
 //! touched by it.
 
 use concord::engine::guard::Cause;
+use concord::engine::metrics::Summary;
 use concord::engine::run::{RunResult, StoppedRun};
 use concord::engine::{EngineError, RunConfig};
 use std::path::Path;
@@ -106,6 +107,11 @@ fn a_non_finite_loss_stops_gracefully_with_its_rows_kept() {
     assert_eq!(summary["stopped"]["cause"], "non-finite");
     assert_eq!(summary["stopped"]["iteration"], s.reason.iteration);
     assert!(summary["stopped"]["loss"].is_null(), "{summary}");
+    // What only the roles' final reports tell is unknown, not zero.
+    for key in Summary::UNKNOWN_WHEN_STOPPED {
+        assert!(summary[key].is_null(), "{key}: {summary}");
+    }
+    assert!(summary["wait_share"].as_f64().is_some_and(|w| w > 0.0));
 }
 
 /// Strategies that compute their loss outside the engine's training step (a pipeline's output
@@ -254,6 +260,27 @@ fn the_cli_writes_the_stopped_run_and_exits_non_zero_naming_the_error() {
     assert_eq!(summary["iterations"], rows.len());
     assert!(out_dir.join("config.toml").exists());
     assert!(!out_dir.join("checkpoint.safetensors").exists());
+    // The printed summary says what the stopped run does not know rather than printing zeros.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no `{name}` line: {stdout}"))
+            .to_string()
+    };
+    for name in ["ideal time", "efficiency", "bytes sent", "peak memory"] {
+        assert!(
+            line(name).ends_with("n/a (the run was stopped)"),
+            "{stdout}"
+        );
+    }
+    // A diverging loss is printed by its magnitude.
+    let loss = line("final train loss");
+    assert!(
+        loss.len() < 60 && (loss.contains('e') || loss.ends_with("n/a")),
+        "{loss}"
+    );
 }
 
 /// `wall` with worker 0 asleep for an hour in its first iteration (Fela's round-robin sleep):

@@ -291,6 +291,32 @@ pub struct Summary {
     pub stopped: Option<StopReason>,
 }
 
+impl Summary {
+    /// The fields only the roles' final reports give (the work they did, their traffic and
+    /// memory): a run the divergence guard stopped ended its roles mid-run, so it does not know
+    /// them, and `summary.json` holds `null` for them rather than zero.
+    pub const UNKNOWN_WHEN_STOPPED: [&'static str; 6] = [
+        "ideal_time_s",
+        "efficiency",
+        "bytes_sent",
+        "messages_sent",
+        "bytes_sent_by_role",
+        "peak_memory",
+    ];
+
+    /// The summary as `summary.json` holds it: pretty JSON, with a stopped run's
+    /// [`Summary::UNKNOWN_WHEN_STOPPED`] fields `null`.
+    pub fn to_json(&self) -> String {
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        if let (Some(_), Some(fields)) = (&self.stopped, value.as_object_mut()) {
+            for key in Self::UNKNOWN_WHEN_STOPPED {
+                fields.insert(key.into(), serde_json::Value::Null);
+            }
+        }
+        serde_json::to_string_pretty(&value).unwrap_or_default()
+    }
+}
+
 /// One span on a role's timeline.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TraceEvent {

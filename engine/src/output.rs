@@ -22,7 +22,7 @@ pub fn write_run_folder(dir: &Path, result: &RunResult) -> Result<()> {
     if !result.evaluations.is_empty() {
         metrics::write_jsonl(&dir.join("evaluations.jsonl"), &result.evaluations)?;
     }
-    let summary = serde_json::to_string_pretty(&result.summary).unwrap_or_default();
+    let summary = result.summary.to_json();
     metrics::write_atomic(&dir.join("summary.json"), summary.as_bytes())?;
     for (role, events) in &result.traces {
         metrics::write_chrome_trace(
