@@ -524,11 +524,23 @@ fn print_summary(
     });
     let width = width.max(timed.as_ref().map_or(0, |(k, _)| k.len()));
     let mut rows: Vec<(&str, String)> = rows.iter().map(|(k, v)| (*k, v.clone())).collect();
-    if let Some(auc) = s.final_test_auc {
-        // A click-through model's ranking quality, right after its accuracy.
+    if let Some(loss) = s.final_test_loss {
+        // The model's test loss, in place of an accuracy it does not have (a regression model
+        // such as MF, whose loss is the test MSE) or after it.
         let at = rows
             .iter()
             .position(|(k, _)| *k == "test accuracy")
+            .map_or(rows.len(), |i| i + 1);
+        rows.insert(at, ("test loss", finite_or_na(loss)));
+        if s.final_test_accuracy.is_none() {
+            rows.retain(|(k, _)| *k != "test accuracy");
+        }
+    }
+    if let Some(auc) = s.final_test_auc {
+        // A click-through model's ranking quality, right after its accuracy and loss.
+        let at = rows
+            .iter()
+            .position(|(k, _)| *k == "test loss")
             .map_or(rows.len(), |i| i + 1);
         rows.insert(at, ("test AUC", format!("{auc:.4}")));
     }

@@ -99,6 +99,37 @@ fn config_prints_the_resolved_layers() {
     assert_eq!(cfg["optimizer"]["beta1"].as_float(), Some(0.9));
 }
 
+/// The printed summary gives the model's test loss: after a classifier's accuracy, and in place
+/// of the accuracy a regression model (MF, whose loss is the test MSE) does not have.
+#[test]
+fn the_summary_prints_the_test_loss_and_an_accuracy_only_where_there_is_one() {
+    let mf = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/mf.toml");
+    let mf = mf.to_str().unwrap();
+    for (config, classifier) in [(None, true), (Some(mf), false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = vec!["train", "--quiet", "--set", "iterations=4", "--out", "run"];
+        if let Some(file) = config {
+            args.extend(["--config", file]);
+        }
+        let out = concord(&args, dir.path());
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let value = |name: &str| {
+            stdout
+                .lines()
+                .find(|l| l.starts_with(name))
+                .map(|l| l[name.len()..].trim().to_string())
+        };
+        let loss = value("test loss").unwrap_or_else(|| panic!("{stdout}"));
+        assert!(loss.parse::<f64>().is_ok_and(|l| l > 0.0), "{stdout}");
+        assert_eq!(value("test accuracy").is_some(), classifier, "{stdout}");
+    }
+}
+
 /// `concord config` checks the strategies' options as `train` does: what it prints is a config
 /// that runs (it printed a typo'd option before).
 #[test]
