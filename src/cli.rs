@@ -262,7 +262,7 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
             asm.strategies()
         );
     }
-    let cfg = sourced.config;
+    let cfg = sourced.config.clone();
     // A process job's rank comes from its launcher; only rank 0 writes the run folder.
     let world = if cfg.runtime == RuntimeKind::Process {
         Some(concord_engine::process::World::from_env()?)
@@ -356,7 +356,9 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
             } else if let Some(dir) = &out_dir {
                 dir.discard();
             }
-            return Err(e.into());
+            // A key the run refused at its start (the cluster, a straggler trace, the data) is
+            // named with the layer that set it, as the checks before the run name theirs.
+            return Err(sourced.attribute(e).into());
         }
         Ok(result) => result,
     };

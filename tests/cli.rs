@@ -152,6 +152,30 @@ fn config_names_a_typo_in_a_strategys_options() {
     );
 }
 
+/// A key the run refuses at its start (here the cluster, built when the run starts) is named
+/// with the layer that set it, as the checks before the run name theirs; under `concord launch`
+/// too.
+#[test]
+fn a_key_refused_at_the_runs_start_names_its_layer() {
+    let sets = [
+        "--set",
+        "workers=8",
+        "--set",
+        "cluster.machines=[{device=\"cpu\",count=4}]",
+    ];
+    let mut train_args = vec!["train", "--quiet"];
+    train_args.extend(sets);
+    let mut launch_args = vec!["launch", "--nproc", "4"];
+    launch_args.extend(train_args.iter().copied());
+    for args in [train_args, launch_args] {
+        let e = fails(&args);
+        assert!(
+            e.contains("`cluster.machines`") && e.contains("(set by --set)"),
+            "{args:?}: {e}"
+        );
+    }
+}
+
 #[test]
 fn unknown_key_is_named() {
     let e = train(&["--set", "wrokers=3"]);

@@ -207,7 +207,8 @@ fn check_train(command: &[OsString], nproc: u32) -> anyhow::Result<()> {
         .map_err(|e| sourced.attribute(e))?;
     let runtime = sourced.config.runtime.as_str();
     if sourced.config.runtime == concord_engine::context::RuntimeKind::Process {
-        concord_engine::run::process_cluster(&sourced.config, &asm, nproc, "concord launch")?;
+        concord_engine::run::process_cluster(&sourced.config, &asm, nproc, "concord launch")
+            .map_err(|e| sourced.attribute(e))?;
     } else if nproc > 1 {
         // Each process would run the whole job on its own and write the same run folder.
         anyhow::bail!(
