@@ -212,6 +212,23 @@ pub struct RoleStats {
     /// each one's mean over the roles (workers and servers) that set it.
     #[serde(default)]
     pub figures: BTreeMap<String, f64>,
+    /// Of `compute_s` and `flops`, what work still in flight when the role stopped would have
+    /// done after it (a step started without waiting, [`RoleContext::compute_deferred`], whose
+    /// result comes after the run's end): the summary's ideal time counts the work done within
+    /// the run, and a checkpoint keeps it all, since a resumed run finishes it.
+    #[serde(default)]
+    pub unfinished: Unfinished,
+}
+
+/// Work a role had charged but not finished when it stopped: its seconds after the stop and
+/// their share of its FLOPs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct Unfinished {
+    /// Seconds of charged compute after the stop.
+    pub compute_s: f64,
+    /// FLOPs of that compute (each piece of work's FLOPs in proportion to its time after the
+    /// stop).
+    pub flops: f64,
 }
 
 /// A role's view of the run.
@@ -245,6 +262,9 @@ pub struct RoleContext {
     /// Seconds the role's last math of each label took in real time: what says whether its next
     /// may keep its thread ([`INLINE_MATH_S`]).
     math_s: HashMap<String, f64>,
+    /// Deferred work not known to be done: (start, done, FLOPs) of each
+    /// [`RoleContext::compute_deferred`] whose result was still ahead when the last began.
+    deferred: Vec<(f64, f64, f64)>,
 }
 
 /// The longest math (as the role's last took) that runs on the role's own thread in `--runtime
@@ -263,6 +283,20 @@ impl RoleContext {
     /// reached it, or now for a role that returned by itself.
     pub(crate) fn stopped_at(&self) -> f64 {
         self.stopped_at.unwrap_or_else(|| self.now())
+    }
+
+    /// The role's totals, with what of its deferred work lies after `end` (see
+    /// [`RoleStats::unfinished`]).
+    pub(crate) fn stats_at_end(&self, end: f64) -> RoleStats {
+        let mut stats = self.stats.clone();
+        for &(start, done, flops) in &self.deferred {
+            let after = done - start.max(end);
+            if after > 0.0 && done > start {
+                stats.unfinished.compute_s += after;
+                stats.unfinished.flops += flops * after / (done - start);
+            }
+        }
+        stats
     }
 
     /// The state of this role's straggler patterns, for a checkpoint.
@@ -304,6 +338,7 @@ impl RoleContext {
             stopped_at: None,
             sent_since_wait: AtomicBool::new(false),
             math_s: HashMap::new(),
+            deferred: Vec::new(),
         }
     }
 
@@ -747,6 +782,8 @@ impl RoleContext {
         self.stats.flops += work.flops();
         self.stats.nominal_compute_s += nominal;
         self.stats.compute_s += done - t0;
+        self.deferred.retain(|&(_, until, _)| until > t0);
+        self.deferred.push((t0, done, work.flops()));
         self.trace_span(label, "compute", t0, done);
         (out, done)
     }

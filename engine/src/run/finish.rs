@@ -42,6 +42,9 @@ pub(super) fn finish(
     let mut peak_memory = history.peak_memory;
     let mut capacity = history.capacity;
     capacity.resize(job.config.workers as usize, (0.0, 0.0));
+    // What the workers had charged but not done when they stopped: a checkpoint keeps it in the
+    // capacity (a resumed run finishes that work), the summary's ideal time leaves it out.
+    let mut unfinished = vec![(0.0, 0.0); capacity.len()];
     let mut worker_parts = Vec::new();
     let mut role_figures = FigureMeans::default();
     for (w, out) in workers.into_iter().enumerate() {
@@ -51,6 +54,7 @@ pub(super) fn finish(
         *peak = (*peak).max(out.peak_memory);
         capacity[w].0 += out.stats.flops;
         capacity[w].1 += out.stats.compute_s;
+        unfinished[w] = (out.stats.unfinished.flops, out.stats.unfinished.compute_s);
         if let Some(cut) = cut.as_mut() {
             let checkpoint = role_checkpoint(
                 out.end_s,
@@ -135,13 +139,18 @@ pub(super) fn finish(
         row.test_loss = Some(e.loss);
         row.test_auc = e.auc;
     }
+    let done: Vec<(f64, f64)> = capacity
+        .iter()
+        .zip(&unfinished)
+        .map(|(&(flops, secs), &(left_flops, left_s))| (flops - left_flops, secs - left_s))
+        .collect();
     let summary = summarise(
         asm,
         job,
         &Totals {
             rows: &rows,
             worker_records: &worker_records,
-            capacity: &capacity,
+            capacity: &done,
             traffic: &traffic,
             coordinator: &coordinator_report,
             figures: &role_figures.means(),

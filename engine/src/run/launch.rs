@@ -508,13 +508,14 @@ pub(super) fn output_of<T>(mut ctx: RoleContext, result: Result<T>) -> RoleOutpu
         Ok(trace) => (result, trace),
         Err(e) => (result.and(Err(e)), None),
     };
+    let end_s = ctx.stopped_at();
     RoleOutput {
         role: ctx.id(),
         result,
-        stats: ctx.stats().clone(),
+        stats: ctx.stats_at_end(end_s),
         trace,
         peak_memory: ctx.peak_memory(),
-        end_s: ctx.stopped_at(),
+        end_s,
         stragglers: ctx.straggler_state(),
         left: false,
     }
