@@ -3,7 +3,7 @@
 use std::path::Path;
 mod common;
 
-use common::concord;
+use common::{concord, summary_line};
 use std::process::Command;
 
 /// Runs a failing command; returns its stderr.
@@ -118,15 +118,13 @@ fn the_summary_prints_the_test_loss_and_an_accuracy_only_where_there_is_one() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let value = |name: &str| {
-            stdout
-                .lines()
-                .find(|l| l.starts_with(name))
-                .map(|l| l[name.len()..].trim().to_string())
-        };
-        let loss = value("test loss").unwrap_or_else(|| panic!("{stdout}"));
+        let loss = summary_line(&stdout, "test loss").unwrap_or_else(|| panic!("{stdout}"));
         assert!(loss.parse::<f64>().is_ok_and(|l| l > 0.0), "{stdout}");
-        assert_eq!(value("test accuracy").is_some(), classifier, "{stdout}");
+        assert_eq!(
+            summary_line(&stdout, "test accuracy").is_some(),
+            classifier,
+            "{stdout}"
+        );
     }
 }
 
@@ -134,11 +132,15 @@ fn the_summary_prints_the_test_loss_and_an_accuracy_only_where_there_is_one() {
 /// that runs (it printed a typo'd option before).
 #[test]
 fn config_names_a_typo_in_a_strategys_options() {
-    let out = Command::new(env!("CARGO_BIN_EXE_concord"))
-        .args(["config", "--set", "strategies=[\"ssp\"]"])
-        .args(["--set", "strategy.ssp.slak=2"])
-        .output()
-        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "config",
+        "--set",
+        "strategies=[\"ssp\"]",
+        "--set",
+        "strategy.ssp.slak=2",
+    ];
+    let out = concord(&args, dir.path());
     assert!(!out.status.success());
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(

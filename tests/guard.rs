@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 mod common;
-use common::{config_with, SMALL_CNN};
+use common::{config_with, summary_line, SMALL_CNN};
 
 /// `configs/default.toml` (MLP on the teacher data, BSP) with `sets`.
 fn default_with(sets: &[&str]) -> RunConfig {
@@ -263,11 +263,7 @@ fn the_cli_writes_the_stopped_run_and_exits_non_zero_naming_the_error() {
     // The printed summary says what the stopped run does not know rather than printing zeros.
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = |name: &str| {
-        stdout
-            .lines()
-            .find(|l| l.starts_with(name))
-            .unwrap_or_else(|| panic!("no `{name}` line: {stdout}"))
-            .to_string()
+        summary_line(&stdout, name).unwrap_or_else(|| panic!("no `{name}` line: {stdout}"))
     };
     for name in ["ideal time", "efficiency", "bytes sent", "peak memory"] {
         assert!(

@@ -291,7 +291,7 @@ impl RoleContext {
         let mut stats = self.stats.clone();
         for &(start, done, flops) in &self.deferred {
             let after = done - start.max(end);
-            if after > 0.0 && done > start {
+            if after > 0.0 {
                 stats.unfinished.compute_s += after;
                 stats.unfinished.flops += flops * after / (done - start);
             }

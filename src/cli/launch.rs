@@ -205,12 +205,12 @@ fn check_train(command: &[OsString], nproc: u32) -> anyhow::Result<()> {
     let asm = crate::registry()
         .compose(&sourced.config)
         .map_err(|e| sourced.attribute(e))?;
-    let runtime = sourced.config.runtime.as_str();
     if sourced.config.runtime == concord_engine::context::RuntimeKind::Process {
         concord_engine::run::process_cluster(&sourced.config, &asm, nproc, "concord launch")
             .map_err(|e| sourced.attribute(e))?;
     } else if nproc > 1 {
         // Each process would run the whole job on its own and write the same run folder.
+        let runtime = sourced.config.runtime.as_str();
         anyhow::bail!(
             "--nproc {nproc}: a `{runtime}` job runs in one process (`concord train --runtime \
              {runtime}`); `concord launch` starts the processes of a `--runtime process` job \

@@ -21,6 +21,14 @@ pub fn config_with(name: &str, sets: &[&str]) -> RunConfig {
     concord::config::load(Some(&file), &sets).unwrap()
 }
 
+/// The value of the printed summary's line `name` (e.g. `"test loss"`), if it has one.
+pub fn summary_line(stdout: &str, name: &str) -> Option<String> {
+    stdout
+        .lines()
+        .find(|l| l.starts_with(name))
+        .map(|l| l[name.len()..].trim().to_string())
+}
+
 /// `--set`s that turn `configs/default.toml` into a small staged CNN on image-shaped blobs over
 /// 3 workers: a model Fela's MP and HP baselines can cut (the default MLP has too few stages).
 pub const SMALL_CNN: [&str; 5] = [
